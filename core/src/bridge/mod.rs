@@ -1,0 +1,160 @@
+//! The localhost bridge: the running runtime's HTTP API for the CLI, agents and the UI. Bound to
+//! 127.0.0.1 only, on a port recorded with a random token in the profile (0600). Requests with a
+//! wrong or missing token, a `Host` that is not this loopback address and port, or any browser
+//! `Origin` are refused (DNS rebinding and CSRF).
+
+pub mod api;
+pub mod client;
+
+use std::net::SocketAddr;
+
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+
+use crate::engine::{Error, Runtime};
+use crate::identity::random_token;
+use api::{ApiError, Request};
+
+#[derive(Clone)]
+struct BridgeState {
+    rt: Runtime,
+    token: String,
+    port: u16,
+}
+
+/// A running bridge.
+#[derive(Debug)]
+pub struct Bridge {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its token.
+    pub token: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Bridge {
+    /// Stops serving.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(ApiError { code: code.into(), message: message.into() })).into_response()
+}
+
+/// Constant-time comparison of two tokens.
+fn same_token(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a request's headers are refused, if they are.
+fn check_headers(headers: &HeaderMap, port: u16, token: &str) -> Option<Response> {
+    if headers.contains_key(header::ORIGIN) {
+        return Some(refuse(StatusCode::FORBIDDEN, "origin_refused", "browser origins may not call the bridge"));
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let allowed = [format!("127.0.0.1:{port}"), format!("localhost:{port}")];
+    if !allowed.iter().any(|a| a == host) {
+        return Some(refuse(StatusCode::FORBIDDEN, "host_refused", "Host must be the loopback address and port of this bridge"));
+    }
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !same_token(given.as_bytes(), token.as_bytes()) {
+        return Some(refuse(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bridge token"));
+    }
+    None
+}
+
+async fn guard(State(s): State<BridgeState>, req: HttpRequest, next: Next) -> Response {
+    match check_headers(req.headers(), s.port, &s.token) {
+        Some(refusal) => refusal,
+        None => next.run(req).await,
+    }
+}
+
+fn status_for(e: &Error) -> StatusCode {
+    match e {
+        Error::UnknownContact(_) | Error::UnknownMessage(_) => StatusCode::NOT_FOUND,
+        Error::Invalid(_) | Error::NotInitialized => StatusCode::BAD_REQUEST,
+        Error::ContactExists(_) | Error::KeyChanged(_) | Error::Pending(_) | Error::AlreadyInitialized => StatusCode::CONFLICT,
+        Error::Transport(_) => StatusCode::BAD_GATEWAY,
+        Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Bug(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+async fn rpc(State(s): State<BridgeState>, Json(req): Json<Request>) -> Response {
+    match s.rt.handle(req, false).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => (status_for(&e), Json(e.to_api())).into_response(),
+    }
+}
+
+/// Serves the bridge for `rt` on 127.0.0.1 (an OS-chosen port) and records port and token.
+pub async fn serve(rt: Runtime) -> std::io::Result<Bridge> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let token = random_token();
+    rt.profile()
+        .write_bridge_files(addr.port(), &token)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let state = BridgeState { rt, token: token.clone(), port: addr.port() };
+    let app = Router::new()
+        .route("/v1/rpc", post(rpc))
+        .route("/v1/ping", get(|| async { Json(serde_json::json!({"ok": true})) }))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("bridge stopped: {e}");
+        }
+    });
+    Ok(Bridge { addr, token, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(host: Option<&str>, auth: Option<&str>, origin: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(v) = host {
+            h.insert(header::HOST, HeaderValue::from_str(v).unwrap());
+        }
+        if let Some(v) = auth {
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+        }
+        if let Some(v) = origin {
+            h.insert(header::ORIGIN, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn refusals() {
+        let ok = headers(Some("127.0.0.1:5000"), Some("Bearer tok"), None);
+        assert!(check_headers(&ok, 5000, "tok").is_none());
+        assert!(check_headers(&headers(Some("localhost:5000"), Some("Bearer tok"), None), 5000, "tok").is_none());
+        let cases = [
+            headers(Some("127.0.0.1:5000"), None, None),
+            headers(Some("127.0.0.1:5000"), Some("Bearer nope"), None),
+            headers(Some("evil.example:5000"), Some("Bearer tok"), None),
+            headers(Some("127.0.0.1:5001"), Some("Bearer tok"), None),
+            headers(Some(""), Some("Bearer tok"), None),
+            headers(None, Some("Bearer tok"), None),
+            headers(Some("127.0.0.1:5000"), Some("Bearer tok"), Some("http://127.0.0.1:5000")),
+        ];
+        for (i, h) in cases.iter().enumerate() {
+            assert!(check_headers(h, 5000, "tok").is_some(), "case {i} was let through");
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! The `switchboard` command line: parses arguments, talks to the profile's runtime (over the
+//! bridge, or in-process when none runs), and prints text or JSON.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+
+use crate::bridge::api::{ApiError, Request};
+use crate::bridge::client::Conn;
+use crate::engine::{InitOptions, Runtime};
+use crate::profile::Profile;
+
+/// Switchboard: let your agents talk to other people's agents, safely.
+#[derive(Debug, Parser)]
+#[command(name = "switchboard", version, about)]
+pub struct Cli {
+    /// Profile directory (default: $SWITCHBOARD_HOME, else the OS data dir's switchboard/profiles/default).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create this profile's identity.
+    Init {
+        /// Your display name, as contacts see it.
+        #[arg(long)]
+        name: String,
+        /// Relay base URL (https://..., or http:// on loopback).
+        #[arg(long)]
+        relay: String,
+        /// Pin a self-signed relay certificate by its SHA-256 (hex).
+        #[arg(long, value_name = "HEX")]
+        relay_cert_sha256: Option<String>,
+    },
+    /// Show your addresses and safety numbers.
+    Whoami,
+    /// Show the runtime you are talking to.
+    Status,
+    /// Manage contacts.
+    #[command(subcommand)]
+    Contact(ContactCmd),
+    /// Send a message (TEXT `-` reads standard input).
+    Send(SendArgs),
+    /// Ask a contact's device who is online (the roster arrives in the inbox).
+    List {
+        /// Contact name.
+        contact: String,
+    },
+    /// Show messages no earlier `inbox` showed.
+    Inbox {
+        /// Show history too.
+        #[arg(long)]
+        all: bool,
+        /// Wait up to SECONDS for something new.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        wait: u64,
+    },
+    /// Show one message and its delivery state.
+    Show {
+        /// Message id.
+        id: String,
+    },
+    /// The audit log of everything sent and received.
+    Log {
+        /// Only rows containing this text.
+        #[arg(long)]
+        search: Option<String>,
+        /// Most rows.
+        #[arg(long, default_value_t = 200)]
+        limit: i64,
+    },
+    /// Local agents (the roster contacts see).
+    #[command(subcommand)]
+    Agent(AgentCmd),
+    /// Try to deliver queued messages now.
+    Flush,
+    /// Run the profile's runtime headless.
+    Daemon,
+}
+
+/// `send` arguments.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// Contact name.
+    pub contact: String,
+    /// Text (`-` for standard input).
+    pub text: String,
+    /// Ask (expects a reply).
+    #[arg(long)]
+    pub ask: bool,
+    /// Reply to this message id.
+    #[arg(long, value_name = "ID")]
+    pub reply_to: Option<String>,
+    /// The sending agent.
+    #[arg(long, value_name = "A")]
+    pub from_agent: Option<String>,
+    /// The target agent on their machine.
+    #[arg(long, value_name = "B")]
+    pub to_agent: Option<String>,
+}
+
+/// `contact` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ContactCmd {
+    /// Add a contact by address (and send them a hello).
+    Add {
+        /// Their address.
+        address: String,
+        /// Local name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Allowed kinds (comma-separated: send,ask,reply,list).
+        #[arg(long, value_delimiter = ',')]
+        allow: Option<Vec<String>>,
+        /// Their relay, if not yours.
+        #[arg(long)]
+        relay: Option<String>,
+        /// Do not send a hello.
+        #[arg(long)]
+        no_hello: bool,
+    },
+    /// List contacts.
+    List,
+    /// Pending contact requests.
+    Requests,
+    /// Accept a request.
+    Accept {
+        /// Contact name.
+        name: String,
+    },
+    /// Deny a request.
+    Deny {
+        /// Contact name.
+        name: String,
+    },
+    /// Mark verified after comparing safety numbers (also accepts a changed key).
+    Verify {
+        /// Contact name.
+        name: String,
+    },
+    /// Set the kinds a contact may send.
+    Allow {
+        /// Contact name.
+        name: String,
+        /// Kinds (comma-separated).
+        #[arg(value_delimiter = ',')]
+        kinds: Vec<String>,
+    },
+    /// Append a per-agent rule (first match decides).
+    Rule {
+        /// Contact name.
+        name: String,
+        /// allow | deny.
+        action: String,
+        /// Glob on their agent (`*`, `prefix*`, name).
+        #[arg(long, default_value = "*")]
+        from: String,
+        /// Glob on our agent.
+        #[arg(long, default_value = "*")]
+        to: String,
+    },
+}
+
+/// `agent` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AgentCmd {
+    /// Register a local agent.
+    Register {
+        /// Name.
+        name: String,
+        /// Harness (claude-code, codex, mcp, cli).
+        #[arg(long)]
+        harness: Option<String>,
+    },
+    /// Unregister a local agent.
+    Unregister {
+        /// Name.
+        name: String,
+    },
+    /// List local agents.
+    List,
+}
+
+fn to_request(cmd: Command) -> Result<Request, ApiError> {
+    Ok(match cmd {
+        Command::Whoami => Request::Whoami,
+        Command::Status => Request::Status,
+        Command::Contact(c) => match c {
+            ContactCmd::Add { address, name, allow, relay, no_hello } => Request::ContactAdd { address, name, allow, relay, no_hello },
+            ContactCmd::List => Request::ContactList,
+            ContactCmd::Requests => Request::ContactRequests,
+            ContactCmd::Accept { name } => Request::ContactAccept { name },
+            ContactCmd::Deny { name } => Request::ContactDeny { name },
+            ContactCmd::Verify { name } => Request::ContactVerify { name },
+            ContactCmd::Allow { name, kinds } => Request::ContactAllow { name, kinds },
+            ContactCmd::Rule { name, action, from, to } => Request::ContactRule { name, from, to, action },
+        },
+        Command::Send(a) => {
+            let text = if a.text == "-" {
+                let mut s = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut s)
+                    .map_err(|e| ApiError { code: "invalid_input".into(), message: e.to_string() })?;
+                s
+            } else {
+                a.text
+            };
+            let kind = if a.ask {
+                "ask"
+            } else if a.reply_to.is_some() {
+                "reply"
+            } else {
+                "send"
+            };
+            Request::Send { contact: a.contact, text, kind: Some(kind.into()), reply_to: a.reply_to, from_agent: a.from_agent, to_agent: a.to_agent }
+        }
+        Command::List { contact } => Request::List { contact },
+        Command::Inbox { all, wait } => Request::Inbox { all, wait_secs: wait },
+        Command::Show { id } => Request::Message { id },
+        Command::Log { search, limit } => Request::Log { search, limit: Some(limit) },
+        Command::Agent(a) => match a {
+            AgentCmd::Register { name, harness } => Request::AgentRegister { name, harness },
+            AgentCmd::Unregister { name } => Request::AgentUnregister { name },
+            AgentCmd::List => Request::AgentList,
+        },
+        Command::Flush => Request::Flush,
+        Command::Init { .. } | Command::Daemon => {
+            return Err(ApiError { code: "internal".into(), message: "not a runtime request".into() });
+        }
+    })
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn print_text(kind: &str, v: &Value) {
+    match kind {
+        "whoami" => {
+            println!("name:      {}", s(v, "name"));
+            println!("profile:   {}", s(v, "profile"));
+            println!("keystore:  {}", s(v, "keystore"));
+            let la = &v["letagents"];
+            println!("letagents address:  {}", s(la, "address"));
+            println!("  mailbox id:       {}", s(la, "mailbox_id"));
+            println!("  safety number:    {}", s(la, "safety_number"));
+            println!("  relay:            {}", s(la, "relay"));
+        }
+        "contacts" => {
+            let list = v.as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                println!("(none)");
+            }
+            for c in list {
+                let mut flags = vec![s(&c, "state").to_owned()];
+                if c["verified"].as_bool() == Some(true) {
+                    flags.push("verified".into());
+                }
+                if c["key_changed"].as_bool() == Some(true) {
+                    flags.push(format!("KEY CHANGED (new safety number {})", s(&c, "new_safety_number")));
+                }
+                let req = s(&c, "request");
+                let req = if req.is_empty() { String::new() } else { format!(" says \"{req}\"") };
+                println!("{:<16} {:<10} {}  [{}]{req}", s(&c, "name"), s(&c, "protocol"), s(&c, "safety_number"), flags.join(", "));
+            }
+        }
+        "contact" => {
+            println!("{} ({}): safety number {}  [{}{}]", s(v, "name"), s(v, "protocol"), s(v, "safety_number"), s(v, "state"), if v["verified"].as_bool() == Some(true) { ", verified" } else { "" });
+        }
+        "message" => println!("{}  {}", s(v, "id"), s(v, "state")),
+        "inbox" => {
+            for m in v.as_array().cloned().unwrap_or_default() {
+                let agent = match (m["from_agent"].as_str(), m["to_agent"].as_str()) {
+                    (Some(f), Some(t)) => format!(" ({f} -> {t})"),
+                    (Some(f), None) => format!(" ({f})"),
+                    (None, Some(t)) => format!(" (-> {t})"),
+                    _ => String::new(),
+                };
+                let body = match &m["body"] {
+                    Value::String(t) => t.clone(),
+                    other => other.to_string(),
+                };
+                let re = m["reply_to"].as_str().map(|r| format!(" re {r}")).unwrap_or_default();
+                println!("[{}] {}{agent} {}{re}: {body}", s(&m, "id"), s(&m, "from"), s(&m, "kind"));
+            }
+        }
+        "log" => {
+            for r in v.as_array().cloned().unwrap_or_default() {
+                println!("{} {:<3} {:<9} {:<8} {:<10} {} {}", r["at"], s(&r, "direction"), s(&r, "protocol"), s(&r, "kind"), s(&r, "state"), s(&r, "message_id"), s(&r, "detail"));
+            }
+        }
+        _ => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
+    }
+}
+
+fn output_kind(cmd: &Command) -> &'static str {
+    match cmd {
+        Command::Whoami => "whoami",
+        Command::Contact(ContactCmd::List | ContactCmd::Requests) => "contacts",
+        Command::Contact(ContactCmd::Add { .. } | ContactCmd::Accept { .. } | ContactCmd::Verify { .. } | ContactCmd::Allow { .. }) => "contact",
+        Command::Send(_) | Command::List { .. } => "message",
+        Command::Inbox { .. } => "inbox",
+        Command::Log { .. } => "log",
+        _ => "json",
+    }
+}
+
+fn fail(json: bool, e: &ApiError) -> ExitCode {
+    if json {
+        eprintln!("{}", serde_json::json!({"error": e}));
+    } else {
+        eprintln!("error: {}", e.message);
+    }
+    ExitCode::FAILURE
+}
+
+async fn run(cli: Cli) -> Result<(), ApiError> {
+    let profile = Profile::resolve(cli.home.clone()).map_err(|e| ApiError { code: "profile".into(), message: e.to_string() })?;
+    let perr = |e: crate::profile::ProfileError| ApiError { code: "profile".into(), message: e.to_string() };
+    match cli.command {
+        Command::Init { name, relay, relay_cert_sha256 } => {
+            let _lock = profile
+                .try_lock()
+                .map_err(perr)?
+                .ok_or_else(|| ApiError { code: "runtime_busy".into(), message: "a runtime is using this profile".into() })?;
+            let rt = Runtime::init(&profile, InitOptions { name, relay, relay_cert_sha256 }).await.map_err(|e| e.to_api())?;
+            let who = rt.handle(Request::Whoami, true).await.map_err(|e| e.to_api())?;
+            if cli.json { println!("{who}") } else { print_text("whoami", &who) }
+            Ok(())
+        }
+        Command::Daemon => daemon(profile).await,
+        cmd => {
+            let kind = output_kind(&cmd);
+            let req = to_request(cmd)?;
+            let conn = Conn::open(&profile).await?;
+            let v = conn.call(req).await?;
+            if cli.json { println!("{v}") } else { print_text(kind, &v) }
+            Ok(())
+        }
+    }
+}
+
+async fn daemon(profile: Profile) -> Result<(), ApiError> {
+    let e = |code: &str, m: String| ApiError { code: code.into(), message: m };
+    let _lock = profile
+        .try_lock()
+        .map_err(|x| e("profile", x.to_string()))?
+        .ok_or_else(|| e("runtime_busy", format!("another runtime already owns {}", profile.dir.display())))?;
+    let rt = Runtime::open(&profile).await.map_err(|x| x.to_api())?;
+    let bridge = crate::bridge::serve(rt.clone()).await.map_err(|x| e("bridge", x.to_string()))?;
+    let tasks = rt.start_background();
+    println!("switchboard daemon: profile {} bridge http://{}", profile.dir.display(), bridge.addr);
+    let term = async {
+        #[cfg(unix)]
+        {
+            if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                s.recv().await;
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    rt.shutdown();
+    bridge.abort();
+    profile.remove_bridge_files();
+    for t in tasks {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
+    }
+    Ok(())
+}
+
+/// Entry point of the `switchboard` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SWITCHBOARD_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let json = cli.json;
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(json, &ApiError { code: "internal".into(), message: e.to_string() }),
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(json, &e),
+    }
+}

@@ -1,0 +1,4 @@
+//! Protocol implementations. Each is sans-io: it turns bytes, the current time and an RNG into
+//! validated values and decisions; the engine performs the effects.
+
+pub mod letagents;

@@ -1,0 +1,619 @@
+//! The profile's SQLite store: contacts, messages, replay protection, the durable outbox, the
+//! audit log and local agents. One file, WAL, synchronous=FULL, numbered migrations.
+//!
+//! Functions that must commit together take a `&mut SqliteConnection`, so the engine can run
+//! them inside one transaction.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqliteConnection, SqlitePool};
+
+/// Store failures: local (disk, corruption) or bugs.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite said no.
+    #[error("database: {0}")]
+    Sql(#[from] sqlx::Error),
+    /// A migration failed.
+    #[error("database migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// The store handle.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// The connection pool.
+    pub pool: SqlitePool,
+}
+
+/// A contact row.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct ContactRow {
+    /// Row id.
+    pub id: i64,
+    /// Local name.
+    pub name: String,
+    /// Protocol.
+    pub protocol: String,
+    /// Protocol-level id (letagents: mailbox id).
+    pub peer_id: String,
+    /// Full address.
+    pub address: String,
+    /// Ed25519 key.
+    #[serde(skip)]
+    pub sig_pub: Vec<u8>,
+    /// X25519 key.
+    #[serde(skip)]
+    pub box_pub: Vec<u8>,
+    /// Drop code.
+    #[serde(skip)]
+    pub drop_code: Option<Vec<u8>>,
+    /// Relay override.
+    pub relay_url: Option<String>,
+    /// active | pending.
+    pub state: String,
+    /// Comma-separated kinds.
+    pub allow_kinds: String,
+    /// Whether the user compared safety numbers.
+    pub verified: bool,
+    /// A different box key seen for this id.
+    #[serde(skip)]
+    pub changed_box_pub: Option<Vec<u8>>,
+    /// When it was seen.
+    pub key_changed_at: Option<i64>,
+    /// Their last roster.
+    pub roster: String,
+    /// The hello's name.
+    pub request_body: String,
+    /// When added.
+    pub created_at: i64,
+}
+
+/// A message row.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct MessageRow {
+    /// Local sequence.
+    #[serde(skip)]
+    pub rowid_: i64,
+    /// Message id.
+    pub id: String,
+    /// in | out.
+    pub direction: String,
+    /// Protocol.
+    pub protocol: String,
+    /// Contact row id.
+    #[serde(skip)]
+    pub contact_id: Option<i64>,
+    /// Peer's protocol id.
+    pub peer: String,
+    /// Kind.
+    pub kind: String,
+    /// Body (text, or JSON for structured kinds).
+    pub body: String,
+    /// Answers this id.
+    pub reply_to: Option<String>,
+    /// Sending agent.
+    pub from_agent: Option<String>,
+    /// Target agent.
+    pub to_agent: Option<String>,
+    /// Sender's timestamp (ms).
+    pub ts: i64,
+    /// Delivery state.
+    pub state: String,
+    /// Detail (receipt text, error).
+    pub detail: String,
+    /// Whether `inbox` showed it.
+    #[serde(skip)]
+    pub shown: bool,
+    /// Local time stored.
+    pub created_at: i64,
+}
+
+/// An outbox row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxRow {
+    /// Row id.
+    pub id: i64,
+    /// Message id.
+    pub message_id: String,
+    /// Protocol.
+    pub protocol: String,
+    /// Kind of the message.
+    pub kind: String,
+    /// Relay base URL.
+    pub relay_url: String,
+    /// Recipient mailbox.
+    pub target: String,
+    /// Drop code.
+    pub drop_code: Vec<u8>,
+    /// Exact bytes to post (retries reuse them).
+    pub payload: Vec<u8>,
+    /// Attempts so far.
+    pub attempts: i64,
+    /// Not before (ms).
+    pub next_attempt_at: i64,
+    /// Last error.
+    pub last_error: String,
+    /// Enqueued at (ms).
+    pub created_at: i64,
+}
+
+/// An audit row.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct AuditRow {
+    /// Row id.
+    pub id: i64,
+    /// When (ms).
+    pub at: i64,
+    /// in | out.
+    pub direction: String,
+    /// Protocol.
+    pub protocol: String,
+    /// Peer id.
+    pub peer: String,
+    /// Message id.
+    pub message_id: String,
+    /// Kind.
+    pub kind: String,
+    /// queued, relayed, delivered, refused, received, dropped, failed...
+    pub state: String,
+    /// Detail.
+    pub detail: String,
+}
+
+/// A local agent.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct AgentRow {
+    /// Name.
+    pub name: String,
+    /// Harness.
+    pub harness: String,
+    /// Status.
+    pub status: String,
+    /// Where.
+    #[sqlx(rename = "where_")]
+    #[serde(rename = "where")]
+    pub where_: String,
+    /// Last change (ms).
+    pub updated_at: i64,
+}
+
+/// A new contact.
+#[derive(Debug, Clone)]
+pub struct NewContact<'a> {
+    /// Local name.
+    pub name: &'a str,
+    /// Protocol.
+    pub protocol: &'a str,
+    /// Peer id.
+    pub peer_id: &'a str,
+    /// Address.
+    pub address: &'a str,
+    /// Ed25519 key.
+    pub sig_pub: &'a [u8],
+    /// X25519 key.
+    pub box_pub: &'a [u8],
+    /// Drop.
+    pub drop_code: Option<&'a [u8]>,
+    /// Relay override.
+    pub relay_url: Option<&'a str>,
+    /// active | pending.
+    pub state: &'a str,
+    /// Allowed kinds.
+    pub allow_kinds: &'a str,
+    /// Hello name.
+    pub request_body: &'a str,
+    /// Now.
+    pub now: i64,
+}
+
+/// A message to record.
+#[derive(Debug, Clone)]
+pub struct NewMessage<'a> {
+    /// Id.
+    pub id: &'a str,
+    /// in | out.
+    pub direction: &'a str,
+    /// Protocol.
+    pub protocol: &'a str,
+    /// Contact.
+    pub contact_id: Option<i64>,
+    /// Peer id.
+    pub peer: &'a str,
+    /// Kind.
+    pub kind: &'a str,
+    /// Body.
+    pub body: &'a str,
+    /// Reply to.
+    pub reply_to: Option<&'a str>,
+    /// From agent.
+    pub from_agent: Option<&'a str>,
+    /// To agent.
+    pub to_agent: Option<&'a str>,
+    /// Sender ts.
+    pub ts: i64,
+    /// State.
+    pub state: &'a str,
+    /// Whether it should never show in `inbox` (receipts, lists).
+    pub hidden: bool,
+    /// Now.
+    pub now: i64,
+}
+
+/// An audit entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Audit<'a> {
+    /// in | out.
+    pub direction: &'a str,
+    /// Protocol.
+    pub protocol: &'a str,
+    /// Peer id.
+    pub peer: &'a str,
+    /// Message id.
+    pub message_id: &'a str,
+    /// Kind.
+    pub kind: &'a str,
+    /// State.
+    pub state: &'a str,
+    /// Detail.
+    pub detail: &'a str,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and runs migrations.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let opts = SqliteConnectOptions::from_str("sqlite://")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+        }
+        Ok(Self { pool })
+    }
+
+    /// Reads a meta value.
+    pub async fn meta(&self, key: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?)
+    }
+
+    /// Writes a meta value.
+    pub async fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        set_meta(&mut *self.pool.acquire().await?, key, value).await
+    }
+
+    /// All contacts in `state` (or all), by name.
+    pub async fn contacts(&self, state: Option<&str>) -> Result<Vec<ContactRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM contacts WHERE (?1 IS NULL OR state = ?1) ORDER BY name",
+        )
+        .bind(state)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// A contact by local name.
+    pub async fn contact_by_name(&self, name: &str) -> Result<Option<ContactRow>> {
+        Ok(sqlx::query_as("SELECT * FROM contacts WHERE name = ?").bind(name).fetch_optional(&self.pool).await?)
+    }
+
+    /// Unshown incoming messages (or all with `all`), oldest first.
+    pub async fn inbox(&self, all: bool, limit: i64) -> Result<Vec<MessageRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM (SELECT * FROM messages WHERE direction = 'in' AND shown IN (0, ?1) \
+             ORDER BY rowid_ DESC LIMIT ?2) ORDER BY rowid_",
+        )
+        .bind(if all { 1 } else { 0 })
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Marks messages up to `rowid` shown.
+    pub async fn mark_shown(&self, rowids: &[i64]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for r in rowids {
+            sqlx::query("UPDATE messages SET shown = 1 WHERE rowid_ = ?").bind(r).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A message by id and direction.
+    pub async fn message(&self, direction: &str, id: &str) -> Result<Option<MessageRow>> {
+        Ok(sqlx::query_as("SELECT * FROM messages WHERE direction = ? AND id = ? LIMIT 1")
+            .bind(direction)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// Outbox rows due at `now`.
+    pub async fn due_outbox(&self, now: i64, limit: i64) -> Result<Vec<OutboxRow>> {
+        Ok(sqlx::query_as("SELECT * FROM outbox WHERE next_attempt_at <= ? ORDER BY id LIMIT ?")
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// The earliest next attempt, if anything is queued.
+    pub async fn next_outbox_time(&self) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM outbox").fetch_one(&self.pool).await?)
+    }
+
+    /// Number of queued outbox entries.
+    pub async fn outbox_len(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox").fetch_one(&self.pool).await?)
+    }
+
+    /// The relay took the payload: remove it from the outbox, move the message to `relayed`.
+    pub async fn outbox_sent(&self, row: &OutboxRow, now: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
+        sqlx::query("UPDATE messages SET state = 'relayed' WHERE direction = 'out' AND id = ? AND state = 'queued'")
+            .bind(&row.message_id)
+            .execute(&mut *tx)
+            .await?;
+        audit(
+            &mut tx,
+            now,
+            Audit {
+                direction: "out",
+                protocol: &row.protocol,
+                peer: &row.target,
+                message_id: &row.message_id,
+                kind: &row.kind,
+                state: "relayed",
+                detail: "",
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A failed attempt: try again at `next`.
+    pub async fn outbox_retry(&self, id: i64, next: i64, error: &str) -> Result<()> {
+        sqlx::query("UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?, last_error = ? WHERE id = ?")
+            .bind(next)
+            .bind(error)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A permanent failure: drop from the outbox, mark the message failed.
+    pub async fn outbox_failed(&self, row: &OutboxRow, error: &str, now: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
+        sqlx::query("UPDATE messages SET state = 'failed', detail = ? WHERE direction = 'out' AND id = ?")
+            .bind(error)
+            .bind(&row.message_id)
+            .execute(&mut *tx)
+            .await?;
+        audit(
+            &mut tx,
+            now,
+            Audit {
+                direction: "out",
+                protocol: &row.protocol,
+                peer: &row.target,
+                message_id: &row.message_id,
+                kind: &row.kind,
+                state: "failed",
+                detail: error,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The audit log, newest last, optionally filtered by a substring.
+    pub async fn audit_log(&self, search: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
+        let pattern = search.map(|s| format!("%{}%", s.replace('%', "\\%").replace('_', "\\_")));
+        Ok(sqlx::query_as(
+            "SELECT * FROM (SELECT * FROM audit WHERE ?1 IS NULL OR (peer || ' ' || message_id || ' ' || kind || ' ' \
+             || state || ' ' || detail) LIKE ?1 ESCAPE '\\' ORDER BY id DESC LIMIT ?2) ORDER BY id",
+        )
+        .bind(pattern)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Local agents.
+    pub async fn agents(&self) -> Result<Vec<AgentRow>> {
+        Ok(sqlx::query_as("SELECT * FROM agents ORDER BY name").fetch_all(&self.pool).await?)
+    }
+
+    /// Forgets seen ids older than `before` (they would be dropped as stale anyway).
+    pub async fn prune_seen(&self, before: i64) -> Result<u64> {
+        Ok(sqlx::query("DELETE FROM seen WHERE ts < ?").bind(before).execute(&self.pool).await?.rows_affected())
+    }
+}
+
+/// Writes a meta value inside a transaction.
+pub async fn set_meta(conn: &mut SqliteConnection, key: &str, value: &str) -> Result<()> {
+    sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        .bind(key)
+        .bind(value)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Appends to the audit log.
+pub async fn audit(conn: &mut SqliteConnection, now: i64, a: Audit<'_>) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO audit (at, direction, protocol, peer, message_id, kind, state, detail) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(now)
+    .bind(a.direction)
+    .bind(a.protocol)
+    .bind(a.peer)
+    .bind(a.message_id)
+    .bind(a.kind)
+    .bind(a.state)
+    .bind(a.detail)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts a contact, returning its id.
+pub async fn insert_contact(conn: &mut SqliteConnection, c: &NewContact<'_>) -> Result<i64> {
+    let id = sqlx::query(
+        "INSERT INTO contacts (name, protocol, peer_id, address, sig_pub, box_pub, drop_code, relay_url, state, \
+         allow_kinds, request_body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(c.name)
+    .bind(c.protocol)
+    .bind(c.peer_id)
+    .bind(c.address)
+    .bind(c.sig_pub)
+    .bind(c.box_pub)
+    .bind(c.drop_code)
+    .bind(c.relay_url)
+    .bind(c.state)
+    .bind(c.allow_kinds)
+    .bind(c.request_body)
+    .bind(c.now)
+    .execute(conn)
+    .await?
+    .last_insert_rowid();
+    Ok(id)
+}
+
+/// A contact by protocol id.
+pub async fn contact_by_peer(conn: &mut SqliteConnection, protocol: &str, peer_id: &str) -> Result<Option<ContactRow>> {
+    Ok(sqlx::query_as("SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?")
+        .bind(protocol)
+        .bind(peer_id)
+        .fetch_optional(conn)
+        .await?)
+}
+
+/// Whether `name` is taken.
+pub async fn name_taken(conn: &mut SqliteConnection, name: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM contacts WHERE name = ?").bind(name).fetch_one(conn).await? > 0)
+}
+
+/// The agent rules of a contact, in order.
+pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<Vec<(String, String, String)>> {
+    let rows = sqlx::query("SELECT from_glob, to_glob, action FROM agent_rules WHERE contact_id = ? ORDER BY position, id")
+        .bind(contact_id)
+        .fetch_all(conn)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+}
+
+/// Records (sender, id) as processed. Returns false if it was already there.
+pub async fn mark_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str, ts: i64) -> Result<bool> {
+    let n = sqlx::query("INSERT INTO seen (protocol, peer, id, ts) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        .bind(protocol)
+        .bind(peer)
+        .bind(id)
+        .bind(ts)
+        .execute(conn)
+        .await?
+        .rows_affected();
+    Ok(n == 1)
+}
+
+/// Whether (sender, id) was already processed.
+pub async fn was_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM seen WHERE protocol = ? AND peer = ? AND id = ?")
+        .bind(protocol)
+        .bind(peer)
+        .bind(id)
+        .fetch_one(conn)
+        .await?
+        > 0)
+}
+
+/// Records a message. Returns its local row id.
+pub async fn insert_message(conn: &mut SqliteConnection, m: &NewMessage<'_>) -> Result<i64> {
+    Ok(sqlx::query(
+        "INSERT INTO messages (id, direction, protocol, contact_id, peer, kind, body, reply_to, from_agent, to_agent, \
+         ts, state, shown, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(m.id)
+    .bind(m.direction)
+    .bind(m.protocol)
+    .bind(m.contact_id)
+    .bind(m.peer)
+    .bind(m.kind)
+    .bind(m.body)
+    .bind(m.reply_to)
+    .bind(m.from_agent)
+    .bind(m.to_agent)
+    .bind(m.ts)
+    .bind(m.state)
+    .bind(m.hidden)
+    .bind(m.now)
+    .execute(conn)
+    .await?
+    .last_insert_rowid())
+}
+
+/// Queues a payload for sending.
+#[allow(clippy::too_many_arguments)]
+pub async fn enqueue(
+    conn: &mut SqliteConnection,
+    message_id: &str,
+    protocol: &str,
+    kind: &str,
+    relay_url: &str,
+    target: &str,
+    drop_code: &[u8],
+    payload: &[u8],
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, next_attempt_at, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(message_id)
+    .bind(protocol)
+    .bind(kind)
+    .bind(relay_url)
+    .bind(target)
+    .bind(drop_code)
+    .bind(payload)
+    .bind(now)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Sets an outgoing message's state from a receipt. Returns the previous state if it existed.
+pub async fn set_outgoing_state(conn: &mut SqliteConnection, id: &str, peer: &str, state: &str, detail: &str) -> Result<bool> {
+    let n = sqlx::query("UPDATE messages SET state = ?, detail = ? WHERE direction = 'out' AND id = ? AND peer = ?")
+        .bind(state)
+        .bind(detail)
+        .bind(id)
+        .bind(peer)
+        .execute(conn)
+        .await?
+        .rows_affected();
+    Ok(n > 0)
+}

@@ -1,0 +1,363 @@
+//! relay-lite: one small binary that serves Switchboard's relay APIs (letagents v1 today) over
+//! HTTPS, storing envelopes durably in SQLite.
+//!
+//! - [`Config`] says where to listen, where the data lives, which TLS to use and the [`Limits`];
+//! - [`app`] opens the store and builds the axum [`Router`] (used in-process by tests and
+//!   embedders that bring their own server);
+//! - [`spawn`] binds a socket (port 0 works) and serves in the background, returning a
+//!   [`RunningRelay`] with the bound address;
+//! - [`serve`] is what the binary does: spawn, print the listening line, run until a signal.
+//!
+//! Layout: `routes/` holds one file per protocol, all sharing [`AppState`]; `store/` owns SQLite
+//! (one group-committing writer task, a pool of readers); `limits` holds the rate limiters;
+//! `hub` wakes websocket sessions when mail commits; `error` maps every failure to a status code.
+
+pub mod error;
+pub mod hub;
+pub mod limits;
+pub mod routes;
+pub mod store;
+pub mod tls;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use switchboard_core::protocol::letagents::MAX_ENVELOPE;
+use switchboard_core::protocol::letagents::relay_auth::LOGIN_WINDOW_MS;
+use tokio::task::JoinHandle;
+
+pub use error::Error;
+use hub::Hub;
+use limits::{IpLimiter, SlidingWindow};
+use store::Store;
+
+/// The limits a relay enforces; `Default` is the letagents v1 seed's values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Largest accepted envelope in bytes (bigger bodies get `413`).
+    pub max_envelope: usize,
+    /// Envelopes that may wait in one mailbox (the next one gets `507`).
+    pub mailbox_capacity: usize,
+    /// Envelopes older than this are deleted (ms).
+    pub retention_ms: i64,
+    /// Accepted sends per mailbox in any sliding 60-second window; 0 means no limit.
+    pub sends_per_minute: u32,
+    /// Requests per client IP (IPv6: per /64) per minute, any endpoint; 0 means no limit.
+    pub ip_requests_per_minute: u32,
+    /// A mailbox whose owner has not logged in or acked for this long, with nothing waiting, is
+    /// erased entirely (ms).
+    pub idle_erase_ms: i64,
+    /// Login and ack timestamps must be within this distance of the relay's clock (ms).
+    pub login_window_ms: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_envelope: MAX_ENVELOPE,
+            mailbox_capacity: 200,
+            retention_ms: 48 * 3600 * 1000,
+            sends_per_minute: 60,
+            ip_requests_per_minute: 600,
+            idle_erase_ms: 14 * 24 * 3600 * 1000,
+            login_window_ms: LOGIN_WINDOW_MS,
+        }
+    }
+}
+
+/// How the relay speaks TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsMode {
+    /// Plain HTTP; only allowed on a loopback address.
+    Plain,
+    /// A certificate chain and private key from PEM files.
+    Files {
+        /// PEM certificate chain, leaf first.
+        cert: PathBuf,
+        /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+        key: PathBuf,
+    },
+    /// A self-signed certificate generated once and kept in the data directory; peers pin its
+    /// SHA-256 fingerprint.
+    SelfSigned,
+}
+
+/// Everything a relay needs to start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to bind; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Directory holding the database (and a self-signed certificate, if any).
+    pub data_dir: PathBuf,
+    /// TLS choice.
+    pub tls: TlsMode,
+    /// Enforced limits.
+    pub limits: Limits,
+    /// How often the sweeper deletes expired envelopes and erases idle mailboxes.
+    pub sweep_interval: Duration,
+}
+
+impl Config {
+    /// A plain-HTTP config with the seed's limits, for `listen` (must be loopback) and `data_dir`.
+    pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            listen,
+            data_dir: data_dir.into(),
+            tls: TlsMode::Plain,
+            limits: Limits::default(),
+            sweep_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// State shared by every route: the store, the wake-up hub, limits and rate limiters.
+#[derive(Clone)]
+pub struct AppState {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("limits", &self.shared.limits).finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) limits: Limits,
+    pub(crate) send_rate: SlidingWindow,
+    pub(crate) ip_rate: IpLimiter,
+}
+
+impl AppState {
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The store, for tests and tools that inspect or sweep it directly.
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// Runs one sweep now: deletes envelopes past retention, erases idle empty mailboxes that
+    /// no websocket is watching, and forgets stale rate-limiter entries.
+    pub async fn sweep_now(&self) -> Result<store::SweepReport, store::StoreError> {
+        sweep_once(&self.shared).await
+    }
+
+    /// Stops the writer after it commits what is queued and closes the database.
+    pub async fn close(&self) {
+        self.shared.store.close().await;
+    }
+}
+
+async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreError> {
+    let now = switchboard_core::util::now_ms();
+    let limits = &shared.limits;
+    let report = shared
+        .store
+        .sweep(
+            now,
+            now.saturating_sub(limits.retention_ms),
+            now.saturating_sub(limits.idle_erase_ms),
+        )
+        .await?;
+    let instant = std::time::Instant::now();
+    shared.send_rate.prune(instant);
+    shared.ip_rate.prune(instant);
+    shared.hub.prune();
+    Ok(report)
+}
+
+/// Opens the store in `config.data_dir` (creating it and running migrations), starts the
+/// writer and the sweeper, and returns the router with its state.
+///
+/// The router expects `ConnectInfo<SocketAddr>` for the per-IP limit (without it the IP limit
+/// is skipped); [`spawn`] provides it.
+pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    let hub = Arc::new(Hub::default());
+    let store = Store::open(&config.data_dir, hub.clone())
+        .await
+        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+    let limits = config.limits.clone();
+    let shared = Arc::new(Shared {
+        store,
+        hub,
+        send_rate: SlidingWindow::new(limits.sends_per_minute, Duration::from_secs(60)),
+        ip_rate: IpLimiter::new(limits.ip_requests_per_minute),
+        limits,
+    });
+    spawn_sweeper(Arc::downgrade(&shared), config.sweep_interval);
+    let state = AppState { shared };
+    Ok((routes::router(state.clone()), state))
+}
+
+fn spawn_sweeper(shared: Weak<Shared>, every: Duration) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(shared) = shared.upgrade() else { return };
+            match sweep_once(&shared).await {
+                Ok(report) if report.expired > 0 || report.erased > 0 => {
+                    tracing::info!(expired = report.expired, erased = report.erased, "swept");
+                }
+                Ok(_) => {}
+                Err(store::StoreError::Closed) => return,
+                Err(e) => tracing::warn!(error = %e, "sweep failed"),
+            }
+        }
+    });
+}
+
+/// A relay serving in the background.
+pub struct RunningRelay {
+    /// The bound address (the real port when the config asked for port 0).
+    pub addr: SocketAddr,
+    /// SHA-256 of the leaf certificate's DER, when serving TLS.
+    pub cert_sha256: Option<[u8; 32]>,
+    state: AppState,
+    handle: axum_server::Handle<SocketAddr>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl std::fmt::Debug for RunningRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningRelay").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl RunningRelay {
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        if self.cert_sha256.is_some() { "https" } else { "http" }
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme(), self.addr)
+    }
+
+    /// The shared state (store access, manual sweeps).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Stops accepting, gives open requests and websockets a moment to finish, then closes
+    /// the store.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.handle.graceful_shutdown(Some(Duration::from_secs(2)));
+        let served = self.task.await;
+        self.state.close().await;
+        served.context("server task panicked")?.context("server failed")?;
+        Ok(())
+    }
+}
+
+/// Binds `config.listen` and serves in the background.
+///
+/// Refuses plain HTTP on a non-loopback address.
+pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
+    tls::install_default_provider();
+    let tls = tls::load(&config.tls, &config.data_dir, config.listen)?;
+    if tls.is_none() && !config.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing plain HTTP on {}: letagents relays are HTTPS-only; give --tls-cert and \
+             --tls-key, or --tls-self-signed (plain HTTP is allowed on loopback only)",
+            config.listen
+        );
+    }
+    let (router, state) = app(&config).await?;
+    let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let handle = axum_server::Handle::new();
+    let make_service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let cert_sha256 = tls.as_ref().map(|t| t.cert_sha256);
+    let task = match tls {
+        Some(t) => {
+            let rustls = axum_server::tls_rustls::RustlsConfig::from_config(t.server_config);
+            let server = axum_server::from_tcp_rustls(listener, rustls)?.handle(handle.clone());
+            tokio::spawn(server.serve(make_service))
+        }
+        None => {
+            let server = axum_server::from_tcp(listener)?.handle(handle.clone());
+            tokio::spawn(server.serve(make_service))
+        }
+    };
+    tracing::info!(%addr, tls = cert_sha256.is_some(), "relay-lite serving");
+    Ok(RunningRelay { addr, cert_sha256, state, handle, task })
+}
+
+/// A listening socket with SO_REUSEADDR, so a restarted relay can take its port back at once.
+fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let listener = socket.listen(1024)?;
+    listener.into_std()
+}
+
+/// Runs the relay until Ctrl-C or SIGTERM: prints `certificate sha256 <hex>` when serving TLS,
+/// then exactly one line `relay-lite listening on <scheme>://<addr>` on stdout.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let relay = spawn(config).await?;
+    {
+        let mut out = std::io::stdout().lock();
+        if let Some(fp) = relay.cert_sha256 {
+            writeln!(out, "certificate sha256 {}", switchboard_core::util::hex(&fp))?;
+        }
+        writeln!(out, "relay-lite listening on {}", relay.url())?;
+        out.flush()?;
+    }
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    relay.shutdown().await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,167 @@
+//! Rate limiters: an exact sliding window for sends per mailbox, and a GCRA (one timestamp per
+//! key) for requests per client IP, where the number of keys is up to the internet.
+//!
+//! Both answer "not now" with how long to wait, which becomes `Retry-After`. Both live in memory:
+//! a restarted relay forgets them, which is acceptable for limits measured in a minute.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// At most `limit` events per key in any window of `window`; exact (keeps the event times).
+#[derive(Debug)]
+pub struct SlidingWindow {
+    limit: u32,
+    window: Duration,
+    events: Mutex<HashMap<String, VecDeque<Instant>>>,
+}
+
+impl SlidingWindow {
+    /// A limiter allowing `limit` events per `window`; `limit` 0 means unlimited.
+    pub fn new(limit: u32, window: Duration) -> Self {
+        Self { limit, window, events: Mutex::new(HashMap::new()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, VecDeque<Instant>>> {
+        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records an event for `key` at `now`, or says how long until one would be allowed.
+    pub fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
+        if self.limit == 0 {
+            return Ok(());
+        }
+        let mut map = self.lock();
+        let times = map.entry(key.to_owned()).or_default();
+        while times.front().is_some_and(|t| now.saturating_duration_since(*t) >= self.window) {
+            times.pop_front();
+        }
+        if times.len() >= self.limit as usize {
+            let oldest = times.front().copied().unwrap_or(now);
+            return Err((oldest + self.window).saturating_duration_since(now));
+        }
+        times.push_back(now);
+        Ok(())
+    }
+
+    /// Forgets keys with no event inside the window.
+    pub fn prune(&self, now: Instant) {
+        let window = self.window;
+        self.lock().retain(|_, times| {
+            times.back().is_some_and(|t| now.saturating_duration_since(*t) < window)
+        });
+    }
+}
+
+/// Requests per client per minute, by the generic cell rate algorithm: a burst of up to the
+/// per-minute limit, refilled evenly. IPv6 clients are keyed by their /64, since one host
+/// usually owns a whole /64.
+#[derive(Debug)]
+pub struct IpLimiter {
+    per_minute: u32,
+    /// Theoretical arrival time per client.
+    tat: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+impl IpLimiter {
+    /// A limiter allowing `per_minute` requests per client; 0 means unlimited.
+    pub fn new(per_minute: u32) -> Self {
+        Self { per_minute, tat: Mutex::new(HashMap::new()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<IpAddr, Instant>> {
+        self.tat.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn key(ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(_) => ip,
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => {
+                    let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                    IpAddr::V6(bits.into())
+                }
+            },
+        }
+    }
+
+    /// Counts a request from `ip` at `now`, or says how long until one would be allowed.
+    pub fn check(&self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
+        if self.per_minute == 0 {
+            return Ok(());
+        }
+        let interval = Duration::from_secs(60) / self.per_minute;
+        let tolerance = Duration::from_secs(60).saturating_sub(interval);
+        let mut map = self.lock();
+        let tat = map.entry(Self::key(ip)).or_insert(now);
+        let start = (*tat).max(now);
+        let ahead = start.saturating_duration_since(now);
+        if ahead > tolerance {
+            return Err(ahead - tolerance);
+        }
+        *tat = start + interval;
+        Ok(())
+    }
+
+    /// Forgets clients that are back to a full burst.
+    pub fn prune(&self, now: Instant) {
+        self.lock().retain(|_, tat| *tat > now);
+    }
+}
+
+/// `Retry-After` seconds for a wait: rounded up, at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sliding_window_allows_the_limit_then_refuses_until_the_oldest_ages_out() {
+        let w = SlidingWindow::new(3, Duration::from_secs(60));
+        let t0 = Instant::now();
+        for i in 0..3 {
+            assert!(w.check("m", t0 + Duration::from_secs(i)).is_ok());
+        }
+        let wait = w.check("m", t0 + Duration::from_secs(10)).unwrap_err();
+        assert_eq!(wait, Duration::from_secs(50));
+        assert!(w.check("other", t0).is_ok(), "keys are independent");
+        assert!(w.check("m", t0 + Duration::from_secs(60)).is_ok());
+    }
+
+    #[test]
+    fn gcra_allows_a_burst_of_the_limit_then_one_per_interval() {
+        let l = IpLimiter::new(60);
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let t0 = Instant::now();
+        for _ in 0..60 {
+            assert!(l.check(ip, t0).is_ok());
+        }
+        let wait = l.check(ip, t0).unwrap_err();
+        assert_eq!(wait, Duration::from_secs(1));
+        assert!(l.check(ip, t0 + Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn ipv6_clients_share_a_limit_per_64() {
+        let l = IpLimiter::new(1);
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2::ffff".parse().unwrap();
+        let t0 = Instant::now();
+        assert!(l.check(a, t0).is_ok());
+        assert!(l.check(b, t0).is_err());
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+    }
+}

@@ -1,0 +1,158 @@
+//! The `relay-lite` binary: parses flags (and an optional JSON config file with the same keys),
+//! sets up logging on stderr and runs [`relay_lite::serve`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use relay_lite::{Config, Limits, TlsMode};
+use serde::Deserialize;
+
+/// A small relay for Switchboard's relay APIs (letagents v1).
+///
+/// Prints `relay-lite listening on <scheme>://<addr>` on stdout once it accepts connections
+/// (and `certificate sha256 <hex>` before it when serving TLS). Logs go to stderr (RUST_LOG).
+#[derive(Debug, Parser)]
+#[command(name = "relay-lite", version)]
+struct Cli {
+    /// JSON file with any of the keys below (`"listen"`, `"data"`, `"tls-cert"`,
+    /// `"max-envelope"`, ...); flags given on the command line win.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on, e.g. `0.0.0.0:443` or `127.0.0.1:0` (port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Data directory (database, self-signed certificate).
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// PEM certificate chain.
+    #[arg(long, value_name = "PEM", requires = "tls_key", conflicts_with = "tls_self_signed")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Generate (once) and serve a self-signed certificate kept in the data directory.
+    #[arg(long)]
+    tls_self_signed: bool,
+    /// Largest envelope in bytes [default: 32768].
+    #[arg(long, value_name = "N")]
+    max_envelope: Option<usize>,
+    /// Envelopes that may wait per mailbox [default: 200].
+    #[arg(long, value_name = "N")]
+    mailbox_capacity: Option<usize>,
+    /// Sends per mailbox per sliding minute, 0 for no limit [default: 60].
+    #[arg(long, value_name = "N")]
+    sends_per_minute: Option<u32>,
+    /// Requests per client IP per minute, 0 for no limit [default: 600].
+    #[arg(long, value_name = "N")]
+    ip_requests_per_minute: Option<u32>,
+    /// Envelope retention in seconds [default: 172800 = 48 h].
+    #[arg(long, value_name = "N")]
+    retention_secs: Option<u64>,
+    /// Erase mailboxes idle this long with nothing waiting, in seconds [default: 1209600 = 14 d].
+    #[arg(long, value_name = "N")]
+    idle_erase_secs: Option<u64>,
+    /// How often to sweep expired envelopes and idle mailboxes, in seconds [default: 60].
+    #[arg(long, value_name = "N")]
+    sweep_interval_secs: Option<u64>,
+}
+
+/// The config file: the flags' names as keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    data: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    #[serde(default)]
+    tls_self_signed: bool,
+    max_envelope: Option<usize>,
+    mailbox_capacity: Option<usize>,
+    sends_per_minute: Option<u32>,
+    ip_requests_per_minute: Option<u32>,
+    retention_secs: Option<u64>,
+    idle_erase_secs: Option<u64>,
+    sweep_interval_secs: Option<u64>,
+}
+
+fn secs_to_ms(secs: u64) -> i64 {
+    i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
+}
+
+fn config(cli: Cli) -> anyhow::Result<Config> {
+    let file = match &cli.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_str::<FileConfig>(&text)
+                .with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let listen = cli.listen.or(file.listen).context("--listen is required")?;
+    let data_dir = cli.data.or(file.data).context("--data is required")?;
+    let cli_tls = cli.tls_cert.is_some() || cli.tls_self_signed;
+    let (cert, key, self_signed) = if cli_tls {
+        (cli.tls_cert, cli.tls_key, cli.tls_self_signed)
+    } else {
+        (file.tls_cert, file.tls_key, file.tls_self_signed)
+    };
+    let tls = match (cert, key, self_signed) {
+        (Some(cert), Some(key), false) => TlsMode::Files { cert, key },
+        (None, None, true) => TlsMode::SelfSigned,
+        (None, None, false) => TlsMode::Plain,
+        _ => anyhow::bail!("give both tls-cert and tls-key, or tls-self-signed, not a mix"),
+    };
+    let d = Limits::default();
+    let limits = Limits {
+        max_envelope: cli.max_envelope.or(file.max_envelope).unwrap_or(d.max_envelope),
+        mailbox_capacity: cli
+            .mailbox_capacity
+            .or(file.mailbox_capacity)
+            .unwrap_or(d.mailbox_capacity),
+        sends_per_minute: cli
+            .sends_per_minute
+            .or(file.sends_per_minute)
+            .unwrap_or(d.sends_per_minute),
+        ip_requests_per_minute: cli
+            .ip_requests_per_minute
+            .or(file.ip_requests_per_minute)
+            .unwrap_or(d.ip_requests_per_minute),
+        retention_ms: cli
+            .retention_secs
+            .or(file.retention_secs)
+            .map_or(d.retention_ms, secs_to_ms),
+        idle_erase_ms: cli
+            .idle_erase_secs
+            .or(file.idle_erase_secs)
+            .map_or(d.idle_erase_ms, secs_to_ms),
+        login_window_ms: d.login_window_ms,
+    };
+    if limits.max_envelope == 0 || limits.mailbox_capacity == 0 {
+        anyhow::bail!("max-envelope and mailbox-capacity must be positive");
+    }
+    let sweep = cli.sweep_interval_secs.or(file.sweep_interval_secs).unwrap_or(60);
+    Ok(Config {
+        listen,
+        data_dir,
+        tls,
+        limits,
+        sweep_interval: Duration::from_secs(sweep.max(1)),
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("relay_lite=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = config(Cli::parse())?;
+    relay_lite::serve(config).await
+}

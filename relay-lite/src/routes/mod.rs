@@ -1,0 +1,51 @@
+//! The HTTP surface: one module per protocol, merged into one router that shares [`AppState`],
+//! behind the per-IP rate limit; unknown paths get the JSON `404`.
+
+pub mod letagents;
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::Error;
+use crate::limits::retry_after_secs;
+use crate::AppState;
+
+/// Every route of every protocol.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(letagents::routes(&state))
+        .fallback(no_route)
+        .layer(middleware::from_fn_with_state(state.clone(), ip_limit))
+        .with_state(state)
+}
+
+async fn no_route() -> Error {
+    Error::NoRoute
+}
+
+/// Counts every request against its client address before anything else runs (before the body
+/// is read). Without `ConnectInfo` (a router used in-process) there is no address to count.
+async fn ip_limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<SocketAddr>>() {
+        if let Err(wait) = state.shared().ip_rate.check(peer.ip(), Instant::now()) {
+            return Error::RateLimited { retry_after_secs: retry_after_secs(wait) }.into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// The authority the client addressed: the `Host` header (HTTP/1.1), which is what a client
+/// signs as `host`.
+pub(crate) fn request_host(headers: &HeaderMap) -> Result<String, Error> {
+    headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .ok_or_else(|| Error::BadRequest("missing Host header".into()))
+}

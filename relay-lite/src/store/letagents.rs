@@ -1,0 +1,266 @@
+//! SQL for letagents v1 mailboxes (`la_mailbox`) and their waiting envelopes (`la_envelope`).
+//!
+//! Write functions run inside the writer's batch transaction; read functions use the reader
+//! pool. All queries are checked at run time (no `query!` macros, no DATABASE_URL at build time).
+
+use axum::body::Bytes;
+use sqlx::{SqliteConnection, SqlitePool};
+
+use crate::hub::Hub;
+
+/// A send to store.
+#[derive(Debug)]
+pub struct Deposit {
+    /// Recipient mailbox id.
+    pub mailbox: String,
+    /// b64u(SHA-256(drop)) computed from the sender's `x-la-drop`.
+    pub drop_hash: String,
+    /// The opaque envelope.
+    pub body: Bytes,
+    /// Most envelopes that may wait.
+    pub capacity: i64,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// What happened to a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepositOutcome {
+    /// Committed under this seq.
+    Stored {
+        /// Per-mailbox sequence number.
+        seq: i64,
+    },
+    /// No such mailbox, or the drop does not match (deliberately one outcome).
+    NoMailbox,
+    /// `capacity` envelopes are already waiting.
+    Full,
+}
+
+/// An authenticated login to record.
+#[derive(Debug)]
+pub struct Login {
+    /// Mailbox id.
+    pub mailbox: String,
+    /// The drop hash the owner announces.
+    pub drop_hash: String,
+    /// The login's signed timestamp.
+    pub ts: i64,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// Result of recording a login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginOutcome {
+    /// Accepted; the mailbox was created.
+    Created,
+    /// Accepted; the mailbox existed and its drop hash and login time were updated.
+    Updated,
+    /// Refused: `ts` is not newer than the last accepted login.
+    Replay,
+}
+
+/// An authenticated ack.
+#[derive(Debug)]
+pub struct Ack {
+    /// Mailbox id.
+    pub mailbox: String,
+    /// Seqs to delete.
+    pub seqs: Vec<i64>,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// A retention and idle sweep.
+#[derive(Debug)]
+pub struct Sweep {
+    /// Relay clock (ms).
+    pub now: i64,
+    /// Envelopes received before this are deleted.
+    pub expire_before: i64,
+    /// Empty mailboxes last active before this are erased.
+    pub idle_before: i64,
+}
+
+/// What a sweep removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Envelopes deleted for age.
+    pub expired: u64,
+    /// Mailboxes erased for idleness.
+    pub erased: u64,
+}
+
+/// One waiting envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// Sequence number.
+    pub seq: i64,
+    /// The envelope bytes.
+    pub body: Vec<u8>,
+}
+
+/// Equality that takes the same time wherever the first difference is.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+pub(crate) async fn deposit(
+    conn: &mut SqliteConnection,
+    d: &Deposit,
+) -> Result<DepositOutcome, sqlx::Error> {
+    let row: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT drop_hash, next_seq, (SELECT COUNT(*) FROM la_envelope WHERE mailbox = ?1) \
+         FROM la_mailbox WHERE id = ?1",
+    )
+    .bind(&d.mailbox)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((drop_hash, seq, waiting)) = row else { return Ok(DepositOutcome::NoMailbox) };
+    if !same(drop_hash.as_bytes(), d.drop_hash.as_bytes()) {
+        return Ok(DepositOutcome::NoMailbox);
+    }
+    if waiting >= d.capacity {
+        return Ok(DepositOutcome::Full);
+    }
+    sqlx::query("INSERT INTO la_envelope (mailbox, seq, received_ms, body) VALUES (?, ?, ?, ?)")
+        .bind(&d.mailbox)
+        .bind(seq)
+        .bind(d.now)
+        .bind(d.body.as_ref())
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("UPDATE la_mailbox SET next_seq = ? WHERE id = ?")
+        .bind(seq + 1)
+        .bind(&d.mailbox)
+        .execute(&mut *conn)
+        .await?;
+    Ok(DepositOutcome::Stored { seq })
+}
+
+pub(crate) async fn login(
+    conn: &mut SqliteConnection,
+    l: &Login,
+) -> Result<LoginOutcome, sqlx::Error> {
+    let last: Option<i64> = sqlx::query_scalar("SELECT last_login_ms FROM la_mailbox WHERE id = ?")
+        .bind(&l.mailbox)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match last {
+        Some(last) if l.ts <= last => Ok(LoginOutcome::Replay),
+        Some(_) => {
+            sqlx::query(
+                "UPDATE la_mailbox SET drop_hash = ?, last_login_ms = ?, last_active_ms = ? \
+                 WHERE id = ?",
+            )
+            .bind(&l.drop_hash)
+            .bind(l.ts)
+            .bind(l.now)
+            .bind(&l.mailbox)
+            .execute(&mut *conn)
+            .await?;
+            Ok(LoginOutcome::Updated)
+        }
+        None => {
+            sqlx::query(
+                "INSERT INTO la_mailbox \
+                 (id, drop_hash, last_login_ms, last_active_ms, next_seq, created_ms) \
+                 VALUES (?, ?, ?, ?, 1, ?)",
+            )
+            .bind(&l.mailbox)
+            .bind(&l.drop_hash)
+            .bind(l.ts)
+            .bind(l.now)
+            .bind(l.now)
+            .execute(&mut *conn)
+            .await?;
+            Ok(LoginOutcome::Created)
+        }
+    }
+}
+
+pub(crate) async fn ack(conn: &mut SqliteConnection, a: &Ack) -> Result<Vec<i64>, sqlx::Error> {
+    let mut acked = Vec::new();
+    for &seq in &a.seqs {
+        let deleted = sqlx::query("DELETE FROM la_envelope WHERE mailbox = ? AND seq = ?")
+            .bind(&a.mailbox)
+            .bind(seq)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if deleted > 0 {
+            acked.push(seq);
+        }
+    }
+    sqlx::query("UPDATE la_mailbox SET last_active_ms = max(last_active_ms, ?) WHERE id = ?")
+        .bind(a.now)
+        .bind(&a.mailbox)
+        .execute(&mut *conn)
+        .await?;
+    Ok(acked)
+}
+
+pub(crate) async fn sweep(
+    conn: &mut SqliteConnection,
+    s: &Sweep,
+    hub: &Hub,
+) -> Result<SweepReport, sqlx::Error> {
+    let expired = sqlx::query("DELETE FROM la_envelope WHERE received_ms < ?")
+        .bind(s.expire_before)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    let idle: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM la_mailbox AS m WHERE last_active_ms < ? \
+         AND NOT EXISTS (SELECT 1 FROM la_envelope AS e WHERE e.mailbox = m.id)",
+    )
+    .bind(s.idle_before)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut erased = 0;
+    for id in idle {
+        // A mailbox its owner is connected to right now is not idle, whatever the clock says.
+        if hub.is_watched(&id) {
+            continue;
+        }
+        erased += sqlx::query("DELETE FROM la_mailbox WHERE id = ?")
+            .bind(&id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+    }
+    tracing::debug!(now = s.now, expired, erased, "sweep applied");
+    Ok(SweepReport { expired, erased })
+}
+
+pub(crate) async fn drop_hash(pool: &SqlitePool, mailbox: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT drop_hash FROM la_mailbox WHERE id = ?")
+        .bind(mailbox)
+        .fetch_optional(pool)
+        .await
+}
+
+pub(crate) async fn waiting(
+    pool: &SqlitePool,
+    mailbox: &str,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<Waiting>, sqlx::Error> {
+    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT seq, body FROM la_envelope WHERE mailbox = ? AND seq > ? ORDER BY seq LIMIT ?",
+    )
+    .bind(mailbox)
+    .bind(after)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(seq, body)| Waiting { seq, body }).collect())
+}
+
+pub(crate) async fn waiting_count(pool: &SqlitePool, mailbox: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT COUNT(*) FROM la_envelope WHERE mailbox = ?")
+        .bind(mailbox)
+        .fetch_one(pool)
+        .await
+}

@@ -1,0 +1,129 @@
+//! The single writer task: group commit.
+//!
+//! - wait for one queued write, then take every write already queued (up to a batch limit);
+//! - apply them in order inside one transaction, each seeing the ones before it;
+//! - commit (one fsync for the whole batch under `synchronous=FULL`), then answer every caller
+//!   and wake websocket watchers; if anything fails the batch is rolled back and every caller
+//!   in it gets the error, so no caller is ever told "stored" for a write that is not on disk.
+
+use std::sync::Arc;
+
+use sqlx::{Connection as _, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
+
+use super::StoreError;
+use super::letagents::{self, DepositOutcome, LoginOutcome, SweepReport};
+use crate::hub::Hub;
+
+/// Where a write's result goes.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// Most writes in one transaction.
+const MAX_BATCH: usize = 1024;
+/// Most envelope bytes in one transaction, so one batch cannot hold the writer for long.
+const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+
+/// A queued write, its result once applied, and where to send it after the commit.
+pub(crate) enum Op {
+    Deposit { req: letagents::Deposit, out: Option<DepositOutcome>, reply: Reply<DepositOutcome> },
+    Login { req: letagents::Login, out: Option<LoginOutcome>, reply: Reply<LoginOutcome> },
+    Ack { req: letagents::Ack, out: Option<Vec<i64>>, reply: Reply<Vec<i64>> },
+    Sweep { req: letagents::Sweep, out: Option<SweepReport>, reply: Reply<SweepReport> },
+    /// Commit what came before, then stop.
+    Close(oneshot::Sender<()>),
+}
+
+impl Op {
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Deposit { req, .. } => req.body.len(),
+            _ => 0,
+        }
+    }
+
+    async fn apply(&mut self, conn: &mut SqliteConnection, hub: &Hub) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Deposit { req, out, .. } => *out = Some(letagents::deposit(conn, req).await?),
+            Self::Login { req, out, .. } => *out = Some(letagents::login(conn, req).await?),
+            Self::Ack { req, out, .. } => *out = Some(letagents::ack(conn, req).await?),
+            Self::Sweep { req, out, .. } => *out = Some(letagents::sweep(conn, req, hub).await?),
+            Self::Close(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Answers the caller: the applied result if the batch committed, else the batch's error.
+    fn finish(self, committed: &Result<(), StoreError>, hub: &Hub) {
+        fn settle<T>(committed: &Result<(), StoreError>, out: Option<T>) -> Result<T, StoreError> {
+            match committed {
+                Ok(()) => out.ok_or(StoreError::Closed),
+                Err(e) => Err(e.clone()),
+            }
+        }
+        // A caller that went away (client disconnected) no longer needs the answer.
+        match self {
+            Self::Deposit { req, out, reply } => {
+                let result = settle(committed, out);
+                if let Ok(DepositOutcome::Stored { seq }) = &result {
+                    hub.publish(&req.mailbox, *seq);
+                }
+                let _ = reply.send(result);
+            }
+            Self::Login { out, reply, .. } => {
+                let _ = reply.send(settle(committed, out));
+            }
+            Self::Ack { out, reply, .. } => {
+                let _ = reply.send(settle(committed, out));
+            }
+            Self::Sweep { out, reply, .. } => {
+                let _ = reply.send(settle(committed, out));
+            }
+            Self::Close(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+async fn apply_batch(
+    conn: &mut SqliteConnection,
+    batch: &mut [Op],
+    hub: &Hub,
+) -> Result<(), StoreError> {
+    let mut tx = conn.begin().await?;
+    for op in batch.iter_mut() {
+        op.apply(&mut *tx, hub).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Runs until a [`Op::Close`] arrives or every sender is gone.
+pub(crate) async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Op>, hub: Arc<Hub>) {
+    let mut batch: Vec<Op> = Vec::with_capacity(MAX_BATCH);
+    let mut closing = false;
+    while !closing {
+        let Some(first) = queue.recv().await else { break };
+        let mut bytes = first.bytes();
+        closing = matches!(first, Op::Close(_));
+        batch.push(first);
+        while !closing && batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+            let Ok(op) = queue.try_recv() else { break };
+            bytes += op.bytes();
+            closing = matches!(op, Op::Close(_));
+            batch.push(op);
+        }
+        let committed = apply_batch(&mut conn, &mut batch, &hub).await;
+        if let Err(e) = &committed {
+            tracing::error!(error = %e, writes = batch.len(), "write batch rolled back");
+        }
+        for op in batch.drain(..) {
+            op.finish(&committed, &hub);
+        }
+    }
+    // Writes still queued behind a Close are dropped; their callers see `Closed`.
+    queue.close();
+    if let Err(e) = conn.close().await {
+        tracing::warn!(error = %e, "closing the writer connection");
+    }
+}
