@@ -42,6 +42,9 @@ pub enum Command {
         /// Pin a self-signed relay certificate by its SHA-256 (hex).
         #[arg(long, value_name = "HEX")]
         relay_cert_sha256: Option<String>,
+        /// Where to keep secret keys: auto (OS keyring, else a 0600 file), os-keyring, file.
+        #[arg(long, env = "SWITCHBOARD_KEYSTORE", default_value = "auto")]
+        keystore: crate::identity::keystore::KeystorePreference,
     },
     /// Show your addresses and safety numbers.
     Whoami,
@@ -329,12 +332,12 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
     let profile = Profile::resolve(cli.home.clone()).map_err(|e| ApiError { code: "profile".into(), message: e.to_string() })?;
     let perr = |e: crate::profile::ProfileError| ApiError { code: "profile".into(), message: e.to_string() };
     match cli.command {
-        Command::Init { name, relay, relay_cert_sha256 } => {
+        Command::Init { name, relay, relay_cert_sha256, keystore } => {
             let _lock = profile
                 .try_lock()
                 .map_err(perr)?
                 .ok_or_else(|| ApiError { code: "runtime_busy".into(), message: "a runtime is using this profile".into() })?;
-            let rt = Runtime::init(&profile, InitOptions { name, relay, relay_cert_sha256 }).await.map_err(|e| e.to_api())?;
+            let rt = Runtime::init(&profile, InitOptions { name, relay, relay_cert_sha256, keystore }).await.map_err(|e| e.to_api())?;
             let who = rt.handle(Request::Whoami, true).await.map_err(|e| e.to_api())?;
             if cli.json { println!("{who}") } else { print_text("whoami", &who) }
             Ok(())

@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::bridge::api::{ApiError, Request};
 use crate::identity::DeviceIdentity;
-use crate::identity::keystore::{Keystore, KeystoreError, KeystoreKind};
+use crate::identity::keystore::{Keystore, KeystoreError, KeystoreKind, KeystorePreference};
 use crate::profile::Profile;
 use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus, RosterEntry};
 use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
@@ -193,6 +193,8 @@ pub struct InitOptions {
     pub relay: String,
     /// Pinned relay certificate (hex SHA-256).
     pub relay_cert_sha256: Option<String>,
+    /// Where to keep the secret keys.
+    pub keystore: KeystorePreference,
 }
 
 fn parse_pin(hex: Option<&str>) -> Result<Option<[u8; 32]>> {
@@ -301,7 +303,8 @@ impl Runtime {
         let account = uuid::Uuid::new_v4().to_string();
         let dir = profile.dir.clone();
         let acct = account.clone();
-        let keystore = blocking(move || Keystore::choose(&dir, &acct)).await??;
+        let pref = opts.keystore;
+        let keystore = blocking(move || Keystore::choose(pref, &dir, &acct)).await??;
         let id = DeviceIdentity::generate(&mut OsRng);
         let secret = id.secret_bytes();
         let ks = Arc::new(keystore);
@@ -323,7 +326,13 @@ impl Runtime {
         }
         tx.commit().await?;
         drop(store);
-        Self::open(profile).await
+        let rt = Self::open(profile).await?;
+        // Log in once: a letagents mailbox exists from its owner's first login, so contacts can
+        // reach us right away. A relay that is down now is not an error for init.
+        if let Err(e) = rt.sync().await {
+            tracing::warn!("could not reach the relay yet: {e}");
+        }
+        Ok(rt)
     }
 
     /// Opens an initialised profile. The caller holds the profile lock.
@@ -426,7 +435,7 @@ impl Runtime {
             Request::ContactAdd { address, name, allow, relay, no_hello } => {
                 let v = self.contact_add(&address, name.as_deref(), allow.as_deref(), relay.as_deref(), !no_hello).await?;
                 if one_shot {
-                    self.flush_once().await?;
+                    self.flush_once(true).await?;
                 }
                 Ok(v)
             }
@@ -461,14 +470,14 @@ impl Runtime {
                     .send(&contact, kind, Value::String(text), reply_to.as_deref(), from_agent.as_deref(), to_agent.as_deref())
                     .await?;
                 if one_shot {
-                    self.flush_once().await?;
+                    self.flush_once(true).await?;
                 }
                 self.message_view(&id).await
             }
             Request::List { contact } => {
                 let id = self.send(&contact, Kind::List, Value::String(String::new()), None, None, None).await?;
                 if one_shot {
-                    self.flush_once().await?;
+                    self.flush_once(true).await?;
                 }
                 self.message_view(&id).await
             }
@@ -481,20 +490,20 @@ impl Runtime {
             Request::AgentRegister { name, harness } => {
                 self.agent_register(&name, harness.as_deref().unwrap_or("cli")).await?;
                 if one_shot {
-                    self.flush_once().await?;
+                    self.flush_once(true).await?;
                 }
                 self.agents().await
             }
             Request::AgentUnregister { name } => {
                 self.agent_unregister(&name).await?;
                 if one_shot {
-                    self.flush_once().await?;
+                    self.flush_once(true).await?;
                 }
                 self.agents().await
             }
             Request::AgentList => self.agents().await,
             Request::Flush => {
-                self.flush_once().await?;
+                self.flush_once(true).await?;
                 Ok(json!({"queued": self.store().outbox_len().await?}))
             }
         }
@@ -839,7 +848,7 @@ impl Runtime {
         Ok(c)
     }
 
-    async fn attempt(&self, row: OutboxRow) -> Result<bool> {
+    async fn attempt(&self, row: OutboxRow) -> Result<Attempt> {
         let now = now_ms();
         let client = self.client_for(&row.relay_url).await?;
         match client.send(&row.target, &row.drop_code, row.payload.clone()).await {
@@ -848,34 +857,45 @@ impl Runtime {
                 if !matches!(row.kind.as_str(), "receipt" | "roster" | "hello") {
                     self.emit(Event::Delivery { id: row.message_id.clone(), state: "relayed".into() });
                 }
-                Ok(true)
+                Ok(Attempt::Accepted)
             }
             SendOutcome::Retry { after_ms, reason } => {
                 if now - row.created_at > STALE_AFTER_MS {
                     self.store().outbox_failed(&row, &format!("gave up after 48 h: {reason}"), now).await?;
-                    return Ok(false);
+                    return Ok(Attempt::Later);
                 }
                 let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
                 let delay = after_ms.unwrap_or(0).max(backoff_ms(attempt));
                 self.store().outbox_retry(row.id, now + delay, &reason).await?;
                 if reason.starts_with("unreachable") {
                     self.set_health("disconnected", &reason);
+                    return Ok(Attempt::Unreachable);
                 }
-                Ok(false)
+                Ok(Attempt::Later)
             }
             SendOutcome::Permanent(reason) => {
                 self.store().outbox_failed(&row, &reason, now).await?;
-                Ok(false)
+                Ok(Attempt::Later)
             }
         }
     }
 
-    /// One pass over everything due now. Returns how many the relay accepted.
-    pub async fn flush_once(&self) -> Result<usize> {
+    /// One pass over the outbox: everything due now, or everything queued with `force` (an
+    /// explicit flush, or a one-shot command that has no daemon to wait for). A relay found
+    /// unreachable is not tried again in the same pass. Returns how many the relay accepted.
+    pub async fn flush_once(&self, force: bool) -> Result<usize> {
+        let until = if force { i64::MAX } else { now_ms() };
         let mut sent = 0;
-        for row in self.store().due_outbox(now_ms(), 500).await? {
-            if self.attempt(row).await? {
-                sent += 1;
+        let mut down: Vec<String> = Vec::new();
+        for row in self.store().due_outbox(until, 500).await? {
+            if down.contains(&row.relay_url) {
+                continue;
+            }
+            let url = row.relay_url.clone();
+            match self.attempt(row).await? {
+                Attempt::Accepted => sent += 1,
+                Attempt::Unreachable => down.push(url),
+                Attempt::Later => {}
             }
         }
         Ok(sent)
@@ -884,7 +904,7 @@ impl Runtime {
     async fn outbox_loop(self) {
         let mut stop = self.inner.shutdown.subscribe();
         loop {
-            if let Err(e) = self.flush_once().await {
+            if let Err(e) = self.flush_once(false).await {
                 tracing::warn!("outbox: {e}");
             }
             let next = self.store().next_outbox_time().await.ok().flatten();
@@ -1166,7 +1186,7 @@ impl Runtime {
         if let Err(e) = self.sync().await {
             tracing::debug!("sync: {e}");
         }
-        let _ = self.flush_once().await;
+        let _ = self.flush_once(true).await;
     }
 
     async fn inbox(&self, all: bool, wait_secs: u64, one_shot: bool) -> Result<Value> {
@@ -1174,7 +1194,7 @@ impl Runtime {
         let _listening = ListenerGuard::new(&self.inner.listeners);
         if one_shot {
             self.sync().await?;
-            let _ = self.flush_once().await;
+            let _ = self.flush_once(true).await;
         }
         let mut rows = self.store().inbox(all, 1000).await?;
         if rows.is_empty() && wait_secs > 0 {
@@ -1182,7 +1202,7 @@ impl Runtime {
             if one_shot {
                 // No daemon: hold the websocket ourselves until something arrives.
                 let _ = tokio::time::timeout_at(deadline, self.websocket_session(true)).await;
-                let _ = self.flush_once().await;
+                let _ = self.flush_once(true).await;
             } else {
                 loop {
                     match tokio::time::timeout_at(deadline, events.recv()).await {
@@ -1304,6 +1324,13 @@ impl Runtime {
     pub fn listening(&self) -> ListenerGuard<'_> {
         ListenerGuard::new(&self.inner.listeners)
     }
+}
+
+/// What one delivery attempt came to.
+enum Attempt {
+    Accepted,
+    Unreachable,
+    Later,
 }
 
 /// While alive, incoming messages are receipted as `pushed` rather than `queued`.

@@ -125,7 +125,9 @@ pub struct AppState {
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState").field("limits", &self.shared.limits).finish_non_exhaustive()
+        f.debug_struct("AppState")
+            .field("limits", &self.shared.limits)
+            .finish_non_exhaustive()
     }
 }
 
@@ -214,7 +216,9 @@ fn spawn_sweeper(shared: Weak<Shared>, every: Duration) {
         tick.tick().await;
         loop {
             tick.tick().await;
-            let Some(shared) = shared.upgrade() else { return };
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
             match sweep_once(&shared).await {
                 Ok(report) if report.expired > 0 || report.erased > 0 => {
                     tracing::info!(expired = report.expired, erased = report.erased, "swept");
@@ -240,14 +244,20 @@ pub struct RunningRelay {
 
 impl std::fmt::Debug for RunningRelay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunningRelay").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("RunningRelay")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
 }
 
 impl RunningRelay {
     /// `http` or `https`.
     pub fn scheme(&self) -> &'static str {
-        if self.cert_sha256.is_some() { "https" } else { "http" }
+        if self.cert_sha256.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// Base URL, e.g. `http://127.0.0.1:41234`.
@@ -266,7 +276,9 @@ impl RunningRelay {
         self.handle.graceful_shutdown(Some(Duration::from_secs(2)));
         let served = self.task.await;
         self.state.close().await;
-        served.context("server task panicked")?.context("server failed")?;
+        served
+            .context("server task panicked")?
+            .context("server failed")?;
         Ok(())
     }
 }
@@ -302,7 +314,13 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
         }
     };
     tracing::info!(%addr, tls = cert_sha256.is_some(), "relay-lite serving");
-    Ok(RunningRelay { addr, cert_sha256, state, handle, task })
+    Ok(RunningRelay {
+        addr,
+        cert_sha256,
+        state,
+        handle,
+        task,
+    })
 }
 
 /// A listening socket with SO_REUSEADDR, so a restarted relay can take its port back at once.
@@ -325,7 +343,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     {
         let mut out = std::io::stdout().lock();
         if let Some(fp) = relay.cert_sha256 {
-            writeln!(out, "certificate sha256 {}", switchboard_core::util::hex(&fp))?;
+            writeln!(
+                out,
+                "certificate sha256 {}",
+                switchboard_core::util::hex(&fp)
+            )?;
         }
         writeln!(out, "relay-lite listening on {}", relay.url())?;
         out.flush()?;

@@ -28,7 +28,12 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
     /// PEM certificate chain.
-    #[arg(long, value_name = "PEM", requires = "tls_key", conflicts_with = "tls_self_signed")]
+    #[arg(
+        long,
+        value_name = "PEM",
+        requires = "tls_key",
+        conflicts_with = "tls_self_signed"
+    )]
     tls_cert: Option<PathBuf>,
     /// PEM private key.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
@@ -108,7 +113,10 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
     };
     let d = Limits::default();
     let limits = Limits {
-        max_envelope: cli.max_envelope.or(file.max_envelope).unwrap_or(d.max_envelope),
+        max_envelope: cli
+            .max_envelope
+            .or(file.max_envelope)
+            .unwrap_or(d.max_envelope),
         mailbox_capacity: cli
             .mailbox_capacity
             .or(file.mailbox_capacity)
@@ -134,7 +142,10 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
     if limits.max_envelope == 0 || limits.mailbox_capacity == 0 {
         anyhow::bail!("max-envelope and mailbox-capacity must be positive");
     }
-    let sweep = cli.sweep_interval_secs.or(file.sweep_interval_secs).unwrap_or(60);
+    let sweep = cli
+        .sweep_interval_secs
+        .or(file.sweep_interval_secs)
+        .unwrap_or(60);
     Ok(Config {
         listen,
         data_dir,

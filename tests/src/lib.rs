@@ -1,1 +1,202 @@
+//! Test harness: a real relay-lite on a loopback port, and profiles that talk through it, either
+//! as in-process runtimes (the library) or as `switchboard` processes (the CLI).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use relay_lite::{Config, Limits, RunningRelay};
+use serde_json::Value;
+use switchboard_core::bridge::api::Request;
+use switchboard_core::engine::{InitOptions, Runtime};
+use switchboard_core::identity::keystore::KeystorePreference;
+use switchboard_core::profile::{Profile, ProfileLock};
+use tempfile::TempDir;
+
+/// A relay-lite serving on loopback, restartable on the same port and data.
+pub struct TestRelay {
+    relay: Option<RunningRelay>,
+    /// Its data directory.
+    pub dir: TempDir,
+    /// Its address.
+    pub addr: SocketAddr,
+    limits: Limits,
+}
+
+impl TestRelay {
+    /// Starts a relay with the seed's limits.
+    pub async fn start() -> Self {
+        Self::start_with(Limits::default()).await
+    }
+
+    /// Starts a relay with `limits`.
+    pub async fn start_with(limits: Limits) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
+        config.limits = limits.clone();
+        let relay = relay_lite::spawn(config).await.unwrap();
+        let addr = relay.addr;
+        Self { relay: Some(relay), dir, addr, limits }
+    }
+
+    /// Base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops it (the port refuses connections until `restart`).
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.relay.take() {
+            r.shutdown().await.unwrap();
+        }
+    }
+
+    /// Starts it again on the same port and data.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let mut config = Config::new(self.addr, self.dir.path());
+        config.limits = self.limits.clone();
+        self.relay = Some(relay_lite::spawn(config).await.unwrap());
+    }
+}
+
+/// A profile with its runtime in this process.
+pub struct Peer {
+    /// The runtime.
+    pub rt: Runtime,
+    /// Display name.
+    pub name: String,
+    /// Whether it runs like a daemon (websocket + outbox worker) or like one-shot commands.
+    pub live: bool,
+    _lock: ProfileLock,
+    /// The profile directory.
+    pub dir: TempDir,
+}
+
+impl Peer {
+    /// A new profile on `relay`, offline (each call syncs like a CLI command).
+    pub async fn offline(name: &str, relay: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let profile = Profile { dir: dir.path().join("profile") };
+        let lock = profile.try_lock().unwrap().unwrap();
+        let rt = Runtime::init(
+            &profile,
+            InitOptions { name: name.into(), relay: relay.into(), relay_cert_sha256: None, keystore: KeystorePreference::File },
+        )
+        .await
+        .unwrap();
+        Self { rt, name: name.into(), live: false, _lock: lock, dir }
+    }
+
+    /// A new profile whose runtime keeps its websocket and outbox worker running.
+    pub async fn live(name: &str, relay: &str) -> Self {
+        let mut p = Self::offline(name, relay).await;
+        p.go_live();
+        p
+    }
+
+    /// Starts the background loops.
+    pub fn go_live(&mut self) {
+        self.rt.start_background();
+        self.live = true;
+    }
+
+    /// Stops this runtime and releases the profile; returns what is needed to open it again.
+    pub fn close(self) -> (Profile, TempDir) {
+        self.rt.shutdown();
+        let profile = self.rt.profile().clone();
+        (profile, self.dir)
+    }
+
+    /// Performs a request, panicking on error.
+    pub async fn call(&self, req: Request) -> Value {
+        match self.rt.handle(req, !self.live).await {
+            Ok(v) => v,
+            Err(e) => panic!("{}: {e}", self.name),
+        }
+    }
+
+    /// Performs a request, returning the error code on failure.
+    pub async fn try_call(&self, req: Request) -> Result<Value, String> {
+        self.rt.handle(req, !self.live).await.map_err(|e| e.code().to_owned())
+    }
+
+    /// Our full letagents address.
+    pub async fn address(&self) -> String {
+        self.call(Request::Whoami).await["letagents"]["address"].as_str().unwrap().to_owned()
+    }
+
+    /// Sends text; returns the id.
+    pub async fn send(&self, contact: &str, text: &str) -> String {
+        let v = self
+            .call(Request::Send { contact: contact.into(), text: text.into(), kind: None, reply_to: None, from_agent: None, to_agent: None })
+            .await;
+        v["id"].as_str().unwrap().to_owned()
+    }
+
+    /// New messages (waiting up to `wait` seconds for one).
+    pub async fn inbox(&self, wait: u64) -> Vec<Value> {
+        self.call(Request::Inbox { all: false, wait_secs: wait }).await.as_array().cloned().unwrap()
+    }
+
+    /// The state of one of our messages.
+    pub async fn state_of(&self, id: &str) -> String {
+        self.call(Request::Message { id: id.into() }).await["state"].as_str().unwrap().to_owned()
+    }
+
+    /// The audit log.
+    pub async fn log(&self) -> Vec<Value> {
+        self.call(Request::Log { search: None, limit: Some(10_000) }).await.as_array().cloned().unwrap()
+    }
+
+    /// Polls `f` until it returns true or `secs` pass.
+    pub async fn eventually<F, Fut>(&self, secs: u64, mut f: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        while tokio::time::Instant::now() < deadline {
+            if f().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+}
+
+/// Makes `a` and `b` mutual contacts named by their display names: a adds b (hello), b accepts.
+pub async fn befriend(a: &Peer, b: &Peer) {
+    let addr_b = b.address().await;
+    a.call(Request::ContactAdd { address: addr_b, name: Some(b.name.clone()), allow: None, relay: None, no_hello: false }).await;
+    let ok = b
+        .eventually(10, || async {
+            let reqs = b.call(Request::ContactRequests).await;
+            reqs.as_array().unwrap().iter().any(|r| r["name"] == a.name.as_str())
+        })
+        .await;
+    assert!(ok, "{} never saw {}'s request", b.name, a.name);
+    b.call(Request::ContactAccept { name: a.name.clone() }).await;
+}
+
+/// Runs the `switchboard` binary with `--home home` and `args`; returns (status ok, stdout, stderr).
+pub fn switchboard(bin: &Path, home: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env("SWITCHBOARD_KEYSTORE", std::env::var("SWITCHBOARD_TEST_KEYSTORE").unwrap_or_else(|_| "file".into()))
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A temporary profile home for CLI tests.
+pub fn home() -> (TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("home");
+    (d, p)
+}

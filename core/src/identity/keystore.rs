@@ -38,6 +38,30 @@ impl KeystoreKind {
     }
 }
 
+/// Which store a new profile should use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeystorePreference {
+    /// The OS keyring if reachable, else the file store (and say so).
+    #[default]
+    Auto,
+    /// The OS keyring or fail.
+    Keyring,
+    /// The file store.
+    File,
+}
+
+impl std::str::FromStr for KeystorePreference {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "os-keyring" | "keyring" => Ok(Self::Keyring),
+            "file" => Ok(Self::File),
+            other => Err(format!("unknown keystore `{other}` (auto, os-keyring, file)")),
+        }
+    }
+}
+
 /// Keystore failures. All are local.
 #[derive(Debug, thiserror::Error)]
 pub enum KeystoreError {
@@ -117,22 +141,21 @@ impl Keystore {
         Ok(Self { kind, entry, file, fallback_reason: None })
     }
 
-    /// Chooses a store for a new profile: the OS keyring when reachable (unless
-    /// `SWITCHBOARD_KEYSTORE=file`), else the file store, saying why.
-    pub fn choose(profile_dir: &Path, account: &str) -> Result<Self, KeystoreError> {
-        let forced = std::env::var("SWITCHBOARD_KEYSTORE").ok();
-        match forced.as_deref() {
-            Some("file") => {
+    /// Chooses a store for a new profile. `Auto` takes the OS keyring when reachable and
+    /// otherwise the file store, recording why; `Keyring` fails if the keyring is unreachable.
+    pub fn choose(pref: KeystorePreference, profile_dir: &Path, account: &str) -> Result<Self, KeystoreError> {
+        match pref {
+            KeystorePreference::File => {
                 let mut ks = Self::open(KeystoreKind::File, profile_dir, account)?;
-                ks.fallback_reason = Some("SWITCHBOARD_KEYSTORE=file".into());
+                ks.fallback_reason = Some("file store chosen explicitly".into());
                 Ok(ks)
             }
-            Some("os-keyring") | Some("keyring") => Self::open(KeystoreKind::OsKeyring, profile_dir, account),
-            _ => match Self::open(KeystoreKind::OsKeyring, profile_dir, account) {
+            KeystorePreference::Keyring => Self::open(KeystoreKind::OsKeyring, profile_dir, account),
+            KeystorePreference::Auto => match Self::open(KeystoreKind::OsKeyring, profile_dir, account) {
                 Ok(ks) => Ok(ks),
                 Err(e) => {
                     let mut ks = Self::open(KeystoreKind::File, profile_dir, account)?;
-                    ks.fallback_reason = Some(format!("no OS keyring reachable ({e})"));
+                    ks.fallback_reason = Some(format!("no OS keyring reachable: {e}"));
                     Ok(ks)
                 }
             },

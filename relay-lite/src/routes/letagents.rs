@@ -23,11 +23,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use switchboard_core::protocol::letagents::MIN_ENVELOPE;
 use switchboard_core::protocol::letagents::relay_auth::{self, AuthError};
 use switchboard_core::protocol::letagents::wire::{
     AckResponse, ClientToRelay, INBOX_PAGE, InboxResponse, RelayToClient, WaitingMsg,
 };
-use switchboard_core::protocol::letagents::MIN_ENVELOPE;
 use switchboard_core::util::{b64u, b64u_array, now_ms};
 use tokio::sync::watch;
 
@@ -48,7 +48,10 @@ const MAX_CLIENT_FRAME: usize = 4096;
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let max = state.limits().max_envelope;
     Router::new()
-        .route("/v1/send/{id}", post(send).layer(DefaultBodyLimit::max(max)))
+        .route(
+            "/v1/send/{id}",
+            post(send).layer(DefaultBodyLimit::max(max)),
+        )
         .route("/v1/inbox/{id}", get(inbox))
         .route("/v1/ack/{id}", post(ack))
 }
@@ -72,11 +75,14 @@ struct AckQuery {
 }
 
 fn mailbox_id(path: Result<Path<String>, PathRejection>) -> Result<String, Error> {
-    path.map(|Path(id)| id).map_err(|e| Error::BadRequest(e.body_text()))
+    path.map(|Path(id)| id)
+        .map_err(|e| Error::BadRequest(e.body_text()))
 }
 
 fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Error> {
-    query.map(|Query(q)| q).map_err(|e| Error::BadRequest(e.body_text()))
+    query
+        .map(|Query(q)| q)
+        .map_err(|e| Error::BadRequest(e.body_text()))
 }
 
 /// `ts` must be within `window` ms of the relay's clock (the seed's 2 minutes by default).
@@ -97,7 +103,9 @@ async fn send(
     let id = mailbox_id(path)?;
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Error::TooLarge { limit: limits.max_envelope }
+            Error::TooLarge {
+                limit: limits.max_envelope,
+            }
         } else {
             Error::BadRequest(e.body_text())
         }
@@ -119,10 +127,14 @@ async fn send(
         _ => return Err(Error::NoMailbox),
     }
     if let Err(wait) = state.shared().send_rate.check(&id, Instant::now()) {
-        return Err(Error::RateLimited { retry_after_secs: retry_after_secs(wait) });
+        return Err(Error::RateLimited {
+            retry_after_secs: retry_after_secs(wait),
+        });
     }
-    let outcome =
-        state.store().deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms()).await?;
+    let outcome = state
+        .store()
+        .deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms())
+        .await?;
     match outcome {
         DepositOutcome::Stored { seq } => {
             tracing::debug!(mailbox = %id, seq, "envelope stored");
@@ -163,7 +175,11 @@ async fn inbox(
         Err(e) if wants_websocket(&headers) => return Err(Error::BadRequest(e.body_text())),
         Err(_) => None,
     };
-    match state.store().login(&id, &login.drop_hash, login.ts, now).await? {
+    match state
+        .store()
+        .login(&id, &login.drop_hash, login.ts, now)
+        .await?
+    {
         LoginOutcome::Replay => return Err(AuthError::Replay.into()),
         LoginOutcome::Created => tracing::info!(mailbox = %id, "mailbox created"),
         LoginOutcome::Updated => {}
@@ -175,8 +191,13 @@ async fn inbox(
             .on_upgrade(move |socket| session(state, id, socket))),
         None => {
             let waiting = state.store().waiting(&id, 0, INBOX_PAGE).await?;
-            let msgs =
-                waiting.into_iter().map(|w| WaitingMsg { seq: w.seq, ct: b64u(&w.body) }).collect();
+            let msgs = waiting
+                .into_iter()
+                .map(|w| WaitingMsg {
+                    seq: w.seq,
+                    ct: b64u(&w.body),
+                })
+                .collect();
             Ok(Json(InboxResponse { msgs }).into_response())
         }
     }
@@ -257,7 +278,14 @@ async fn push_waiting(
         let page = state.store().waiting(id, sent, INBOX_PAGE).await?;
         let full = page.len() == INBOX_PAGE;
         for w in page {
-            send_frame(socket, &RelayToClient::Msg { seq: w.seq, ct: b64u(&w.body) }).await?;
+            send_frame(
+                socket,
+                &RelayToClient::Msg {
+                    seq: w.seq,
+                    ct: b64u(&w.body),
+                },
+            )
+            .await?;
             sent = w.seq;
         }
         if !full {

@@ -12,9 +12,9 @@ use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
+use crate::AppState;
 use crate::error::Error;
 use crate::limits::retry_after_secs;
-use crate::AppState;
 
 /// Every route of every protocol.
 pub fn router(state: AppState) -> Router {
@@ -34,7 +34,10 @@ async fn no_route() -> Error {
 async fn ip_limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<SocketAddr>>() {
         if let Err(wait) = state.shared().ip_rate.check(peer.ip(), Instant::now()) {
-            return Error::RateLimited { retry_after_secs: retry_after_secs(wait) }.into_response();
+            return Error::RateLimited {
+                retry_after_secs: retry_after_secs(wait),
+            }
+            .into_response();
         }
     }
     next.run(request).await

@@ -117,7 +117,9 @@ pub(crate) async fn deposit(
     .bind(&d.mailbox)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((drop_hash, seq, waiting)) = row else { return Ok(DepositOutcome::NoMailbox) };
+    let Some((drop_hash, seq, waiting)) = row else {
+        return Ok(DepositOutcome::NoMailbox);
+    };
     if !same(drop_hash.as_bytes(), d.drop_hash.as_bytes()) {
         return Ok(DepositOutcome::NoMailbox);
     }
@@ -234,7 +236,10 @@ pub(crate) async fn sweep(
     Ok(SweepReport { expired, erased })
 }
 
-pub(crate) async fn drop_hash(pool: &SqlitePool, mailbox: &str) -> Result<Option<String>, sqlx::Error> {
+pub(crate) async fn drop_hash(
+    pool: &SqlitePool,
+    mailbox: &str,
+) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar("SELECT drop_hash FROM la_mailbox WHERE id = ?")
         .bind(mailbox)
         .fetch_optional(pool)
@@ -255,7 +260,10 @@ pub(crate) async fn waiting(
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|(seq, body)| Waiting { seq, body }).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(seq, body)| Waiting { seq, body })
+        .collect())
 }
 
 pub(crate) async fn waiting_count(pool: &SqlitePool, mailbox: &str) -> Result<i64, sqlx::Error> {

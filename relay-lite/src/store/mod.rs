@@ -94,12 +94,19 @@ impl Store {
             .await?;
         let (writes, queue) = mpsc::channel(QUEUE);
         let writer = tokio::spawn(writer::run(conn, queue, hub));
-        Ok(Self { writes, read, writer: Mutex::new(Some(writer)) })
+        Ok(Self {
+            writes,
+            read,
+            writer: Mutex::new(Some(writer)),
+        })
     }
 
     async fn write<T>(&self, make: impl FnOnce(writer::Reply<T>) -> Op) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.writes.send(make(reply)).await.map_err(|_| StoreError::Closed)?;
+        self.writes
+            .send(make(reply))
+            .await
+            .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -120,7 +127,12 @@ impl Store {
             capacity: i64::try_from(capacity).unwrap_or(i64::MAX),
             now,
         };
-        self.write(|reply| Op::Deposit { req, out: None, reply }).await
+        self.write(|reply| Op::Deposit {
+            req,
+            out: None,
+            reply,
+        })
+        .await
     }
 
     /// Records an authenticated login: creates the mailbox or updates its drop hash, unless
@@ -138,13 +150,32 @@ impl Store {
             ts,
             now,
         };
-        self.write(|reply| Op::Login { req, out: None, reply }).await
+        self.write(|reply| Op::Login {
+            req,
+            out: None,
+            reply,
+        })
+        .await
     }
 
     /// Deletes the listed envelopes; returns the seqs that existed.
-    pub async fn ack(&self, mailbox: &str, seqs: Vec<i64>, now: i64) -> Result<Vec<i64>, StoreError> {
-        let req = letagents::Ack { mailbox: mailbox.to_owned(), seqs, now };
-        self.write(|reply| Op::Ack { req, out: None, reply }).await
+    pub async fn ack(
+        &self,
+        mailbox: &str,
+        seqs: Vec<i64>,
+        now: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let req = letagents::Ack {
+            mailbox: mailbox.to_owned(),
+            seqs,
+            now,
+        };
+        self.write(|reply| Op::Ack {
+            req,
+            out: None,
+            reply,
+        })
+        .await
     }
 
     /// Deletes envelopes received before `expire_before` and erases mailboxes last active
@@ -155,8 +186,17 @@ impl Store {
         expire_before: i64,
         idle_before: i64,
     ) -> Result<SweepReport, StoreError> {
-        let req = letagents::Sweep { now, expire_before, idle_before };
-        self.write(|reply| Op::Sweep { req, out: None, reply }).await
+        let req = letagents::Sweep {
+            now,
+            expire_before,
+            idle_before,
+        };
+        self.write(|reply| Op::Sweep {
+            req,
+            out: None,
+            reply,
+        })
+        .await
     }
 
     /// The stored drop hash of `mailbox`, if it exists.
@@ -186,7 +226,11 @@ impl Store {
         if self.writes.send(Op::Close(done)).await.is_ok() {
             let _ = closed.await;
         }
-        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(writer) = writer {
             let _ = writer.await;
         }

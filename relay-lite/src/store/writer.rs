@@ -25,10 +25,26 @@ const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
 /// A queued write, its result once applied, and where to send it after the commit.
 pub(crate) enum Op {
-    Deposit { req: letagents::Deposit, out: Option<DepositOutcome>, reply: Reply<DepositOutcome> },
-    Login { req: letagents::Login, out: Option<LoginOutcome>, reply: Reply<LoginOutcome> },
-    Ack { req: letagents::Ack, out: Option<Vec<i64>>, reply: Reply<Vec<i64>> },
-    Sweep { req: letagents::Sweep, out: Option<SweepReport>, reply: Reply<SweepReport> },
+    Deposit {
+        req: letagents::Deposit,
+        out: Option<DepositOutcome>,
+        reply: Reply<DepositOutcome>,
+    },
+    Login {
+        req: letagents::Login,
+        out: Option<LoginOutcome>,
+        reply: Reply<LoginOutcome>,
+    },
+    Ack {
+        req: letagents::Ack,
+        out: Option<Vec<i64>>,
+        reply: Reply<Vec<i64>>,
+    },
+    Sweep {
+        req: letagents::Sweep,
+        out: Option<SweepReport>,
+        reply: Reply<SweepReport>,
+    },
     /// Commit what came before, then stop.
     Close(oneshot::Sender<()>),
 }
@@ -103,7 +119,9 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Op
     let mut batch: Vec<Op> = Vec::with_capacity(MAX_BATCH);
     let mut closing = false;
     while !closing {
-        let Some(first) = queue.recv().await else { break };
+        let Some(first) = queue.recv().await else {
+            break;
+        };
         let mut bytes = first.bytes();
         closing = matches!(first, Op::Close(_));
         batch.push(first);

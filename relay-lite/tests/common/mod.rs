@@ -1,29 +1,55 @@
 //! Test helpers: an in-process relay on a loopback port, mailbox owners (`alice`, `bob`) who sign
 //! logins and acks with core's `relay_auth`, and envelope bodies.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing
+)]
 
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
 use relay_lite::{Config, RunningRelay};
+use switchboard_core::protocol::letagents::MIN_ENVELOPE;
 use switchboard_core::protocol::letagents::relay_auth::{self, Login};
 use switchboard_core::protocol::letagents::wire::{AckResponse, InboxResponse};
-use switchboard_core::protocol::letagents::MIN_ENVELOPE;
 use switchboard_core::util::{b64u, b64u_decode, now_ms, random_array};
+
+/// HTTP access to one relay at `addr`.
+pub struct Api {
+    pub http: reqwest::Client,
+    pub addr: SocketAddr,
+    pub scheme: &'static str,
+}
 
 /// A relay running in this process, with its data directory and an HTTP client.
 pub struct TestRelay {
     pub relay: RunningRelay,
     pub dir: tempfile::TempDir,
     pub config: Config,
-    pub http: reqwest::Client,
+    pub api: Api,
+}
+
+impl Deref for TestRelay {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.api
+    }
 }
 
 pub fn http_client() -> reqwest::Client {
     relay_lite::tls::install_default_provider();
-    reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap()
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
 }
 
 /// The seed's limits, except a generous per-IP limit (every test client is 127.0.0.1).
@@ -38,30 +64,58 @@ pub async fn relay_with(adjust: impl FnOnce(&mut Config)) -> TestRelay {
     config.limits.ip_requests_per_minute = 1_000_000;
     adjust(&mut config);
     let relay = relay_lite::spawn(config.clone()).await.unwrap();
-    TestRelay { relay, dir, config, http: http_client() }
+    let api = Api {
+        http: http_client(),
+        addr: relay.addr,
+        scheme: "http",
+    };
+    TestRelay {
+        relay,
+        dir,
+        config,
+        api,
+    }
 }
 
 impl TestRelay {
-    /// What a client signs as `host`.
-    pub fn host(&self) -> String {
-        self.relay.addr.to_string()
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.relay.url(), path)
-    }
-
     /// Stops the relay and starts a new one on the same data directory (new port).
     pub async fn restart(self) -> Self {
-        let TestRelay { relay, dir, mut config, http } = self;
+        let TestRelay {
+            relay,
+            dir,
+            mut config,
+            mut api,
+        } = self;
         relay.shutdown().await.unwrap();
         config.listen = "127.0.0.1:0".parse().unwrap();
         let relay = relay_lite::spawn(config.clone()).await.unwrap();
-        TestRelay { relay, dir, config, http }
+        api.addr = relay.addr;
+        TestRelay {
+            relay,
+            dir,
+            config,
+            api,
+        }
+    }
+}
+
+impl Api {
+    /// What a client signs as `host`.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}://{}{}", self.scheme, self.addr, path)
     }
 
     /// `POST /v1/send/{id}` with a drop.
-    pub async fn send_raw(&self, id: &str, drop: &[u8; 16], body: Vec<u8>) -> reqwest::Response {
+    pub async fn try_send_raw(
+        &self,
+        id: &str,
+        drop: &[u8; 16],
+        body: Vec<u8>,
+    ) -> reqwest::Result<reqwest::Response> {
         self.http
             .post(self.url(&format!("/v1/send/{id}")))
             .header("x-la-drop", b64u(drop))
@@ -69,7 +123,11 @@ impl TestRelay {
             .body(body)
             .send()
             .await
-            .unwrap()
+    }
+
+    /// `POST /v1/send/{id}` with a drop.
+    pub async fn send_raw(&self, id: &str, drop: &[u8; 16], body: Vec<u8>) -> reqwest::Response {
+        self.try_send_raw(id, drop, body).await.unwrap()
     }
 
     /// Sends `body` to `owner`'s mailbox with the right drop; returns the status.
@@ -77,7 +135,7 @@ impl TestRelay {
         self.send_raw(&owner.id, &owner.drop, body).await.status()
     }
 
-    /// A plain inbox read with a fresh login.
+    /// A plain inbox read with the given login query.
     pub async fn inbox_raw(&self, owner: &Owner, query: &str) -> reqwest::Response {
         self.http
             .get(self.url(&format!("/v1/inbox/{}?{query}", owner.id)))
@@ -88,7 +146,9 @@ impl TestRelay {
 
     /// Logs `owner` in (creating the mailbox) and returns the waiting envelopes.
     pub async fn inbox(&self, owner: &Owner) -> InboxResponse {
-        let response = self.inbox_raw(owner, &owner.login(&self.host()).query()).await;
+        let response = self
+            .inbox_raw(owner, &owner.login(&self.host()).query())
+            .await;
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
         response.json().await.unwrap()
     }
@@ -109,7 +169,68 @@ impl TestRelay {
     /// `ws://` URL of `owner`'s inbox with a fresh login.
     pub fn ws_url(&self, owner: &Owner) -> String {
         let query = owner.login(&self.host()).query();
-        format!("ws://{}/v1/inbox/{}?{query}", self.relay.addr, owner.id)
+        format!("ws://{}/v1/inbox/{}?{query}", self.addr, owner.id)
+    }
+}
+
+/// The `relay-lite` binary, started as a child process.
+pub struct BinRelay {
+    pub child: tokio::process::Child,
+    /// Lines printed before the listening line.
+    pub preamble: Vec<String>,
+    pub api: Api,
+    _stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Deref for BinRelay {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.api
+    }
+}
+
+/// Starts the binary with `args` and waits for `relay-lite listening on ...`.
+pub async fn start_binary(args: &[&str], http: reqwest::Client) -> BinRelay {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay-lite"))
+        .args(args)
+        .env("RUST_LOG", "relay_lite=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut preamble = Vec::new();
+    let url = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("relay-lite exited before listening");
+            match line.strip_prefix("relay-lite listening on ") {
+                Some(url) => return url.to_owned(),
+                None => preamble.push(line),
+            }
+        }
+    })
+    .await
+    .expect("relay-lite did not print its address");
+    let (scheme, addr) = url.split_once("://").unwrap();
+    let scheme = if scheme == "https" { "https" } else { "http" };
+    let api = Api {
+        http,
+        addr: addr.parse().unwrap(),
+        scheme,
+    };
+    BinRelay {
+        child,
+        preamble,
+        api,
+        _stdout: lines,
     }
 }
 
@@ -125,7 +246,12 @@ impl Owner {
     pub fn new() -> Self {
         let key = SigningKey::from_bytes(&random_array::<32>());
         let id = b64u(key.verifying_key().as_bytes());
-        Self { key, drop: random_array(), id, last_ts: AtomicI64::new(0) }
+        Self {
+            key,
+            drop: random_array(),
+            id,
+            last_ts: AtomicI64::new(0),
+        }
     }
 
     /// A timestamp newer than any this owner used, close to now.
@@ -133,7 +259,10 @@ impl Owner {
         let mut current = self.last_ts.load(Ordering::SeqCst);
         loop {
             let next = now_ms().max(current + 1);
-            match self.last_ts.compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst) {
+            match self
+                .last_ts
+                .compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
                 Ok(_) => return next,
                 Err(actual) => current = actual,
             }
