@@ -5,12 +5,18 @@
 //! Layering (see ARCHITECTURE.md): `protocol` is sans-io; `store` and `transport` perform I/O;
 //! `engine` is the one place that joins them; `bridge` and `cli` are clients of the engine.
 
+#[cfg(feature = "runtime")]
 pub mod bridge;
+#[cfg(feature = "runtime")]
 pub mod cli;
+#[cfg(feature = "runtime")]
 pub mod engine;
 pub mod identity;
+#[cfg(feature = "runtime")]
 pub mod profile;
 pub mod protocol;
+#[cfg(feature = "runtime")]
 pub mod store;
+#[cfg(feature = "runtime")]
 pub mod transport;
 pub mod util;

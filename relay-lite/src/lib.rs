@@ -89,7 +89,7 @@ pub enum TlsMode {
     SelfSigned,
 }
 
-/// Everything a relay needs to start.
+/// Everything a relay needs to start; build it with [`Config::new`] and adjust the fields.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Address to bind; port 0 picks a free port.
@@ -137,6 +137,8 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) send_rate: SlidingWindow,
     pub(crate) ip_rate: IpLimiter,
+    /// Becomes `true` when the relay shuts down; websocket sessions watch it.
+    pub(crate) closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl AppState {
@@ -160,8 +162,15 @@ impl AppState {
         sweep_once(&self.shared).await
     }
 
-    /// Stops the writer after it commits what is queued and closes the database.
+    /// Tells websocket sessions to close (they send close code 1001).
+    pub fn begin_close(&self) {
+        self.shared.closing.send_replace(true);
+    }
+
+    /// Closes websocket sessions, then stops the writer after it commits what is queued and
+    /// closes the database.
     pub async fn close(&self) {
+        self.begin_close();
         self.shared.store.close().await;
     }
 }
@@ -203,6 +212,7 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         send_rate: SlidingWindow::new(limits.sends_per_minute, Duration::from_secs(60)),
         ip_rate: IpLimiter::new(limits.ip_requests_per_minute),
         limits,
+        closing: tokio::sync::watch::channel(false).0,
     });
     spawn_sweeper(Arc::downgrade(&shared), config.sweep_interval);
     let state = AppState { shared };
@@ -273,6 +283,7 @@ impl RunningRelay {
     /// Stops accepting, gives open requests and websockets a moment to finish, then closes
     /// the store.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.state.begin_close();
         self.handle.graceful_shutdown(Some(Duration::from_secs(2)));
         let served = self.task.await;
         self.state.close().await;

@@ -111,34 +111,25 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
         (None, None, false) => TlsMode::Plain,
         _ => anyhow::bail!("give both tls-cert and tls-key, or tls-self-signed, not a mix"),
     };
-    let d = Limits::default();
-    let limits = Limits {
-        max_envelope: cli
-            .max_envelope
-            .or(file.max_envelope)
-            .unwrap_or(d.max_envelope),
-        mailbox_capacity: cli
-            .mailbox_capacity
-            .or(file.mailbox_capacity)
-            .unwrap_or(d.mailbox_capacity),
-        sends_per_minute: cli
-            .sends_per_minute
-            .or(file.sends_per_minute)
-            .unwrap_or(d.sends_per_minute),
-        ip_requests_per_minute: cli
-            .ip_requests_per_minute
-            .or(file.ip_requests_per_minute)
-            .unwrap_or(d.ip_requests_per_minute),
-        retention_ms: cli
-            .retention_secs
-            .or(file.retention_secs)
-            .map_or(d.retention_ms, secs_to_ms),
-        idle_erase_ms: cli
-            .idle_erase_secs
-            .or(file.idle_erase_secs)
-            .map_or(d.idle_erase_ms, secs_to_ms),
-        login_window_ms: d.login_window_ms,
-    };
+    let mut limits = Limits::default();
+    if let Some(n) = cli.max_envelope.or(file.max_envelope) {
+        limits.max_envelope = n;
+    }
+    if let Some(n) = cli.mailbox_capacity.or(file.mailbox_capacity) {
+        limits.mailbox_capacity = n;
+    }
+    if let Some(n) = cli.sends_per_minute.or(file.sends_per_minute) {
+        limits.sends_per_minute = n;
+    }
+    if let Some(n) = cli.ip_requests_per_minute.or(file.ip_requests_per_minute) {
+        limits.ip_requests_per_minute = n;
+    }
+    if let Some(secs) = cli.retention_secs.or(file.retention_secs) {
+        limits.retention_ms = secs_to_ms(secs);
+    }
+    if let Some(secs) = cli.idle_erase_secs.or(file.idle_erase_secs) {
+        limits.idle_erase_ms = secs_to_ms(secs);
+    }
     if limits.max_envelope == 0 || limits.mailbox_capacity == 0 {
         anyhow::bail!("max-envelope and mailbox-capacity must be positive");
     }
@@ -146,13 +137,11 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
         .sweep_interval_secs
         .or(file.sweep_interval_secs)
         .unwrap_or(60);
-    Ok(Config {
-        listen,
-        data_dir,
-        tls,
-        limits,
-        sweep_interval: Duration::from_secs(sweep.max(1)),
-    })
+    let mut config = Config::new(listen, data_dir);
+    config.tls = tls;
+    config.limits = limits;
+    config.sweep_interval = Duration::from_secs(sweep.max(1));
+    Ok(config)
 }
 
 #[tokio::main]

@@ -135,3 +135,29 @@ async fn two_sessions_for_one_mailbox_both_get_live_mail() {
     assert_eq!(msg(next_frame(&mut first).await).0, 1);
     assert_eq!(msg(next_frame(&mut second).await).0, 1);
 }
+
+#[tokio::test]
+async fn shutting_down_closes_websockets_with_going_away() {
+    let common::TestRelay {
+        relay: running,
+        dir: _dir,
+        api,
+        ..
+    } = relay().await;
+    let alice = alice();
+    let mut ws = open(&api.ws_url(&alice)).await;
+    assert_eq!(next_frame(&mut ws).await, RelayToClient::Ready);
+    let started = Instant::now();
+    running.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "shutdown waited on the socket"
+    );
+    let frame = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap();
+    match frame {
+        Some(Ok(Message::Close(Some(close)))) => assert_eq!(u16::from(close.code), 1001),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+}

@@ -209,7 +209,11 @@ async fn last_in_audit(bob: &Peer) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_byte_anywhere_is_refused_and_the_intact_envelope_still_arrives() {
-    let relay = TestRelay::start_with(relay_lite::Limits { sends_per_minute: 10_000, ip_requests_per_minute: 100_000, mailbox_capacity: 10_000, ..Default::default() }).await;
+    let mut limits = relay_lite::Limits::default();
+    limits.sends_per_minute = 10_000;
+    limits.ip_requests_per_minute = 100_000;
+    limits.mailbox_capacity = 10_000;
+    let relay = TestRelay::start_with(limits).await;
     let (bob, f) = bob_knows_forger(&relay).await;
     let inner = f.inner(&bob.rt.keys(), Kind::Send, json!("intact"));
     let env = f.seal(&bob.rt.keys(), &inner);

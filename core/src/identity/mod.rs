@@ -1,6 +1,7 @@
 //! This device's identities: key generation, the letagents device identity, and where secret keys
 //! are kept ([`keystore`]).
 
+#[cfg(feature = "runtime")]
 pub mod keystore;
 
 use ed25519_dalek::SigningKey;

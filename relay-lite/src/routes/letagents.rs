@@ -11,12 +11,12 @@
 //! - `POST /v1/ack/{id}?ts&seqs&sig`: signed over `seqs` exactly as sent; deletes the listed
 //!   envelopes and answers the seqs that existed.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -43,6 +43,10 @@ pub const DROP_HEADER: &str = "x-la-drop";
 pub const MAX_ACK_SEQS: usize = 1000;
 /// Largest frame a client may send on the websocket (acks and pings are tiny).
 const MAX_CLIENT_FRAME: usize = 4096;
+/// How often the relay pings an idle websocket (protocol-level ping; clients answer by library).
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(30);
+/// A websocket with no frame from the client for this long is dropped as dead.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// The letagents routes.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
@@ -245,6 +249,8 @@ enum SessionEnd {
     Store(#[from] StoreError),
     #[error("encoding a frame: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("client silent for {KEEPALIVE_TIMEOUT:?}")]
+    Silent,
 }
 
 async fn session(state: AppState, id: String, mut socket: WebSocket) {
@@ -300,9 +306,23 @@ async fn run_session(
     socket: &mut WebSocket,
     newest: &mut watch::Receiver<i64>,
 ) -> Result<(), SessionEnd> {
+    let mut closing = state.shared().closing.subscribe();
+    let mut keepalive = tokio::time::interval_at(
+        tokio::time::Instant::now() + KEEPALIVE_EVERY,
+        KEEPALIVE_EVERY,
+    );
+    let mut heard = tokio::time::Instant::now();
     let mut sent = push_waiting(state, id, socket, newest, 0).await?;
     send_frame(socket, &RelayToClient::Ready).await?;
     loop {
+        if *closing.borrow_and_update() {
+            let frame = CloseFrame {
+                code: close_code::AWAY,
+                reason: "relay shutting down".into(),
+            };
+            socket.send(Message::Close(Some(frame))).await?;
+            return Ok(());
+        }
         tokio::select! {
             changed = newest.changed() => {
                 if changed.is_err() {
@@ -310,8 +330,16 @@ async fn run_session(
                 }
                 sent = push_waiting(state, id, socket, newest, sent).await?;
             }
+            _ = closing.changed() => {}
+            _ = keepalive.tick() => {
+                if heard.elapsed() > KEEPALIVE_TIMEOUT {
+                    return Err(SessionEnd::Silent);
+                }
+                socket.send(Message::Ping(Bytes::new())).await?;
+            }
             incoming = socket.recv() => {
                 let Some(incoming) = incoming else { return Ok(()) };
+                heard = tokio::time::Instant::now();
                 match incoming? {
                     Message::Text(text) => match serde_json::from_str::<ClientToRelay>(&text) {
                         Ok(ClientToRelay::Ack { seq }) => {
@@ -321,7 +349,8 @@ async fn run_session(
                         Err(e) => tracing::debug!(mailbox = %id, error = %e, "ignoring a frame"),
                     },
                     Message::Close(_) => return Ok(()),
-                    // Binary frames mean nothing here; protocol pings are answered by the library.
+                    // Binary frames mean nothing here; protocol pings are answered by the
+                    // library, and pongs only show the client is alive.
                     _ => {}
                 }
             }

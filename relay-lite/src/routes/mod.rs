@@ -32,13 +32,11 @@ async fn no_route() -> Error {
 /// Counts every request against its client address before anything else runs (before the body
 /// is read). Without `ConnectInfo` (a router used in-process) there is no address to count.
 async fn ip_limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<SocketAddr>>() {
-        if let Err(wait) = state.shared().ip_rate.check(peer.ip(), Instant::now()) {
-            return Error::RateLimited {
-                retry_after_secs: retry_after_secs(wait),
-            }
-            .into_response();
-        }
+    if let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<SocketAddr>>()
+        && let Err(wait) = state.shared().ip_rate.check(peer.ip(), Instant::now())
+    {
+        let retry_after_secs = retry_after_secs(wait);
+        return Error::RateLimited { retry_after_secs }.into_response();
     }
     next.run(request).await
 }

@@ -237,3 +237,75 @@ impl Store {
         self.read.close().await;
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn database_is_in_wal_mode_with_synchronous_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Arc::new(Hub::default()))
+            .await
+            .unwrap();
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&store.read)
+            .await
+            .unwrap();
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&store.read)
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(sync, 2, "FULL");
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn one_batch_assigns_consecutive_seqs_and_refuses_past_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            Store::open(dir.path(), Arc::new(Hub::default()))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            store.login("m", "h", 1, 1).await.unwrap(),
+            LoginOutcome::Created
+        );
+        let sends = (0..20).map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .deposit("m", "h", Bytes::from_static(b"LA1"), 15, 2)
+                    .await
+                    .unwrap()
+            })
+        });
+        let mut seqs = Vec::new();
+        let mut full = 0;
+        for send in sends.collect::<Vec<_>>() {
+            match send.await.unwrap() {
+                DepositOutcome::Stored { seq } => seqs.push(seq),
+                DepositOutcome::Full => full += 1,
+                DepositOutcome::NoMailbox => panic!("mailbox vanished"),
+            }
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=15).collect::<Vec<_>>());
+        assert_eq!(full, 5);
+        assert_eq!(
+            store
+                .deposit("m", "wrong", Bytes::new(), 99, 3)
+                .await
+                .unwrap(),
+            DepositOutcome::NoMailbox
+        );
+        store.close().await;
+        assert!(matches!(
+            store.waiting_count("m").await,
+            Err(StoreError::Database(_)) | Err(StoreError::Closed)
+        ));
+    }
+}

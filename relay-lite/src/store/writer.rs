@@ -108,7 +108,7 @@ async fn apply_batch(
 ) -> Result<(), StoreError> {
     let mut tx = conn.begin().await?;
     for op in batch.iter_mut() {
-        op.apply(&mut *tx, hub).await?;
+        op.apply(&mut tx, hub).await?;
     }
     tx.commit().await?;
     Ok(())
