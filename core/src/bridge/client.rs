@@ -52,7 +52,9 @@ impl Conn {
             }
             // Another runtime owns the profile; it writes its bridge files once it listens.
             if let Some((port, token)) = profile.read_bridge_files() {
+                let tls = crate::transport::tls::client_config(None).map_err(|e| api_error("internal", e))?;
                 let http = reqwest::Client::builder()
+                    .tls_backend_preconfigured(tls)
                     .no_proxy()
                     .build()
                     .map_err(|e| api_error("internal", e))?;

@@ -1,0 +1,188 @@
+//! The `switchboard` command line as a person or script uses it: processes, a daemon, the bridge.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard_tests::{TestRelay, home, switchboard};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
+}
+
+fn ok(home: &Path, args: &[&str]) -> String {
+    let (success, out, err) = switchboard(&bin(), home, args);
+    assert!(success, "switchboard {args:?} failed: {err}");
+    out
+}
+
+fn json(home: &Path, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    serde_json::from_str(&ok(home, &a)).unwrap()
+}
+
+struct Daemon(Child);
+
+impl Daemon {
+    fn start(home: &Path) -> Self {
+        let child = Command::new(bin())
+            .arg("--home")
+            .arg(home)
+            .arg("daemon")
+            .env("SWITCHBOARD_KEYSTORE", "file")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..100 {
+            if home.join("bridge.token").exists() {
+                return Self(child);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("daemon did not start its bridge");
+    }
+
+    fn stop(mut self) {
+        Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status().unwrap();
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "daemon exited with {status}");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_profiles_talk_through_the_cli_with_and_without_a_daemon() {
+    let relay = TestRelay::start().await;
+    let url = relay.url();
+    let (_a, alice) = home();
+    let (_b, bob) = home();
+    let who = json(&alice, &["init", "--name", "alice", "--relay", &url]);
+    assert_eq!(who["letagents"]["mailbox_id"].as_str().unwrap().len(), 43);
+    json(&bob, &["init", "--name", "bob", "--relay", &url]);
+    let bob_who = json(&bob, &["whoami"]);
+    let bob_addr = bob_who["letagents"]["address"].as_str().unwrap().to_owned();
+    assert!(bob_who["letagents"]["safety_number"].as_str().unwrap().split(' ').count() == 8);
+
+    let daemon = Daemon::start(&bob);
+    // A second runtime for the same profile is refused.
+    let (second, _, err) = switchboard(&bin(), &bob, &["daemon"]);
+    assert!(!second && err.contains("another runtime"), "{err}");
+
+    // Alice has no daemon: each command runs the runtime in-process.
+    let c = json(&alice, &["contact", "add", &bob_addr, "--name", "bob"]);
+    assert_eq!(c["state"], "active");
+    let requests = (0..100)
+        .find_map(|_| {
+            let r = json(&bob, &["contact", "requests"]);
+            if r.as_array().unwrap().is_empty() {
+                std::thread::sleep(Duration::from_millis(100));
+                None
+            } else {
+                Some(r)
+            }
+        })
+        .expect("bob never saw the request");
+    assert_eq!(requests[0]["name"], "alice");
+    assert_eq!(requests[0]["safety_number"], who["letagents"]["safety_number"]);
+    ok(&bob, &["contact", "accept", "alice"]);
+
+    let id = ok(&alice, &["send", "bob", "hello from the command line"]);
+    let id = id.split_whitespace().next().unwrap().to_owned();
+    let inbox = json(&bob, &["inbox", "--wait", "10"]);
+    assert_eq!(inbox[0]["id"], id.as_str());
+    assert_eq!(inbox[0]["from"], "alice");
+    assert_eq!(inbox[0]["protocol"], "letagents");
+    assert_eq!(inbox[0]["body"], "hello from the command line");
+    assert!(json(&bob, &["inbox"]).as_array().unwrap().is_empty(), "inbox shows only what is new");
+    assert_eq!(json(&bob, &["inbox", "--all"]).as_array().unwrap().len(), 1);
+
+    // An ask answered through the daemon; alice waits in-process with the websocket.
+    let ask = json(&alice, &["send", "bob", "ready?", "--ask", "--from-agent", "planner", "--to-agent", "coder"]);
+    let got = json(&bob, &["inbox", "--wait", "10"]);
+    assert_eq!(got[0]["kind"], "ask");
+    assert_eq!(got[0]["to_agent"], "coder");
+    ok(&bob, &["send", "alice", "yes", "--reply-to", ask["id"].as_str().unwrap()]);
+    let reply = json(&alice, &["inbox", "--wait", "10"]);
+    assert_eq!(reply[0]["kind"], "reply");
+    assert_eq!(reply[0]["reply_to"], ask["id"]);
+
+    let status = json(&bob, &["status"]);
+    assert!(status["bridge"].as_str().unwrap().starts_with("http://127.0.0.1:"));
+    assert_eq!(status["relays"][0]["health"]["state"], "connected");
+    let log = json(&bob, &["log"]);
+    assert!(log.as_array().unwrap().iter().any(|r| r["state"] == "received"));
+
+    daemon.stop();
+    assert!(!bob.join("bridge.token").exists(), "bridge files are removed on exit");
+    // With the daemon gone, bob's commands run in-process again.
+    assert_eq!(json(&bob, &["contact", "list"])[0]["name"], "alice");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profile_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let relay = TestRelay::start().await;
+    let (_h, home) = home();
+    ok(&home, &["init", "--name", "carol", "--relay", &relay.url()]);
+    let daemon = Daemon::start(&home);
+    for f in ["bridge.token", "bridge.port", "keys.secret", "switchboard.db"] {
+        let mode = std::fs::metadata(home.join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f} is {mode:o}");
+    }
+    let mode = std::fs::metadata(&home).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    daemon.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_refuses_what_is_not_a_local_client() {
+    let relay = TestRelay::start().await;
+    let (_h, home) = home();
+    ok(&home, &["init", "--name", "dave", "--relay", &relay.url()]);
+    let daemon = Daemon::start(&home);
+    let port = std::fs::read_to_string(home.join("bridge.port")).unwrap();
+    let token = std::fs::read_to_string(home.join("bridge.token")).unwrap();
+    let url = format!("http://127.0.0.1:{port}/v1/rpc");
+    let body = r#"{"op":"whoami"}"#;
+    let http = reqwest::Client::new();
+    let good = http.post(&url).bearer_auth(&token).header("content-type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(good.status(), 200);
+
+    let no_token = http.post(&url).header("content-type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(no_token.status(), 401);
+    let wrong = http.post(&url).bearer_auth("0".repeat(64)).body(body).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let origin = http.post(&url).bearer_auth(&token).header("origin", "http://evil.example").body(body).send().await.unwrap();
+    assert_eq!(origin.status(), 403);
+    let host = http.post(&url).bearer_auth(&token).header("host", format!("evil.example:{port}")).body(body).send().await.unwrap();
+    assert_eq!(host.status(), 403);
+    // A raw request with an empty Host header.
+    let raw = format!("POST /v1/rpc HTTP/1.1\r\nHost: \r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let mut s = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}")).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(raw.as_bytes()).await.unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 403") || resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(!resp.contains("letagents"), "no data leaks through a refused request");
+    daemon.stop();
+}
+
+#[test]
+fn commands_on_an_uninitialised_profile_say_what_to_do() {
+    let (_h, home) = home();
+    let (success, _, err) = switchboard(&bin(), &home, &["whoami"]);
+    assert!(!success);
+    assert!(err.contains("switchboard init"), "{err}");
+}
