@@ -128,3 +128,54 @@ async fn config_file_supplies_the_settings_and_flags_override_it() {
     // From the file: one send a minute. (Capacity 1 from the file would have said 507.)
     assert_eq!(relay.send(&alice, small_envelope("2")).await, 429);
 }
+
+#[tokio::test]
+async fn given_certificate_files_are_served_and_fingerprinted() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let data = dir.path().join("data");
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--data",
+        data.to_str().unwrap(),
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+    let pinned = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(made.cert.pem().as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let relay = start_binary(&args, pinned).await;
+    let fingerprint = hex(&sha256(made.cert.der()));
+    assert_eq!(
+        relay.preamble,
+        vec![format!("certificate sha256 {fingerprint}")]
+    );
+    let alice = alice();
+    relay.inbox(&alice).await;
+    assert_eq!(relay.send(&alice, small_envelope("over tls")).await, 202);
+}
+
+#[tokio::test]
+async fn binary_exits_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let mut relay = start_binary(&["--listen", "127.0.0.1:0", "--data", data], http_client()).await;
+    let pid = relay.child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), relay.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

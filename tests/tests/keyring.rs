@@ -35,19 +35,27 @@ async fn keys_live_in_the_secret_service_and_survive_reopening() {
     let who: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(who["keystore"], "os-keyring");
     assert!(!home.join("keys.secret").exists(), "no key file when the keyring holds the keys");
-    // The secret is really in the Secret Service.
-    let found = std::process::Command::new("secret-tool").args(["search", "--all", "service", "switchboard"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&found.stdout).contains("switchboard") || !found.stderr.is_empty(), "secret-tool found nothing");
+    // The secret is really in the Secret Service, under this profile's account.
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", home.join("switchboard.db").display())).await.unwrap();
+    let account: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = 'account'").fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    let found = std::process::Command::new("secret-tool").args(["lookup", "service", "switchboard", "username", &account]).output().unwrap();
+    assert!(found.status.success(), "secret-tool found nothing: {}", String::from_utf8_lossy(&found.stderr));
+    let secret = found.stdout;
+    assert_eq!(secret.len(), 64, "sig seed and box secret");
     // A later process reads the same keys back.
     let (ok, out, err) = run(&home, &[], &["whoami", "--json"]);
     assert!(ok, "{err}");
     let again: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(again["letagents"]["address"], who["letagents"]["address"]);
-    // And no secret key bytes sit in the database.
-    let db = std::fs::read(home.join("switchboard.db")).unwrap();
-    let wal = std::fs::read(home.join("switchboard.db-wal")).unwrap_or_default();
-    assert!(!db.is_empty());
-    let _ = wal;
+    // And no secret key bytes sit anywhere in the profile directory.
+    for entry in std::fs::read_dir(&home).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        for half in [&secret[..32], &secret[32..]] {
+            assert!(!bytes.windows(32).any(|w| w == half), "secret key bytes found in {}", path.display());
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

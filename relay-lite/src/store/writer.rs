@@ -132,6 +132,7 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Op
             batch.push(op);
         }
         let committed = apply_batch(&mut conn, &mut batch, &hub).await;
+        tracing::trace!(writes = batch.len(), bytes, "write batch committed");
         if let Err(e) = &committed {
             tracing::error!(error = %e, writes = batch.len(), "write batch rolled back");
         }

@@ -195,7 +195,10 @@ pub async fn start_binary(args: &[&str], http: reqwest::Client) -> BinRelay {
     use tokio::io::AsyncBufReadExt as _;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay-lite"))
         .args(args)
-        .env("RUST_LOG", "relay_lite=warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("RELAY_LITE_TEST_LOG").unwrap_or("relay_lite=warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
