@@ -38,7 +38,12 @@ impl TestRelay {
         config.limits = limits.clone();
         let relay = relay_lite::spawn(config).await.unwrap();
         let addr = relay.addr;
-        Self { relay: Some(relay), dir, addr, limits }
+        Self {
+            relay: Some(relay),
+            dir,
+            addr,
+            limits,
+        }
     }
 
     /// Base URL.
@@ -79,15 +84,28 @@ impl Peer {
     /// A new profile on `relay`, offline (each call syncs like a CLI command).
     pub async fn offline(name: &str, relay: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let profile = Profile { dir: dir.path().join("profile") };
+        let profile = Profile {
+            dir: dir.path().join("profile"),
+        };
         let lock = profile.try_lock().unwrap().unwrap();
         let rt = Runtime::init(
             &profile,
-            InitOptions { name: name.into(), relay: relay.into(), relay_cert_sha256: None, keystore: KeystorePreference::File },
+            InitOptions {
+                name: name.into(),
+                relay: relay.into(),
+                relay_cert_sha256: None,
+                keystore: KeystorePreference::File,
+            },
         )
         .await
         .unwrap();
-        Self { rt, name: name.into(), live: false, _lock: lock, dir }
+        Self {
+            rt,
+            name: name.into(),
+            live: false,
+            _lock: lock,
+            dir,
+        }
     }
 
     /// A new profile whose runtime keeps its websocket and outbox worker running.
@@ -120,35 +138,65 @@ impl Peer {
 
     /// Performs a request, returning the error code on failure.
     pub async fn try_call(&self, req: Request) -> Result<Value, String> {
-        self.rt.handle(req, !self.live).await.map_err(|e| e.code().to_owned())
+        self.rt
+            .handle(req, !self.live)
+            .await
+            .map_err(|e| e.code().to_owned())
     }
 
     /// Our full letagents address.
     pub async fn address(&self) -> String {
-        self.call(Request::Whoami).await["letagents"]["address"].as_str().unwrap().to_owned()
+        self.call(Request::Whoami).await["letagents"]["address"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     /// Sends text; returns the id.
     pub async fn send(&self, contact: &str, text: &str) -> String {
         let v = self
-            .call(Request::Send { contact: contact.into(), text: text.into(), kind: None, reply_to: None, from_agent: None, to_agent: None })
+            .call(Request::Send {
+                contact: contact.into(),
+                text: text.into(),
+                kind: None,
+                reply_to: None,
+                from_agent: None,
+                to_agent: None,
+            })
             .await;
         v["id"].as_str().unwrap().to_owned()
     }
 
     /// New messages (waiting up to `wait` seconds for one).
     pub async fn inbox(&self, wait: u64) -> Vec<Value> {
-        self.call(Request::Inbox { all: false, wait_secs: wait }).await.as_array().cloned().unwrap()
+        self.call(Request::Inbox {
+            all: false,
+            wait_secs: wait,
+        })
+        .await
+        .as_array()
+        .cloned()
+        .unwrap()
     }
 
     /// The state of one of our messages.
     pub async fn state_of(&self, id: &str) -> String {
-        self.call(Request::Message { id: id.into() }).await["state"].as_str().unwrap().to_owned()
+        self.call(Request::Message { id: id.into() }).await["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     /// The audit log.
     pub async fn log(&self) -> Vec<Value> {
-        self.call(Request::Log { search: None, limit: Some(10_000) }).await.as_array().cloned().unwrap()
+        self.call(Request::Log {
+            search: None,
+            limit: Some(10_000),
+        })
+        .await
+        .as_array()
+        .cloned()
+        .unwrap()
     }
 
     /// Polls `f` until it returns true or `secs` pass.
@@ -171,15 +219,28 @@ impl Peer {
 /// Makes `a` and `b` mutual contacts named by their display names: a adds b (hello), b accepts.
 pub async fn befriend(a: &Peer, b: &Peer) {
     let addr_b = b.address().await;
-    a.call(Request::ContactAdd { address: addr_b, name: Some(b.name.clone()), allow: None, relay: None, no_hello: false }).await;
+    a.call(Request::ContactAdd {
+        address: addr_b,
+        name: Some(b.name.clone()),
+        allow: None,
+        relay: None,
+        no_hello: false,
+    })
+    .await;
     let ok = b
         .eventually(10, || async {
             let reqs = b.call(Request::ContactRequests).await;
-            reqs.as_array().unwrap().iter().any(|r| r["name"] == a.name.as_str())
+            reqs.as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == a.name.as_str())
         })
         .await;
     assert!(ok, "{} never saw {}'s request", b.name, a.name);
-    b.call(Request::ContactAccept { name: a.name.clone() }).await;
+    b.call(Request::ContactAccept {
+        name: a.name.clone(),
+    })
+    .await;
 }
 
 /// Runs the `switchboard` binary with `--home home` and `args`; returns (status ok, stdout, stderr).
@@ -188,10 +249,17 @@ pub fn switchboard(bin: &Path, home: &Path, args: &[&str]) -> (bool, String, Str
         .arg("--home")
         .arg(home)
         .args(args)
-        .env("SWITCHBOARD_KEYSTORE", std::env::var("SWITCHBOARD_TEST_KEYSTORE").unwrap_or_else(|_| "file".into()))
+        .env(
+            "SWITCHBOARD_KEYSTORE",
+            std::env::var("SWITCHBOARD_TEST_KEYSTORE").unwrap_or_else(|_| "file".into()),
+        )
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A temporary profile home for CLI tests.

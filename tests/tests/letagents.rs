@@ -1,5 +1,7 @@
 //! letagents v1 end to end: two profiles and a real relay-lite over real HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+// relay_lite::Limits is non-exhaustive, so limits are raised field by field.
+#![allow(clippy::field_reassign_with_default)]
 
 use serde_json::{Value, json};
 use switchboard_core::bridge::api::Request;
@@ -10,7 +12,14 @@ use switchboard_core::util::{OsRng, b64u_decode, now_ms};
 use switchboard_tests::{Peer, TestRelay, befriend};
 
 fn send_req(contact: &str, text: &str, kind: &str, reply_to: Option<&str>) -> Request {
-    Request::Send { contact: contact.into(), text: text.into(), kind: Some(kind.into()), reply_to: reply_to.map(Into::into), from_agent: None, to_agent: None }
+    Request::Send {
+        contact: contact.into(),
+        text: text.into(),
+        kind: Some(kind.into()),
+        reply_to: reply_to.map(Into::into),
+        from_agent: None,
+        to_agent: None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,9 +35,19 @@ async fn send_ask_reply_and_receipts_over_the_websocket() {
     assert_eq!(got[0]["body"], "hello bob");
     assert_eq!(got[0]["from"], "alice");
     assert_eq!(got[0]["kind"], "send");
-    assert!(alice.eventually(10, || async { alice.state_of(&id).await == "delivered" }).await, "no receipt for the send");
+    assert!(
+        alice
+            .eventually(10, || async { alice.state_of(&id).await == "delivered" })
+            .await,
+        "no receipt for the send"
+    );
 
-    let ask = alice.call(send_req("bob", "what is 2+2?", "ask", None)).await["id"].as_str().unwrap().to_owned();
+    let ask = alice
+        .call(send_req("bob", "what is 2+2?", "ask", None))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let got = bob.inbox(10).await;
     assert_eq!(got[0]["kind"], "ask");
     assert_eq!(got[0]["id"], ask.as_str());
@@ -68,13 +87,24 @@ async fn list_is_answered_with_a_roster_and_presence_is_pushed() {
     let alice = Peer::live("alice", &relay.url()).await;
     let bob = Peer::live("bob", &relay.url()).await;
     befriend(&alice, &bob).await;
-    bob.call(Request::AgentRegister { name: "coder".into(), harness: Some("claude-code".into()) }).await;
+    bob.call(Request::AgentRegister {
+        name: "coder".into(),
+        harness: Some("claude-code".into()),
+    })
+    .await;
     // Presence roster arrives unsolicited.
     let got = alice.inbox(10).await;
     assert_eq!(got[0]["kind"], "roster");
     assert_eq!(got[0]["body"][0]["name"], "coder");
 
-    let list = alice.call(Request::List { contact: "bob".into() }).await["id"].as_str().unwrap().to_owned();
+    let list = alice
+        .call(Request::List {
+            contact: "bob".into(),
+        })
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let got = alice.inbox(10).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["kind"], "roster");
@@ -83,7 +113,11 @@ async fn list_is_answered_with_a_roster_and_presence_is_pushed() {
     assert_eq!(got[0]["body"][0]["where"], "bob/coder");
     let contacts = alice.call(Request::ContactList).await;
     assert_eq!(contacts[0]["roster"][0]["name"], "coder");
-    assert!(alice.eventually(10, || async { alice.state_of(&list).await == "delivered" }).await);
+    assert!(
+        alice
+            .eventually(10, || async { alice.state_of(&list).await == "delivered" })
+            .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,18 +125,46 @@ async fn hello_becomes_a_request_that_can_be_accepted() {
     let relay = TestRelay::start().await;
     let alice = Peer::live("alice", &relay.url()).await;
     let bob = Peer::live("bob", &relay.url()).await;
-    alice.call(Request::ContactAdd { address: bob.address().await, name: Some("bob".into()), allow: None, relay: None, no_hello: false }).await;
-    assert!(bob.eventually(10, || async { !bob.call(Request::ContactRequests).await.as_array().unwrap().is_empty() }).await);
+    alice
+        .call(Request::ContactAdd {
+            address: bob.address().await,
+            name: Some("bob".into()),
+            allow: None,
+            relay: None,
+            no_hello: false,
+        })
+        .await;
+    assert!(
+        bob.eventually(10, || async {
+            !bob.call(Request::ContactRequests)
+                .await
+                .as_array()
+                .unwrap()
+                .is_empty()
+        })
+        .await
+    );
     let reqs = bob.call(Request::ContactRequests).await;
     assert_eq!(reqs[0]["name"], "alice");
     assert_eq!(reqs[0]["request"], "alice");
-    assert_eq!(reqs[0]["safety_number"], alice.call(Request::Whoami).await["letagents"]["safety_number"]);
+    assert_eq!(
+        reqs[0]["safety_number"],
+        alice.call(Request::Whoami).await["letagents"]["safety_number"]
+    );
     // While pending, messages from alice are dropped, not shown.
     alice.send("bob", "before accept").await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(bob.inbox(0).await.is_empty());
-    assert_eq!(bob.try_call(send_req("alice", "x", "send", None)).await.unwrap_err(), "pending_contact");
-    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    assert_eq!(
+        bob.try_call(send_req("alice", "x", "send", None))
+            .await
+            .unwrap_err(),
+        "pending_contact"
+    );
+    bob.call(Request::ContactAccept {
+        name: "alice".into(),
+    })
+    .await;
     alice.send("bob", "after accept").await;
     let got = bob.inbox(10).await;
     assert_eq!(got.len(), 1);
@@ -123,11 +185,22 @@ async fn outbox_delivers_exactly_once_after_the_relay_comes_back() {
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert_eq!(alice.state_of(&id).await, "queued");
     relay.restart().await;
-    assert!(alice.eventually(30, || async { alice.state_of(&id).await == "relayed" || alice.state_of(&id).await == "delivered" }).await);
+    assert!(
+        alice
+            .eventually(30, || async {
+                alice.state_of(&id).await == "relayed" || alice.state_of(&id).await == "delivered"
+            })
+            .await
+    );
     let got = bob.inbox(0).await;
     assert_eq!(got.iter().filter(|m| m["id"] == id.as_str()).count(), 1);
     assert!(bob.inbox(0).await.is_empty());
-    let relayed = alice.log().await.iter().filter(|r| r["message_id"] == id.as_str() && r["state"] == "relayed").count();
+    let relayed = alice
+        .log()
+        .await
+        .iter()
+        .filter(|r| r["message_id"] == id.as_str() && r["state"] == "relayed")
+        .count();
     assert_eq!(relayed, 1);
 }
 
@@ -144,7 +217,9 @@ async fn queued_message_survives_a_runtime_restart() {
     // The runtime goes away and a new one opens the same profile.
     let (profile, dir) = alice.close();
     relay.restart().await;
-    let rt = switchboard_core::engine::Runtime::open(&profile).await.unwrap();
+    let rt = switchboard_core::engine::Runtime::open(&profile)
+        .await
+        .unwrap();
     rt.handle(Request::Flush, true).await.unwrap();
     let got = bob.inbox(0).await;
     assert_eq!(got.len(), 1);
@@ -162,7 +237,10 @@ struct Forger {
 
 impl Forger {
     fn new(relay: &TestRelay) -> Self {
-        Self { id: DeviceIdentity::generate(&mut OsRng), relay: RelayClient::new(&relay.url(), None).unwrap() }
+        Self {
+            id: DeviceIdentity::generate(&mut OsRng),
+            relay: RelayClient::new(&relay.url(), None).unwrap(),
+        }
     }
 
     fn address(&self) -> String {
@@ -170,11 +248,24 @@ impl Forger {
     }
 
     fn inner(&self, to: &PeerKeys, kind: Kind, body: Value) -> Inner {
-        Inner::new(&self.id.keys(), &to.mailbox_id(), now_ms(), uuid::Uuid::new_v4(), kind, body)
+        Inner::new(
+            &self.id.keys(),
+            &to.mailbox_id(),
+            now_ms(),
+            uuid::Uuid::new_v4(),
+            kind,
+            body,
+        )
     }
 
     fn seal(&self, to: &PeerKeys, inner: &Inner) -> Vec<u8> {
-        la::seal(&self.id.sig, to, &serde_json::to_string(inner).unwrap(), &mut OsRng).unwrap()
+        la::seal(
+            &self.id.sig,
+            to,
+            &serde_json::to_string(inner).unwrap(),
+            &mut OsRng,
+        )
+        .unwrap()
     }
 
     async fn post(&self, to: &Peer, envelope: Vec<u8>) {
@@ -182,14 +273,23 @@ impl Forger {
     }
 
     async fn try_post(&self, to: &Peer, envelope: Vec<u8>) -> SendOutcome {
-        let drop = la::Address::parse(&to.address().await).unwrap().drop.unwrap();
-        self.relay.send(&to.rt.keys().mailbox_id(), &drop, envelope).await
+        let drop = la::Address::parse(&to.address().await)
+            .unwrap()
+            .drop
+            .unwrap();
+        self.relay
+            .send(&to.rt.keys().mailbox_id(), &drop, envelope)
+            .await
     }
 
     /// Reads our own mailbox and opens everything in it.
     async fn read(&self) -> Vec<la::Opened> {
         let msgs = self.relay.inbox(&self.id.sig, &self.id.drop).await.unwrap();
-        msgs.iter().filter_map(|m| la::open(&b64u_decode(&m.ct).unwrap(), &self.id.boxs, &self.id.keys()).ok()).collect()
+        msgs.iter()
+            .filter_map(|m| {
+                la::open(&b64u_decode(&m.ct).unwrap(), &self.id.boxs, &self.id.keys()).ok()
+            })
+            .collect()
     }
 }
 
@@ -199,12 +299,23 @@ async fn bob_knows_forger(relay: &TestRelay) -> (Peer, Forger) {
     bob.inbox(0).await;
     let f = Forger::new(relay);
     f.read().await; // log in: the forger's mailbox exists for receipts
-    bob.call(Request::ContactAdd { address: f.address(), name: Some("mallory".into()), allow: None, relay: None, no_hello: true }).await;
+    bob.call(Request::ContactAdd {
+        address: f.address(),
+        name: Some("mallory".into()),
+        allow: None,
+        relay: None,
+        no_hello: true,
+    })
+    .await;
     (bob, f)
 }
 
 async fn last_in_audit(bob: &Peer) -> Value {
-    bob.log().await.into_iter().filter(|r| r["direction"] == "in").next_back().unwrap()
+    bob.log()
+        .await
+        .into_iter()
+        .rfind(|r| r["direction"] == "in")
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,8 +342,16 @@ async fn a_flipped_byte_anywhere_is_refused_and_the_intact_envelope_still_arrive
         }
     }
     assert_eq!(stored, positions.iter().filter(|&&i| i >= 3).count());
-    assert!(bob.inbox(0).await.is_empty(), "a tampered envelope was shown");
-    let dropped = bob.log().await.iter().filter(|r| r["state"] == "dropped").count();
+    assert!(
+        bob.inbox(0).await.is_empty(),
+        "a tampered envelope was shown"
+    );
+    let dropped = bob
+        .log()
+        .await
+        .iter()
+        .filter(|r| r["state"] == "dropped")
+        .count();
     assert_eq!(dropped, stored);
     f.post(&bob, env).await;
     let got = bob.inbox(0).await;
@@ -251,7 +370,10 @@ async fn envelope_for_another_recipient_is_refused() {
     assert!(bob.inbox(0).await.is_empty());
     let row = last_in_audit(&bob).await;
     assert_eq!(row["state"], "dropped");
-    assert!(row["detail"].as_str().unwrap().contains("another mailbox"), "{row}");
+    assert!(
+        row["detail"].as_str().unwrap().contains("another mailbox"),
+        "{row}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +385,10 @@ async fn stale_message_is_dropped() {
     f.post(&bob, f.seal(&bob.rt.keys(), &inner)).await;
     assert!(bob.inbox(0).await.is_empty());
     let row = last_in_audit(&bob).await;
-    assert_eq!((row["state"].as_str(), row["detail"].as_str()), (Some("dropped"), Some("stale")));
+    assert_eq!(
+        (row["state"].as_str(), row["detail"].as_str()),
+        (Some("dropped"), Some("stale"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,7 +403,12 @@ async fn replayed_id_is_dropped() {
     f.post(&bob, env).await;
     f.post(&bob, f.seal(&bob.rt.keys(), &inner)).await;
     assert!(bob.inbox(0).await.is_empty());
-    let replays = bob.log().await.iter().filter(|r| r["detail"] == "replay").count();
+    let replays = bob
+        .log()
+        .await
+        .iter()
+        .filter(|r| r["detail"] == "replay")
+        .count();
     assert_eq!(replays, 2);
 }
 
@@ -289,9 +419,17 @@ async fn unknown_sender_is_dropped() {
     bob.inbox(0).await;
     let stranger = Forger::new(&relay);
     let inner = stranger.inner(&bob.rt.keys(), Kind::Send, json!("let me in"));
-    stranger.post(&bob, stranger.seal(&bob.rt.keys(), &inner)).await;
+    stranger
+        .post(&bob, stranger.seal(&bob.rt.keys(), &inner))
+        .await;
     assert!(bob.inbox(0).await.is_empty());
-    assert!(bob.call(Request::ContactList).await.as_array().unwrap().is_empty());
+    assert!(
+        bob.call(Request::ContactList)
+            .await
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(last_in_audit(&bob).await["detail"], "unknown_sender");
 }
 
@@ -300,16 +438,41 @@ async fn changed_box_key_is_refused_and_blocks_sending_until_verified() {
     let relay = TestRelay::start().await;
     let (bob, f) = bob_knows_forger(&relay).await;
     // Same sig key, new box key: what a re-installed (or compromised) device looks like.
-    let rekeyed = DeviceIdentity { sig: ed25519_dalek::SigningKey::from_bytes(&f.id.sig.to_bytes()), boxs: x25519_dalek::StaticSecret::from([42u8; 32]), drop: f.id.drop };
-    let inner = Inner::new(&rekeyed.keys(), &bob.rt.keys().mailbox_id(), now_ms(), uuid::Uuid::new_v4(), Kind::Send, json!("new key, who dis"));
-    let env = la::seal(&rekeyed.sig, &bob.rt.keys(), &serde_json::to_string(&inner).unwrap(), &mut OsRng).unwrap();
+    let rekeyed = DeviceIdentity {
+        sig: ed25519_dalek::SigningKey::from_bytes(&f.id.sig.to_bytes()),
+        boxs: x25519_dalek::StaticSecret::from([42u8; 32]),
+        drop: f.id.drop,
+    };
+    let inner = Inner::new(
+        &rekeyed.keys(),
+        &bob.rt.keys().mailbox_id(),
+        now_ms(),
+        uuid::Uuid::new_v4(),
+        Kind::Send,
+        json!("new key, who dis"),
+    );
+    let env = la::seal(
+        &rekeyed.sig,
+        &bob.rt.keys(),
+        &serde_json::to_string(&inner).unwrap(),
+        &mut OsRng,
+    )
+    .unwrap();
     f.post(&bob, env).await;
     assert!(bob.inbox(0).await.is_empty());
     let c = &bob.call(Request::ContactList).await[0];
     assert_eq!(c["key_changed"], true);
     assert_eq!(c["new_safety_number"], rekeyed.keys().safety_number());
-    assert_eq!(bob.try_call(send_req("mallory", "hi", "send", None)).await.unwrap_err(), "key_changed");
-    bob.call(Request::ContactVerify { name: "mallory".into() }).await;
+    assert_eq!(
+        bob.try_call(send_req("mallory", "hi", "send", None))
+            .await
+            .unwrap_err(),
+        "key_changed"
+    );
+    bob.call(Request::ContactVerify {
+        name: "mallory".into(),
+    })
+    .await;
     let c = &bob.call(Request::ContactList).await[0];
     assert_eq!(c["key_changed"], false);
     assert_eq!(c["safety_number"], rekeyed.keys().safety_number());
@@ -320,14 +483,26 @@ async fn changed_box_key_is_refused_and_blocks_sending_until_verified() {
 async fn disallowed_kind_is_refused_with_a_receipt() {
     let relay = TestRelay::start().await;
     let (bob, f) = bob_knows_forger(&relay).await;
-    bob.call(Request::ContactAllow { name: "mallory".into(), kinds: vec!["send".into()] }).await;
+    bob.call(Request::ContactAllow {
+        name: "mallory".into(),
+        kinds: vec!["send".into()],
+    })
+    .await;
     let inner = f.inner(&bob.rt.keys(), Kind::Ask, json!("may I ask?"));
     f.post(&bob, f.seal(&bob.rt.keys(), &inner)).await;
     assert!(bob.inbox(0).await.is_empty());
     assert_eq!(last_in_audit(&bob).await["state"], "refused");
-    let receipts: Vec<_> = f.read().await.into_iter().filter(|o| o.kind == Kind::Receipt).collect();
+    let receipts: Vec<_> = f
+        .read()
+        .await
+        .into_iter()
+        .filter(|o| o.kind == Kind::Receipt)
+        .collect();
     assert_eq!(receipts.len(), 1);
-    assert_eq!(receipts[0].inner.reply_to.as_deref(), Some(inner.id.as_str()));
+    assert_eq!(
+        receipts[0].inner.reply_to.as_deref(),
+        Some(inner.id.as_str())
+    );
     assert_eq!(receipts[0].inner.body["status"], "refused");
 }
 
@@ -335,7 +510,13 @@ async fn disallowed_kind_is_refused_with_a_receipt() {
 async fn an_agent_rule_that_denies_refuses_the_message() {
     let relay = TestRelay::start().await;
     let (bob, f) = bob_knows_forger(&relay).await;
-    bob.call(Request::ContactRule { name: "mallory".into(), from: "ci*".into(), to: "*".into(), action: "deny".into() }).await;
+    bob.call(Request::ContactRule {
+        name: "mallory".into(),
+        from: "ci*".into(),
+        to: "*".into(),
+        action: "deny".into(),
+    })
+    .await;
     let mut denied = f.inner(&bob.rt.keys(), Kind::Send, json!("from the CI bot"));
     denied.from_agent = Some("ci-bot".into());
     let mut allowed = f.inner(&bob.rt.keys(), Kind::Send, json!("from a person"));
@@ -345,8 +526,17 @@ async fn an_agent_rule_that_denies_refuses_the_message() {
     let got = bob.inbox(0).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0]["body"], "from a person");
-    let statuses: Vec<String> = f.read().await.iter().filter(|o| o.kind == Kind::Receipt).map(|o| o.inner.body["status"].as_str().unwrap().to_owned()).collect();
+    let statuses: Vec<String> = f
+        .read()
+        .await
+        .iter()
+        .filter(|o| o.kind == Kind::Receipt)
+        .map(|o| o.inner.body["status"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(statuses.len(), 2);
     // Bob is reading his inbox when the allowed one arrives, so it counts as pushed.
-    assert!(statuses.contains(&"refused".to_owned()) && statuses.contains(&"pushed".to_owned()), "{statuses:?}");
+    assert!(
+        statuses.contains(&"refused".to_owned()) && statuses.contains(&"pushed".to_owned()),
+        "{statuses:?}"
+    );
 }

@@ -175,10 +175,10 @@ impl Inner {
         if !is_uuid(&self.id) {
             return Err(InnerError::Id("id"));
         }
-        if let Some(r) = &self.reply_to {
-            if !is_uuid(r) {
-                return Err(InnerError::Id("reply_to"));
-            }
+        if let Some(r) = &self.reply_to
+            && !is_uuid(r)
+        {
+            return Err(InnerError::Id("reply_to"));
         }
         for name in [&self.from_agent, &self.to_agent].into_iter().flatten() {
             if !valid_agent_name(name) {
@@ -250,16 +250,28 @@ mod tests {
     use super::*;
 
     fn sample(kind: Kind, body: Value) -> Inner {
-        let keys = PeerKeys { sig: [1; 32], boxk: [2; 32] };
+        let keys = PeerKeys {
+            sig: [1; 32],
+            boxk: [2; 32],
+        };
         Inner::new(&keys, "to", 1, uuid::Uuid::from_bytes([7; 16]), kind, body)
     }
 
     #[test]
     fn bodies_are_checked_per_kind() {
         assert!(sample(Kind::Send, "hi".into()).validate().is_ok());
-        assert_eq!(sample(Kind::Send, 3.into()).validate(), Err(InnerError::Body("send")));
-        assert_eq!(sample(Kind::List, "x".into()).validate(), Err(InnerError::Body("list")));
-        let mut r = sample(Kind::Receipt, serde_json::json!({"status": "queued", "detail": ""}));
+        assert_eq!(
+            sample(Kind::Send, 3.into()).validate(),
+            Err(InnerError::Body("send"))
+        );
+        assert_eq!(
+            sample(Kind::List, "x".into()).validate(),
+            Err(InnerError::Body("list"))
+        );
+        let mut r = sample(
+            Kind::Receipt,
+            serde_json::json!({"status": "queued", "detail": ""}),
+        );
         assert_eq!(r.validate(), Err(InnerError::ReplyTo("receipt")));
         r.reply_to = Some(r.id.clone());
         assert!(r.validate().is_ok());
@@ -288,7 +300,10 @@ mod tests {
     #[test]
     fn ids_must_be_lower_case_uuids() {
         let mut m = sample(Kind::Send, "x".into());
-        m.id = uuid::Uuid::from_bytes([0xab; 16]).hyphenated().to_string().to_uppercase();
+        m.id = uuid::Uuid::from_bytes([0xab; 16])
+            .hyphenated()
+            .to_string()
+            .to_uppercase();
         assert_eq!(m.validate(), Err(InnerError::Id("id")));
     }
 }
