@@ -17,7 +17,14 @@ use switchboard_core::util::{OsRng, SeededRng};
 use x25519_dalek::{PublicKey, StaticSecret};
 
 fn message(from: &DeviceIdentity, to: &DeviceIdentity, body_len: usize) -> String {
-    let inner = Inner::new(&from.keys(), &to.keys().mailbox_id(), 1_800_000_000_000, uuid::Uuid::new_v4(), Kind::Send, "x".repeat(body_len).into());
+    let inner = Inner::new(
+        &from.keys(),
+        &to.keys().mailbox_id(),
+        1_800_000_000_000,
+        uuid::Uuid::new_v4(),
+        Kind::Send,
+        "x".repeat(body_len).into(),
+    );
     serde_json::to_string(&inner).unwrap()
 }
 
@@ -28,16 +35,25 @@ fn primitives_seal(sender: &SigningKey, recipient_box: &PublicKey, signed: &[u8]
     let shared = eph.diffie_hellman(recipient_box);
     let mut key = [0u8; 32];
     Hkdf::<Sha256>::new(Some(&[0u8; 64]), shared.as_bytes()).expand(b"letagents-v1 aes-256-gcm", &mut key).unwrap();
-    let ct = Aes256Gcm::new((&key).into()).encrypt(&Nonce::from([0u8; 12]), Payload { msg: plain, aad: b"aad" }).unwrap();
+    let ct =
+        Aes256Gcm::new((&key).into()).encrypt(&Nonce::from([0u8; 12]), Payload { msg: plain, aad: b"aad" }).unwrap();
     black_box((eph_pub, sig));
     ct
 }
 
-fn primitives_open(box_secret: &StaticSecret, eph_pub: &PublicKey, ct: &[u8], vk: &ed25519_dalek::VerifyingKey, signed: &[u8], sig: &ed25519_dalek::Signature) -> Vec<u8> {
+fn primitives_open(
+    box_secret: &StaticSecret,
+    eph_pub: &PublicKey,
+    ct: &[u8],
+    vk: &ed25519_dalek::VerifyingKey,
+    signed: &[u8],
+    sig: &ed25519_dalek::Signature,
+) -> Vec<u8> {
     let shared = box_secret.diffie_hellman(eph_pub);
     let mut key = [0u8; 32];
     Hkdf::<Sha256>::new(Some(&[0u8; 64]), shared.as_bytes()).expand(b"letagents-v1 aes-256-gcm", &mut key).unwrap();
-    let plain = Aes256Gcm::new((&key).into()).decrypt(&Nonce::from([0u8; 12]), Payload { msg: ct, aad: b"aad" }).unwrap();
+    let plain =
+        Aes256Gcm::new((&key).into()).decrypt(&Nonce::from([0u8; 12]), Payload { msg: ct, aad: b"aad" }).unwrap();
     vk.verify_strict(signed, sig).unwrap();
     plain
 }
@@ -60,10 +76,16 @@ fn bench(c: &mut Criterion) {
 
         let mut g = c.benchmark_group(format!("letagents_{label}"));
         g.throughput(Throughput::Elements(1));
-        g.bench_function("seal", |b| b.iter(|| la::seal(&alice.sig, &bob.keys(), black_box(&json), &mut OsRng).unwrap()));
-        g.bench_function("seal_primitives", |b| b.iter(|| primitives_seal(&alice.sig, &bob_pub, black_box(&signed), black_box(&plain))));
+        g.bench_function("seal", |b| {
+            b.iter(|| la::seal(&alice.sig, &bob.keys(), black_box(&json), &mut OsRng).unwrap())
+        });
+        g.bench_function("seal_primitives", |b| {
+            b.iter(|| primitives_seal(&alice.sig, &bob_pub, black_box(&signed), black_box(&plain)))
+        });
         g.bench_function("open", |b| b.iter(|| la::open(black_box(&env), &bob.boxs, &bob.keys()).unwrap()));
-        g.bench_function("open_primitives", |b| b.iter(|| primitives_open(&bob.boxs, &eph_pub, black_box(&ct), &vk, &signed, &sig)));
+        g.bench_function("open_primitives", |b| {
+            b.iter(|| primitives_open(&bob.boxs, &eph_pub, black_box(&ct), &vk, &signed, &sig))
+        });
         g.finish();
     }
 }

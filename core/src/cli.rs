@@ -203,46 +203,23 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Whoami => Request::Whoami,
         Command::Status => Request::Status,
         Command::Contact(c) => match c {
-            ContactCmd::Add {
-                address,
-                name,
-                allow,
-                relay,
-                no_hello,
-            } => Request::ContactAdd {
-                address,
-                name,
-                allow,
-                relay,
-                no_hello,
-            },
+            ContactCmd::Add { address, name, allow, relay, no_hello } => {
+                Request::ContactAdd { address, name, allow, relay, no_hello }
+            }
             ContactCmd::List => Request::ContactList,
             ContactCmd::Requests => Request::ContactRequests,
             ContactCmd::Accept { name } => Request::ContactAccept { name },
             ContactCmd::Deny { name } => Request::ContactDeny { name },
             ContactCmd::Verify { name } => Request::ContactVerify { name },
             ContactCmd::Allow { name, kinds } => Request::ContactAllow { name, kinds },
-            ContactCmd::Rule {
-                name,
-                action,
-                from,
-                to,
-            } => Request::ContactRule {
-                name,
-                from,
-                to,
-                action,
-            },
+            ContactCmd::Rule { name, action, from, to } => Request::ContactRule { name, from, to, action },
         },
         Command::Send(a) => {
             let text = if a.text == "-" {
                 let mut s = String::new();
                 std::io::stdin()
                     .read_to_string(&mut s)
-                    .map_err(|e| ApiError {
-                        code: "invalid_input".into(),
-                        message: e.to_string(),
-                    })?;
+                    .map_err(|e| ApiError { code: "invalid_input".into(), message: e.to_string() })?;
                 s
             } else {
                 a.text
@@ -264,15 +241,9 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             }
         }
         Command::List { contact } => Request::List { contact },
-        Command::Inbox { all, wait } => Request::Inbox {
-            all,
-            wait_secs: wait,
-        },
+        Command::Inbox { all, wait } => Request::Inbox { all, wait_secs: wait },
         Command::Show { id } => Request::Message { id },
-        Command::Log { search, limit } => Request::Log {
-            search,
-            limit: Some(limit),
-        },
+        Command::Log { search, limit } => Request::Log { search, limit: Some(limit) },
         Command::Agent(a) => match a {
             AgentCmd::Register { name, harness } => Request::AgentRegister { name, harness },
             AgentCmd::Unregister { name } => Request::AgentUnregister { name },
@@ -280,10 +251,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         },
         Command::Flush => Request::Flush,
         Command::Init { .. } | Command::Daemon => {
-            return Err(ApiError {
-                code: "internal".into(),
-                message: "not a runtime request".into(),
-            });
+            return Err(ApiError { code: "internal".into(), message: "not a runtime request".into() });
         }
     })
 }
@@ -315,17 +283,10 @@ fn print_text(kind: &str, v: &Value) {
                     flags.push("verified".into());
                 }
                 if c["key_changed"].as_bool() == Some(true) {
-                    flags.push(format!(
-                        "KEY CHANGED (new safety number {})",
-                        s(&c, "new_safety_number")
-                    ));
+                    flags.push(format!("KEY CHANGED (new safety number {})", s(&c, "new_safety_number")));
                 }
                 let req = s(&c, "request");
-                let req = if req.is_empty() {
-                    String::new()
-                } else {
-                    format!(" says \"{req}\"")
-                };
+                let req = if req.is_empty() { String::new() } else { format!(" says \"{req}\"") };
                 println!(
                     "{:<16} {:<10} {}  [{}]{req}",
                     s(&c, "name"),
@@ -342,11 +303,7 @@ fn print_text(kind: &str, v: &Value) {
                 s(v, "protocol"),
                 s(v, "safety_number"),
                 s(v, "state"),
-                if v["verified"].as_bool() == Some(true) {
-                    ", verified"
-                } else {
-                    ""
-                }
+                if v["verified"].as_bool() == Some(true) { ", verified" } else { "" }
             );
         }
         "message" => println!("{}  {}", s(v, "id"), s(v, "state")),
@@ -362,16 +319,8 @@ fn print_text(kind: &str, v: &Value) {
                     Value::String(t) => t.clone(),
                     other => other.to_string(),
                 };
-                let re = m["reply_to"]
-                    .as_str()
-                    .map(|r| format!(" re {r}"))
-                    .unwrap_or_default();
-                println!(
-                    "[{}] {}{agent} {}{re}: {body}",
-                    s(&m, "id"),
-                    s(&m, "from"),
-                    s(&m, "kind")
-                );
+                let re = m["reply_to"].as_str().map(|r| format!(" re {r}")).unwrap_or_default();
+                println!("[{}] {}{agent} {}{re}: {body}", s(&m, "id"), s(&m, "from"), s(&m, "kind"));
             }
         }
         "log" => {
@@ -397,10 +346,7 @@ fn output_kind(cmd: &Command) -> &'static str {
         Command::Whoami => "whoami",
         Command::Contact(ContactCmd::List | ContactCmd::Requests) => "contacts",
         Command::Contact(
-            ContactCmd::Add { .. }
-            | ContactCmd::Accept { .. }
-            | ContactCmd::Verify { .. }
-            | ContactCmd::Allow { .. },
+            ContactCmd::Add { .. } | ContactCmd::Accept { .. } | ContactCmd::Verify { .. } | ContactCmd::Allow { .. },
         ) => "contact",
         Command::Send(_) | Command::List { .. } => "message",
         Command::Inbox { .. } => "inbox",
@@ -419,40 +365,19 @@ fn fail(json: bool, e: &ApiError) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), ApiError> {
-    let profile = Profile::resolve(cli.home.clone()).map_err(|e| ApiError {
-        code: "profile".into(),
-        message: e.to_string(),
-    })?;
-    let perr = |e: crate::profile::ProfileError| ApiError {
-        code: "profile".into(),
-        message: e.to_string(),
-    };
+    let profile =
+        Profile::resolve(cli.home.clone()).map_err(|e| ApiError { code: "profile".into(), message: e.to_string() })?;
+    let perr = |e: crate::profile::ProfileError| ApiError { code: "profile".into(), message: e.to_string() };
     match cli.command {
-        Command::Init {
-            name,
-            relay,
-            relay_cert_sha256,
-            keystore,
-        } => {
+        Command::Init { name, relay, relay_cert_sha256, keystore } => {
             let _lock = profile.try_lock().map_err(perr)?.ok_or_else(|| ApiError {
                 code: "runtime_busy".into(),
                 message: "a runtime is using this profile".into(),
             })?;
-            let rt = Runtime::init(
-                &profile,
-                InitOptions {
-                    name,
-                    relay,
-                    relay_cert_sha256,
-                    keystore,
-                },
-            )
-            .await
-            .map_err(|e| e.to_api())?;
-            let who = rt
-                .handle(Request::Whoami, true)
+            let rt = Runtime::init(&profile, InitOptions { name, relay, relay_cert_sha256, keystore })
                 .await
                 .map_err(|e| e.to_api())?;
+            let who = rt.handle(Request::Whoami, true).await.map_err(|e| e.to_api())?;
             if cli.json {
                 println!("{who}")
             } else {
@@ -477,35 +402,19 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
 }
 
 async fn daemon(profile: Profile) -> Result<(), ApiError> {
-    let e = |code: &str, m: String| ApiError {
-        code: code.into(),
-        message: m,
-    };
+    let e = |code: &str, m: String| ApiError { code: code.into(), message: m };
     let _lock = profile
         .try_lock()
         .map_err(|x| e("profile", x.to_string()))?
-        .ok_or_else(|| {
-            e(
-                "runtime_busy",
-                format!("another runtime already owns {}", profile.dir.display()),
-            )
-        })?;
+        .ok_or_else(|| e("runtime_busy", format!("another runtime already owns {}", profile.dir.display())))?;
     let rt = Runtime::open(&profile).await.map_err(|x| x.to_api())?;
-    let bridge = crate::bridge::serve(rt.clone())
-        .await
-        .map_err(|x| e("bridge", x.to_string()))?;
+    let bridge = crate::bridge::serve(rt.clone()).await.map_err(|x| e("bridge", x.to_string()))?;
     let tasks = rt.start_background();
-    println!(
-        "switchboard daemon: profile {} bridge http://{}",
-        profile.dir.display(),
-        bridge.addr
-    );
+    println!("switchboard daemon: profile {} bridge http://{}", profile.dir.display(), bridge.addr);
     let term = async {
         #[cfg(unix)]
         {
-            if let Ok(mut s) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            {
+            if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
                 s.recv().await;
                 return;
             }
@@ -530,25 +439,15 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SWITCHBOARD_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SWITCHBOARD_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .try_init();
     let json = cli.json;
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            return fail(
-                json,
-                &ApiError {
-                    code: "internal".into(),
-                    message: e.to_string(),
-                },
-            );
+            return fail(json, &ApiError { code: "internal".into(), message: e.to_string() });
         }
     };
     match rt.block_on(run(cli)) {

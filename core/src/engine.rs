@@ -24,9 +24,7 @@ use crate::identity::DeviceIdentity;
 use crate::identity::keystore::{Keystore, KeystoreError, KeystoreKind, KeystorePreference};
 use crate::profile::Profile;
 use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus, RosterEntry};
-use crate::protocol::letagents::receive::{
-    AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide,
-};
+use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
 use crate::protocol::letagents::wire::{ClientToRelay, RelayToClient};
 use crate::protocol::letagents::{self as la, Address, Inner, Kind, PeerKeys, STALE_AFTER_MS};
 use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Store, StoreError};
@@ -57,9 +55,7 @@ pub enum Error {
     #[error("{0}")]
     ContactExists(String),
     /// Sending is blocked until the user re-verifies.
-    #[error(
-        "{0}'s key changed: compare the new safety number and run `switchboard contact verify {0}` before sending"
-    )]
+    #[error("{0}'s key changed: compare the new safety number and run `switchboard contact verify {0}` before sending")]
     KeyChanged(String),
     /// The contact has not been accepted.
     #[error("`{0}` is a pending request: accept it first")]
@@ -109,10 +105,7 @@ impl Error {
 
     /// As it crosses to clients.
     pub fn to_api(&self) -> ApiError {
-        ApiError {
-            code: self.code().into(),
-            message: self.to_string(),
-        }
+        ApiError { code: self.code().into(), message: self.to_string() }
     }
 }
 
@@ -209,43 +202,31 @@ fn parse_pin(hex: Option<&str>) -> Result<Option<[u8; 32]>> {
         None | Some("") => Ok(None),
         Some(h) => {
             let clean: String = h.chars().filter(|c| *c != ':').collect();
-            let bytes = hex_decode(&clean)
-                .ok_or_else(|| Error::Invalid("certificate pin is not hex".into()))?;
-            Ok(Some(bytes.try_into().map_err(|_| {
-                Error::Invalid("certificate pin must be 32 bytes of SHA-256".into())
-            })?))
+            let bytes = hex_decode(&clean).ok_or_else(|| Error::Invalid("certificate pin is not hex".into()))?;
+            Ok(Some(
+                bytes.try_into().map_err(|_| Error::Invalid("certificate pin must be 32 bytes of SHA-256".into()))?,
+            ))
         }
     }
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::Bug(e.to_string()))
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Bug(e.to_string()))
 }
 
 /// Full-jitter exponential backoff: a delay in [d/2, d] with d = min(cap, base * 2^attempt).
 pub fn backoff_ms(attempt: u32) -> i64 {
-    let d = BACKOFF_BASE_MS
-        .saturating_mul(1i64 << attempt.min(20))
-        .min(BACKOFF_CAP_MS);
+    let d = BACKOFF_BASE_MS.saturating_mul(1i64 << attempt.min(20)).min(BACKOFF_CAP_MS);
     let r = i64::from(u16::from_le_bytes(random_array::<2>()));
     d / 2 + (d / 2) * r / i64::from(u16::MAX)
 }
 
 fn kinds_to_string(kinds: &[String]) -> Result<String> {
     let mut out = Vec::new();
-    for k in kinds
-        .iter()
-        .flat_map(|k| k.split(','))
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-    {
+    for k in kinds.iter().flat_map(|k| k.split(',')).map(str::trim).filter(|k| !k.is_empty()) {
         let kind = Kind::parse(k).filter(|k| Kind::ALLOWABLE.contains(k));
         if kind.is_none() {
-            return Err(Error::Invalid(format!(
-                "`{k}` is not an allowable kind (send, ask, reply, list)"
-            )));
+            return Err(Error::Invalid(format!("`{k}` is not an allowable kind (send, ask, reply, list)")));
         }
         if !out.contains(&k) {
             out.push(k);
@@ -256,16 +237,8 @@ fn kinds_to_string(kinds: &[String]) -> Result<String> {
 
 fn peer_keys(c: &ContactRow) -> Result<PeerKeys> {
     Ok(PeerKeys {
-        sig: c
-            .sig_pub
-            .as_slice()
-            .try_into()
-            .map_err(|_| Error::Bug("stored sig key has the wrong length".into()))?,
-        boxk: c
-            .box_pub
-            .as_slice()
-            .try_into()
-            .map_err(|_| Error::Bug("stored box key has the wrong length".into()))?,
+        sig: c.sig_pub.as_slice().try_into().map_err(|_| Error::Bug("stored sig key has the wrong length".into()))?,
+        boxk: c.box_pub.as_slice().try_into().map_err(|_| Error::Bug("stored box key has the wrong length".into()))?,
     })
 }
 
@@ -273,11 +246,7 @@ fn peer_keys(c: &ContactRow) -> Result<PeerKeys> {
 pub fn contact_dto(c: &ContactRow) -> Value {
     let keys = peer_keys(c).ok();
     let new_safety = match (&keys, &c.changed_box_pub) {
-        (Some(k), Some(b)) => b
-            .as_slice()
-            .try_into()
-            .ok()
-            .map(|boxk| PeerKeys { sig: k.sig, boxk }.safety_number()),
+        (Some(k), Some(b)) => b.as_slice().try_into().ok().map(|boxk| PeerKeys { sig: k.sig, boxk }.safety_number()),
         _ => None,
     };
     json!({
@@ -299,9 +268,7 @@ pub fn contact_dto(c: &ContactRow) -> Value {
 
 fn message_dto(m: &store::MessageRow, contact: Option<&str>) -> Value {
     let body = match m.kind.as_str() {
-        "roster" | "receipt" => {
-            serde_json::from_str(&m.body).unwrap_or(Value::String(m.body.clone()))
-        }
+        "roster" | "receipt" => serde_json::from_str(&m.body).unwrap_or(Value::String(m.body.clone())),
         _ => Value::String(m.body.clone()),
     };
     json!({
@@ -350,15 +317,9 @@ impl Runtime {
         for (k, v) in [
             ("name", opts.name.trim().to_owned()),
             ("relay_url", opts.relay.trim_end_matches('/').to_owned()),
-            (
-                "relay_cert_sha256",
-                pin.map(|p| crate::util::hex(&p)).unwrap_or_default(),
-            ),
+            ("relay_cert_sha256", pin.map(|p| crate::util::hex(&p)).unwrap_or_default()),
             ("keystore", ks.kind().as_str().to_owned()),
-            (
-                "keystore_note",
-                ks.fallback_reason.clone().unwrap_or_default(),
-            ),
+            ("keystore_note", ks.fallback_reason.clone().unwrap_or_default()),
             ("account", account),
             ("letagents_drop", b64u(&id.drop)),
             ("letagents_sig_pub", b64u(&id.keys().sig)),
@@ -393,20 +354,14 @@ impl Runtime {
         let kind = KeystoreKind::parse(&meta("keystore").await?).ok_or(Error::NotInitialized)?;
         let note = meta("keystore_note").await?;
         let account = meta("account").await?;
-        let drop = b64u_array::<16>(&meta("letagents_drop").await?)
-            .ok_or_else(|| Error::Bug("drop code".into()))?;
+        let drop = b64u_array::<16>(&meta("letagents_drop").await?).ok_or_else(|| Error::Bug("drop code".into()))?;
         let dir = profile.dir.clone();
         let ks = blocking(move || Keystore::open(kind, &dir, &account)).await??;
         let mut keystore_desc = ks.describe();
         if kind == KeystoreKind::File && !note.is_empty() {
-            keystore_desc = format!(
-                "file {} (0600; {note})",
-                profile.dir.join("keys.secret").display()
-            );
+            keystore_desc = format!("file {} (0600; {note})", profile.dir.join("keys.secret").display());
         }
-        let secret = blocking(move || ks.load())
-            .await??
-            .ok_or(KeystoreError::Corrupt)?;
+        let secret = blocking(move || ks.load()).await??.ok_or(KeystoreError::Corrupt)?;
         let id = DeviceIdentity::from_secret(&secret, drop).ok_or(KeystoreError::Corrupt)?;
         if b64u(&id.keys().sig) != meta("letagents_sig_pub").await? {
             return Err(Error::Keystore(KeystoreError::Corrupt));
@@ -429,10 +384,7 @@ impl Runtime {
                 events,
                 outbox_wake: Notify::new(),
                 listeners: AtomicUsize::new(0),
-                health: std::sync::Mutex::new(RelayHealth {
-                    state: "unknown".into(),
-                    ..Default::default()
-                }),
+                health: std::sync::Mutex::new(RelayHealth { state: "unknown".into(), ..Default::default() }),
                 shutdown,
             }),
         })
@@ -471,11 +423,7 @@ impl Runtime {
         if let Ok(mut h) = self.inner.health.lock()
             && (h.state != state || h.last_error != err)
         {
-            *h = RelayHealth {
-                state: state.into(),
-                last_error: err.into(),
-                since: now_ms(),
-            };
+            *h = RelayHealth { state: state.into(), last_error: err.into(), since: now_ms() };
         }
     }
 
@@ -486,22 +434,9 @@ impl Runtime {
         match req {
             Request::Whoami => self.whoami().await,
             Request::Status => self.status().await,
-            Request::ContactAdd {
-                address,
-                name,
-                allow,
-                relay,
-                no_hello,
-            } => {
-                let v = self
-                    .contact_add(
-                        &address,
-                        name.as_deref(),
-                        allow.as_deref(),
-                        relay.as_deref(),
-                        !no_hello,
-                    )
-                    .await?;
+            Request::ContactAdd { address, name, allow, relay, no_hello } => {
+                let v =
+                    self.contact_add(&address, name.as_deref(), allow.as_deref(), relay.as_deref(), !no_hello).await?;
                 if one_shot {
                     self.flush_once(true).await?;
                 }
@@ -511,54 +446,26 @@ impl Runtime {
                 if one_shot {
                     self.sync_best_effort().await;
                 }
-                Ok(Value::Array(
-                    self.store()
-                        .contacts(None)
-                        .await?
-                        .iter()
-                        .map(contact_dto)
-                        .collect(),
-                ))
+                Ok(Value::Array(self.store().contacts(None).await?.iter().map(contact_dto).collect()))
             }
             Request::ContactRequests => {
                 if one_shot {
                     self.sync_best_effort().await;
                 }
-                Ok(Value::Array(
-                    self.store()
-                        .contacts(Some("pending"))
-                        .await?
-                        .iter()
-                        .map(contact_dto)
-                        .collect(),
-                ))
+                Ok(Value::Array(self.store().contacts(Some("pending")).await?.iter().map(contact_dto).collect()))
             }
             Request::ContactAccept { name } => self.contact_accept(&name).await,
             Request::ContactDeny { name } => self.contact_deny(&name).await,
             Request::ContactVerify { name } => self.contact_verify(&name).await,
             Request::ContactAllow { name, kinds } => self.contact_allow(&name, &kinds).await,
-            Request::ContactRule {
-                name,
-                from,
-                to,
-                action,
-            } => self.contact_rule(&name, &from, &to, &action).await,
-            Request::Send {
-                contact,
-                text,
-                kind,
-                reply_to,
-                from_agent,
-                to_agent,
-            } => {
+            Request::ContactRule { name, from, to, action } => self.contact_rule(&name, &from, &to, &action).await,
+            Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => {
                 let kind = match kind.as_deref().unwrap_or("send") {
                     "send" => Kind::Send,
                     "ask" => Kind::Ask,
                     "reply" => Kind::Reply,
                     other => {
-                        return Err(Error::Invalid(format!(
-                            "cannot send kind `{other}` (send, ask, reply)"
-                        )));
+                        return Err(Error::Invalid(format!("cannot send kind `{other}` (send, ask, reply)")));
                     }
                 };
                 if kind == Kind::Reply && reply_to.is_none() {
@@ -580,16 +487,7 @@ impl Runtime {
                 self.message_view(&id).await
             }
             Request::List { contact } => {
-                let id = self
-                    .send(
-                        &contact,
-                        Kind::List,
-                        Value::String(String::new()),
-                        None,
-                        None,
-                        None,
-                    )
-                    .await?;
+                let id = self.send(&contact, Kind::List, Value::String(String::new()), None, None, None).await?;
                 if one_shot {
                     self.flush_once(true).await?;
                 }
@@ -598,15 +496,11 @@ impl Runtime {
             Request::Inbox { all, wait_secs } => self.inbox(all, wait_secs, one_shot).await,
             Request::Message { id } => self.message_view(&id).await,
             Request::Log { search, limit } => {
-                let rows = self
-                    .store()
-                    .audit_log(search.as_deref(), limit.unwrap_or(200).clamp(1, 10_000))
-                    .await?;
+                let rows = self.store().audit_log(search.as_deref(), limit.unwrap_or(200).clamp(1, 10_000)).await?;
                 Ok(serde_json::to_value(rows).map_err(|e| Error::Bug(e.to_string()))?)
             }
             Request::AgentRegister { name, harness } => {
-                self.agent_register(&name, harness.as_deref().unwrap_or("cli"))
-                    .await?;
+                self.agent_register(&name, harness.as_deref().unwrap_or("cli")).await?;
                 if one_shot {
                     self.flush_once(true).await?;
                 }
@@ -643,12 +537,7 @@ impl Runtime {
     }
 
     async fn status(&self) -> Result<Value> {
-        let health = self
-            .inner
-            .health
-            .lock()
-            .map(|h| h.clone())
-            .unwrap_or_default();
+        let health = self.inner.health.lock().map(|h| h.clone()).unwrap_or_default();
         Ok(json!({
             "pid": std::process::id(),
             "profile": self.inner.profile.dir.display().to_string(),
@@ -667,11 +556,7 @@ impl Runtime {
     async fn message_view(&self, id: &str) -> Result<Value> {
         let m = match self.store().message("out", id).await? {
             Some(m) => m,
-            None => self
-                .store()
-                .message("in", id)
-                .await?
-                .ok_or_else(|| Error::UnknownMessage(id.into()))?,
+            None => self.store().message("in", id).await?.ok_or_else(|| Error::UnknownMessage(id.into()))?,
         };
         let name = self.contact_name(m.contact_id).await?;
         Ok(message_dto(&m, name.as_deref()))
@@ -686,10 +571,7 @@ impl Runtime {
     }
 
     async fn contact(&self, name: &str) -> Result<ContactRow> {
-        self.store()
-            .contact_by_name(name)
-            .await?
-            .ok_or_else(|| Error::UnknownContact(name.into()))
+        self.store().contact_by_name(name).await?.ok_or_else(|| Error::UnknownContact(name.into()))
     }
 
     async fn contact_add(
@@ -701,9 +583,8 @@ impl Runtime {
         hello: bool,
     ) -> Result<Value> {
         let addr = Address::parse(address).map_err(|e| Error::Invalid(e.to_string()))?;
-        let drop = addr.drop.ok_or_else(|| {
-            Error::Invalid("the address has no drop code: ask for the full address".into())
-        })?;
+        let drop =
+            addr.drop.ok_or_else(|| Error::Invalid("the address has no drop code: ask for the full address".into()))?;
         if addr.keys == self.keys() {
             return Err(Error::Invalid("that is our own address".into()));
         }
@@ -723,9 +604,7 @@ impl Runtime {
                 // They asked first: adding them is accepting them.
                 let new_name = name.unwrap_or(&c.name).to_owned();
                 if new_name != c.name && store::name_taken(&mut tx, &new_name).await? {
-                    return Err(Error::ContactExists(format!(
-                        "a contact named `{new_name}` already exists"
-                    )));
+                    return Err(Error::ContactExists(format!("a contact named `{new_name}` already exists")));
                 }
                 sqlx::query("UPDATE contacts SET name = ?, state = 'active', allow_kinds = ?, drop_code = ?, address = ?, relay_url = ? WHERE id = ?")
                     .bind(&new_name)
@@ -739,24 +618,15 @@ impl Runtime {
                 new_name
             }
             Some(c) => {
-                return Err(Error::ContactExists(format!(
-                    "already a contact, as `{}`",
-                    c.name
-                )));
+                return Err(Error::ContactExists(format!("already a contact, as `{}`", c.name)));
             }
             None => {
-                let name = name
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| peer_id.chars().take(8).collect());
+                let name = name.map(str::to_owned).unwrap_or_else(|| peer_id.chars().take(8).collect());
                 if name.trim().is_empty() || name.len() > 64 {
-                    return Err(Error::Invalid(
-                        "contact name must be 1 to 64 characters".into(),
-                    ));
+                    return Err(Error::Invalid("contact name must be 1 to 64 characters".into()));
                 }
                 if store::name_taken(&mut tx, &name).await? {
-                    return Err(Error::ContactExists(format!(
-                        "a contact named `{name}` already exists"
-                    )));
+                    return Err(Error::ContactExists(format!("a contact named `{name}` already exists")));
                 }
                 store::insert_contact(
                     &mut tx,
@@ -781,15 +651,7 @@ impl Runtime {
         };
         tx.commit().await?;
         if hello {
-            self.send(
-                &name,
-                Kind::Hello,
-                Value::String(self.inner.name.clone()),
-                None,
-                None,
-                None,
-            )
-            .await?;
+            self.send(&name, Kind::Hello, Value::String(self.inner.name.clone()), None, None, None).await?;
         }
         Ok(contact_dto(&self.contact(&name).await?))
     }
@@ -799,10 +661,7 @@ impl Runtime {
         if c.state != "pending" {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
-        sqlx::query("UPDATE contacts SET state = 'active' WHERE id = ?")
-            .bind(c.id)
-            .execute(&self.store().pool)
-            .await?;
+        sqlx::query("UPDATE contacts SET state = 'active' WHERE id = ?").bind(c.id).execute(&self.store().pool).await?;
         Ok(contact_dto(&self.contact(name).await?))
     }
 
@@ -811,10 +670,7 @@ impl Runtime {
         if c.state != "pending" {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
-        sqlx::query("DELETE FROM contacts WHERE id = ?")
-            .bind(c.id)
-            .execute(&self.store().pool)
-            .await?;
+        sqlx::query("DELETE FROM contacts WHERE id = ?").bind(c.id).execute(&self.store().pool).await?;
         Ok(json!({"denied": name}))
     }
 
@@ -833,10 +689,7 @@ impl Runtime {
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query("UPDATE contacts SET verified = 1 WHERE id = ?")
-            .bind(c.id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query("UPDATE contacts SET verified = 1 WHERE id = ?").bind(c.id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(contact_dto(&self.contact(name).await?))
     }
@@ -859,9 +712,7 @@ impl Runtime {
         }
         for g in [from, to] {
             if g.is_empty() || g.trim_end_matches('*').contains('*') {
-                return Err(Error::Invalid(format!(
-                    "`{g}` is not a glob (`*`, `prefix*` or a name)"
-                )));
+                return Err(Error::Invalid(format!("`{g}` is not a glob (`*`, `prefix*` or a name)")));
             }
         }
         sqlx::query(
@@ -882,9 +733,7 @@ impl Runtime {
 
     async fn agent_register(&self, name: &str, harness: &str) -> Result<()> {
         if name.is_empty() || name.len() > la::inner::MAX_AGENT_NAME || name.contains('/') {
-            return Err(Error::Invalid(
-                "agent name must be 1 to 128 characters without `/`".into(),
-            ));
+            return Err(Error::Invalid("agent name must be 1 to 128 characters without `/`".into()));
         }
         sqlx::query(
             "INSERT INTO agents (name, harness, status, where_, updated_at) VALUES (?, ?, 'online', ?, ?) \
@@ -917,12 +766,7 @@ impl Runtime {
             .agents()
             .await?
             .into_iter()
-            .map(|a| RosterEntry {
-                name: a.name,
-                harness: a.harness,
-                status: a.status,
-                where_: a.where_,
-            })
+            .map(|a| RosterEntry { name: a.name, harness: a.harness, status: a.status, where_: a.where_ })
             .collect();
         serde_json::to_value(entries).map_err(|e| Error::Bug(e.to_string()))
     }
@@ -934,8 +778,7 @@ impl Runtime {
             if c.changed_box_pub.is_some() {
                 continue;
             }
-            self.send(&c.name, Kind::Roster, roster.clone(), None, None, None)
-                .await?;
+            self.send(&c.name, Kind::Roster, roster.clone(), None, None, None).await?;
         }
         Ok(())
     }
@@ -965,46 +808,28 @@ impl Runtime {
             return Err(Error::Invalid(format!("`{r}` is not a message id")));
         }
         let keys = peer_keys(&c)?;
-        let drop = c.drop_code.clone().ok_or_else(|| {
-            Error::Invalid(format!("no drop code for `{name}`: add their full address"))
-        })?;
-        let mut inner = Inner::new(
-            &self.keys(),
-            &c.peer_id,
-            now_ms(),
-            uuid::Uuid::new_v4(),
-            kind,
-            body,
-        );
+        let drop = c
+            .drop_code
+            .clone()
+            .ok_or_else(|| Error::Invalid(format!("no drop code for `{name}`: add their full address")))?;
+        let mut inner = Inner::new(&self.keys(), &c.peer_id, now_ms(), uuid::Uuid::new_v4(), kind, body);
         if kind == Kind::Hello {
             inner.from = self.inner.id.address().to_string();
         }
         inner.reply_to = reply_to.map(str::to_owned);
         inner.from_agent = from_agent.map(str::to_owned);
         inner.to_agent = to_agent.map(str::to_owned);
-        inner
-            .validate()
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        inner.validate().map_err(|e| Error::Invalid(e.to_string()))?;
         let json = serde_json::to_string(&inner).map_err(|e| Error::Bug(e.to_string()))?;
-        let envelope = la::seal(&self.inner.id.sig, &keys, &json, &mut OsRng)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let envelope =
+            la::seal(&self.inner.id.sig, &keys, &json, &mut OsRng).map_err(|e| Error::Invalid(e.to_string()))?;
         self.enqueue(&c, &inner, kind, &drop, &envelope).await?;
         Ok(inner.id)
     }
 
-    async fn enqueue(
-        &self,
-        c: &ContactRow,
-        inner: &Inner,
-        kind: Kind,
-        drop: &[u8],
-        envelope: &[u8],
-    ) -> Result<()> {
+    async fn enqueue(&self, c: &ContactRow, inner: &Inner, kind: Kind, drop: &[u8], envelope: &[u8]) -> Result<()> {
         let now = now_ms();
-        let relay = c
-            .relay_url
-            .clone()
-            .unwrap_or_else(|| self.inner.relay_url.clone());
+        let relay = c.relay_url.clone().unwrap_or_else(|| self.inner.relay_url.clone());
         let body = match &inner.body {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -1030,18 +855,7 @@ impl Runtime {
             },
         )
         .await?;
-        store::enqueue(
-            &mut tx,
-            &inner.id,
-            PROTO,
-            kind.as_str(),
-            &relay,
-            &c.peer_id,
-            drop,
-            envelope,
-            now,
-        )
-        .await?;
+        store::enqueue(&mut tx, &inner.id, PROTO, kind.as_str(), &relay, &c.peer_id, drop, envelope, now).await?;
         store::audit(
             &mut tx,
             now,
@@ -1077,32 +891,22 @@ impl Runtime {
     async fn attempt(&self, row: OutboxRow) -> Result<Attempt> {
         let now = now_ms();
         let client = self.client_for(&row.relay_url).await?;
-        match client
-            .send(&row.target, &row.drop_code, row.payload.clone())
-            .await
-        {
+        match client.send(&row.target, &row.drop_code, row.payload.clone()).await {
             SendOutcome::Accepted => {
                 self.store().outbox_sent(&row, now_ms()).await?;
                 if !matches!(row.kind.as_str(), "receipt" | "roster" | "hello") {
-                    self.emit(Event::Delivery {
-                        id: row.message_id.clone(),
-                        state: "relayed".into(),
-                    });
+                    self.emit(Event::Delivery { id: row.message_id.clone(), state: "relayed".into() });
                 }
                 Ok(Attempt::Accepted)
             }
             SendOutcome::Retry { after_ms, reason } => {
                 if now - row.created_at > STALE_AFTER_MS {
-                    self.store()
-                        .outbox_failed(&row, &format!("gave up after 48 h: {reason}"), now)
-                        .await?;
+                    self.store().outbox_failed(&row, &format!("gave up after 48 h: {reason}"), now).await?;
                     return Ok(Attempt::Later);
                 }
                 let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
                 let delay = after_ms.unwrap_or(0).max(backoff_ms(attempt));
-                self.store()
-                    .outbox_retry(row.id, now + delay, &reason)
-                    .await?;
+                self.store().outbox_retry(row.id, now + delay, &reason).await?;
                 if reason.starts_with("unreachable") {
                     self.set_health("disconnected", &reason);
                     return Ok(Attempt::Unreachable);
@@ -1195,11 +999,7 @@ impl Runtime {
                     .map(|(from, to, action)| AgentRule {
                         from,
                         to,
-                        action: if action == "deny" {
-                            RuleAction::Deny
-                        } else {
-                            RuleAction::Allow
-                        },
+                        action: if action == "deny" { RuleAction::Deny } else { RuleAction::Allow },
                     })
                     .collect();
                 Some(ContactView {
@@ -1232,20 +1032,11 @@ impl Runtime {
                             .bind(c.id)
                             .execute(&mut *tx)
                             .await?;
-                        event = Some(Event::Request {
-                            name: c.name.clone(),
-                        });
+                        event = Some(Event::Request { name: c.name.clone() });
                     }
                     None => {
-                        let base: String = body
-                            .chars()
-                            .filter(|c| c.is_alphanumeric() || "-_.".contains(*c))
-                            .collect();
-                        let base = if base.is_empty() {
-                            peer.chars().take(8).collect()
-                        } else {
-                            base
-                        };
+                        let base: String = body.chars().filter(|c| c.is_alphanumeric() || "-_.".contains(*c)).collect();
+                        let base = if base.is_empty() { peer.chars().take(8).collect() } else { base };
                         let mut name = base.clone();
                         let mut n = 2;
                         while store::name_taken(&mut tx, &name).await? {
@@ -1285,35 +1076,21 @@ impl Runtime {
                         .execute(&mut *tx)
                         .await?;
                 }
-                audit_in(
-                    "received",
-                    "hello from a known contact: address refreshed".into(),
-                )
+                audit_in("received", "hello from a known contact: address refreshed".into())
             }
             Verdict::Refuse { reason, receipt } => {
                 store::mark_seen(&mut tx, PROTO, &peer, &msg_id, opened.inner.ts).await?;
                 if let (la::receive::RefuseReason::KeyChanged, Some(c)) = (reason, &contact) {
-                    sqlx::query(
-                        "UPDATE contacts SET changed_box_pub = ?, key_changed_at = ? WHERE id = ?",
-                    )
-                    .bind(opened.from.keys.boxk.as_slice())
-                    .bind(now)
-                    .bind(c.id)
-                    .execute(&mut *tx)
-                    .await?;
-                    event = Some(Event::KeyChanged {
-                        name: c.name.clone(),
-                    });
+                    sqlx::query("UPDATE contacts SET changed_box_pub = ?, key_changed_at = ? WHERE id = ?")
+                        .bind(opened.from.keys.boxk.as_slice())
+                        .bind(now)
+                        .bind(c.id)
+                        .execute(&mut *tx)
+                        .await?;
+                    event = Some(Event::KeyChanged { name: c.name.clone() });
                 }
                 if *receipt && let Some(c) = &contact {
-                    self.queue_receipt(
-                        &mut tx,
-                        c,
-                        &msg_id,
-                        ReceiptStatus::Refused,
-                        &reason.detail(),
-                    )
-                    .await?;
+                    self.queue_receipt(&mut tx, c, &msg_id, ReceiptStatus::Refused, &reason.detail()).await?;
                 }
                 audit_in("refused", reason.detail())
             }
@@ -1350,15 +1127,10 @@ impl Runtime {
                 showable = !hidden;
                 match kind {
                     Kind::Receipt => {
-                        if let (Some(target), Ok(r)) = (
-                            &opened.inner.reply_to,
-                            serde_json::from_value::<ReceiptBody>(opened.inner.body.clone()),
-                        ) {
-                            let state = if r.status == ReceiptStatus::Refused {
-                                "refused"
-                            } else {
-                                "delivered"
-                            };
+                        if let (Some(target), Ok(r)) =
+                            (&opened.inner.reply_to, serde_json::from_value::<ReceiptBody>(opened.inner.body.clone()))
+                        {
+                            let state = if r.status == ReceiptStatus::Refused { "refused" } else { "delivered" };
                             let detail = format!(
                                 "{}{}{}",
                                 serde_json::to_value(r.status)
@@ -1368,9 +1140,7 @@ impl Runtime {
                                 if r.detail.is_empty() { "" } else { ": " },
                                 r.detail
                             );
-                            if store::set_outgoing_state(&mut tx, target, &peer, state, &detail)
-                                .await?
-                            {
+                            if store::set_outgoing_state(&mut tx, target, &peer, state, &detail).await? {
                                 store::audit(
                                     &mut tx,
                                     now,
@@ -1385,10 +1155,7 @@ impl Runtime {
                                     },
                                 )
                                 .await?;
-                                event = Some(Event::Delivery {
-                                    id: target.clone(),
-                                    state: state.into(),
-                                });
+                                event = Some(Event::Delivery { id: target.clone(), state: state.into() });
                             }
                         }
                     }
@@ -1401,8 +1168,7 @@ impl Runtime {
                     }
                     Kind::List => {
                         let roster = self.roster().await?;
-                        self.queue_reply(&mut tx, c, Kind::Roster, roster, Some(&msg_id))
-                            .await?;
+                        self.queue_reply(&mut tx, c, Kind::Roster, roster, Some(&msg_id)).await?;
                     }
                     _ => {}
                 }
@@ -1446,13 +1212,9 @@ impl Runtime {
         status: ReceiptStatus,
         detail: &str,
     ) -> Result<()> {
-        let body = serde_json::to_value(ReceiptBody {
-            status,
-            detail: detail.into(),
-        })
-        .map_err(|e| Error::Bug(e.to_string()))?;
-        self.queue_reply(tx, c, Kind::Receipt, body, Some(about))
-            .await
+        let body = serde_json::to_value(ReceiptBody { status, detail: detail.into() })
+            .map_err(|e| Error::Bug(e.to_string()))?;
+        self.queue_reply(tx, c, Kind::Receipt, body, Some(about)).await
     }
 
     /// Seals and queues an automatic message inside the receiving transaction.
@@ -1469,22 +1231,11 @@ impl Runtime {
         };
         let keys = peer_keys(c)?;
         let now = now_ms();
-        let mut inner = Inner::new(
-            &self.keys(),
-            &c.peer_id,
-            now,
-            uuid::Uuid::new_v4(),
-            kind,
-            body,
-        );
+        let mut inner = Inner::new(&self.keys(), &c.peer_id, now, uuid::Uuid::new_v4(), kind, body);
         inner.reply_to = reply_to.map(str::to_owned);
         let json = serde_json::to_string(&inner).map_err(|e| Error::Bug(e.to_string()))?;
-        let envelope = la::seal(&self.inner.id.sig, &keys, &json, &mut OsRng)
-            .map_err(|e| Error::Bug(e.to_string()))?;
-        let relay = c
-            .relay_url
-            .clone()
-            .unwrap_or_else(|| self.inner.relay_url.clone());
+        let envelope = la::seal(&self.inner.id.sig, &keys, &json, &mut OsRng).map_err(|e| Error::Bug(e.to_string()))?;
+        let relay = c.relay_url.clone().unwrap_or_else(|| self.inner.relay_url.clone());
         let body_text = inner.body.to_string();
         store::insert_message(
             tx,
@@ -1506,18 +1257,7 @@ impl Runtime {
             },
         )
         .await?;
-        store::enqueue(
-            tx,
-            &inner.id,
-            PROTO,
-            kind.as_str(),
-            &relay,
-            &c.peer_id,
-            &drop,
-            &envelope,
-            now,
-        )
-        .await?;
+        store::enqueue(tx, &inner.id, PROTO, kind.as_str(), &relay, &c.peer_id, &drop, &envelope, now).await?;
         store::audit(
             tx,
             now,
@@ -1539,11 +1279,7 @@ impl Runtime {
     pub async fn sync(&self) -> Result<usize> {
         let mut total = 0;
         loop {
-            let msgs = self
-                .inner
-                .relay
-                .inbox(&self.inner.id.sig, &self.inner.id.drop)
-                .await?;
+            let msgs = self.inner.relay.inbox(&self.inner.id.sig, &self.inner.id.drop).await?;
             self.set_health("reachable", "");
             let n = msgs.len();
             let mut done = Vec::with_capacity(n);
@@ -1606,8 +1342,7 @@ impl Runtime {
             } else {
                 loop {
                     match tokio::time::timeout_at(deadline, events.recv()).await {
-                        Ok(Ok(Event::Message { .. }))
-                        | Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
+                        Ok(Ok(Event::Message { .. })) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
                         Ok(Ok(_)) => continue,
                         Ok(Err(_)) | Err(_) => break,
                     }
@@ -1621,14 +1356,7 @@ impl Runtime {
         }
         let out: Vec<Value> = rows
             .iter()
-            .map(|m| {
-                message_dto(
-                    m,
-                    m.contact_id
-                        .and_then(|id| names.get(&id))
-                        .map(String::as_str),
-                )
-            })
+            .map(|m| message_dto(m, m.contact_id.and_then(|id| names.get(&id)).map(String::as_str)))
             .collect();
         let ids: Vec<i64> = rows.iter().filter(|m| !m.shown).map(|m| m.rowid_).collect();
         self.store().mark_shown(&ids).await?;
@@ -1638,11 +1366,7 @@ impl Runtime {
     /// One websocket session: catch up, then live delivery until the socket ends. With
     /// `until_showable`, returns as soon as something `inbox` shows arrives.
     async fn websocket_session(&self, until_showable: bool) -> Result<()> {
-        let ws = self
-            .inner
-            .relay
-            .connect(&self.inner.id.sig, &self.inner.id.drop)
-            .await?;
+        let ws = self.inner.relay.connect(&self.inner.id.sig, &self.inner.id.drop).await?;
         self.set_health("connected", "");
         self.inner.outbox_wake.notify_one();
         let (mut tx, mut rx) = ws.split();
@@ -1718,10 +1442,7 @@ impl Runtime {
     async fn housekeeping_loop(self) {
         let mut stop = self.inner.shutdown.subscribe();
         loop {
-            let _ = self
-                .store()
-                .prune_seen(now_ms() - STALE_AFTER_MS - la::MAX_FUTURE_SKEW_MS - 3_600_000)
-                .await;
+            let _ = self.store().prune_seen(now_ms() - STALE_AFTER_MS - la::MAX_FUTURE_SKEW_MS - 3_600_000).await;
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
                 _ = stop.changed() => return,
@@ -1784,10 +1505,7 @@ mod tests {
 
     #[test]
     fn allow_lists_are_validated() {
-        assert_eq!(
-            kinds_to_string(&["send,ask".into(), "ask".into()]).unwrap(),
-            "send,ask"
-        );
+        assert_eq!(kinds_to_string(&["send,ask".into(), "ask".into()]).unwrap(), "send,ask");
         assert!(kinds_to_string(&["roster".into()]).is_err());
         assert!(kinds_to_string(&["bogus".into()]).is_err());
     }

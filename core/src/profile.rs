@@ -29,10 +29,7 @@ pub enum ProfileError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProfileError + '_ {
-    move |source| ProfileError::Io {
-        path: path.to_owned(),
-        source,
-    }
+    move |source| ProfileError::Io { path: path.to_owned(), source }
 }
 
 /// Held while a runtime owns the profile; released on drop.
@@ -46,9 +43,7 @@ impl Profile {
     pub fn resolve(home: Option<PathBuf>) -> Result<Self, ProfileError> {
         let dir = match home.or_else(|| std::env::var_os("SWITCHBOARD_HOME").map(PathBuf::from)) {
             Some(d) => d,
-            None => dirs::data_dir()
-                .ok_or(ProfileError::NoHome)?
-                .join("switchboard/profiles/default"),
+            None => dirs::data_dir().ok_or(ProfileError::NoHome)?.join("switchboard/profiles/default"),
         };
         Ok(Self { dir })
     }
@@ -59,8 +54,7 @@ impl Profile {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(io(&self.dir))?;
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700)).map_err(io(&self.dir))?;
         }
         Ok(())
     }
@@ -94,12 +88,7 @@ impl Profile {
     pub fn try_lock(&self) -> Result<Option<ProfileLock>, ProfileError> {
         self.ensure_dir()?;
         let path = self.lock_path();
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io(&path))?;
+        let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io(&path))?;
         match file.try_lock() {
             Ok(()) => {
                 let mut f = &file;
@@ -125,15 +114,8 @@ impl Profile {
 
     /// Reads the running runtime's bridge port and token.
     pub fn read_bridge_files(&self) -> Option<(u16, String)> {
-        let port = std::fs::read_to_string(self.port_path())
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        let token = std::fs::read_to_string(self.token_path())
-            .ok()?
-            .trim()
-            .to_owned();
+        let port = std::fs::read_to_string(self.port_path()).ok()?.trim().parse().ok()?;
+        let token = std::fs::read_to_string(self.token_path()).ok()?.trim().to_owned();
         Some((port, token))
     }
 }
@@ -163,9 +145,7 @@ mod tests {
     #[test]
     fn only_one_lock_holder() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Profile {
-            dir: dir.path().join("p"),
-        };
+        let p = Profile { dir: dir.path().join("p") };
         let first = p.try_lock().unwrap();
         assert!(first.is_some());
         assert!(p.try_lock().unwrap().is_none());

@@ -30,9 +30,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Decodes hex in either case.
 pub fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    data_encoding::HEXLOWER_PERMISSIVE
-        .decode(text.as_bytes())
-        .ok()
+    data_encoding::HEXLOWER_PERMISSIVE.decode(text.as_bytes()).ok()
 }
 
 /// Unix time in milliseconds from the system clock. Only binaries and the engine call this;
@@ -115,10 +113,7 @@ mod tests {
     fn b64u_rejects_padding_and_noncanonical_bits() {
         assert_eq!(b64u(&[0xff]), "_w");
         assert!(b64u_decode("_w==").is_none());
-        assert!(
-            b64u_decode("_x").is_none(),
-            "non-zero trailing bits must be refused"
-        );
+        assert!(b64u_decode("_x").is_none(), "non-zero trailing bits must be refused");
         assert_eq!(b64u_array::<1>("_w"), Some([0xff]));
         assert_eq!(b64u_array::<2>("_w"), None);
     }

@@ -82,15 +82,10 @@ impl IntoResponse for Error {
             tracing::error!(error = %e, "store failure");
         }
         let (status, code) = self.status();
-        let body = wire::ErrorBody {
-            error: code.to_owned(),
-            message: self.to_string(),
-        };
+        let body = wire::ErrorBody { error: code.to_owned(), message: self.to_string() };
         let mut response = (status, Json(body)).into_response();
         if let Self::RateLimited { retry_after_secs } = self {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         }
         response
     }
@@ -103,23 +98,14 @@ mod tests {
 
     #[test]
     fn rate_limited_carries_retry_after() {
-        let r = Error::RateLimited {
-            retry_after_secs: 7,
-        }
-        .into_response();
+        let r = Error::RateLimited { retry_after_secs: 7 }.into_response();
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers().get(header::RETRY_AFTER).unwrap(), "7");
     }
 
     #[test]
     fn malformed_auth_parameter_is_400_bad_signature_is_401() {
-        assert_eq!(
-            Error::Auth(AuthError::Param("ts")).status().0,
-            StatusCode::BAD_REQUEST
-        );
-        assert_eq!(
-            Error::Auth(AuthError::BadSignature).status().0,
-            StatusCode::UNAUTHORIZED
-        );
+        assert_eq!(Error::Auth(AuthError::Param("ts")).status().0, StatusCode::BAD_REQUEST);
+        assert_eq!(Error::Auth(AuthError::BadSignature).status().0, StatusCode::UNAUTHORIZED);
     }
 }

@@ -19,9 +19,7 @@ pub struct Hub {
 impl Hub {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<i64>>> {
         // A panic while holding this lock cannot leave the map inconsistent; keep going.
-        self.watched
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Starts watching `mailbox`; the receiver changes whenever a newer seq commits.
@@ -62,9 +60,7 @@ impl Hub {
 
     /// Whether a websocket session is watching `mailbox` (such a mailbox is not idle).
     pub fn is_watched(&self, mailbox: &str) -> bool {
-        self.lock()
-            .get(mailbox)
-            .is_some_and(|tx| tx.receiver_count() > 0)
+        self.lock().get(mailbox).is_some_and(|tx| tx.receiver_count() > 0)
     }
 
     /// Drops channels nobody watches any more.

@@ -125,9 +125,7 @@ pub struct AppState {
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("limits", &self.shared.limits)
-            .finish_non_exhaustive()
+        f.debug_struct("AppState").field("limits", &self.shared.limits).finish_non_exhaustive()
     }
 }
 
@@ -180,11 +178,7 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
     let limits = &shared.limits;
     let report = shared
         .store
-        .sweep(
-            now,
-            now.saturating_sub(limits.retention_ms),
-            now.saturating_sub(limits.idle_erase_ms),
-        )
+        .sweep(now, now.saturating_sub(limits.retention_ms), now.saturating_sub(limits.idle_erase_ms))
         .await?;
     let instant = std::time::Instant::now();
     shared.send_rate.prune(instant);
@@ -254,20 +248,14 @@ pub struct RunningRelay {
 
 impl std::fmt::Debug for RunningRelay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunningRelay")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
+        f.debug_struct("RunningRelay").field("addr", &self.addr).finish_non_exhaustive()
     }
 }
 
 impl RunningRelay {
     /// `http` or `https`.
     pub fn scheme(&self) -> &'static str {
-        if self.cert_sha256.is_some() {
-            "https"
-        } else {
-            "http"
-        }
+        if self.cert_sha256.is_some() { "https" } else { "http" }
     }
 
     /// Base URL, e.g. `http://127.0.0.1:41234`.
@@ -287,9 +275,7 @@ impl RunningRelay {
         self.handle.graceful_shutdown(Some(Duration::from_secs(2)));
         let served = self.task.await;
         self.state.close().await;
-        served
-            .context("server task panicked")?
-            .context("server failed")?;
+        served.context("server task panicked")?.context("server failed")?;
         Ok(())
     }
 }
@@ -325,22 +311,12 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
         }
     };
     tracing::info!(%addr, tls = cert_sha256.is_some(), "relay-lite serving");
-    Ok(RunningRelay {
-        addr,
-        cert_sha256,
-        state,
-        handle,
-        task,
-    })
+    Ok(RunningRelay { addr, cert_sha256, state, handle, task })
 }
 
 /// A listening socket with SO_REUSEADDR, so a restarted relay can take its port back at once.
 fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     let listener = socket.listen(1024)?;
@@ -354,11 +330,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     {
         let mut out = std::io::stdout().lock();
         if let Some(fp) = relay.cert_sha256 {
-            writeln!(
-                out,
-                "certificate sha256 {}",
-                switchboard_core::util::hex(&fp)
-            )?;
+            writeln!(out, "certificate sha256 {}", switchboard_core::util::hex(&fp))?;
         }
         writeln!(out, "relay-lite listening on {}", relay.url())?;
         out.flush()?;

@@ -20,11 +20,7 @@ pub struct SlidingWindow {
 impl SlidingWindow {
     /// A limiter allowing `limit` events per `window`; `limit` 0 means unlimited.
     pub fn new(limit: u32, window: Duration) -> Self {
-        Self {
-            limit,
-            window,
-            events: Mutex::new(HashMap::new()),
-        }
+        Self { limit, window, events: Mutex::new(HashMap::new()) }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, VecDeque<Instant>>> {
@@ -38,10 +34,7 @@ impl SlidingWindow {
         }
         let mut map = self.lock();
         let times = map.entry(key.to_owned()).or_default();
-        while times
-            .front()
-            .is_some_and(|t| now.saturating_duration_since(*t) >= self.window)
-        {
+        while times.front().is_some_and(|t| now.saturating_duration_since(*t) >= self.window) {
             times.pop_front();
         }
         if times.len() >= self.limit as usize {
@@ -55,11 +48,7 @@ impl SlidingWindow {
     /// Forgets keys with no event inside the window.
     pub fn prune(&self, now: Instant) {
         let window = self.window;
-        self.lock().retain(|_, times| {
-            times
-                .back()
-                .is_some_and(|t| now.saturating_duration_since(*t) < window)
-        });
+        self.lock().retain(|_, times| times.back().is_some_and(|t| now.saturating_duration_since(*t) < window));
     }
 }
 
@@ -76,10 +65,7 @@ pub struct IpLimiter {
 impl IpLimiter {
     /// A limiter allowing `per_minute` requests per client; 0 means unlimited.
     pub fn new(per_minute: u32) -> Self {
-        Self {
-            per_minute,
-            tat: Mutex::new(HashMap::new()),
-        }
+        Self { per_minute, tat: Mutex::new(HashMap::new()) }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<IpAddr, Instant>> {

@@ -28,12 +28,7 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
     /// PEM certificate chain.
-    #[arg(
-        long,
-        value_name = "PEM",
-        requires = "tls_key",
-        conflicts_with = "tls_self_signed"
-    )]
+    #[arg(long, value_name = "PEM", requires = "tls_key", conflicts_with = "tls_self_signed")]
     tls_cert: Option<PathBuf>,
     /// PEM private key.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
@@ -90,10 +85,8 @@ fn secs_to_ms(secs: u64) -> i64 {
 fn config(cli: Cli) -> anyhow::Result<Config> {
     let file = match &cli.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            serde_json::from_str::<FileConfig>(&text)
-                .with_context(|| format!("parsing {}", path.display()))?
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_str::<FileConfig>(&text).with_context(|| format!("parsing {}", path.display()))?
         }
         None => FileConfig::default(),
     };
@@ -133,10 +126,7 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
     if limits.max_envelope == 0 || limits.mailbox_capacity == 0 {
         anyhow::bail!("max-envelope and mailbox-capacity must be positive");
     }
-    let sweep = cli
-        .sweep_interval_secs
-        .or(file.sweep_interval_secs)
-        .unwrap_or(60);
+    let sweep = cli.sweep_interval_secs.or(file.sweep_interval_secs).unwrap_or(60);
     let mut config = Config::new(listen, data_dir);
     config.tls = tls;
     config.limits = limits;

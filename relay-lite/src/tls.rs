@@ -64,11 +64,7 @@ pub fn install_default_provider() {
 }
 
 /// Loads or creates what `mode` asks for; `None` for plain HTTP.
-pub fn load(
-    mode: &TlsMode,
-    data_dir: &Path,
-    listen: SocketAddr,
-) -> Result<Option<Loaded>, TlsError> {
+pub fn load(mode: &TlsMode, data_dir: &Path, listen: SocketAddr) -> Result<Option<Loaded>, TlsError> {
     let (certs, key) = match mode {
         TlsMode::Plain => return Ok(None),
         TlsMode::Files { cert, key } => (read_certs(cert)?, read_key(key)?),
@@ -86,28 +82,16 @@ pub fn load(
         .with_single_cert(certs, key)?;
     // The relay speaks HTTP/1.1 only (websockets upgrade over it).
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Some(Loaded {
-        server_config: Arc::new(config),
-        cert_sha256,
-    }))
+    Ok(Some(Loaded { server_config: Arc::new(config), cert_sha256 }))
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = |source| TlsError::Pem {
-        path: path.to_owned(),
-        source,
-    };
-    CertificateDer::pem_file_iter(path)
-        .map_err(pem)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(pem)
+    let pem = |source| TlsError::Pem { path: path.to_owned(), source };
+    CertificateDer::pem_file_iter(path).map_err(pem)?.collect::<Result<Vec<_>, _>>().map_err(pem)
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|source| TlsError::Pem {
-        path: path.to_owned(),
-        source,
-    })
+    PrivateKeyDer::from_pem_file(path).map_err(|source| TlsError::Pem { path: path.to_owned(), source })
 }
 
 /// Reuses the stored self-signed certificate, or makes one for localhost, 127.0.0.1, ::1 and
@@ -121,11 +105,7 @@ fn self_signed(
     if cert_path.exists() && key_path.exists() {
         return Ok((read_certs(&cert_path)?, read_key(&key_path)?));
     }
-    let mut names = vec![
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        "::1".to_owned(),
-    ];
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
     let ip = listen.ip();
     if !ip.is_unspecified() && !names.contains(&ip.to_string()) {
         names.push(ip.to_string());
@@ -139,12 +119,7 @@ fn self_signed(
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
     // Key first, certificate last: a certificate file on disk means both are complete.
-    write_file(
-        &key_path,
-        generated.signing_key.serialize_pem().as_bytes(),
-        true,
-    )
-    .map_err(io(&key_path))?;
+    write_file(&key_path, generated.signing_key.serialize_pem().as_bytes(), true).map_err(io(&key_path))?;
     write_file(&cert_path, generated.cert.pem().as_bytes(), false).map_err(io(&cert_path))?;
     tracing::info!(cert = %cert_path.display(), "generated a self-signed certificate");
     let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der())
@@ -180,19 +155,13 @@ mod tests {
     fn self_signed_certificate_is_reused_across_loads() {
         let dir = tempfile::tempdir().unwrap();
         let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let first = load(&TlsMode::SelfSigned, dir.path(), listen)
-            .unwrap()
-            .unwrap();
-        let second = load(&TlsMode::SelfSigned, dir.path(), listen)
-            .unwrap()
-            .unwrap();
+        let first = load(&TlsMode::SelfSigned, dir.path(), listen).unwrap().unwrap();
+        let second = load(&TlsMode::SelfSigned, dir.path(), listen).unwrap().unwrap();
         assert_eq!(first.cert_sha256, second.cert_sha256);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(dir.path().join(SELF_SIGNED_KEY))
-                .unwrap()
-                .permissions();
+            let mode = std::fs::metadata(dir.path().join(SELF_SIGNED_KEY)).unwrap().permissions();
             assert_eq!(mode.mode() & 0o777, 0o600);
         }
     }

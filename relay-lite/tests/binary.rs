@@ -18,11 +18,7 @@ async fn binary_prints_one_listening_line_and_serves_plain_http_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
     let relay = start_binary(&["--listen", "127.0.0.1:0", "--data", data], http_client()).await;
-    assert!(
-        relay.preamble.is_empty(),
-        "unexpected output: {:?}",
-        relay.preamble
-    );
+    assert!(relay.preamble.is_empty(), "unexpected output: {:?}", relay.preamble);
     assert_eq!(relay.scheme, "http");
     assert_ne!(relay.addr.port(), 0);
     let alice = alice();
@@ -36,12 +32,7 @@ async fn binary_refuses_plain_http_on_a_non_loopback_address() {
     let output = tokio::time::timeout(
         Duration::from_secs(30),
         tokio::process::Command::new(env!("CARGO_BIN_EXE_relay-lite"))
-            .args([
-                "--listen",
-                "0.0.0.0:0",
-                "--data",
-                dir.path().to_str().unwrap(),
-            ])
+            .args(["--listen", "0.0.0.0:0", "--data", dir.path().to_str().unwrap()])
             .output(),
     )
     .await
@@ -57,42 +48,26 @@ async fn binary_refuses_plain_http_on_a_non_loopback_address() {
 async fn self_signed_tls_prints_the_fingerprint_and_keeps_the_certificate_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--data",
-        data,
-        "--tls-self-signed",
-    ];
+    let args = ["--listen", "127.0.0.1:0", "--data", data, "--tls-self-signed"];
 
     let mut first = start_binary(&args, http_client()).await;
     assert_eq!(first.scheme, "https");
-    let [line] = first.preamble.as_slice() else {
-        panic!("preamble {:?}", first.preamble)
-    };
+    let [line] = first.preamble.as_slice() else { panic!("preamble {:?}", first.preamble) };
     let fingerprint = line.strip_prefix("certificate sha256 ").unwrap().to_owned();
     let pem = std::fs::read(dir.path().join(relay_lite::tls::SELF_SIGNED_CERT)).unwrap();
     let der = CertificateDer::from_pem_slice(&pem).unwrap();
     assert_eq!(fingerprint, hex(&sha256(der.as_ref())));
 
     // A client that trusts exactly this certificate talks to it over HTTPS.
-    let pinned = reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
-        .build()
-        .unwrap();
+    let pinned =
+        reqwest::Client::builder().tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()]).build().unwrap();
     let response = pinned.get(first.url("/v1/nothing")).send().await.unwrap();
     assert_eq!(response.status(), 404);
-    assert_eq!(
-        response.json::<ErrorBody>().await.unwrap().error,
-        "not_found"
-    );
+    assert_eq!(response.json::<ErrorBody>().await.unwrap().error, "not_found");
     first.child.kill().await.unwrap();
 
     let second = start_binary(&args, http_client()).await;
-    assert_eq!(
-        second.preamble,
-        vec![format!("certificate sha256 {fingerprint}")]
-    );
+    assert_eq!(second.preamble, vec![format!("certificate sha256 {fingerprint}")]);
 }
 
 #[tokio::test]
@@ -106,22 +81,8 @@ async fn config_file_supplies_the_settings_and_flags_override_it() {
         "mailbox-capacity": 1,
     });
     std::fs::write(&config, json.to_string()).unwrap();
-    let relay = start_binary(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--mailbox-capacity",
-            "5",
-        ],
-        http_client(),
-    )
-    .await;
-    assert!(
-        dir.path()
-            .join("data")
-            .join(relay_lite::store::DB_FILE)
-            .exists()
-    );
+    let relay = start_binary(&["--config", config.to_str().unwrap(), "--mailbox-capacity", "5"], http_client()).await;
+    assert!(dir.path().join("data").join(relay_lite::store::DB_FILE).exists());
     let alice = alice();
     relay.inbox(&alice).await;
     assert_eq!(relay.send(&alice, small_envelope("1")).await, 202);
@@ -153,10 +114,7 @@ async fn given_certificate_files_are_served_and_fingerprinted() {
         .unwrap();
     let relay = start_binary(&args, pinned).await;
     let fingerprint = hex(&sha256(made.cert.der()));
-    assert_eq!(
-        relay.preamble,
-        vec![format!("certificate sha256 {fingerprint}")]
-    );
+    assert_eq!(relay.preamble, vec![format!("certificate sha256 {fingerprint}")]);
     let alice = alice();
     relay.inbox(&alice).await;
     assert_eq!(relay.send(&alice, small_envelope("over tls")).await, 202);
@@ -168,14 +126,8 @@ async fn binary_exits_cleanly_on_sigterm() {
     let data = dir.path().to_str().unwrap();
     let mut relay = start_binary(&["--listen", "127.0.0.1:0", "--data", data], http_client()).await;
     let pid = relay.child.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
+    let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(10), relay.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), relay.child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status:?}");
 }

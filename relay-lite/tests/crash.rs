@@ -39,12 +39,7 @@ fn body(i: usize) -> Vec<u8> {
 fn index_of(body: &[u8]) -> usize {
     let end = body.iter().position(|b| *b == b'>').unwrap();
     let text = std::str::from_utf8(&body[3..=end]).unwrap();
-    text.strip_prefix("<envelope ")
-        .unwrap()
-        .strip_suffix('>')
-        .unwrap()
-        .parse()
-        .unwrap()
+    text.strip_prefix("<envelope ").unwrap().strip_suffix('>').unwrap().parse().unwrap()
 }
 
 fn relay_args(data: &str, listen: &str) -> Vec<String> {
@@ -89,11 +84,7 @@ async fn every_accepted_envelope_survives_sigkill_and_none_is_delivered_twice() 
     for s in 0..SENDERS {
         let owners = owners.clone();
         let answered = answered.clone();
-        let api = Api {
-            http: http_client(),
-            addr,
-            scheme: "http",
-        };
+        let api = Api { http: http_client(), addr, scheme: "http" };
         senders.push(tokio::spawn(async move {
             let mut fates = Vec::new();
             for i in (s..ENVELOPES).step_by(SENDERS) {
@@ -159,20 +150,10 @@ async fn every_accepted_envelope_survives_sigkill_and_none_is_delivered_twice() 
 
     let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
-    let lost: Vec<usize> = fates
-        .iter()
-        .filter(|(i, f)| **f == Fate::Accepted && !delivered.contains_key(i))
-        .map(|(i, _)| *i)
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} accepted envelopes lost: {lost:?}",
-        lost.len()
-    );
-    let unknown_delivered = fates
-        .iter()
-        .filter(|(i, f)| **f == Fate::Unknown && delivered.contains_key(i))
-        .count();
+    let lost: Vec<usize> =
+        fates.iter().filter(|(i, f)| **f == Fate::Accepted && !delivered.contains_key(i)).map(|(i, _)| *i).collect();
+    assert!(lost.is_empty(), "{} accepted envelopes lost: {lost:?}", lost.len());
+    let unknown_delivered = fates.iter().filter(|(i, f)| **f == Fate::Unknown && delivered.contains_key(i)).count();
     assert_eq!(kills, KILL_AT.len());
     assert!(accepted > ENVELOPES / 2, "only {accepted} accepted");
     eprintln!(

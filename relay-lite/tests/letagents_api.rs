@@ -19,9 +19,7 @@ async fn envelope_of_32768_bytes_is_accepted_and_32769_refused_with_413() {
     let alice = alice();
     relay.inbox(&alice).await;
     assert_eq!(relay.send(&alice, envelope("max", 32_768)).await, 202);
-    let response = relay
-        .send_raw(&alice.id, &alice.drop, envelope("over", 32_769))
-        .await;
+    let response = relay.send_raw(&alice.id, &alice.drop, envelope("over", 32_769)).await;
     assert_eq!(response.status(), 413);
     let body: ErrorBody = response.json().await.unwrap();
     assert_eq!(body.error, "too_large");
@@ -36,20 +34,11 @@ async fn two_hundredth_waiting_envelope_is_accepted_and_the_201st_refused_with_5
     let alice = alice();
     relay.inbox(&alice).await;
     for i in 1..=200 {
-        assert_eq!(
-            relay.send(&alice, small_envelope(&format!("{i}"))).await,
-            202,
-            "send {i}"
-        );
+        assert_eq!(relay.send(&alice, small_envelope(&format!("{i}"))).await, 202, "send {i}");
     }
-    let response = relay
-        .send_raw(&alice.id, &alice.drop, small_envelope("201"))
-        .await;
+    let response = relay.send_raw(&alice.id, &alice.drop, small_envelope("201")).await;
     assert_eq!(response.status(), 507);
-    assert_eq!(
-        response.json::<ErrorBody>().await.unwrap().error,
-        "mailbox_full"
-    );
+    assert_eq!(response.json::<ErrorBody>().await.unwrap().error, "mailbox_full");
     // Making room lets mail in again.
     assert_eq!(relay.ack(&alice, &[1]).await.acked, vec![1]);
     assert_eq!(relay.send(&alice, small_envelope("201 again")).await, 202);
@@ -62,26 +51,13 @@ async fn sixty_first_send_in_a_minute_is_refused_with_429_and_retry_after() {
     relay.inbox(&alice).await;
     relay.inbox(&bob).await;
     for i in 1..=60 {
-        assert_eq!(
-            relay.send(&alice, small_envelope(&format!("{i}"))).await,
-            202,
-            "send {i}"
-        );
+        assert_eq!(relay.send(&alice, small_envelope(&format!("{i}"))).await, 202, "send {i}");
     }
-    let response = relay
-        .send_raw(&alice.id, &alice.drop, small_envelope("61"))
-        .await;
+    let response = relay.send_raw(&alice.id, &alice.drop, small_envelope("61")).await;
     assert_eq!(response.status(), 429);
-    let retry_after: u64 = response.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");
-    assert_eq!(
-        response.json::<ErrorBody>().await.unwrap().error,
-        "rate_limited"
-    );
+    assert_eq!(response.json::<ErrorBody>().await.unwrap().error, "rate_limited");
     // The limit is per mailbox.
     assert_eq!(relay.send(&bob, small_envelope("to bob")).await, 202);
 }
@@ -92,15 +68,9 @@ async fn per_ip_limit_refuses_with_429_and_retry_after() {
     let alice = alice();
     relay.inbox(&alice).await;
     for i in 2..=5 {
-        assert_eq!(
-            relay.send(&alice, small_envelope(&format!("{i}"))).await,
-            202,
-            "request {i}"
-        );
+        assert_eq!(relay.send(&alice, small_envelope(&format!("{i}"))).await, 202, "request {i}");
     }
-    let response = relay
-        .send_raw(&alice.id, &alice.drop, small_envelope("6"))
-        .await;
+    let response = relay.send_raw(&alice.id, &alice.drop, small_envelope("6")).await;
     assert_eq!(response.status(), 429);
     assert!(response.headers().contains_key("retry-after"));
     // Every endpoint counts, not only sends.
@@ -116,15 +86,9 @@ async fn login_outside_the_two_minute_window_is_refused() {
     let too_old = alice.login_at(&host, now_ms() - LOGIN_WINDOW_MS - 5_000);
     let response = relay.inbox_raw(&alice, &too_old.query()).await;
     assert_eq!(response.status(), 401);
-    assert_eq!(
-        response.json::<ErrorBody>().await.unwrap().error,
-        "unauthorized"
-    );
+    assert_eq!(response.json::<ErrorBody>().await.unwrap().error, "unauthorized");
     let too_new = alice.login_at(&host, now_ms() + LOGIN_WINDOW_MS + 5_000);
-    assert_eq!(
-        relay.inbox_raw(&alice, &too_new.query()).await.status(),
-        401
-    );
+    assert_eq!(relay.inbox_raw(&alice, &too_new.query()).await.status(), 401);
     // Nothing was created: a sender still gets 404.
     assert_eq!(relay.send(&alice, small_envelope("x")).await, 404);
 }
@@ -137,17 +101,9 @@ async fn replayed_login_with_the_same_or_an_older_ts_is_refused() {
     let ts = now_ms();
     let login = alice.login_at(&host, ts);
     assert_eq!(relay.inbox_raw(&alice, &login.query()).await.status(), 200);
-    assert_eq!(
-        relay.inbox_raw(&alice, &login.query()).await.status(),
-        401,
-        "same ts"
-    );
+    assert_eq!(relay.inbox_raw(&alice, &login.query()).await.status(), 401, "same ts");
     let older = alice.login_at(&host, ts - 1);
-    assert_eq!(
-        relay.inbox_raw(&alice, &older.query()).await.status(),
-        401,
-        "older ts"
-    );
+    assert_eq!(relay.inbox_raw(&alice, &older.query()).await.status(), 401, "older ts");
     let newer = alice.login_at(&host, ts + 1);
     assert_eq!(relay.inbox_raw(&alice, &newer.query()).await.status(), 200);
 }
@@ -174,10 +130,7 @@ async fn login_with_another_host_than_signed_is_refused() {
     let alice = alice();
     // Signed for another relay, presented to this one.
     let elsewhere = alice.login("relay.example");
-    assert_eq!(
-        relay.inbox_raw(&alice, &elsewhere.query()).await.status(),
-        401
-    );
+    assert_eq!(relay.inbox_raw(&alice, &elsewhere.query()).await.status(), 401);
     // Signed for this relay, presented with another Host header.
     let here = alice.login(&relay.host());
     let response = relay
@@ -197,27 +150,14 @@ async fn wrong_drop_is_answered_exactly_like_an_unknown_mailbox() {
     let relay = relay().await;
     let (alice, stranger) = (alice(), bob());
     relay.inbox(&alice).await;
-    let wrong_drop = relay
-        .send_raw(&alice.id, &stranger.drop, small_envelope("x"))
-        .await;
-    let unknown = relay
-        .send_raw(&stranger.id, &stranger.drop, small_envelope("x"))
-        .await;
+    let wrong_drop = relay.send_raw(&alice.id, &stranger.drop, small_envelope("x")).await;
+    let unknown = relay.send_raw(&stranger.id, &stranger.drop, small_envelope("x")).await;
     assert_eq!(wrong_drop.status(), 404);
     assert_eq!(wrong_drop.status(), unknown.status());
     let header = |r: &reqwest::Response, name: &str| r.headers().get(name).cloned();
-    assert_eq!(
-        header(&wrong_drop, "content-type"),
-        header(&unknown, "content-type")
-    );
-    assert_eq!(
-        header(&wrong_drop, "content-length"),
-        header(&unknown, "content-length")
-    );
-    let (a, b) = (
-        wrong_drop.bytes().await.unwrap(),
-        unknown.bytes().await.unwrap(),
-    );
+    assert_eq!(header(&wrong_drop, "content-type"), header(&unknown, "content-type"));
+    assert_eq!(header(&wrong_drop, "content-length"), header(&unknown, "content-length"));
+    let (a, b) = (wrong_drop.bytes().await.unwrap(), unknown.bytes().await.unwrap());
     assert_eq!(a, b);
     assert!(!a.is_empty());
 }
@@ -230,9 +170,7 @@ async fn a_later_login_rotates_the_drop() {
     let old_drop = alice.drop;
     alice.drop = switchboard_core::util::random_array();
     relay.inbox(&alice).await;
-    let with_old = relay
-        .send_raw(&alice.id, &old_drop, small_envelope("old"))
-        .await;
+    let with_old = relay.send_raw(&alice.id, &old_drop, small_envelope("old")).await;
     assert_eq!(with_old.status(), 404);
     assert_eq!(relay.send(&alice, small_envelope("new")).await, 202);
 }
@@ -248,13 +186,8 @@ async fn body_that_is_not_an_envelope_is_refused_with_400() {
     let mut too_short = small_envelope("x");
     too_short.pop();
     assert_eq!(relay.send(&alice, too_short).await, 400);
-    let no_drop = relay
-        .http
-        .post(relay.url(&format!("/v1/send/{}", alice.id)))
-        .body(small_envelope("x"))
-        .send()
-        .await
-        .unwrap();
+    let no_drop =
+        relay.http.post(relay.url(&format!("/v1/send/{}", alice.id))).body(small_envelope("x")).send().await.unwrap();
     assert_eq!(no_drop.status(), 400);
 }
 
@@ -264,10 +197,7 @@ async fn plain_inbox_returns_the_hundred_oldest_in_seq_order() {
     let alice = alice();
     relay.inbox(&alice).await;
     for i in 1..=120 {
-        assert_eq!(
-            relay.send(&alice, small_envelope(&format!("#{i}#"))).await,
-            202
-        );
+        assert_eq!(relay.send(&alice, small_envelope(&format!("#{i}#"))).await, 202);
     }
     let inbox = relay.inbox(&alice).await;
     let seqs: Vec<i64> = inbox.msgs.iter().map(|m| m.seq).collect();
@@ -281,19 +211,10 @@ async fn signed_ack_deletes_and_reports_only_seqs_that_existed() {
     let alice = alice();
     relay.inbox(&alice).await;
     for i in 1..=3 {
-        assert_eq!(
-            relay.send(&alice, small_envelope(&format!("{i}"))).await,
-            202
-        );
+        assert_eq!(relay.send(&alice, small_envelope(&format!("{i}"))).await, 202);
     }
     assert_eq!(relay.ack(&alice, &[1, 3, 99]).await.acked, vec![1, 3]);
-    let left: Vec<i64> = relay
-        .inbox(&alice)
-        .await
-        .msgs
-        .iter()
-        .map(|m| m.seq)
-        .collect();
+    let left: Vec<i64> = relay.inbox(&alice).await.msgs.iter().map(|m| m.seq).collect();
     assert_eq!(left, vec![2]);
     assert_eq!(relay.ack(&alice, &[1, 2]).await.acked, vec![2]);
 }
@@ -307,12 +228,7 @@ async fn ack_with_a_bad_signature_or_another_host_is_refused() {
     let by_bob = relay_auth::sign_ack(&bob.key, &relay.host(), now_ms(), &[1]);
     let other_host = relay_auth::sign_ack(&alice.key, "relay.example", now_ms(), &[1]);
     for query in [by_bob, other_host] {
-        let response = relay
-            .http
-            .post(relay.url(&format!("/v1/ack/{}?{query}", alice.id)))
-            .send()
-            .await
-            .unwrap();
+        let response = relay.http.post(relay.url(&format!("/v1/ack/{}?{query}", alice.id))).send().await.unwrap();
         assert_eq!(response.status(), 401);
     }
     assert_eq!(relay.inbox(&alice).await.msgs.len(), 1);
@@ -328,13 +244,7 @@ async fn seq_keeps_growing_after_acks_and_a_restart() {
     assert_eq!(relay.ack(&alice, &[1, 2]).await.acked, vec![1, 2]);
     let relay = relay.restart().await;
     assert_eq!(relay.send(&alice, small_envelope("3")).await, 202);
-    let seqs: Vec<i64> = relay
-        .inbox(&alice)
-        .await
-        .msgs
-        .iter()
-        .map(|m| m.seq)
-        .collect();
+    let seqs: Vec<i64> = relay.inbox(&alice).await.msgs.iter().map(|m| m.seq).collect();
     assert_eq!(seqs, vec![3]);
 }
 
@@ -389,15 +299,7 @@ async fn idle_mailbox_with_mail_waiting_is_kept() {
 #[tokio::test]
 async fn unknown_path_gets_a_json_404() {
     let relay = relay().await;
-    let response = relay
-        .http
-        .get(relay.url("/v1/nothing"))
-        .send()
-        .await
-        .unwrap();
+    let response = relay.http.get(relay.url("/v1/nothing")).send().await.unwrap();
     assert_eq!(response.status(), 404);
-    assert_eq!(
-        response.json::<ErrorBody>().await.unwrap().error,
-        "not_found"
-    );
+    assert_eq!(response.json::<ErrorBody>().await.unwrap().error, "not_found");
 }

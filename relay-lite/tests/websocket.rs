@@ -33,9 +33,7 @@ async fn next_frame(ws: &mut Socket) -> RelayToClient {
 }
 
 async fn send_frame(ws: &mut Socket, frame: &ClientToRelay) {
-    ws.send(Message::text(serde_json::to_string(frame).unwrap()))
-        .await
-        .unwrap();
+    ws.send(Message::text(serde_json::to_string(frame).unwrap())).await.unwrap();
 }
 
 fn msg(frame: RelayToClient) -> (i64, Vec<u8>) {
@@ -62,10 +60,7 @@ async fn websocket_sends_waiting_envelopes_then_ready_then_live_mail_promptly() 
     assert_eq!(relay.send(&alice, small_envelope("live")).await, 202);
     assert_eq!(msg(next_frame(&mut ws).await), (3, small_envelope("live")));
     let took = sent.elapsed();
-    assert!(
-        took < Duration::from_millis(500),
-        "live delivery took {took:?}"
-    );
+    assert!(took < Duration::from_millis(500), "live delivery took {took:?}");
 }
 
 #[tokio::test]
@@ -83,13 +78,7 @@ async fn websocket_ack_deletes_the_envelope() {
     // The session handles frames in order: the pong means the ack is committed.
     send_frame(&mut ws, &ClientToRelay::Ping).await;
     assert_eq!(next_frame(&mut ws).await, RelayToClient::Pong);
-    let left: Vec<i64> = relay
-        .inbox(&alice)
-        .await
-        .msgs
-        .iter()
-        .map(|m| m.seq)
-        .collect();
+    let left: Vec<i64> = relay.inbox(&alice).await.msgs.iter().map(|m| m.seq).collect();
     assert_eq!(left, vec![2]);
 }
 
@@ -116,10 +105,7 @@ async fn websocket_login_is_checked_like_a_plain_login() {
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
             assert_eq!(response.status(), 401);
         }
-        other => panic!(
-            "replayed websocket login was not refused: {:?}",
-            other.map(|_| ())
-        ),
+        other => panic!("replayed websocket login was not refused: {:?}", other.map(|_| ())),
     }
 }
 
@@ -138,24 +124,14 @@ async fn two_sessions_for_one_mailbox_both_get_live_mail() {
 
 #[tokio::test]
 async fn shutting_down_closes_websockets_with_going_away() {
-    let common::TestRelay {
-        relay: running,
-        dir: _dir,
-        api,
-        ..
-    } = relay().await;
+    let common::TestRelay { relay: running, dir: _dir, api, .. } = relay().await;
     let alice = alice();
     let mut ws = open(&api.ws_url(&alice)).await;
     assert_eq!(next_frame(&mut ws).await, RelayToClient::Ready);
     let started = Instant::now();
     running.shutdown().await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_millis(1500),
-        "shutdown waited on the socket"
-    );
-    let frame = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .unwrap();
+    assert!(started.elapsed() < Duration::from_millis(1500), "shutdown waited on the socket");
+    let frame = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap();
     match frame {
         Some(Ok(Message::Close(Some(close)))) => assert_eq!(u16::from(close.code), 1001),
         other => panic!("expected a close frame, got {other:?}"),

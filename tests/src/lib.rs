@@ -18,6 +18,9 @@ use tempfile::TempDir;
 /// A relay-lite serving on loopback, restartable on the same port and data.
 pub struct TestRelay {
     relay: Option<RunningRelay>,
+    tls: relay_lite::TlsMode,
+    /// SHA-256 of the relay's certificate when it serves TLS.
+    pub cert_sha256: Option<String>,
     /// Its data directory.
     pub dir: TempDir,
     /// Its address.
@@ -33,22 +36,29 @@ impl TestRelay {
 
     /// Starts a relay with `limits`.
     pub async fn start_with(limits: Limits) -> Self {
+        Self::start_full(limits, relay_lite::TlsMode::Plain).await
+    }
+
+    /// Starts a relay serving a self-signed certificate (peers pin it).
+    pub async fn start_tls() -> Self {
+        Self::start_full(Limits::default(), relay_lite::TlsMode::SelfSigned).await
+    }
+
+    async fn start_full(limits: Limits, tls: relay_lite::TlsMode) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
         config.limits = limits.clone();
+        config.tls = tls.clone();
         let relay = relay_lite::spawn(config).await.unwrap();
         let addr = relay.addr;
-        Self {
-            relay: Some(relay),
-            dir,
-            addr,
-            limits,
-        }
+        let cert_sha256 = relay.cert_sha256.map(|c| switchboard_core::util::hex(&c));
+        Self { relay: Some(relay), tls, cert_sha256, dir, addr, limits }
     }
 
     /// Base URL.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.cert_sha256.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops it (the port refuses connections until `restart`).
@@ -63,6 +73,7 @@ impl TestRelay {
         self.stop().await;
         let mut config = Config::new(self.addr, self.dir.path());
         config.limits = self.limits.clone();
+        config.tls = self.tls.clone();
         self.relay = Some(relay_lite::spawn(config).await.unwrap());
     }
 }
@@ -83,29 +94,22 @@ pub struct Peer {
 impl Peer {
     /// A new profile on `relay`, offline (each call syncs like a CLI command).
     pub async fn offline(name: &str, relay: &str) -> Self {
+        Self::offline_pinned(name, relay, None).await
+    }
+
+    /// A new offline profile on a relay whose certificate it pins (hex SHA-256).
+    pub async fn offline_pinned(name: &str, relay: &str, pin: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let profile = Profile {
-            dir: dir.path().join("profile"),
-        };
+        let profile = Profile { dir: dir.path().join("profile") };
         let lock = profile.try_lock().unwrap().unwrap();
-        let rt = Runtime::init(
-            &profile,
-            InitOptions {
-                name: name.into(),
-                relay: relay.into(),
-                relay_cert_sha256: None,
-                keystore: KeystorePreference::File,
-            },
-        )
-        .await
-        .unwrap();
-        Self {
-            rt,
+        let opts = InitOptions {
             name: name.into(),
-            live: false,
-            _lock: lock,
-            dir,
-        }
+            relay: relay.into(),
+            relay_cert_sha256: pin.map(Into::into),
+            keystore: KeystorePreference::File,
+        };
+        let rt = Runtime::init(&profile, opts).await.unwrap();
+        Self { rt, name: name.into(), live: false, _lock: lock, dir }
     }
 
     /// A new profile whose runtime keeps its websocket and outbox worker running.
@@ -138,18 +142,12 @@ impl Peer {
 
     /// Performs a request, returning the error code on failure.
     pub async fn try_call(&self, req: Request) -> Result<Value, String> {
-        self.rt
-            .handle(req, !self.live)
-            .await
-            .map_err(|e| e.code().to_owned())
+        self.rt.handle(req, !self.live).await.map_err(|e| e.code().to_owned())
     }
 
     /// Our full letagents address.
     pub async fn address(&self) -> String {
-        self.call(Request::Whoami).await["letagents"]["address"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        self.call(Request::Whoami).await["letagents"]["address"].as_str().unwrap().to_owned()
     }
 
     /// Sends text; returns the id.
@@ -169,34 +167,17 @@ impl Peer {
 
     /// New messages (waiting up to `wait` seconds for one).
     pub async fn inbox(&self, wait: u64) -> Vec<Value> {
-        self.call(Request::Inbox {
-            all: false,
-            wait_secs: wait,
-        })
-        .await
-        .as_array()
-        .cloned()
-        .unwrap()
+        self.call(Request::Inbox { all: false, wait_secs: wait }).await.as_array().cloned().unwrap()
     }
 
     /// The state of one of our messages.
     pub async fn state_of(&self, id: &str) -> String {
-        self.call(Request::Message { id: id.into() }).await["state"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        self.call(Request::Message { id: id.into() }).await["state"].as_str().unwrap().to_owned()
     }
 
     /// The audit log.
     pub async fn log(&self) -> Vec<Value> {
-        self.call(Request::Log {
-            search: None,
-            limit: Some(10_000),
-        })
-        .await
-        .as_array()
-        .cloned()
-        .unwrap()
+        self.call(Request::Log { search: None, limit: Some(10_000) }).await.as_array().cloned().unwrap()
     }
 
     /// Polls `f` until it returns true or `secs` pass.
@@ -230,17 +211,11 @@ pub async fn befriend(a: &Peer, b: &Peer) {
     let ok = b
         .eventually(10, || async {
             let reqs = b.call(Request::ContactRequests).await;
-            reqs.as_array()
-                .unwrap()
-                .iter()
-                .any(|r| r["name"] == a.name.as_str())
+            reqs.as_array().unwrap().iter().any(|r| r["name"] == a.name.as_str())
         })
         .await;
     assert!(ok, "{} never saw {}'s request", b.name, a.name);
-    b.call(Request::ContactAccept {
-        name: a.name.clone(),
-    })
-    .await;
+    b.call(Request::ContactAccept { name: a.name.clone() }).await;
 }
 
 /// Runs the `switchboard` binary with `--home home` and `args`; returns (status ok, stdout, stderr).
@@ -249,10 +224,7 @@ pub fn switchboard(bin: &Path, home: &Path, args: &[&str]) -> (bool, String, Str
         .arg("--home")
         .arg(home)
         .args(args)
-        .env(
-            "SWITCHBOARD_KEYSTORE",
-            std::env::var("SWITCHBOARD_TEST_KEYSTORE").unwrap_or_else(|_| "file".into()),
-        )
+        .env("SWITCHBOARD_KEYSTORE", std::env::var("SWITCHBOARD_TEST_KEYSTORE").unwrap_or_else(|_| "file".into()))
         .output()
         .unwrap();
     (

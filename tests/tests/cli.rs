@@ -49,11 +49,7 @@ impl Daemon {
     }
 
     fn stop(mut self) {
-        Command::new("kill")
-            .arg("-TERM")
-            .arg(self.0.id().to_string())
-            .status()
-            .unwrap();
+        Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status().unwrap();
         let status = self.0.wait().unwrap();
         assert!(status.success(), "daemon exited with {status}");
     }
@@ -77,14 +73,7 @@ async fn two_profiles_talk_through_the_cli_with_and_without_a_daemon() {
     json(&bob, &["init", "--name", "bob", "--relay", &url]);
     let bob_who = json(&bob, &["whoami"]);
     let bob_addr = bob_who["letagents"]["address"].as_str().unwrap().to_owned();
-    assert!(
-        bob_who["letagents"]["safety_number"]
-            .as_str()
-            .unwrap()
-            .split(' ')
-            .count()
-            == 8
-    );
+    assert!(bob_who["letagents"]["safety_number"].as_str().unwrap().split(' ').count() == 8);
 
     let daemon = Daemon::start(&bob);
     // A second runtime for the same profile is refused.
@@ -106,10 +95,7 @@ async fn two_profiles_talk_through_the_cli_with_and_without_a_daemon() {
         })
         .expect("bob never saw the request");
     assert_eq!(requests[0]["name"], "alice");
-    assert_eq!(
-        requests[0]["safety_number"],
-        who["letagents"]["safety_number"]
-    );
+    assert_eq!(requests[0]["safety_number"], who["letagents"]["safety_number"]);
     ok(&bob, &["contact", "accept", "alice"]);
 
     let id = ok(&alice, &["send", "bob", "hello from the command line"]);
@@ -119,64 +105,27 @@ async fn two_profiles_talk_through_the_cli_with_and_without_a_daemon() {
     assert_eq!(inbox[0]["from"], "alice");
     assert_eq!(inbox[0]["protocol"], "letagents");
     assert_eq!(inbox[0]["body"], "hello from the command line");
-    assert!(
-        json(&bob, &["inbox"]).as_array().unwrap().is_empty(),
-        "inbox shows only what is new"
-    );
+    assert!(json(&bob, &["inbox"]).as_array().unwrap().is_empty(), "inbox shows only what is new");
     assert_eq!(json(&bob, &["inbox", "--all"]).as_array().unwrap().len(), 1);
 
     // An ask answered through the daemon; alice waits in-process with the websocket.
-    let ask = json(
-        &alice,
-        &[
-            "send",
-            "bob",
-            "ready?",
-            "--ask",
-            "--from-agent",
-            "planner",
-            "--to-agent",
-            "coder",
-        ],
-    );
+    let ask = json(&alice, &["send", "bob", "ready?", "--ask", "--from-agent", "planner", "--to-agent", "coder"]);
     let got = json(&bob, &["inbox", "--wait", "10"]);
     assert_eq!(got[0]["kind"], "ask");
     assert_eq!(got[0]["to_agent"], "coder");
-    ok(
-        &bob,
-        &[
-            "send",
-            "alice",
-            "yes",
-            "--reply-to",
-            ask["id"].as_str().unwrap(),
-        ],
-    );
+    ok(&bob, &["send", "alice", "yes", "--reply-to", ask["id"].as_str().unwrap()]);
     let reply = json(&alice, &["inbox", "--wait", "10"]);
     assert_eq!(reply[0]["kind"], "reply");
     assert_eq!(reply[0]["reply_to"], ask["id"]);
 
     let status = json(&bob, &["status"]);
-    assert!(
-        status["bridge"]
-            .as_str()
-            .unwrap()
-            .starts_with("http://127.0.0.1:")
-    );
+    assert!(status["bridge"].as_str().unwrap().starts_with("http://127.0.0.1:"));
     assert_eq!(status["relays"][0]["health"]["state"], "connected");
     let log = json(&bob, &["log"]);
-    assert!(
-        log.as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["state"] == "received")
-    );
+    assert!(log.as_array().unwrap().iter().any(|r| r["state"] == "received"));
 
     daemon.stop();
-    assert!(
-        !bob.join("bridge.token").exists(),
-        "bridge files are removed on exit"
-    );
+    assert!(!bob.join("bridge.token").exists(), "bridge files are removed on exit");
     // With the daemon gone, bob's commands run in-process again.
     assert_eq!(json(&bob, &["contact", "list"])[0]["name"], "alice");
 }
@@ -189,17 +138,8 @@ async fn profile_files_are_private() {
     let (_h, home) = home();
     ok(&home, &["init", "--name", "carol", "--relay", &relay.url()]);
     let daemon = Daemon::start(&home);
-    for f in [
-        "bridge.token",
-        "bridge.port",
-        "keys.secret",
-        "switchboard.db",
-    ] {
-        let mode = std::fs::metadata(home.join(f))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+    for f in ["bridge.token", "bridge.port", "keys.secret", "switchboard.db"] {
+        let mode = std::fs::metadata(home.join(f)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{f} is {mode:o}");
     }
     let mode = std::fs::metadata(&home).unwrap().permissions().mode() & 0o777;
@@ -218,40 +158,16 @@ async fn the_bridge_refuses_what_is_not_a_local_client() {
     let url = format!("http://127.0.0.1:{port}/v1/rpc");
     let body = r#"{"op":"whoami"}"#;
     let http = reqwest::Client::new();
-    let good = http
-        .post(&url)
-        .bearer_auth(&token)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let good =
+        http.post(&url).bearer_auth(&token).header("content-type", "application/json").body(body).send().await.unwrap();
     assert_eq!(good.status(), 200);
 
-    let no_token = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let no_token = http.post(&url).header("content-type", "application/json").body(body).send().await.unwrap();
     assert_eq!(no_token.status(), 401);
-    let wrong = http
-        .post(&url)
-        .bearer_auth("0".repeat(64))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let wrong = http.post(&url).bearer_auth("0".repeat(64)).body(body).send().await.unwrap();
     assert_eq!(wrong.status(), 401);
-    let origin = http
-        .post(&url)
-        .bearer_auth(&token)
-        .header("origin", "http://evil.example")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let origin =
+        http.post(&url).bearer_auth(&token).header("origin", "http://evil.example").body(body).send().await.unwrap();
     assert_eq!(origin.status(), 403);
     let host = http
         .post(&url)
@@ -267,21 +183,13 @@ async fn the_bridge_refuses_what_is_not_a_local_client() {
         "POST /v1/rpc HTTP/1.1\r\nHost: \r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let mut s = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}"))
-        .await
-        .unwrap();
+    let mut s = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}")).await.unwrap();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     s.write_all(raw.as_bytes()).await.unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).await.unwrap();
-    assert!(
-        resp.starts_with("HTTP/1.1 403") || resp.starts_with("HTTP/1.1 400"),
-        "{resp}"
-    );
-    assert!(
-        !resp.contains("letagents"),
-        "no data leaks through a refused request"
-    );
+    assert!(resp.starts_with("HTTP/1.1 403") || resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(!resp.contains("letagents"), "no data leaks through a refused request");
     daemon.stop();
 }
 

@@ -12,10 +12,7 @@ fn bin() -> PathBuf {
 
 fn run(home: &std::path::Path, envs: &[(&str, &str)], args: &[&str]) -> (bool, String, String) {
     let mut cmd = std::process::Command::new(bin());
-    cmd.arg("--home")
-        .arg(home)
-        .args(args)
-        .env_remove("SWITCHBOARD_KEYSTORE");
+    cmd.arg("--home").arg(home).args(args).env_remove("SWITCHBOARD_KEYSTORE");
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -37,48 +34,24 @@ async fn keys_live_in_the_secret_service_and_survive_reopening() {
     }
     let relay = TestRelay::start().await;
     let (_h, home) = home();
-    let (ok, out, err) = run(
-        &home,
-        &[],
-        &[
-            "init",
-            "--name",
-            "kim",
-            "--relay",
-            &relay.url(),
-            "--keystore",
-            "os-keyring",
-            "--json",
-        ],
-    );
+    let (ok, out, err) =
+        run(&home, &[], &["init", "--name", "kim", "--relay", &relay.url(), "--keystore", "os-keyring", "--json"]);
     assert!(ok, "{err}");
     let who: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(who["keystore"], "os-keyring");
-    assert!(
-        !home.join("keys.secret").exists(),
-        "no key file when the keyring holds the keys"
-    );
+    assert!(!home.join("keys.secret").exists(), "no key file when the keyring holds the keys");
     // The secret is really in the Secret Service, under this profile's account.
-    let pool = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}?mode=ro",
-        home.join("switchboard.db").display()
-    ))
-    .await
-    .unwrap();
-    let account: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = 'account'")
-        .fetch_one(&pool)
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", home.join("switchboard.db").display()))
         .await
         .unwrap();
+    let account: String =
+        sqlx::query_scalar("SELECT value FROM meta WHERE key = 'account'").fetch_one(&pool).await.unwrap();
     pool.close().await;
     let found = std::process::Command::new("secret-tool")
         .args(["lookup", "service", "switchboard", "username", &account])
         .output()
         .unwrap();
-    assert!(
-        found.status.success(),
-        "secret-tool found nothing: {}",
-        String::from_utf8_lossy(&found.stderr)
-    );
+    assert!(found.status.success(), "secret-tool found nothing: {}", String::from_utf8_lossy(&found.stderr));
     let secret = found.stdout;
     assert_eq!(secret.len(), 64, "sig seed and box secret");
     // A later process reads the same keys back.
@@ -91,11 +64,7 @@ async fn keys_live_in_the_secret_service_and_survive_reopening() {
         let path = entry.unwrap().path();
         let bytes = std::fs::read(&path).unwrap_or_default();
         for half in [&secret[..32], &secret[32..]] {
-            assert!(
-                !bytes.windows(32).any(|w| w == half),
-                "secret key bytes found in {}",
-                path.display()
-            );
+            assert!(!bytes.windows(32).any(|w| w == half), "secret key bytes found in {}", path.display());
         }
     }
 }
@@ -105,18 +74,11 @@ async fn with_no_keyring_reachable_the_file_store_is_used_and_said() {
     let relay = TestRelay::start().await;
     let (_h, home) = home();
     let no_bus = [("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")];
-    let (ok, out, err) = run(
-        &home,
-        &no_bus,
-        &["init", "--name", "lee", "--relay", &relay.url(), "--json"],
-    );
+    let (ok, out, err) = run(&home, &no_bus, &["init", "--name", "lee", "--relay", &relay.url(), "--json"]);
     assert!(ok, "{err}");
     let who: Value = serde_json::from_str(&out).unwrap();
     let ks = who["keystore"].as_str().unwrap();
-    assert!(
-        ks.starts_with("file ") && ks.contains("no OS keyring reachable"),
-        "{ks}"
-    );
+    assert!(ks.starts_with("file ") && ks.contains("no OS keyring reachable"), "{ks}");
     assert!(home.join("keys.secret").exists());
     // A profile made on the file store keeps using it, keyring or not.
     let (ok, out, _) = run(&home, &[], &["whoami", "--json"]);
@@ -130,19 +92,8 @@ async fn asking_for_the_keyring_where_there_is_none_fails_loudly() {
     let relay = TestRelay::start().await;
     let (_h, home) = home();
     let no_bus = [("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")];
-    let (ok, _, err) = run(
-        &home,
-        &no_bus,
-        &[
-            "init",
-            "--name",
-            "lee",
-            "--relay",
-            &relay.url(),
-            "--keystore",
-            "os-keyring",
-        ],
-    );
+    let (ok, _, err) =
+        run(&home, &no_bus, &["init", "--name", "lee", "--relay", &relay.url(), "--keystore", "os-keyring"]);
     assert!(!ok);
     assert!(err.contains("keyring"), "{err}");
 }

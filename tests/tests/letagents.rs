@@ -36,18 +36,11 @@ async fn send_ask_reply_and_receipts_over_the_websocket() {
     assert_eq!(got[0]["from"], "alice");
     assert_eq!(got[0]["kind"], "send");
     assert!(
-        alice
-            .eventually(10, || async { alice.state_of(&id).await == "delivered" })
-            .await,
+        alice.eventually(10, || async { alice.state_of(&id).await == "delivered" }).await,
         "no receipt for the send"
     );
 
-    let ask = alice
-        .call(send_req("bob", "what is 2+2?", "ask", None))
-        .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let ask = alice.call(send_req("bob", "what is 2+2?", "ask", None)).await["id"].as_str().unwrap().to_owned();
     let got = bob.inbox(10).await;
     assert_eq!(got[0]["kind"], "ask");
     assert_eq!(got[0]["id"], ask.as_str());
@@ -87,24 +80,13 @@ async fn list_is_answered_with_a_roster_and_presence_is_pushed() {
     let alice = Peer::live("alice", &relay.url()).await;
     let bob = Peer::live("bob", &relay.url()).await;
     befriend(&alice, &bob).await;
-    bob.call(Request::AgentRegister {
-        name: "coder".into(),
-        harness: Some("claude-code".into()),
-    })
-    .await;
+    bob.call(Request::AgentRegister { name: "coder".into(), harness: Some("claude-code".into()) }).await;
     // Presence roster arrives unsolicited.
     let got = alice.inbox(10).await;
     assert_eq!(got[0]["kind"], "roster");
     assert_eq!(got[0]["body"][0]["name"], "coder");
 
-    let list = alice
-        .call(Request::List {
-            contact: "bob".into(),
-        })
-        .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let list = alice.call(Request::List { contact: "bob".into() }).await["id"].as_str().unwrap().to_owned();
     let got = alice.inbox(10).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["kind"], "roster");
@@ -113,11 +95,7 @@ async fn list_is_answered_with_a_roster_and_presence_is_pushed() {
     assert_eq!(got[0]["body"][0]["where"], "bob/coder");
     let contacts = alice.call(Request::ContactList).await;
     assert_eq!(contacts[0]["roster"][0]["name"], "coder");
-    assert!(
-        alice
-            .eventually(10, || async { alice.state_of(&list).await == "delivered" })
-            .await
-    );
+    assert!(alice.eventually(10, || async { alice.state_of(&list).await == "delivered" }).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,36 +113,19 @@ async fn hello_becomes_a_request_that_can_be_accepted() {
         })
         .await;
     assert!(
-        bob.eventually(10, || async {
-            !bob.call(Request::ContactRequests)
-                .await
-                .as_array()
-                .unwrap()
-                .is_empty()
-        })
-        .await
+        bob.eventually(10, || async { !bob.call(Request::ContactRequests).await.as_array().unwrap().is_empty() }).await
     );
     let reqs = bob.call(Request::ContactRequests).await;
     assert_eq!(reqs[0]["name"], "alice");
     assert_eq!(reqs[0]["request"], "alice");
-    assert_eq!(
-        reqs[0]["safety_number"],
-        alice.call(Request::Whoami).await["letagents"]["safety_number"]
-    );
+    assert_eq!(reqs[0]["safety_number"], alice.call(Request::Whoami).await["letagents"]["safety_number"]);
     // While pending, messages from alice are dropped, not shown.
     alice.send("bob", "before accept").await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let dropped = bob.eventually(10, || async { bob.log().await.iter().any(|r| r["detail"] == "not_accepted") }).await;
+    assert!(dropped, "the message from a pending contact was not dropped");
     assert!(bob.inbox(0).await.is_empty());
-    assert_eq!(
-        bob.try_call(send_req("alice", "x", "send", None))
-            .await
-            .unwrap_err(),
-        "pending_contact"
-    );
-    bob.call(Request::ContactAccept {
-        name: "alice".into(),
-    })
-    .await;
+    assert_eq!(bob.try_call(send_req("alice", "x", "send", None)).await.unwrap_err(), "pending_contact");
+    bob.call(Request::ContactAccept { name: "alice".into() }).await;
     alice.send("bob", "after accept").await;
     let got = bob.inbox(10).await;
     assert_eq!(got.len(), 1);
@@ -195,12 +156,8 @@ async fn outbox_delivers_exactly_once_after_the_relay_comes_back() {
     let got = bob.inbox(0).await;
     assert_eq!(got.iter().filter(|m| m["id"] == id.as_str()).count(), 1);
     assert!(bob.inbox(0).await.is_empty());
-    let relayed = alice
-        .log()
-        .await
-        .iter()
-        .filter(|r| r["message_id"] == id.as_str() && r["state"] == "relayed")
-        .count();
+    let relayed =
+        alice.log().await.iter().filter(|r| r["message_id"] == id.as_str() && r["state"] == "relayed").count();
     assert_eq!(relayed, 1);
 }
 
@@ -217,9 +174,7 @@ async fn queued_message_survives_a_runtime_restart() {
     // The runtime goes away and a new one opens the same profile.
     let (profile, dir) = alice.close();
     relay.restart().await;
-    let rt = switchboard_core::engine::Runtime::open(&profile)
-        .await
-        .unwrap();
+    let rt = switchboard_core::engine::Runtime::open(&profile).await.unwrap();
     rt.handle(Request::Flush, true).await.unwrap();
     let got = bob.inbox(0).await;
     assert_eq!(got.len(), 1);
@@ -237,10 +192,7 @@ struct Forger {
 
 impl Forger {
     fn new(relay: &TestRelay) -> Self {
-        Self {
-            id: DeviceIdentity::generate(&mut OsRng),
-            relay: RelayClient::new(&relay.url(), None).unwrap(),
-        }
+        Self { id: DeviceIdentity::generate(&mut OsRng), relay: RelayClient::new(&relay.url(), None).unwrap() }
     }
 
     fn address(&self) -> String {
@@ -248,24 +200,11 @@ impl Forger {
     }
 
     fn inner(&self, to: &PeerKeys, kind: Kind, body: Value) -> Inner {
-        Inner::new(
-            &self.id.keys(),
-            &to.mailbox_id(),
-            now_ms(),
-            uuid::Uuid::new_v4(),
-            kind,
-            body,
-        )
+        Inner::new(&self.id.keys(), &to.mailbox_id(), now_ms(), uuid::Uuid::new_v4(), kind, body)
     }
 
     fn seal(&self, to: &PeerKeys, inner: &Inner) -> Vec<u8> {
-        la::seal(
-            &self.id.sig,
-            to,
-            &serde_json::to_string(inner).unwrap(),
-            &mut OsRng,
-        )
-        .unwrap()
+        la::seal(&self.id.sig, to, &serde_json::to_string(inner).unwrap(), &mut OsRng).unwrap()
     }
 
     async fn post(&self, to: &Peer, envelope: Vec<u8>) {
@@ -273,22 +212,15 @@ impl Forger {
     }
 
     async fn try_post(&self, to: &Peer, envelope: Vec<u8>) -> SendOutcome {
-        let drop = la::Address::parse(&to.address().await)
-            .unwrap()
-            .drop
-            .unwrap();
-        self.relay
-            .send(&to.rt.keys().mailbox_id(), &drop, envelope)
-            .await
+        let drop = la::Address::parse(&to.address().await).unwrap().drop.unwrap();
+        self.relay.send(&to.rt.keys().mailbox_id(), &drop, envelope).await
     }
 
     /// Reads our own mailbox and opens everything in it.
     async fn read(&self) -> Vec<la::Opened> {
         let msgs = self.relay.inbox(&self.id.sig, &self.id.drop).await.unwrap();
         msgs.iter()
-            .filter_map(|m| {
-                la::open(&b64u_decode(&m.ct).unwrap(), &self.id.boxs, &self.id.keys()).ok()
-            })
+            .filter_map(|m| la::open(&b64u_decode(&m.ct).unwrap(), &self.id.boxs, &self.id.keys()).ok())
             .collect()
     }
 }
@@ -311,11 +243,7 @@ async fn bob_knows_forger(relay: &TestRelay) -> (Peer, Forger) {
 }
 
 async fn last_in_audit(bob: &Peer) -> Value {
-    bob.log()
-        .await
-        .into_iter()
-        .rfind(|r| r["direction"] == "in")
-        .unwrap()
+    bob.log().await.into_iter().rfind(|r| r["direction"] == "in").unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,16 +270,8 @@ async fn a_flipped_byte_anywhere_is_refused_and_the_intact_envelope_still_arrive
         }
     }
     assert_eq!(stored, positions.iter().filter(|&&i| i >= 3).count());
-    assert!(
-        bob.inbox(0).await.is_empty(),
-        "a tampered envelope was shown"
-    );
-    let dropped = bob
-        .log()
-        .await
-        .iter()
-        .filter(|r| r["state"] == "dropped")
-        .count();
+    assert!(bob.inbox(0).await.is_empty(), "a tampered envelope was shown");
+    let dropped = bob.log().await.iter().filter(|r| r["state"] == "dropped").count();
     assert_eq!(dropped, stored);
     f.post(&bob, env).await;
     let got = bob.inbox(0).await;
@@ -370,10 +290,7 @@ async fn envelope_for_another_recipient_is_refused() {
     assert!(bob.inbox(0).await.is_empty());
     let row = last_in_audit(&bob).await;
     assert_eq!(row["state"], "dropped");
-    assert!(
-        row["detail"].as_str().unwrap().contains("another mailbox"),
-        "{row}"
-    );
+    assert!(row["detail"].as_str().unwrap().contains("another mailbox"), "{row}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,10 +302,7 @@ async fn stale_message_is_dropped() {
     f.post(&bob, f.seal(&bob.rt.keys(), &inner)).await;
     assert!(bob.inbox(0).await.is_empty());
     let row = last_in_audit(&bob).await;
-    assert_eq!(
-        (row["state"].as_str(), row["detail"].as_str()),
-        (Some("dropped"), Some("stale"))
-    );
+    assert_eq!((row["state"].as_str(), row["detail"].as_str()), (Some("dropped"), Some("stale")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,12 +317,7 @@ async fn replayed_id_is_dropped() {
     f.post(&bob, env).await;
     f.post(&bob, f.seal(&bob.rt.keys(), &inner)).await;
     assert!(bob.inbox(0).await.is_empty());
-    let replays = bob
-        .log()
-        .await
-        .iter()
-        .filter(|r| r["detail"] == "replay")
-        .count();
+    let replays = bob.log().await.iter().filter(|r| r["detail"] == "replay").count();
     assert_eq!(replays, 2);
 }
 
@@ -419,17 +328,9 @@ async fn unknown_sender_is_dropped() {
     bob.inbox(0).await;
     let stranger = Forger::new(&relay);
     let inner = stranger.inner(&bob.rt.keys(), Kind::Send, json!("let me in"));
-    stranger
-        .post(&bob, stranger.seal(&bob.rt.keys(), &inner))
-        .await;
+    stranger.post(&bob, stranger.seal(&bob.rt.keys(), &inner)).await;
     assert!(bob.inbox(0).await.is_empty());
-    assert!(
-        bob.call(Request::ContactList)
-            .await
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(bob.call(Request::ContactList).await.as_array().unwrap().is_empty());
     assert_eq!(last_in_audit(&bob).await["detail"], "unknown_sender");
 }
 
@@ -451,28 +352,14 @@ async fn changed_box_key_is_refused_and_blocks_sending_until_verified() {
         Kind::Send,
         json!("new key, who dis"),
     );
-    let env = la::seal(
-        &rekeyed.sig,
-        &bob.rt.keys(),
-        &serde_json::to_string(&inner).unwrap(),
-        &mut OsRng,
-    )
-    .unwrap();
+    let env = la::seal(&rekeyed.sig, &bob.rt.keys(), &serde_json::to_string(&inner).unwrap(), &mut OsRng).unwrap();
     f.post(&bob, env).await;
     assert!(bob.inbox(0).await.is_empty());
     let c = &bob.call(Request::ContactList).await[0];
     assert_eq!(c["key_changed"], true);
     assert_eq!(c["new_safety_number"], rekeyed.keys().safety_number());
-    assert_eq!(
-        bob.try_call(send_req("mallory", "hi", "send", None))
-            .await
-            .unwrap_err(),
-        "key_changed"
-    );
-    bob.call(Request::ContactVerify {
-        name: "mallory".into(),
-    })
-    .await;
+    assert_eq!(bob.try_call(send_req("mallory", "hi", "send", None)).await.unwrap_err(), "key_changed");
+    bob.call(Request::ContactVerify { name: "mallory".into() }).await;
     let c = &bob.call(Request::ContactList).await[0];
     assert_eq!(c["key_changed"], false);
     assert_eq!(c["safety_number"], rekeyed.keys().safety_number());
@@ -483,26 +370,14 @@ async fn changed_box_key_is_refused_and_blocks_sending_until_verified() {
 async fn disallowed_kind_is_refused_with_a_receipt() {
     let relay = TestRelay::start().await;
     let (bob, f) = bob_knows_forger(&relay).await;
-    bob.call(Request::ContactAllow {
-        name: "mallory".into(),
-        kinds: vec!["send".into()],
-    })
-    .await;
+    bob.call(Request::ContactAllow { name: "mallory".into(), kinds: vec!["send".into()] }).await;
     let inner = f.inner(&bob.rt.keys(), Kind::Ask, json!("may I ask?"));
     f.post(&bob, f.seal(&bob.rt.keys(), &inner)).await;
     assert!(bob.inbox(0).await.is_empty());
     assert_eq!(last_in_audit(&bob).await["state"], "refused");
-    let receipts: Vec<_> = f
-        .read()
-        .await
-        .into_iter()
-        .filter(|o| o.kind == Kind::Receipt)
-        .collect();
+    let receipts: Vec<_> = f.read().await.into_iter().filter(|o| o.kind == Kind::Receipt).collect();
     assert_eq!(receipts.len(), 1);
-    assert_eq!(
-        receipts[0].inner.reply_to.as_deref(),
-        Some(inner.id.as_str())
-    );
+    assert_eq!(receipts[0].inner.reply_to.as_deref(), Some(inner.id.as_str()));
     assert_eq!(receipts[0].inner.body["status"], "refused");
 }
 
@@ -535,8 +410,33 @@ async fn an_agent_rule_that_denies_refuses_the_message() {
         .collect();
     assert_eq!(statuses.len(), 2);
     // Bob is reading his inbox when the allowed one arrives, so it counts as pushed.
-    assert!(
-        statuses.contains(&"refused".to_owned()) && statuses.contains(&"pushed".to_owned()),
-        "{statuses:?}"
-    );
+    assert!(statuses.contains(&"refused".to_owned()) && statuses.contains(&"pushed".to_owned()), "{statuses:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_talk_through_a_self_signed_relay_they_pin() {
+    let relay = TestRelay::start_tls().await;
+    let pin = relay.cert_sha256.clone().unwrap();
+    let mut alice = Peer::offline_pinned("alice", &relay.url(), Some(&pin)).await;
+    alice.go_live();
+    let bob = Peer::offline_pinned("bob", &relay.url(), Some(&pin)).await;
+    befriend(&alice, &bob).await;
+    let id = alice.send("bob", "over TLS").await;
+    assert!(alice.eventually(10, || async { alice.state_of(&id).await != "queued" }).await);
+    let got = bob.inbox(0).await;
+    assert_eq!(got[0]["body"], "over TLS");
+    // Alice's websocket (wss) receives bob's receipt live.
+    assert!(alice.eventually(10, || async { alice.state_of(&id).await == "delivered" }).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_certificate_does_not_match_the_pin_is_refused() {
+    let relay = TestRelay::start_tls().await;
+    let wrong = "00".repeat(32);
+    let eve = Peer::offline_pinned("eve", &relay.url(), Some(&wrong)).await;
+    let err = eve.try_call(Request::Inbox { all: false, wait_secs: 0 }).await.unwrap_err();
+    assert_eq!(err, "relay");
+    // And with no pin at all, a self-signed certificate is not trusted either.
+    let frank = Peer::offline("frank", &relay.url()).await;
+    assert_eq!(frank.try_call(Request::Inbox { all: false, wait_secs: 0 }).await.unwrap_err(), "relay");
 }

@@ -39,10 +39,7 @@ impl std::fmt::Debug for Conn {
 }
 
 fn api_error(code: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError {
-        code: code.into(),
-        message: message.to_string(),
-    }
+    ApiError { code: code.into(), message: message.to_string() }
 }
 
 impl Conn {
@@ -55,8 +52,7 @@ impl Conn {
             }
             // Another runtime owns the profile; it writes its bridge files once it listens.
             if let Some((port, token)) = profile.read_bridge_files() {
-                let tls = crate::transport::tls::client_config(None)
-                    .map_err(|e| api_error("internal", e))?;
+                let tls = crate::transport::tls::client_config(None).map_err(|e| api_error("internal", e))?;
                 let http = reqwest::Client::builder()
                     .tls_backend_preconfigured(tls)
                     .no_proxy()
@@ -66,10 +62,7 @@ impl Conn {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(api_error(
-            "runtime_busy",
-            "another runtime owns this profile but its bridge is not answering",
-        ))
+        Err(api_error("runtime_busy", "another runtime owns this profile but its bridge is not answering"))
     }
 
     /// Whether this is an in-process runtime.
@@ -95,15 +88,11 @@ impl Conn {
                     .await
                     .map_err(|e| api_error("bridge_unreachable", e))?;
                 let ok = resp.status().is_success();
-                let body: Value = resp
-                    .json()
-                    .await
-                    .map_err(|e| api_error("bridge_malformed", e))?;
+                let body: Value = resp.json().await.map_err(|e| api_error("bridge_malformed", e))?;
                 if ok {
                     Ok(body)
                 } else {
-                    Err(serde_json::from_value(body)
-                        .unwrap_or_else(|e| api_error("bridge_malformed", e)))
+                    Err(serde_json::from_value(body).unwrap_or_else(|e| api_error("bridge_malformed", e)))
                 }
             }
         }

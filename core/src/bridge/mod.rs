@@ -45,14 +45,7 @@ impl Bridge {
 }
 
 fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        Json(ApiError {
-            code: code.into(),
-            message: message.into(),
-        }),
-    )
-        .into_response()
+    (status, Json(ApiError { code: code.into(), message: message.into() })).into_response()
 }
 
 /// Constant-time comparison of two tokens.
@@ -63,16 +56,9 @@ fn same_token(a: &[u8], b: &[u8]) -> bool {
 /// Why a request's headers are refused, if they are.
 fn check_headers(headers: &HeaderMap, port: u16, token: &str) -> Option<Response> {
     if headers.contains_key(header::ORIGIN) {
-        return Some(refuse(
-            StatusCode::FORBIDDEN,
-            "origin_refused",
-            "browser origins may not call the bridge",
-        ));
+        return Some(refuse(StatusCode::FORBIDDEN, "origin_refused", "browser origins may not call the bridge"));
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     let allowed = [format!("127.0.0.1:{port}"), format!("localhost:{port}")];
     if !allowed.iter().any(|a| a == host) {
         return Some(refuse(
@@ -87,11 +73,7 @@ fn check_headers(headers: &HeaderMap, port: u16, token: &str) -> Option<Response
         .and_then(|h| h.strip_prefix("Bearer "))
         .unwrap_or("");
     if !same_token(given.as_bytes(), token.as_bytes()) {
-        return Some(refuse(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bridge token",
-        ));
+        return Some(refuse(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bridge token"));
     }
     None
 }
@@ -107,14 +89,11 @@ fn status_for(e: &Error) -> StatusCode {
     match e {
         Error::UnknownContact(_) | Error::UnknownMessage(_) => StatusCode::NOT_FOUND,
         Error::Invalid(_) | Error::NotInitialized => StatusCode::BAD_REQUEST,
-        Error::ContactExists(_)
-        | Error::KeyChanged(_)
-        | Error::Pending(_)
-        | Error::AlreadyInitialized => StatusCode::CONFLICT,
-        Error::Transport(_) => StatusCode::BAD_GATEWAY,
-        Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Bug(_) => {
-            StatusCode::INTERNAL_SERVER_ERROR
+        Error::ContactExists(_) | Error::KeyChanged(_) | Error::Pending(_) | Error::AlreadyInitialized => {
+            StatusCode::CONFLICT
         }
+        Error::Transport(_) => StatusCode::BAD_GATEWAY,
+        Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Bug(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -130,20 +109,11 @@ pub async fn serve(rt: Runtime) -> std::io::Result<Bridge> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let token = random_token();
-    rt.profile()
-        .write_bridge_files(addr.port(), &token)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let state = BridgeState {
-        rt,
-        token: token.clone(),
-        port: addr.port(),
-    };
+    rt.profile().write_bridge_files(addr.port(), &token).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let state = BridgeState { rt, token: token.clone(), port: addr.port() };
     let app = Router::new()
         .route("/v1/rpc", post(rpc))
-        .route(
-            "/v1/ping",
-            get(|| async { Json(serde_json::json!({"ok": true})) }),
-        )
+        .route("/v1/ping", get(|| async { Json(serde_json::json!({"ok": true})) }))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state);
     let task = tokio::spawn(async move {
@@ -177,14 +147,7 @@ mod tests {
     fn refusals() {
         let ok = headers(Some("127.0.0.1:5000"), Some("Bearer tok"), None);
         assert!(check_headers(&ok, 5000, "tok").is_none());
-        assert!(
-            check_headers(
-                &headers(Some("localhost:5000"), Some("Bearer tok"), None),
-                5000,
-                "tok"
-            )
-            .is_none()
-        );
+        assert!(check_headers(&headers(Some("localhost:5000"), Some("Bearer tok"), None), 5000, "tok").is_none());
         let cases = [
             headers(Some("127.0.0.1:5000"), None, None),
             headers(Some("127.0.0.1:5000"), Some("Bearer nope"), None),
@@ -192,17 +155,10 @@ mod tests {
             headers(Some("127.0.0.1:5001"), Some("Bearer tok"), None),
             headers(Some(""), Some("Bearer tok"), None),
             headers(None, Some("Bearer tok"), None),
-            headers(
-                Some("127.0.0.1:5000"),
-                Some("Bearer tok"),
-                Some("http://127.0.0.1:5000"),
-            ),
+            headers(Some("127.0.0.1:5000"), Some("Bearer tok"), Some("http://127.0.0.1:5000")),
         ];
         for (i, h) in cases.iter().enumerate() {
-            assert!(
-                check_headers(h, 5000, "tok").is_some(),
-                "case {i} was let through"
-            );
+            assert!(check_headers(h, 5000, "tok").is_some(), "case {i} was let through");
         }
     }
 }

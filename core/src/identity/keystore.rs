@@ -57,9 +57,7 @@ impl std::str::FromStr for KeystorePreference {
             "auto" => Ok(Self::Auto),
             "os-keyring" | "keyring" => Ok(Self::Keyring),
             "file" => Ok(Self::File),
-            other => Err(format!(
-                "unknown keystore `{other}` (auto, os-keyring, file)"
-            )),
+            other => Err(format!("unknown keystore `{other}` (auto, os-keyring, file)")),
         }
     }
 }
@@ -94,24 +92,19 @@ pub struct Keystore {
 
 impl std::fmt::Debug for Keystore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keystore")
-            .field("kind", &self.kind)
-            .field("file", &self.file)
-            .finish()
+        f.debug_struct("Keystore").field("kind", &self.kind).field("file", &self.file).finish()
     }
 }
 
 #[cfg(target_os = "linux")]
 fn platform_store() -> keyring_core::Result<Arc<keyring_core::CredentialStore>> {
-    let store: Arc<keyring_core::CredentialStore> =
-        zbus_secret_service_keyring_store::Store::new()?;
+    let store: Arc<keyring_core::CredentialStore> = zbus_secret_service_keyring_store::Store::new()?;
     Ok(store)
 }
 
 #[cfg(target_os = "macos")]
 fn platform_store() -> keyring_core::Result<Arc<keyring_core::CredentialStore>> {
-    let store: Arc<keyring_core::CredentialStore> =
-        apple_native_keyring_store::keychain::Store::new()?;
+    let store: Arc<keyring_core::CredentialStore> = apple_native_keyring_store::keychain::Store::new()?;
     Ok(store)
 }
 
@@ -123,9 +116,7 @@ fn platform_store() -> keyring_core::Result<Arc<keyring_core::CredentialStore>> 
 
 #[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "windows")))]
 fn platform_store() -> keyring_core::Result<Arc<keyring_core::CredentialStore>> {
-    Err(keyring_core::Error::NotSupportedByStore(
-        "no OS keyring on this platform".into(),
-    ))
+    Err(keyring_core::Error::NotSupportedByStore("no OS keyring on this platform".into()))
 }
 
 /// Opens the OS keyring entry for `account` and checks it can be reached.
@@ -141,50 +132,33 @@ fn open_keyring(account: &str) -> Result<keyring_core::Entry, KeystoreError> {
 
 impl Keystore {
     /// Opens the store of kind `kind` (as recorded at init) for `account`.
-    pub fn open(
-        kind: KeystoreKind,
-        profile_dir: &Path,
-        account: &str,
-    ) -> Result<Self, KeystoreError> {
+    pub fn open(kind: KeystoreKind, profile_dir: &Path, account: &str) -> Result<Self, KeystoreError> {
         let file = profile_dir.join("keys.secret");
         let entry = match kind {
             KeystoreKind::OsKeyring => Some(open_keyring(account)?),
             KeystoreKind::File => None,
         };
-        Ok(Self {
-            kind,
-            entry,
-            file,
-            fallback_reason: None,
-        })
+        Ok(Self { kind, entry, file, fallback_reason: None })
     }
 
     /// Chooses a store for a new profile. `Auto` takes the OS keyring when reachable and
     /// otherwise the file store, recording why; `Keyring` fails if the keyring is unreachable.
-    pub fn choose(
-        pref: KeystorePreference,
-        profile_dir: &Path,
-        account: &str,
-    ) -> Result<Self, KeystoreError> {
+    pub fn choose(pref: KeystorePreference, profile_dir: &Path, account: &str) -> Result<Self, KeystoreError> {
         match pref {
             KeystorePreference::File => {
                 let mut ks = Self::open(KeystoreKind::File, profile_dir, account)?;
                 ks.fallback_reason = Some("file store chosen explicitly".into());
                 Ok(ks)
             }
-            KeystorePreference::Keyring => {
-                Self::open(KeystoreKind::OsKeyring, profile_dir, account)
-            }
-            KeystorePreference::Auto => {
-                match Self::open(KeystoreKind::OsKeyring, profile_dir, account) {
-                    Ok(ks) => Ok(ks),
-                    Err(e) => {
-                        let mut ks = Self::open(KeystoreKind::File, profile_dir, account)?;
-                        ks.fallback_reason = Some(format!("no OS keyring reachable: {e}"));
-                        Ok(ks)
-                    }
+            KeystorePreference::Keyring => Self::open(KeystoreKind::OsKeyring, profile_dir, account),
+            KeystorePreference::Auto => match Self::open(KeystoreKind::OsKeyring, profile_dir, account) {
+                Ok(ks) => Ok(ks),
+                Err(e) => {
+                    let mut ks = Self::open(KeystoreKind::File, profile_dir, account)?;
+                    ks.fallback_reason = Some(format!("no OS keyring reachable: {e}"));
+                    Ok(ks)
                 }
-            }
+            },
         }
     }
 
@@ -216,36 +190,24 @@ impl Keystore {
         match std::fs::read(&self.file) {
             Ok(text) => {
                 let text = Zeroizing::new(text);
-                let decoded = crate::util::b64u_decode(
-                    std::str::from_utf8(&text)
-                        .map_err(|_| KeystoreError::Corrupt)?
-                        .trim(),
-                )
-                .ok_or(KeystoreError::Corrupt)?;
+                let decoded =
+                    crate::util::b64u_decode(std::str::from_utf8(&text).map_err(|_| KeystoreError::Corrupt)?.trim())
+                        .ok_or(KeystoreError::Corrupt)?;
                 Ok(Some(Zeroizing::new(decoded)))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(KeystoreError::File {
-                path: self.file.clone(),
-                source,
-            }),
+            Err(source) => Err(KeystoreError::File { path: self.file.clone(), source }),
         }
     }
 
     /// Saves the secret.
     pub fn save(&self, secret: &[u8]) -> Result<(), KeystoreError> {
         if let Some(entry) = &self.entry {
-            return entry
-                .set_secret(secret)
-                .map_err(|e| KeystoreError::Keyring(e.to_string()));
+            return entry.set_secret(secret).map_err(|e| KeystoreError::Keyring(e.to_string()));
         }
         let text = Zeroizing::new(crate::util::b64u(secret));
-        crate::profile::write_private(&self.file, text.as_bytes()).map_err(|source| {
-            KeystoreError::File {
-                path: self.file.clone(),
-                source,
-            }
-        })
+        crate::profile::write_private(&self.file, text.as_bytes())
+            .map_err(|source| KeystoreError::File { path: self.file.clone(), source })
     }
 
     /// Deletes the secret (used when `init` fails half-way).
@@ -259,10 +221,7 @@ impl Keystore {
         match std::fs::remove_file(&self.file) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(KeystoreError::File {
-                path: self.file.clone(),
-                source,
-            }),
+            Err(source) => Err(KeystoreError::File { path: self.file.clone(), source }),
         }
     }
 }
@@ -281,10 +240,7 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(dir.path().join("keys.secret"))
-                .unwrap()
-                .permissions()
-                .mode();
+            let mode = std::fs::metadata(dir.path().join("keys.secret")).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
     }

@@ -39,11 +39,7 @@ impl DeviceIdentity {
         rng.fill(boxs.as_mut());
         let mut drop = [0u8; 16];
         rng.fill(&mut drop);
-        Self {
-            sig: SigningKey::from_bytes(&seed),
-            boxs: StaticSecret::from(*boxs),
-            drop,
-        }
+        Self { sig: SigningKey::from_bytes(&seed), boxs: StaticSecret::from(*boxs), drop }
     }
 
     /// Rebuilds an identity from the keystore's secret blob and the (public) drop code.
@@ -53,11 +49,7 @@ impl DeviceIdentity {
         if secret.len() != SECRET_LEN {
             return None;
         }
-        Some(Self {
-            sig: SigningKey::from_bytes(&seed),
-            boxs: StaticSecret::from(boxs),
-            drop,
-        })
+        Some(Self { sig: SigningKey::from_bytes(&seed), boxs: StaticSecret::from(boxs), drop })
     }
 
     /// The secret blob for the keystore.
@@ -70,18 +62,12 @@ impl DeviceIdentity {
 
     /// The public keys.
     pub fn keys(&self) -> PeerKeys {
-        PeerKeys {
-            sig: self.sig.verifying_key().to_bytes(),
-            boxk: PublicKey::from(&self.boxs).to_bytes(),
-        }
+        PeerKeys { sig: self.sig.verifying_key().to_bytes(), boxk: PublicKey::from(&self.boxs).to_bytes() }
     }
 
     /// The full address (with drop), to share out of band.
     pub fn address(&self) -> Address {
-        Address {
-            keys: self.keys(),
-            drop: Some(self.drop),
-        }
+        Address { keys: self.keys(), drop: Some(self.drop) }
     }
 }
 

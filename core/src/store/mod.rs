@@ -276,10 +276,7 @@ impl Store {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         #[cfg(unix)]
         {
@@ -291,10 +288,7 @@ impl Store {
 
     /// Reads a meta value.
     pub async fn meta(&self, key: &str) -> Result<Option<String>> {
-        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?)
     }
 
     /// Writes a meta value.
@@ -304,20 +298,15 @@ impl Store {
 
     /// All contacts in `state` (or all), by name.
     pub async fn contacts(&self, state: Option<&str>) -> Result<Vec<ContactRow>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM contacts WHERE (?1 IS NULL OR state = ?1) ORDER BY name")
-                .bind(state)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        Ok(sqlx::query_as("SELECT * FROM contacts WHERE (?1 IS NULL OR state = ?1) ORDER BY name")
+            .bind(state)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// A contact by local name.
     pub async fn contact_by_name(&self, name: &str) -> Result<Option<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?)
+        Ok(sqlx::query_as("SELECT * FROM contacts WHERE name = ?").bind(name).fetch_optional(&self.pool).await?)
     }
 
     /// Unshown incoming messages (or all with `all`), oldest first.
@@ -336,10 +325,7 @@ impl Store {
     pub async fn mark_shown(&self, rowids: &[i64]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         for r in rowids {
-            sqlx::query("UPDATE messages SET shown = 1 WHERE rowid_ = ?")
-                .bind(r)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query("UPDATE messages SET shown = 1 WHERE rowid_ = ?").bind(r).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -347,49 +333,36 @@ impl Store {
 
     /// A message by id and direction.
     pub async fn message(&self, direction: &str, id: &str) -> Result<Option<MessageRow>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM messages WHERE direction = ? AND id = ? LIMIT 1")
-                .bind(direction)
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+        Ok(sqlx::query_as("SELECT * FROM messages WHERE direction = ? AND id = ? LIMIT 1")
+            .bind(direction)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     /// Outbox rows due at `now`.
     pub async fn due_outbox(&self, now: i64, limit: i64) -> Result<Vec<OutboxRow>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM outbox WHERE next_attempt_at <= ? ORDER BY id LIMIT ?")
-                .bind(now)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        Ok(sqlx::query_as("SELECT * FROM outbox WHERE next_attempt_at <= ? ORDER BY id LIMIT ?")
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// The earliest next attempt, if anything is queued.
     pub async fn next_outbox_time(&self) -> Result<Option<i64>> {
-        Ok(
-            sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM outbox")
-                .fetch_one(&self.pool)
-                .await?,
-        )
+        Ok(sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM outbox").fetch_one(&self.pool).await?)
     }
 
     /// Number of queued outbox entries.
     pub async fn outbox_len(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox")
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox").fetch_one(&self.pool).await?)
     }
 
     /// The relay took the payload: remove it from the outbox, move the message to `relayed`.
     pub async fn outbox_sent(&self, row: &OutboxRow, now: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM outbox WHERE id = ?")
-            .bind(row.id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
         sqlx::query("UPDATE messages SET state = 'relayed' WHERE direction = 'out' AND id = ? AND state = 'queued'")
             .bind(&row.message_id)
             .execute(&mut *tx)
@@ -426,17 +399,12 @@ impl Store {
     /// A permanent failure: drop from the outbox, mark the message failed.
     pub async fn outbox_failed(&self, row: &OutboxRow, error: &str, now: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM outbox WHERE id = ?")
-            .bind(row.id)
+        sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
+        sqlx::query("UPDATE messages SET state = 'failed', detail = ? WHERE direction = 'out' AND id = ?")
+            .bind(error)
+            .bind(&row.message_id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "UPDATE messages SET state = 'failed', detail = ? WHERE direction = 'out' AND id = ?",
-        )
-        .bind(error)
-        .bind(&row.message_id)
-        .execute(&mut *tx)
-        .await?;
         audit(
             &mut tx,
             now,
@@ -470,18 +438,12 @@ impl Store {
 
     /// Local agents.
     pub async fn agents(&self) -> Result<Vec<AgentRow>> {
-        Ok(sqlx::query_as("SELECT * FROM agents ORDER BY name")
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(sqlx::query_as("SELECT * FROM agents ORDER BY name").fetch_all(&self.pool).await?)
     }
 
     /// Forgets seen ids older than `before` (they would be dropped as stale anyway).
     pub async fn prune_seen(&self, before: i64) -> Result<u64> {
-        Ok(sqlx::query("DELETE FROM seen WHERE ts < ?")
-            .bind(before)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        Ok(sqlx::query("DELETE FROM seen WHERE ts < ?").bind(before).execute(&self.pool).await?.rows_affected())
     }
 }
 
@@ -539,82 +501,51 @@ pub async fn insert_contact(conn: &mut SqliteConnection, c: &NewContact<'_>) -> 
 }
 
 /// A contact by protocol id.
-pub async fn contact_by_peer(
-    conn: &mut SqliteConnection,
-    protocol: &str,
-    peer_id: &str,
-) -> Result<Option<ContactRow>> {
-    Ok(
-        sqlx::query_as("SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?")
-            .bind(protocol)
-            .bind(peer_id)
-            .fetch_optional(conn)
-            .await?,
-    )
+pub async fn contact_by_peer(conn: &mut SqliteConnection, protocol: &str, peer_id: &str) -> Result<Option<ContactRow>> {
+    Ok(sqlx::query_as("SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?")
+        .bind(protocol)
+        .bind(peer_id)
+        .fetch_optional(conn)
+        .await?)
 }
 
 /// Whether `name` is taken.
 pub async fn name_taken(conn: &mut SqliteConnection, name: &str) -> Result<bool> {
-    Ok(
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM contacts WHERE name = ?")
-            .bind(name)
-            .fetch_one(conn)
-            .await?
-            > 0,
-    )
+    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM contacts WHERE name = ?").bind(name).fetch_one(conn).await?
+        > 0)
 }
 
 /// The agent rules of a contact, in order.
-pub async fn rules_for(
-    conn: &mut SqliteConnection,
-    contact_id: i64,
-) -> Result<Vec<(String, String, String)>> {
-    let rows = sqlx::query("SELECT from_glob, to_glob, action FROM agent_rules WHERE contact_id = ? ORDER BY position, id")
-        .bind(contact_id)
-        .fetch_all(conn)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect())
+pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<Vec<(String, String, String)>> {
+    let rows =
+        sqlx::query("SELECT from_glob, to_glob, action FROM agent_rules WHERE contact_id = ? ORDER BY position, id")
+            .bind(contact_id)
+            .fetch_all(conn)
+            .await?;
+    Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
 }
 
 /// Records (sender, id) as processed. Returns false if it was already there.
-pub async fn mark_seen(
-    conn: &mut SqliteConnection,
-    protocol: &str,
-    peer: &str,
-    id: &str,
-    ts: i64,
-) -> Result<bool> {
-    let n = sqlx::query(
-        "INSERT INTO seen (protocol, peer, id, ts) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-    )
-    .bind(protocol)
-    .bind(peer)
-    .bind(id)
-    .bind(ts)
-    .execute(conn)
-    .await?
-    .rows_affected();
+pub async fn mark_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str, ts: i64) -> Result<bool> {
+    let n = sqlx::query("INSERT INTO seen (protocol, peer, id, ts) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        .bind(protocol)
+        .bind(peer)
+        .bind(id)
+        .bind(ts)
+        .execute(conn)
+        .await?
+        .rows_affected();
     Ok(n == 1)
 }
 
 /// Whether (sender, id) was already processed.
-pub async fn was_seen(
-    conn: &mut SqliteConnection,
-    protocol: &str,
-    peer: &str,
-    id: &str,
-) -> Result<bool> {
-    Ok(sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM seen WHERE protocol = ? AND peer = ? AND id = ?",
-    )
-    .bind(protocol)
-    .bind(peer)
-    .bind(id)
-    .fetch_one(conn)
-    .await?
+pub async fn was_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM seen WHERE protocol = ? AND peer = ? AND id = ?")
+        .bind(protocol)
+        .bind(peer)
+        .bind(id)
+        .fetch_one(conn)
+        .await?
         > 0)
 }
 
@@ -682,15 +613,13 @@ pub async fn set_outgoing_state(
     state: &str,
     detail: &str,
 ) -> Result<bool> {
-    let n = sqlx::query(
-        "UPDATE messages SET state = ?, detail = ? WHERE direction = 'out' AND id = ? AND peer = ?",
-    )
-    .bind(state)
-    .bind(detail)
-    .bind(id)
-    .bind(peer)
-    .execute(conn)
-    .await?
-    .rows_affected();
+    let n = sqlx::query("UPDATE messages SET state = ?, detail = ? WHERE direction = 'out' AND id = ? AND peer = ?")
+        .bind(state)
+        .bind(detail)
+        .bind(id)
+        .bind(peer)
+        .execute(conn)
+        .await?
+        .rows_affected();
     Ok(n > 0)
 }

@@ -65,17 +65,13 @@ pub fn is_loopback(url: &Url) -> bool {
 
 /// Checks a relay URL: https, or http on loopback only.
 pub fn parse_relay_url(text: &str) -> Result<Url, TransportError> {
-    let url = Url::parse(text.trim_end_matches('/'))
-        .map_err(|e| TransportError::Config(format!("bad relay URL: {e}")))?;
+    let url =
+        Url::parse(text.trim_end_matches('/')).map_err(|e| TransportError::Config(format!("bad relay URL: {e}")))?;
     match url.scheme() {
         "https" => Ok(url),
         "http" if is_loopback(&url) => Ok(url),
-        "http" => Err(TransportError::Config(
-            "plain http is only allowed for a loopback relay; use https".into(),
-        )),
-        other => Err(TransportError::Config(format!(
-            "unsupported relay URL scheme `{other}`"
-        ))),
+        "http" => Err(TransportError::Config("plain http is only allowed for a loopback relay; use https".into())),
+        other => Err(TransportError::Config(format!("unsupported relay URL scheme `{other}`"))),
     }
 }
 
@@ -97,26 +93,18 @@ fn unreachable(e: impl std::fmt::Display) -> TransportError {
 
 async fn status_error(resp: reqwest::Response) -> TransportError {
     let status = resp.status().as_u16();
-    let retry_after = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
+    let retry_after =
+        resp.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     let mut body = resp.text().await.unwrap_or_default();
     body.truncate(300);
-    TransportError::Status {
-        status,
-        body,
-        retry_after,
-    }
+    TransportError::Status { status, body, retry_after }
 }
 
 impl RelayClient {
     /// A client for `base` (e.g. `https://relay.example`), pinning `cert_sha256` if given.
     pub fn new(base: &str, cert_sha256: Option<[u8; 32]>) -> Result<Self, TransportError> {
         let base = parse_relay_url(base)?;
-        let tls = super::tls::client_config(cert_sha256)
-            .map_err(|e| TransportError::Config(e.to_string()))?;
+        let tls = super::tls::client_config(cert_sha256).map_err(|e| TransportError::Config(e.to_string()))?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls.clone())
             .connect_timeout(Duration::from_secs(10))
@@ -124,13 +112,7 @@ impl RelayClient {
             .build()
             .map_err(|e| TransportError::Config(e.to_string()))?;
         let host = authority(&base);
-        Ok(Self {
-            base,
-            host,
-            http,
-            tls: Arc::new(tls),
-            last_login: Arc::new(AtomicI64::new(0)),
-        })
+        Ok(Self { base, host, http, tls: Arc::new(tls), last_login: Arc::new(AtomicI64::new(0)) })
     }
 
     /// The relay's base URL.
@@ -167,10 +149,7 @@ impl RelayClient {
         let resp = match resp {
             Ok(r) => r,
             Err(e) => {
-                return SendOutcome::Retry {
-                    after_ms: None,
-                    reason: format!("unreachable: {e}"),
-                };
+                return SendOutcome::Retry { after_ms: None, reason: format!("unreachable: {e}") };
             }
         };
         let status = resp.status().as_u16();
@@ -179,30 +158,18 @@ impl RelayClient {
             // 404: the mailbox does not exist yet (its owner never logged in) or the drop is
             // wrong; the owner may still come online, so keep trying within the retention window.
             404 | 429 | 507 | 500..=599 => match status_error(resp).await {
-                TransportError::Status {
-                    status,
-                    body,
-                    retry_after,
-                } => SendOutcome::Retry {
-                    after_ms: retry_after
-                        .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
+                TransportError::Status { status, body, retry_after } => SendOutcome::Retry {
+                    after_ms: retry_after.map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
                     reason: format!("relay answered {status}: {body}"),
                 },
-                other => SendOutcome::Retry {
-                    after_ms: None,
-                    reason: other.to_string(),
-                },
+                other => SendOutcome::Retry { after_ms: None, reason: other.to_string() },
             },
             _ => SendOutcome::Permanent(status_error(resp).await.to_string()),
         }
     }
 
     /// `GET /v1/inbox/<id>` without upgrade: up to 100 waiting envelopes.
-    pub async fn inbox(
-        &self,
-        key: &SigningKey,
-        drop: &[u8; 16],
-    ) -> Result<Vec<WaitingMsg>, TransportError> {
+    pub async fn inbox(&self, key: &SigningKey, drop: &[u8; 16]) -> Result<Vec<WaitingMsg>, TransportError> {
         let id = b64u(key.verifying_key().as_bytes());
         let login = Login::sign(key, &self.host, self.login_ts(), drop);
         let resp = self
@@ -214,10 +181,7 @@ impl RelayClient {
         if !resp.status().is_success() {
             return Err(status_error(resp).await);
         }
-        let body: InboxResponse = resp
-            .json()
-            .await
-            .map_err(|e| TransportError::Malformed(e.to_string()))?;
+        let body: InboxResponse = resp.json().await.map_err(|e| TransportError::Malformed(e.to_string()))?;
         Ok(body.msgs)
     }
 
@@ -225,81 +189,48 @@ impl RelayClient {
     pub async fn ack(&self, key: &SigningKey, seqs: &[i64]) -> Result<Vec<i64>, TransportError> {
         let id = b64u(key.verifying_key().as_bytes());
         let query = sign_ack(key, &self.host, now_ms(), seqs);
-        let resp = self
-            .http
-            .post(self.endpoint(&format!("/v1/ack/{id}?{query}")))
-            .send()
-            .await
-            .map_err(unreachable)?;
+        let resp = self.http.post(self.endpoint(&format!("/v1/ack/{id}?{query}"))).send().await.map_err(unreachable)?;
         if !resp.status().is_success() {
             return Err(status_error(resp).await);
         }
-        let body: AckResponse = resp
-            .json()
-            .await
-            .map_err(|e| TransportError::Malformed(e.to_string()))?;
+        let body: AckResponse = resp.json().await.map_err(|e| TransportError::Malformed(e.to_string()))?;
         Ok(body.acked)
     }
 
     /// Opens the inbox websocket.
-    pub async fn connect(
-        &self,
-        key: &SigningKey,
-        drop: &[u8; 16],
-    ) -> Result<RelaySocket, TransportError> {
+    pub async fn connect(&self, key: &SigningKey, drop: &[u8; 16]) -> Result<RelaySocket, TransportError> {
         let id = b64u(key.verifying_key().as_bytes());
         let login = Login::sign(key, &self.host, self.login_ts(), drop);
         let mut ws_url = self.base.clone();
-        let scheme = if self.base.scheme() == "https" {
-            "wss"
-        } else {
-            "ws"
-        };
-        ws_url
-            .set_scheme(scheme)
-            .map_err(|()| TransportError::Config("cannot build websocket URL".into()))?;
-        let ws_url = format!(
-            "{}/v1/inbox/{id}?{}",
-            ws_url.as_str().trim_end_matches('/'),
-            login.query()
-        );
+        let scheme = if self.base.scheme() == "https" { "wss" } else { "ws" };
+        ws_url.set_scheme(scheme).map_err(|()| TransportError::Config("cannot build websocket URL".into()))?;
+        let ws_url = format!("{}/v1/inbox/{id}?{}", ws_url.as_str().trim_end_matches('/'), login.query());
 
-        let host = self
-            .base
-            .host_str()
-            .ok_or_else(|| TransportError::Config("relay URL has no host".into()))?;
+        let host = self.base.host_str().ok_or_else(|| TransportError::Config("relay URL has no host".into()))?;
         let port = self.base.port_or_known_default().unwrap_or(443);
-        let tcp = tokio::time::timeout(
-            Duration::from_secs(10),
-            TcpStream::connect((host.trim_matches(['[', ']']), port)),
-        )
-        .await
-        .map_err(|_| TransportError::Unreachable("connect timed out".into()))?
-        .map_err(unreachable)?;
+        let tcp =
+            tokio::time::timeout(Duration::from_secs(10), TcpStream::connect((host.trim_matches(['[', ']']), port)))
+                .await
+                .map_err(|_| TransportError::Unreachable("connect timed out".into()))?
+                .map_err(unreachable)?;
         let _ = tcp.set_nodelay(true);
         let stream: Box<dyn AsyncStream> = if self.base.scheme() == "https" {
-            let name =
-                rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
-                    .map_err(|e| TransportError::Config(e.to_string()))?;
-            let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
-                .connect(name, tcp)
-                .await
-                .map_err(unreachable)?;
+            let name = rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
+                .map_err(|e| TransportError::Config(e.to_string()))?;
+            let tls =
+                tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp).await.map_err(unreachable)?;
             Box::new(tls)
         } else {
             Box::new(tcp)
         };
-        let (ws, _resp) = tokio_tungstenite::client_async(ws_url, stream)
-            .await
-            .map_err(|e| match e {
-                tokio_tungstenite::tungstenite::Error::Http(resp) => TransportError::Status {
-                    status: resp.status().as_u16(),
-                    body: String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default())
-                        .into_owned(),
-                    retry_after: None,
-                },
-                other => unreachable(other),
-            })?;
+        let (ws, _resp) = tokio_tungstenite::client_async(ws_url, stream).await.map_err(|e| match e {
+            tokio_tungstenite::tungstenite::Error::Http(resp) => TransportError::Status {
+                status: resp.status().as_u16(),
+                body: String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into_owned(),
+                retry_after: None,
+            },
+            other => unreachable(other),
+        })?;
         Ok(ws)
     }
 }

@@ -34,9 +34,7 @@ impl ServerCertVerifier for PinnedCert {
         if sha256(end_entity.as_ref()) == self.sha256 {
             Ok(ServerCertVerified::assertion())
         } else {
-            Err(rustls::Error::General(
-                "relay certificate does not match the pinned SHA-256".into(),
-            ))
+            Err(rustls::Error::General("relay certificate does not match the pinned SHA-256".into()))
         }
     }
 
@@ -46,12 +44,7 @@ impl ServerCertVerifier for PinnedCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -60,35 +53,25 @@ impl ServerCertVerifier for PinnedCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
 /// A client configuration: pinned when `pin` is given, else the web PKI.
 pub fn client_config(pin: Option<[u8; 32]>) -> Result<ClientConfig, rustls::Error> {
     let provider = provider();
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?;
+    let builder = ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
     let config = match pin {
         Some(sha256) => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(PinnedCert { sha256, provider }))
             .with_no_client_auth(),
         None => {
-            let roots = RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-            };
+            let roots = RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
             builder.with_root_certificates(roots).with_no_client_auth()
         }
     };

@@ -52,10 +52,7 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(75);
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let max = state.limits().max_envelope;
     Router::new()
-        .route(
-            "/v1/send/{id}",
-            post(send).layer(DefaultBodyLimit::max(max)),
-        )
+        .route("/v1/send/{id}", post(send).layer(DefaultBodyLimit::max(max)))
         .route("/v1/inbox/{id}", get(inbox))
         .route("/v1/ack/{id}", post(ack))
 }
@@ -79,14 +76,11 @@ struct AckQuery {
 }
 
 fn mailbox_id(path: Result<Path<String>, PathRejection>) -> Result<String, Error> {
-    path.map(|Path(id)| id)
-        .map_err(|e| Error::BadRequest(e.body_text()))
+    path.map(|Path(id)| id).map_err(|e| Error::BadRequest(e.body_text()))
 }
 
 fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Error> {
-    query
-        .map(|Query(q)| q)
-        .map_err(|e| Error::BadRequest(e.body_text()))
+    query.map(|Query(q)| q).map_err(|e| Error::BadRequest(e.body_text()))
 }
 
 /// `ts` must be within `window` ms of the relay's clock (the seed's 2 minutes by default).
@@ -107,9 +101,7 @@ async fn send(
     let id = mailbox_id(path)?;
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Error::TooLarge {
-                limit: limits.max_envelope,
-            }
+            Error::TooLarge { limit: limits.max_envelope }
         } else {
             Error::BadRequest(e.body_text())
         }
@@ -131,14 +123,9 @@ async fn send(
         _ => return Err(Error::NoMailbox),
     }
     if let Err(wait) = state.shared().send_rate.check(&id, Instant::now()) {
-        return Err(Error::RateLimited {
-            retry_after_secs: retry_after_secs(wait),
-        });
+        return Err(Error::RateLimited { retry_after_secs: retry_after_secs(wait) });
     }
-    let outcome = state
-        .store()
-        .deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms())
-        .await?;
+    let outcome = state.store().deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms()).await?;
     match outcome {
         DepositOutcome::Stored { seq } => {
             tracing::debug!(mailbox = %id, seq, "envelope stored");
@@ -150,10 +137,7 @@ async fn send(
 }
 
 fn wants_websocket(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
 async fn inbox(
@@ -179,11 +163,7 @@ async fn inbox(
         Err(e) if wants_websocket(&headers) => return Err(Error::BadRequest(e.body_text())),
         Err(_) => None,
     };
-    match state
-        .store()
-        .login(&id, &login.drop_hash, login.ts, now)
-        .await?
-    {
+    match state.store().login(&id, &login.drop_hash, login.ts, now).await? {
         LoginOutcome::Replay => return Err(AuthError::Replay.into()),
         LoginOutcome::Created => tracing::info!(mailbox = %id, "mailbox created"),
         LoginOutcome::Updated => {}
@@ -195,13 +175,7 @@ async fn inbox(
             .on_upgrade(move |socket| session(state, id, socket))),
         None => {
             let waiting = state.store().waiting(&id, 0, INBOX_PAGE).await?;
-            let msgs = waiting
-                .into_iter()
-                .map(|w| WaitingMsg {
-                    seq: w.seq,
-                    ct: b64u(&w.body),
-                })
-                .collect();
+            let msgs = waiting.into_iter().map(|w| WaitingMsg { seq: w.seq, ct: b64u(&w.body) }).collect();
             Ok(Json(InboxResponse { msgs }).into_response())
         }
     }
@@ -284,14 +258,7 @@ async fn push_waiting(
         let page = state.store().waiting(id, sent, INBOX_PAGE).await?;
         let full = page.len() == INBOX_PAGE;
         for w in page {
-            send_frame(
-                socket,
-                &RelayToClient::Msg {
-                    seq: w.seq,
-                    ct: b64u(&w.body),
-                },
-            )
-            .await?;
+            send_frame(socket, &RelayToClient::Msg { seq: w.seq, ct: b64u(&w.body) }).await?;
             sent = w.seq;
         }
         if !full {
@@ -307,19 +274,13 @@ async fn run_session(
     newest: &mut watch::Receiver<i64>,
 ) -> Result<(), SessionEnd> {
     let mut closing = state.shared().closing.subscribe();
-    let mut keepalive = tokio::time::interval_at(
-        tokio::time::Instant::now() + KEEPALIVE_EVERY,
-        KEEPALIVE_EVERY,
-    );
+    let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE_EVERY, KEEPALIVE_EVERY);
     let mut heard = tokio::time::Instant::now();
     let mut sent = push_waiting(state, id, socket, newest, 0).await?;
     send_frame(socket, &RelayToClient::Ready).await?;
     loop {
         if *closing.borrow_and_update() {
-            let frame = CloseFrame {
-                code: close_code::AWAY,
-                reason: "relay shutting down".into(),
-            };
+            let frame = CloseFrame { code: close_code::AWAY, reason: "relay shutting down".into() };
             socket.send(Message::Close(Some(frame))).await?;
             return Ok(());
         }

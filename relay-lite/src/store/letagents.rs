@@ -106,10 +106,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-pub(crate) async fn deposit(
-    conn: &mut SqliteConnection,
-    d: &Deposit,
-) -> Result<DepositOutcome, sqlx::Error> {
+pub(crate) async fn deposit(conn: &mut SqliteConnection, d: &Deposit) -> Result<DepositOutcome, sqlx::Error> {
     let row: Option<(String, i64, i64)> = sqlx::query_as(
         "SELECT drop_hash, next_seq, (SELECT COUNT(*) FROM la_envelope WHERE mailbox = ?1) \
          FROM la_mailbox WHERE id = ?1",
@@ -141,10 +138,7 @@ pub(crate) async fn deposit(
     Ok(DepositOutcome::Stored { seq })
 }
 
-pub(crate) async fn login(
-    conn: &mut SqliteConnection,
-    l: &Login,
-) -> Result<LoginOutcome, sqlx::Error> {
+pub(crate) async fn login(conn: &mut SqliteConnection, l: &Login) -> Result<LoginOutcome, sqlx::Error> {
     let last: Option<i64> = sqlx::query_scalar("SELECT last_login_ms FROM la_mailbox WHERE id = ?")
         .bind(&l.mailbox)
         .fetch_optional(&mut *conn)
@@ -203,11 +197,7 @@ pub(crate) async fn ack(conn: &mut SqliteConnection, a: &Ack) -> Result<Vec<i64>
     Ok(acked)
 }
 
-pub(crate) async fn sweep(
-    conn: &mut SqliteConnection,
-    s: &Sweep,
-    hub: &Hub,
-) -> Result<SweepReport, sqlx::Error> {
+pub(crate) async fn sweep(conn: &mut SqliteConnection, s: &Sweep, hub: &Hub) -> Result<SweepReport, sqlx::Error> {
     let expired = sqlx::query("DELETE FROM la_envelope WHERE received_ms < ?")
         .bind(s.expire_before)
         .execute(&mut *conn)
@@ -226,24 +216,15 @@ pub(crate) async fn sweep(
         if hub.is_watched(&id) {
             continue;
         }
-        erased += sqlx::query("DELETE FROM la_mailbox WHERE id = ?")
-            .bind(&id)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
+        erased +=
+            sqlx::query("DELETE FROM la_mailbox WHERE id = ?").bind(&id).execute(&mut *conn).await?.rows_affected();
     }
     tracing::debug!(now = s.now, expired, erased, "sweep applied");
     Ok(SweepReport { expired, erased })
 }
 
-pub(crate) async fn drop_hash(
-    pool: &SqlitePool,
-    mailbox: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT drop_hash FROM la_mailbox WHERE id = ?")
-        .bind(mailbox)
-        .fetch_optional(pool)
-        .await
+pub(crate) async fn drop_hash(pool: &SqlitePool, mailbox: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT drop_hash FROM la_mailbox WHERE id = ?").bind(mailbox).fetch_optional(pool).await
 }
 
 pub(crate) async fn waiting(
@@ -252,23 +233,16 @@ pub(crate) async fn waiting(
     after: i64,
     limit: usize,
 ) -> Result<Vec<Waiting>, sqlx::Error> {
-    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-        "SELECT seq, body FROM la_envelope WHERE mailbox = ? AND seq > ? ORDER BY seq LIMIT ?",
-    )
-    .bind(mailbox)
-    .bind(after)
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(seq, body)| Waiting { seq, body })
-        .collect())
+    let rows: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT seq, body FROM la_envelope WHERE mailbox = ? AND seq > ? ORDER BY seq LIMIT ?")
+            .bind(mailbox)
+            .bind(after)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|(seq, body)| Waiting { seq, body }).collect())
 }
 
 pub(crate) async fn waiting_count(pool: &SqlitePool, mailbox: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT COUNT(*) FROM la_envelope WHERE mailbox = ?")
-        .bind(mailbox)
-        .fetch_one(pool)
-        .await
+    sqlx::query_scalar("SELECT COUNT(*) FROM la_envelope WHERE mailbox = ?").bind(mailbox).fetch_one(pool).await
 }

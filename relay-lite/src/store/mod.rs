@@ -16,9 +16,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use sqlx::ConnectOptions as _;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -83,30 +81,16 @@ impl Store {
         let path = data_dir.join(DB_FILE);
         let options = connect_options(&path);
         let mut conn = options.connect().await?;
-        sqlx::migrate!("./migrations")
-            .run(&mut conn)
-            .await
-            .map_err(|e| StoreError::Migrate(Arc::new(e)))?;
-        let read = SqlitePoolOptions::new()
-            .max_connections(4)
-            .min_connections(1)
-            .connect_with(options)
-            .await?;
+        sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
+        let read = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
         let (writes, queue) = mpsc::channel(QUEUE);
         let writer = tokio::spawn(writer::run(conn, queue, hub));
-        Ok(Self {
-            writes,
-            read,
-            writer: Mutex::new(Some(writer)),
-        })
+        Ok(Self { writes, read, writer: Mutex::new(Some(writer)) })
     }
 
     async fn write<T>(&self, make: impl FnOnce(writer::Reply<T>) -> Op) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.writes
-            .send(make(reply))
-            .await
-            .map_err(|_| StoreError::Closed)?;
+        self.writes.send(make(reply)).await.map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -127,76 +111,27 @@ impl Store {
             capacity: i64::try_from(capacity).unwrap_or(i64::MAX),
             now,
         };
-        self.write(|reply| Op::Deposit {
-            req,
-            out: None,
-            reply,
-        })
-        .await
+        self.write(|reply| Op::Deposit { req, out: None, reply }).await
     }
 
     /// Records an authenticated login: creates the mailbox or updates its drop hash, unless
     /// `ts` is not newer than the last accepted login.
-    pub async fn login(
-        &self,
-        mailbox: &str,
-        drop_hash: &str,
-        ts: i64,
-        now: i64,
-    ) -> Result<LoginOutcome, StoreError> {
-        let req = letagents::Login {
-            mailbox: mailbox.to_owned(),
-            drop_hash: drop_hash.to_owned(),
-            ts,
-            now,
-        };
-        self.write(|reply| Op::Login {
-            req,
-            out: None,
-            reply,
-        })
-        .await
+    pub async fn login(&self, mailbox: &str, drop_hash: &str, ts: i64, now: i64) -> Result<LoginOutcome, StoreError> {
+        let req = letagents::Login { mailbox: mailbox.to_owned(), drop_hash: drop_hash.to_owned(), ts, now };
+        self.write(|reply| Op::Login { req, out: None, reply }).await
     }
 
     /// Deletes the listed envelopes; returns the seqs that existed.
-    pub async fn ack(
-        &self,
-        mailbox: &str,
-        seqs: Vec<i64>,
-        now: i64,
-    ) -> Result<Vec<i64>, StoreError> {
-        let req = letagents::Ack {
-            mailbox: mailbox.to_owned(),
-            seqs,
-            now,
-        };
-        self.write(|reply| Op::Ack {
-            req,
-            out: None,
-            reply,
-        })
-        .await
+    pub async fn ack(&self, mailbox: &str, seqs: Vec<i64>, now: i64) -> Result<Vec<i64>, StoreError> {
+        let req = letagents::Ack { mailbox: mailbox.to_owned(), seqs, now };
+        self.write(|reply| Op::Ack { req, out: None, reply }).await
     }
 
     /// Deletes envelopes received before `expire_before` and erases mailboxes last active
     /// before `idle_before` that hold nothing and that no websocket watches.
-    pub async fn sweep(
-        &self,
-        now: i64,
-        expire_before: i64,
-        idle_before: i64,
-    ) -> Result<SweepReport, StoreError> {
-        let req = letagents::Sweep {
-            now,
-            expire_before,
-            idle_before,
-        };
-        self.write(|reply| Op::Sweep {
-            req,
-            out: None,
-            reply,
-        })
-        .await
+    pub async fn sweep(&self, now: i64, expire_before: i64, idle_before: i64) -> Result<SweepReport, StoreError> {
+        let req = letagents::Sweep { now, expire_before, idle_before };
+        self.write(|reply| Op::Sweep { req, out: None, reply }).await
     }
 
     /// The stored drop hash of `mailbox`, if it exists.
@@ -205,12 +140,7 @@ impl Store {
     }
 
     /// Up to `limit` waiting envelopes of `mailbox` with seq above `after`, oldest first.
-    pub async fn waiting(
-        &self,
-        mailbox: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<Vec<Waiting>, StoreError> {
+    pub async fn waiting(&self, mailbox: &str, after: i64, limit: usize) -> Result<Vec<Waiting>, StoreError> {
         Ok(letagents::waiting(&self.read, mailbox, after, limit).await?)
     }
 
@@ -226,11 +156,7 @@ impl Store {
         if self.writes.send(Op::Close(done)).await.is_ok() {
             let _ = closed.await;
         }
-        let writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         if let Some(writer) = writer {
             let _ = writer.await;
         }
@@ -246,17 +172,9 @@ mod tests {
     #[tokio::test]
     async fn database_is_in_wal_mode_with_synchronous_full() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), Arc::new(Hub::default()))
-            .await
-            .unwrap();
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-            .fetch_one(&store.read)
-            .await
-            .unwrap();
-        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-            .fetch_one(&store.read)
-            .await
-            .unwrap();
+        let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&store.read).await.unwrap();
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&store.read).await.unwrap();
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "FULL");
         store.close().await;
@@ -265,23 +183,11 @@ mod tests {
     #[tokio::test]
     async fn one_batch_assigns_consecutive_seqs_and_refuses_past_capacity() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(
-            Store::open(dir.path(), Arc::new(Hub::default()))
-                .await
-                .unwrap(),
-        );
-        assert_eq!(
-            store.login("m", "h", 1, 1).await.unwrap(),
-            LoginOutcome::Created
-        );
+        let store = Arc::new(Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap());
+        assert_eq!(store.login("m", "h", 1, 1).await.unwrap(), LoginOutcome::Created);
         let sends = (0..20).map(|_| {
             let store = store.clone();
-            tokio::spawn(async move {
-                store
-                    .deposit("m", "h", Bytes::from_static(b"LA1"), 15, 2)
-                    .await
-                    .unwrap()
-            })
+            tokio::spawn(async move { store.deposit("m", "h", Bytes::from_static(b"LA1"), 15, 2).await.unwrap() })
         });
         let mut seqs = Vec::new();
         let mut full = 0;
@@ -295,17 +201,8 @@ mod tests {
         seqs.sort_unstable();
         assert_eq!(seqs, (1..=15).collect::<Vec<_>>());
         assert_eq!(full, 5);
-        assert_eq!(
-            store
-                .deposit("m", "wrong", Bytes::new(), 99, 3)
-                .await
-                .unwrap(),
-            DepositOutcome::NoMailbox
-        );
+        assert_eq!(store.deposit("m", "wrong", Bytes::new(), 99, 3).await.unwrap(), DepositOutcome::NoMailbox);
         store.close().await;
-        assert!(matches!(
-            store.waiting_count("m").await,
-            Err(StoreError::Database(_)) | Err(StoreError::Closed)
-        ));
+        assert!(matches!(store.waiting_count("m").await, Err(StoreError::Database(_)) | Err(StoreError::Closed)));
     }
 }

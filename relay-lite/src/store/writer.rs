@@ -101,11 +101,7 @@ impl Op {
     }
 }
 
-async fn apply_batch(
-    conn: &mut SqliteConnection,
-    batch: &mut [Op],
-    hub: &Hub,
-) -> Result<(), StoreError> {
+async fn apply_batch(conn: &mut SqliteConnection, batch: &mut [Op], hub: &Hub) -> Result<(), StoreError> {
     let mut tx = conn.begin().await?;
     for op in batch.iter_mut() {
         op.apply(&mut tx, hub).await?;

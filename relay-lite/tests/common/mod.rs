@@ -1,12 +1,7 @@
 //! Test helpers: an in-process relay on a loopback port, mailbox owners (`alice`, `bob`) who sign
 //! logins and acks with core's `relay_auth`, and envelope bodies.
 
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::indexing_slicing
-)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::net::SocketAddr;
 use std::ops::Deref;
@@ -46,10 +41,7 @@ impl Deref for TestRelay {
 
 pub fn http_client() -> reqwest::Client {
     relay_lite::tls::install_default_provider();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
+    reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap()
 }
 
 /// The seed's limits, except a generous per-IP limit (every test client is 127.0.0.1).
@@ -64,38 +56,19 @@ pub async fn relay_with(adjust: impl FnOnce(&mut Config)) -> TestRelay {
     config.limits.ip_requests_per_minute = 1_000_000;
     adjust(&mut config);
     let relay = relay_lite::spawn(config.clone()).await.unwrap();
-    let api = Api {
-        http: http_client(),
-        addr: relay.addr,
-        scheme: "http",
-    };
-    TestRelay {
-        relay,
-        dir,
-        config,
-        api,
-    }
+    let api = Api { http: http_client(), addr: relay.addr, scheme: "http" };
+    TestRelay { relay, dir, config, api }
 }
 
 impl TestRelay {
     /// Stops the relay and starts a new one on the same data directory (new port).
     pub async fn restart(self) -> Self {
-        let TestRelay {
-            relay,
-            dir,
-            mut config,
-            mut api,
-        } = self;
+        let TestRelay { relay, dir, mut config, mut api } = self;
         relay.shutdown().await.unwrap();
         config.listen = "127.0.0.1:0".parse().unwrap();
         let relay = relay_lite::spawn(config.clone()).await.unwrap();
         api.addr = relay.addr;
-        TestRelay {
-            relay,
-            dir,
-            config,
-            api,
-        }
+        TestRelay { relay, dir, config, api }
     }
 }
 
@@ -110,12 +83,7 @@ impl Api {
     }
 
     /// `POST /v1/send/{id}` with a drop.
-    pub async fn try_send_raw(
-        &self,
-        id: &str,
-        drop: &[u8; 16],
-        body: Vec<u8>,
-    ) -> reqwest::Result<reqwest::Response> {
+    pub async fn try_send_raw(&self, id: &str, drop: &[u8; 16], body: Vec<u8>) -> reqwest::Result<reqwest::Response> {
         self.http
             .post(self.url(&format!("/v1/send/{id}")))
             .header("x-la-drop", b64u(drop))
@@ -137,18 +105,12 @@ impl Api {
 
     /// A plain inbox read with the given login query.
     pub async fn inbox_raw(&self, owner: &Owner, query: &str) -> reqwest::Response {
-        self.http
-            .get(self.url(&format!("/v1/inbox/{}?{query}", owner.id)))
-            .send()
-            .await
-            .unwrap()
+        self.http.get(self.url(&format!("/v1/inbox/{}?{query}", owner.id))).send().await.unwrap()
     }
 
     /// Logs `owner` in (creating the mailbox) and returns the waiting envelopes.
     pub async fn inbox(&self, owner: &Owner) -> InboxResponse {
-        let response = self
-            .inbox_raw(owner, &owner.login(&self.host()).query())
-            .await;
+        let response = self.inbox_raw(owner, &owner.login(&self.host()).query()).await;
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
         response.json().await.unwrap()
     }
@@ -156,12 +118,7 @@ impl Api {
     /// A signed `POST /v1/ack`; returns the acked seqs.
     pub async fn ack(&self, owner: &Owner, seqs: &[i64]) -> AckResponse {
         let query = relay_auth::sign_ack(&owner.key, &self.host(), owner.next_ts(), seqs);
-        let response = self
-            .http
-            .post(self.url(&format!("/v1/ack/{}?{query}", owner.id)))
-            .send()
-            .await
-            .unwrap();
+        let response = self.http.post(self.url(&format!("/v1/ack/{}?{query}", owner.id))).send().await.unwrap();
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
         response.json().await.unwrap()
     }
@@ -195,10 +152,7 @@ pub async fn start_binary(args: &[&str], http: reqwest::Client) -> BinRelay {
     use tokio::io::AsyncBufReadExt as _;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay-lite"))
         .args(args)
-        .env(
-            "RUST_LOG",
-            std::env::var("RELAY_LITE_TEST_LOG").unwrap_or("relay_lite=warn".into()),
-        )
+        .env("RUST_LOG", std::env::var("RELAY_LITE_TEST_LOG").unwrap_or("relay_lite=warn".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -209,11 +163,7 @@ pub async fn start_binary(args: &[&str], http: reqwest::Client) -> BinRelay {
     let mut preamble = Vec::new();
     let url = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("relay-lite exited before listening");
+            let line = lines.next_line().await.unwrap().expect("relay-lite exited before listening");
             match line.strip_prefix("relay-lite listening on ") {
                 Some(url) => return url.to_owned(),
                 None => preamble.push(line),
@@ -224,17 +174,8 @@ pub async fn start_binary(args: &[&str], http: reqwest::Client) -> BinRelay {
     .expect("relay-lite did not print its address");
     let (scheme, addr) = url.split_once("://").unwrap();
     let scheme = if scheme == "https" { "https" } else { "http" };
-    let api = Api {
-        http,
-        addr: addr.parse().unwrap(),
-        scheme,
-    };
-    BinRelay {
-        child,
-        preamble,
-        api,
-        _stdout: lines,
-    }
+    let api = Api { http, addr: addr.parse().unwrap(), scheme };
+    BinRelay { child, preamble, api, _stdout: lines }
 }
 
 /// A mailbox owner: signing key, drop and mailbox id.
@@ -249,12 +190,7 @@ impl Owner {
     pub fn new() -> Self {
         let key = SigningKey::from_bytes(&random_array::<32>());
         let id = b64u(key.verifying_key().as_bytes());
-        Self {
-            key,
-            drop: random_array(),
-            id,
-            last_ts: AtomicI64::new(0),
-        }
+        Self { key, drop: random_array(), id, last_ts: AtomicI64::new(0) }
     }
 
     /// A timestamp newer than any this owner used, close to now.
@@ -262,10 +198,7 @@ impl Owner {
         let mut current = self.last_ts.load(Ordering::SeqCst);
         loop {
             let next = now_ms().max(current + 1);
-            match self
-                .last_ts
-                .compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            match self.last_ts.compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return next,
                 Err(actual) => current = actual,
             }

@@ -37,11 +37,7 @@ impl PeerKeys {
         both[32..].copy_from_slice(&self.boxk);
         let digest = sha256(&both);
         let text = base32(&digest[..20]);
-        let groups: Vec<&str> = text
-            .as_bytes()
-            .chunks(4)
-            .filter_map(|c| std::str::from_utf8(c).ok())
-            .collect();
+        let groups: Vec<&str> = text.as_bytes().chunks(4).filter_map(|c| std::str::from_utf8(c).ok()).collect();
         groups.join(" ")
     }
 }
@@ -85,10 +81,7 @@ impl Address {
             Some(d) => Some(b64u_array::<16>(d).ok_or(AddressError::Part("drop"))?),
             None => None,
         };
-        Ok(Self {
-            keys: PeerKeys { sig, boxk },
-            drop,
-        })
+        Ok(Self { keys: PeerKeys { sig, boxk }, drop })
     }
 }
 
@@ -107,44 +100,25 @@ mod tests {
     use super::*;
 
     fn keys() -> PeerKeys {
-        PeerKeys {
-            sig: [1u8; 32],
-            boxk: [2u8; 32],
-        }
+        PeerKeys { sig: [1u8; 32], boxk: [2u8; 32] }
     }
 
     #[test]
     fn address_round_trips_with_and_without_drop() {
-        let full = Address {
-            keys: keys(),
-            drop: Some([3u8; 16]),
-        };
+        let full = Address { keys: keys(), drop: Some([3u8; 16]) };
         let text = full.to_string();
         assert_eq!(text.split('.').count(), 4);
         assert_eq!(Address::parse(&text), Ok(full));
-        let bare = Address {
-            keys: keys(),
-            drop: None,
-        };
+        let bare = Address { keys: keys(), drop: None };
         assert_eq!(Address::parse(&bare.to_string()), Ok(bare));
         assert_eq!(keys().mailbox_id().len(), 43);
     }
 
     #[test]
     fn malformed_addresses_are_refused() {
-        let good = Address {
-            keys: keys(),
-            drop: Some([3u8; 16]),
-        }
-        .to_string();
-        assert_eq!(
-            Address::parse(&good.replacen("la1", "la2", 1)),
-            Err(AddressError::Shape)
-        );
-        assert_eq!(
-            Address::parse(&format!("{good}.x")),
-            Err(AddressError::Shape)
-        );
+        let good = Address { keys: keys(), drop: Some([3u8; 16]) }.to_string();
+        assert_eq!(Address::parse(&good.replacen("la1", "la2", 1)), Err(AddressError::Shape));
+        assert_eq!(Address::parse(&format!("{good}.x")), Err(AddressError::Shape));
         assert_eq!(Address::parse("la1.abc"), Err(AddressError::Shape));
         let short_sig = format!("la1.{}.{}", b64u(&[1u8; 31]), b64u(&[2u8; 32]));
         assert_eq!(Address::parse(&short_sig), Err(AddressError::Part("sig")));
@@ -155,10 +129,7 @@ mod tests {
         let sn = keys().safety_number();
         assert_eq!(sn.len(), 32 + 7);
         assert!(sn.split(' ').all(|g| g.len() == 4));
-        assert!(
-            sn.chars()
-                .all(|c| c == ' ' || c.is_ascii_uppercase() || ('2'..='7').contains(&c))
-        );
+        assert!(sn.chars().all(|c| c == ' ' || c.is_ascii_uppercase() || ('2'..='7').contains(&c)));
         // Independent computation: base32(SHA-256(sig ‖ box)[..20]).
         let mut both = vec![1u8; 32];
         both.extend([2u8; 32]);

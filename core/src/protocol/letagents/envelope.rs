@@ -91,11 +91,7 @@ impl Opened {
     }
 }
 
-fn derive_key(
-    shared: &[u8; 32],
-    eph_pub: &[u8; 32],
-    recipient_box: &[u8; 32],
-) -> Zeroizing<[u8; 32]> {
+fn derive_key(shared: &[u8; 32], eph_pub: &[u8; 32], recipient_box: &[u8; 32]) -> Zeroizing<[u8; 32]> {
     let mut salt = [0u8; 64];
     salt[..32].copy_from_slice(eph_pub);
     salt[32..].copy_from_slice(recipient_box);
@@ -103,8 +99,7 @@ fn derive_key(
     let mut key = Zeroizing::new([0u8; 32]);
     // 32 bytes is always a valid HKDF-SHA256 output length.
     #[allow(clippy::expect_used)]
-    hk.expand(HKDF_INFO, key.as_mut())
-        .expect("32 is a valid HKDF output length");
+    hk.expand(HKDF_INFO, key.as_mut()).expect("32 is a valid HKDF output length");
     key
 }
 
@@ -137,10 +132,7 @@ pub fn seal(
 
     let sig = sender.sign(&signed_bytes(&eph_pub, inner_json.as_bytes()));
     let sig_b64 = b64u(&sig.to_bytes());
-    let plain = Plain {
-        inner: inner_json.into(),
-        sig: sig_b64.into(),
-    };
+    let plain = Plain { inner: inner_json.into(), sig: sig_b64.into() };
     let mut plain = Zeroizing::new(serde_json::to_vec(&plain).map_err(|_| SealError::TooLarge(0))?);
     let padded = plain.len().div_ceil(BLOCK).max(1) * BLOCK;
     let total = HEADER + padded + TAG;
@@ -159,13 +151,7 @@ pub fn seal(
     let cipher = Aes256Gcm::new((&*key).into());
     let aad = aad(&recipient.mailbox_id());
     let ct = cipher
-        .encrypt(
-            &Nonce::from(nonce),
-            Payload {
-                msg: &plain,
-                aad: &aad,
-            },
-        )
+        .encrypt(&Nonce::from(nonce), Payload { msg: &plain, aad: &aad })
         .map_err(|_| SealError::TooLarge(total))?;
 
     let mut out = Vec::with_capacity(total);
@@ -192,14 +178,8 @@ pub fn check_framing(envelope: &[u8]) -> Result<(), OpenError> {
 /// signature against `inner.from`, and checks `inner.to`.
 pub fn open(envelope: &[u8], my_box: &StaticSecret, me: &PeerKeys) -> Result<Opened, OpenError> {
     check_framing(envelope)?;
-    let eph_pub: [u8; 32] = envelope
-        .get(3..35)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(OpenError::Framing)?;
-    let nonce: [u8; 12] = envelope
-        .get(35..HEADER)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(OpenError::Framing)?;
+    let eph_pub: [u8; 32] = envelope.get(3..35).and_then(|s| s.try_into().ok()).ok_or(OpenError::Framing)?;
+    let nonce: [u8; 12] = envelope.get(35..HEADER).and_then(|s| s.try_into().ok()).ok_or(OpenError::Framing)?;
     let ct = envelope.get(HEADER..).ok_or(OpenError::Framing)?;
 
     let shared = my_box.diffie_hellman(&PublicKey::from(eph_pub));
@@ -211,9 +191,7 @@ pub fn open(envelope: &[u8], my_box: &StaticSecret, me: &PeerKeys) -> Result<Ope
     let my_id = me.mailbox_id();
     let aad = aad(&my_id);
     let plain = Zeroizing::new(
-        cipher
-            .decrypt(&Nonce::from(nonce), Payload { msg: ct, aad: &aad })
-            .map_err(|_| OpenError::Decrypt)?,
+        cipher.decrypt(&Nonce::from(nonce), Payload { msg: ct, aad: &aad }).map_err(|_| OpenError::Decrypt)?,
     );
 
     let json_end = plain.iter().rposition(|b| *b != b' ').map_or(0, |i| i + 1);
@@ -222,24 +200,15 @@ pub fn open(envelope: &[u8], my_box: &StaticSecret, me: &PeerKeys) -> Result<Ope
     let sig = b64u_array::<64>(&parsed.sig).ok_or(OpenError::Plain)?;
     let inner_json = parsed.inner.into_owned();
 
-    let inner: Inner =
-        serde_json::from_str(&inner_json).map_err(|e| OpenError::InnerJson(e.to_string()))?;
+    let inner: Inner = serde_json::from_str(&inner_json).map_err(|e| OpenError::InnerJson(e.to_string()))?;
     let (kind, from) = inner.validate()?;
     let vk = VerifyingKey::from_bytes(&from.keys.sig).map_err(|_| OpenError::Signature)?;
-    vk.verify_strict(
-        &signed_bytes(&eph_pub, inner_json.as_bytes()),
-        &Signature::from_bytes(&sig),
-    )
-    .map_err(|_| OpenError::Signature)?;
+    vk.verify_strict(&signed_bytes(&eph_pub, inner_json.as_bytes()), &Signature::from_bytes(&sig))
+        .map_err(|_| OpenError::Signature)?;
     if inner.to != my_id {
         return Err(OpenError::WrongRecipient);
     }
-    Ok(Opened {
-        inner,
-        kind,
-        from,
-        inner_json,
-    })
+    Ok(Opened { inner, kind, from, inner_json })
 }
 
 #[cfg(test)]
@@ -256,10 +225,7 @@ mod tests {
     pub(crate) fn party(seed: u8) -> Party {
         let sig = SigningKey::from_bytes(&[seed; 32]);
         let boxs = StaticSecret::from([seed.wrapping_add(100); 32]);
-        let keys = PeerKeys {
-            sig: sig.verifying_key().to_bytes(),
-            boxk: PublicKey::from(&boxs).to_bytes(),
-        };
+        let keys = PeerKeys { sig: sig.verifying_key().to_bytes(), boxk: PublicKey::from(&boxs).to_bytes() };
         Party { sig, boxs, keys }
     }
 
@@ -290,71 +256,35 @@ mod tests {
     #[test]
     fn every_flipped_byte_is_refused() {
         let (alice, bob) = (party(1), party(2));
-        let env = seal(
-            &alice.sig,
-            &bob.keys,
-            &message(&alice, &bob, "x"),
-            &mut SeededRng::new([1; 32]),
-        )
-        .unwrap();
+        let env = seal(&alice.sig, &bob.keys, &message(&alice, &bob, "x"), &mut SeededRng::new([1; 32])).unwrap();
         for i in 0..env.len() {
             let mut bad = env.clone();
             bad[i] ^= 0x01;
-            assert!(
-                open(&bad, &bob.boxs, &bob.keys).is_err(),
-                "flip at byte {i} was accepted"
-            );
+            assert!(open(&bad, &bob.boxs, &bob.keys).is_err(), "flip at byte {i} was accepted");
         }
     }
 
     #[test]
     fn envelope_for_someone_else_does_not_open() {
         let (alice, bob, carol) = (party(1), party(2), party(3));
-        let env = seal(
-            &alice.sig,
-            &bob.keys,
-            &message(&alice, &bob, "x"),
-            &mut SeededRng::new([1; 32]),
-        )
-        .unwrap();
-        assert_eq!(
-            open(&env, &carol.boxs, &carol.keys).unwrap_err(),
-            OpenError::Decrypt
-        );
+        let env = seal(&alice.sig, &bob.keys, &message(&alice, &bob, "x"), &mut SeededRng::new([1; 32])).unwrap();
+        assert_eq!(open(&env, &carol.boxs, &carol.keys).unwrap_err(), OpenError::Decrypt);
     }
 
     #[test]
     fn inner_to_another_mailbox_is_refused_even_when_sealed_to_us() {
         let (alice, bob, carol) = (party(1), party(2), party(3));
         // Alice seals to Bob's key a message whose inner.to is Carol (a forwarded envelope).
-        let env = seal(
-            &alice.sig,
-            &bob.keys,
-            &message(&alice, &carol, "x"),
-            &mut SeededRng::new([1; 32]),
-        )
-        .unwrap();
-        assert_eq!(
-            open(&env, &bob.boxs, &bob.keys).unwrap_err(),
-            OpenError::WrongRecipient
-        );
+        let env = seal(&alice.sig, &bob.keys, &message(&alice, &carol, "x"), &mut SeededRng::new([1; 32])).unwrap();
+        assert_eq!(open(&env, &bob.boxs, &bob.keys).unwrap_err(), OpenError::WrongRecipient);
     }
 
     #[test]
     fn signature_by_another_key_is_refused() {
         let (alice, bob, mallory) = (party(1), party(2), party(4));
         // Mallory signs a message that claims to be from Alice.
-        let env = seal(
-            &mallory.sig,
-            &bob.keys,
-            &message(&alice, &bob, "x"),
-            &mut SeededRng::new([1; 32]),
-        )
-        .unwrap();
-        assert_eq!(
-            open(&env, &bob.boxs, &bob.keys).unwrap_err(),
-            OpenError::Signature
-        );
+        let env = seal(&mallory.sig, &bob.keys, &message(&alice, &bob, "x"), &mut SeededRng::new([1; 32])).unwrap();
+        assert_eq!(open(&env, &bob.boxs, &bob.keys).unwrap_err(), OpenError::Signature);
     }
 
     #[test]
@@ -362,37 +292,19 @@ mod tests {
         let (alice, bob) = (party(1), party(2));
         // Find the largest body that still seals; one more byte must be refused.
         let mut n = 31_000;
-        while seal(
-            &alice.sig,
-            &bob.keys,
-            &message(&alice, &bob, &"a".repeat(n + 1)),
-            &mut SeededRng::new([1; 32]),
-        )
-        .is_ok()
+        while seal(&alice.sig, &bob.keys, &message(&alice, &bob, &"a".repeat(n + 1)), &mut SeededRng::new([1; 32]))
+            .is_ok()
         {
             n += 1;
         }
-        let env = seal(
-            &alice.sig,
-            &bob.keys,
-            &message(&alice, &bob, &"a".repeat(n)),
-            &mut SeededRng::new([1; 32]),
-        )
-        .unwrap();
+        let env =
+            seal(&alice.sig, &bob.keys, &message(&alice, &bob, &"a".repeat(n)), &mut SeededRng::new([1; 32])).unwrap();
         assert_eq!(env.len(), HEADER + 31 * BLOCK + TAG);
         assert!(matches!(
-            seal(
-                &alice.sig,
-                &bob.keys,
-                &message(&alice, &bob, &"a".repeat(n + 1)),
-                &mut SeededRng::new([1; 32])
-            ),
+            seal(&alice.sig, &bob.keys, &message(&alice, &bob, &"a".repeat(n + 1)), &mut SeededRng::new([1; 32])),
             Err(SealError::TooLarge(_))
         ));
-        assert_eq!(
-            check_framing(&vec![b'L'; MIN_ENVELOPE - 1]),
-            Err(OpenError::Framing)
-        );
+        assert_eq!(check_framing(&vec![b'L'; MIN_ENVELOPE - 1]), Err(OpenError::Framing));
         let mut big = b"LA1".to_vec();
         big.resize(HEADER + 32 * BLOCK + TAG, 0);
         assert_eq!(check_framing(&big), Err(OpenError::Framing), "over 32 KiB");
@@ -402,13 +314,9 @@ mod tests {
     fn plaintext_is_padded_to_1024() {
         let (alice, bob) = (party(1), party(2));
         for len in [0usize, 500, 900, 1100, 5000] {
-            let env = seal(
-                &alice.sig,
-                &bob.keys,
-                &message(&alice, &bob, &"z".repeat(len)),
-                &mut SeededRng::new([2; 32]),
-            )
-            .unwrap();
+            let env =
+                seal(&alice.sig, &bob.keys, &message(&alice, &bob, &"z".repeat(len)), &mut SeededRng::new([2; 32]))
+                    .unwrap();
             assert_eq!((env.len() - HEADER - TAG) % BLOCK, 0);
             check_framing(&env).unwrap();
         }

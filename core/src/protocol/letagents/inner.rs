@@ -206,8 +206,7 @@ impl Inner {
                     .map_err(|_| InnerError::Body("roster"))?;
             }
             Kind::Receipt => {
-                serde_json::from_value::<ReceiptBody>(self.body.clone())
-                    .map_err(|_| InnerError::Body("receipt"))?;
+                serde_json::from_value::<ReceiptBody>(self.body.clone()).map_err(|_| InnerError::Body("receipt"))?;
             }
         }
         if matches!(kind, Kind::Reply | Kind::Receipt) && self.reply_to.is_none() {
@@ -217,14 +216,7 @@ impl Inner {
     }
 
     /// Builds a new message from `sender` to `recipient`.
-    pub fn new(
-        sender: &PeerKeys,
-        recipient_id: &str,
-        ts: i64,
-        id: uuid::Uuid,
-        kind: Kind,
-        body: Value,
-    ) -> Self {
+    pub fn new(sender: &PeerKeys, recipient_id: &str, ts: i64, id: uuid::Uuid, kind: Kind, body: Value) -> Self {
         Self {
             v: 1,
             from: sender.address_without_drop(),
@@ -250,28 +242,16 @@ mod tests {
     use super::*;
 
     fn sample(kind: Kind, body: Value) -> Inner {
-        let keys = PeerKeys {
-            sig: [1; 32],
-            boxk: [2; 32],
-        };
+        let keys = PeerKeys { sig: [1; 32], boxk: [2; 32] };
         Inner::new(&keys, "to", 1, uuid::Uuid::from_bytes([7; 16]), kind, body)
     }
 
     #[test]
     fn bodies_are_checked_per_kind() {
         assert!(sample(Kind::Send, "hi".into()).validate().is_ok());
-        assert_eq!(
-            sample(Kind::Send, 3.into()).validate(),
-            Err(InnerError::Body("send"))
-        );
-        assert_eq!(
-            sample(Kind::List, "x".into()).validate(),
-            Err(InnerError::Body("list"))
-        );
-        let mut r = sample(
-            Kind::Receipt,
-            serde_json::json!({"status": "queued", "detail": ""}),
-        );
+        assert_eq!(sample(Kind::Send, 3.into()).validate(), Err(InnerError::Body("send")));
+        assert_eq!(sample(Kind::List, "x".into()).validate(), Err(InnerError::Body("list")));
+        let mut r = sample(Kind::Receipt, serde_json::json!({"status": "queued", "detail": ""}));
         assert_eq!(r.validate(), Err(InnerError::ReplyTo("receipt")));
         r.reply_to = Some(r.id.clone());
         assert!(r.validate().is_ok());
@@ -292,7 +272,8 @@ mod tests {
 
     #[test]
     fn session_is_read_as_to_agent() {
-        let json = serde_json::json!({"v":1,"from":"f","to":"t","ts":1,"id":"i","kind":"send","session":"bob","body":""});
+        let json =
+            serde_json::json!({"v":1,"from":"f","to":"t","ts":1,"id":"i","kind":"send","session":"bob","body":""});
         let inner: Inner = serde_json::from_value(json).unwrap();
         assert_eq!(inner.to_agent.as_deref(), Some("bob"));
     }
@@ -300,10 +281,7 @@ mod tests {
     #[test]
     fn ids_must_be_lower_case_uuids() {
         let mut m = sample(Kind::Send, "x".into());
-        m.id = uuid::Uuid::from_bytes([0xab; 16])
-            .hyphenated()
-            .to_string()
-            .to_uppercase();
+        m.id = uuid::Uuid::from_bytes([0xab; 16]).hyphenated().to_string().to_uppercase();
         assert_eq!(m.validate(), Err(InnerError::Id("id")));
     }
 }

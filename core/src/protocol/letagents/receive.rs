@@ -97,9 +97,7 @@ impl RefuseReason {
     /// Human-readable detail, also sent in the refusal receipt.
     pub fn detail(&self) -> String {
         match self {
-            RefuseReason::KeyChanged => {
-                "sender's box key changed; not accepted until re-verified".into()
-            }
+            RefuseReason::KeyChanged => "sender's box key changed; not accepted until re-verified".into(),
             RefuseReason::KindNotAllowed(k) => {
                 format!("kind `{}` is not allowed for this contact", k.as_str())
             }
@@ -153,17 +151,10 @@ pub fn decide(msg: &Opened, contact: Option<&ContactView>, seen: bool, now_ms: i
     let wants_receipt = msg.kind.wants_receipt();
     if contact.keys.boxk != msg.from.keys.boxk {
         // Shown to the user; no receipt, since we could only seal it to the key in question.
-        return Verdict::Refuse {
-            reason: RefuseReason::KeyChanged,
-            receipt: false,
-        };
+        return Verdict::Refuse { reason: RefuseReason::KeyChanged, receipt: false };
     }
     if !contact.active {
-        return if msg.kind == Kind::Hello {
-            Verdict::PendingRequest
-        } else {
-            Verdict::Drop(DropReason::NotAccepted)
-        };
+        return if msg.kind == Kind::Hello { Verdict::PendingRequest } else { Verdict::Drop(DropReason::NotAccepted) };
     }
     match msg.kind {
         Kind::Hello => return Verdict::RefreshAddress,
@@ -171,10 +162,7 @@ pub fn decide(msg: &Opened, contact: Option<&ContactView>, seen: bool, now_ms: i
         Kind::Send | Kind::Ask | Kind::Reply | Kind::List => {}
     }
     if !contact.allow.contains(&msg.kind) {
-        return Verdict::Refuse {
-            reason: RefuseReason::KindNotAllowed(msg.kind),
-            receipt: wants_receipt,
-        };
+        return Verdict::Refuse { reason: RefuseReason::KindNotAllowed(msg.kind), receipt: wants_receipt };
     }
     let from_agent = msg.inner.from_agent.as_deref().unwrap_or("");
     let to_agent = msg.inner.to_agent.as_deref().unwrap_or("");
@@ -184,23 +172,14 @@ pub fn decide(msg: &Opened, contact: Option<&ContactView>, seen: bool, now_ms: i
         .filter(|r| msg.kind != Kind::List || r.to == "*")
         .find(|r| r.matches(from_agent, to_agent));
     if decisive.is_some_and(|r| r.action == RuleAction::Deny) {
-        return Verdict::Refuse {
-            reason: RefuseReason::RuleDenied,
-            receipt: wants_receipt,
-        };
+        return Verdict::Refuse { reason: RefuseReason::RuleDenied, receipt: wants_receipt };
     }
-    Verdict::Accept {
-        receipt: wants_receipt,
-    }
+    Verdict::Accept { receipt: wants_receipt }
 }
 
 /// The receipt status for an accepted message, given whether an agent is listening now.
 pub fn accepted_status(agent_live: bool) -> ReceiptStatus {
-    if agent_live {
-        ReceiptStatus::Pushed
-    } else {
-        ReceiptStatus::Queued
-    }
+    if agent_live { ReceiptStatus::Pushed } else { ReceiptStatus::Queued }
 }
 
 #[cfg(test)]
@@ -212,82 +191,40 @@ mod tests {
     const NOW: i64 = 1_800_000_000_000;
 
     fn keys(n: u8) -> PeerKeys {
-        PeerKeys {
-            sig: [n; 32],
-            boxk: [n + 1; 32],
-        }
+        PeerKeys { sig: [n; 32], boxk: [n + 1; 32] }
     }
 
     fn opened(kind: Kind, from_agent: Option<&str>, to_agent: Option<&str>) -> Opened {
-        let mut inner = Inner::new(
-            &keys(1),
-            "me",
-            NOW,
-            uuid::Uuid::from_bytes([1; 16]),
-            kind,
-            "".into(),
-        );
+        let mut inner = Inner::new(&keys(1), "me", NOW, uuid::Uuid::from_bytes([1; 16]), kind, "".into());
         inner.from_agent = from_agent.map(str::to_owned);
         inner.to_agent = to_agent.map(str::to_owned);
         let drop = (kind == Kind::Hello).then_some([0; 16]);
-        Opened {
-            inner,
-            kind,
-            from: Address {
-                keys: keys(1),
-                drop,
-            },
-            inner_json: String::new(),
-        }
+        Opened { inner, kind, from: Address { keys: keys(1), drop }, inner_json: String::new() }
     }
 
     fn contact(rules: Vec<AgentRule>) -> ContactView {
-        ContactView {
-            keys: keys(1),
-            allow: Kind::ALLOWABLE.to_vec(),
-            rules,
-            active: true,
-        }
+        ContactView { keys: keys(1), allow: Kind::ALLOWABLE.to_vec(), rules, active: true }
     }
 
     fn rule(from: &str, to: &str, action: RuleAction) -> AgentRule {
-        AgentRule {
-            from: from.into(),
-            to: to.into(),
-            action,
-        }
+        AgentRule { from: from.into(), to: to.into(), action }
     }
 
     #[test]
     fn order_is_stale_then_replay_then_contact() {
         let mut m = opened(Kind::Send, None, None);
         m.inner.ts = NOW - STALE_AFTER_MS - 1;
-        assert_eq!(
-            decide(&m, None, true, NOW),
-            Verdict::Drop(DropReason::Stale)
-        );
+        assert_eq!(decide(&m, None, true, NOW), Verdict::Drop(DropReason::Stale));
         m.inner.ts = NOW - STALE_AFTER_MS;
-        assert_eq!(
-            decide(&m, None, true, NOW),
-            Verdict::Drop(DropReason::Replay)
-        );
-        assert_eq!(
-            decide(&m, None, false, NOW),
-            Verdict::Drop(DropReason::UnknownSender)
-        );
+        assert_eq!(decide(&m, None, true, NOW), Verdict::Drop(DropReason::Replay));
+        assert_eq!(decide(&m, None, false, NOW), Verdict::Drop(DropReason::UnknownSender));
         m.inner.ts = NOW + MAX_FUTURE_SKEW_MS + 1;
-        assert_eq!(
-            decide(&m, Some(&contact(vec![])), false, NOW),
-            Verdict::Drop(DropReason::FromTheFuture)
-        );
+        assert_eq!(decide(&m, Some(&contact(vec![])), false, NOW), Verdict::Drop(DropReason::FromTheFuture));
     }
 
     #[test]
     fn hello_from_unknown_becomes_a_request() {
-        assert_eq!(
-            decide(&opened(Kind::Hello, None, None), None, false, NOW),
-            Verdict::PendingRequest
-        );
+        assert_eq!(decide(&opened(Kind::Hello, None, None), None, false, NOW), Verdict::PendingRequest);
     }
 
     #[test]
@@ -296,10 +233,7 @@ mod tests {
         c.keys.boxk = [99; 32];
         assert_eq!(
             decide(&opened(Kind::Send, None, None), Some(&c), false, NOW),
-            Verdict::Refuse {
-                reason: RefuseReason::KeyChanged,
-                receipt: false
-            }
+            Verdict::Refuse { reason: RefuseReason::KeyChanged, receipt: false }
         );
     }
 
@@ -307,23 +241,14 @@ mod tests {
     fn allow_list_and_receipts() {
         let mut c = contact(vec![]);
         c.allow = vec![Kind::Send];
-        assert_eq!(
-            decide(&opened(Kind::Send, None, None), Some(&c), false, NOW),
-            Verdict::Accept { receipt: true }
-        );
+        assert_eq!(decide(&opened(Kind::Send, None, None), Some(&c), false, NOW), Verdict::Accept { receipt: true });
         assert_eq!(
             decide(&opened(Kind::Ask, None, None), Some(&c), false, NOW),
-            Verdict::Refuse {
-                reason: RefuseReason::KindNotAllowed(Kind::Ask),
-                receipt: true
-            }
+            Verdict::Refuse { reason: RefuseReason::KindNotAllowed(Kind::Ask), receipt: true }
         );
         assert_eq!(
             decide(&opened(Kind::Reply, None, None), Some(&c), false, NOW),
-            Verdict::Refuse {
-                reason: RefuseReason::KindNotAllowed(Kind::Reply),
-                receipt: false
-            }
+            Verdict::Refuse { reason: RefuseReason::KindNotAllowed(Kind::Reply), receipt: false }
         );
         assert_eq!(
             decide(&opened(Kind::Receipt, None, None), Some(&c), false, NOW),
@@ -341,61 +266,27 @@ mod tests {
         let v = |f, t| decide(&opened(Kind::Send, f, t), Some(&c), false, NOW);
         assert_eq!(
             v(Some("ci-bot"), Some("deploy")),
-            Verdict::Refuse {
-                reason: RefuseReason::RuleDenied,
-                receipt: true
-            }
+            Verdict::Refuse { reason: RefuseReason::RuleDenied, receipt: true }
         );
-        assert_eq!(
-            v(Some("alice"), Some("deploy")),
-            Verdict::Accept { receipt: true }
-        );
+        assert_eq!(v(Some("alice"), Some("deploy")), Verdict::Accept { receipt: true });
         assert_eq!(
             v(Some("alice"), Some("other")),
-            Verdict::Refuse {
-                reason: RefuseReason::RuleDenied,
-                receipt: true
-            }
+            Verdict::Refuse { reason: RefuseReason::RuleDenied, receipt: true }
         );
-        assert_eq!(
-            v(None, None),
-            Verdict::Refuse {
-                reason: RefuseReason::RuleDenied,
-                receipt: true
-            }
-        );
+        assert_eq!(v(None, None), Verdict::Refuse { reason: RefuseReason::RuleDenied, receipt: true });
     }
 
     #[test]
     fn list_is_decided_only_by_rules_whose_to_is_star() {
-        let c = contact(vec![
-            rule("*", "deploy", RuleAction::Deny),
-            rule("*", "*", RuleAction::Allow),
-        ]);
+        let c = contact(vec![rule("*", "deploy", RuleAction::Deny), rule("*", "*", RuleAction::Allow)]);
         assert_eq!(
-            decide(
-                &opened(Kind::List, None, Some("deploy")),
-                Some(&c),
-                false,
-                NOW
-            ),
+            decide(&opened(Kind::List, None, Some("deploy")), Some(&c), false, NOW),
             Verdict::Accept { receipt: true }
         );
-        let c = contact(vec![
-            rule("*", "deploy", RuleAction::Allow),
-            rule("*", "*", RuleAction::Deny),
-        ]);
+        let c = contact(vec![rule("*", "deploy", RuleAction::Allow), rule("*", "*", RuleAction::Deny)]);
         assert_eq!(
-            decide(
-                &opened(Kind::List, None, Some("deploy")),
-                Some(&c),
-                false,
-                NOW
-            ),
-            Verdict::Refuse {
-                reason: RefuseReason::RuleDenied,
-                receipt: true
-            }
+            decide(&opened(Kind::List, None, Some("deploy")), Some(&c), false, NOW),
+            Verdict::Refuse { reason: RefuseReason::RuleDenied, receipt: true }
         );
     }
 

@@ -39,30 +39,20 @@ impl Login {
     pub fn sign(key: &SigningKey, host: &str, ts: i64, drop: &[u8; 16]) -> Self {
         let id = b64u(key.verifying_key().as_bytes());
         let drop_hash = drop_hash(drop);
-        let sig = b64u(
-            &key.sign(&inbox_message(host, &id, ts, &drop_hash))
-                .to_bytes(),
-        );
+        let sig = b64u(&key.sign(&inbox_message(host, &id, ts, &drop_hash)).to_bytes());
         Self { ts, drop_hash, sig }
     }
 
     /// The query string (`ts=..&drop_hash=..&sig=..`).
     pub fn query(&self) -> String {
-        format!(
-            "ts={}&drop_hash={}&sig={}",
-            self.ts, self.drop_hash, self.sig
-        )
+        format!("ts={}&drop_hash={}&sig={}", self.ts, self.drop_hash, self.sig)
     }
 }
 
 /// Signs an ack of `seqs` (rendered as a comma-separated decimal list). Returns the query.
 pub fn sign_ack(key: &SigningKey, host: &str, ts: i64, seqs: &[i64]) -> String {
     let id = b64u(key.verifying_key().as_bytes());
-    let list = seqs
-        .iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = seqs.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
     let sig = b64u(&key.sign(&ack_message(host, &id, ts, &list)).to_bytes());
     format!("ts={ts}&seqs={list}&sig={sig}")
 }
@@ -92,8 +82,7 @@ pub fn verify(id: &str, msg: &[u8], sig: &str) -> Result<(), AuthError> {
     let pk = b64u_array::<32>(id).ok_or(AuthError::BadId)?;
     let vk = VerifyingKey::from_bytes(&pk).map_err(|_| AuthError::BadId)?;
     let sig = b64u_array::<64>(sig).ok_or(AuthError::BadSignature)?;
-    vk.verify_strict(msg, &Signature::from_bytes(&sig))
-        .map_err(|_| AuthError::BadSignature)
+    vk.verify_strict(msg, &Signature::from_bytes(&sig)).map_err(|_| AuthError::BadSignature)
 }
 
 /// Checks that `ts` is within the window around `now`.
@@ -116,15 +105,9 @@ mod tests {
         let msg = inbox_message("relay.example", &id, 1000, &login.drop_hash);
         assert_eq!(verify(&id, &msg, &login.sig), Ok(()));
         let other_host = inbox_message("evil.example", &id, 1000, &login.drop_hash);
-        assert_eq!(
-            verify(&id, &other_host, &login.sig),
-            Err(AuthError::BadSignature)
-        );
+        assert_eq!(verify(&id, &other_host, &login.sig), Err(AuthError::BadSignature));
         let other_ts = inbox_message("relay.example", &id, 1001, &login.drop_hash);
-        assert_eq!(
-            verify(&id, &other_ts, &login.sig),
-            Err(AuthError::BadSignature)
-        );
+        assert_eq!(verify(&id, &other_ts, &login.sig), Err(AuthError::BadSignature));
     }
 
     #[test]

@@ -74,18 +74,9 @@ mod tests {
 
     #[test]
     fn frames_have_the_profile_shape() {
-        let m = RelayToClient::Msg {
-            seq: 3,
-            ct: "AA".into(),
-        };
-        assert_eq!(
-            serde_json::to_string(&m).unwrap(),
-            r#"{"t":"msg","seq":3,"ct":"AA"}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&RelayToClient::Ready).unwrap(),
-            r#"{"t":"ready"}"#
-        );
+        let m = RelayToClient::Msg { seq: 3, ct: "AA".into() };
+        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"t":"msg","seq":3,"ct":"AA"}"#);
+        assert_eq!(serde_json::to_string(&RelayToClient::Ready).unwrap(), r#"{"t":"ready"}"#);
         let a: ClientToRelay = serde_json::from_str(r#"{"t":"ack","seq":7}"#).unwrap();
         assert_eq!(a, ClientToRelay::Ack { seq: 7 });
     }
