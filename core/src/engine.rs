@@ -34,6 +34,8 @@ use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms, random_array};
 
 const PROTO: &str = "letagents";
 const DEFAULT_ALLOW: &str = "send,ask,reply,list";
+/// Most pending contact requests kept; further hellos from strangers are dropped.
+pub const MAX_PENDING_REQUESTS: i64 = 100;
 /// First retry delay.
 pub const BACKOFF_BASE_MS: i64 = 500;
 /// Largest retry delay.
@@ -1012,7 +1014,15 @@ impl Runtime {
             None => None,
         };
         let seen = store::was_seen(&mut tx, PROTO, &peer, &msg_id).await?;
-        let verdict = decide(&opened, view.as_ref(), seen, now);
+        let mut verdict = decide(&opened, view.as_ref(), seen, now);
+        if verdict == Verdict::PendingRequest && contact.is_none() {
+            // Strangers cannot grow the request list without bound.
+            let pending: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(&mut *tx).await?;
+            if pending >= MAX_PENDING_REQUESTS {
+                verdict = Verdict::Drop(la::receive::DropReason::UnknownSender);
+            }
+        }
         let audit_in = |state: &'static str, detail: String| (state, detail);
         let mut showable = false;
         let mut event = None;

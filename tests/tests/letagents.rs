@@ -440,3 +440,22 @@ async fn a_relay_whose_certificate_does_not_match_the_pin_is_refused() {
     let frank = Peer::offline("frank", &relay.url()).await;
     assert_eq!(frank.try_call(Request::Inbox { all: false, wait_secs: 0 }).await.unwrap_err(), "relay");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hundredth_stranger_request_is_kept_and_the_hundred_and_first_dropped() {
+    let mut limits = relay_lite::Limits::default();
+    limits.sends_per_minute = 0;
+    limits.ip_requests_per_minute = 0;
+    let relay = TestRelay::start_with(limits).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let max = usize::try_from(switchboard_core::engine::MAX_PENDING_REQUESTS).unwrap();
+    for i in 0..=max {
+        let f = Forger::new(&relay);
+        let mut hello = f.inner(&bob.rt.keys(), Kind::Hello, json!(format!("stranger{i}")));
+        hello.from = f.address();
+        f.post(&bob, f.seal(&bob.rt.keys(), &hello)).await;
+    }
+    let pending = bob.call(Request::ContactRequests).await;
+    assert_eq!(pending.as_array().unwrap().len(), max);
+    assert_eq!(last_in_audit(&bob).await["detail"], "unknown_sender");
+}

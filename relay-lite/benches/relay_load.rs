@@ -1,0 +1,494 @@
+//! relay-lite under load on loopback, each figure a ratio against a baseline measured in the same
+//! process run. The machine is small and noisy, so baseline and relay rounds alternate (ABBA
+//! order) and the summary gives medians over the rounds.
+//!
+//! - Send throughput: `RELAY_LOAD_CLIENTS` (32) keep-alive HTTP/1.1 clients post real sealed
+//!   letagents envelopes (1087 bytes, sealed before the clock starts) to `POST /v1/send/{id}`
+//!   across `RELAY_LOAD_MAILBOXES` (8) mailboxes whose owners logged in first; only `202`s count.
+//!   Baseline: a bare axum route that does one sqlx `INSERT` of the body per request on a pool
+//!   (`RELAY_LOAD_BASELINE_POOL`, 1 connection), same pragmas (WAL, `synchronous=FULL`), same
+//!   clients, bodies and URLs.
+//! - Send-to-delivery latency: the recipient holds the inbox websocket (`RelayClient::connect`,
+//!   a signed login) and one sender posts one envelope at a time; a sample runs from the start of
+//!   the POST until the `msg` frame arrives. The recipient does not ack (the mailbox limit is
+//!   raised), so every sample is one deposit commit and nothing else. Baseline: a bare axum route
+//!   echoing the same body, timed with the same reqwest client to the end of the response body.
+//!
+//! `cargo bench -p relay-lite --bench relay_load`; `RELAY_LOAD_SCALE=0.2` shortens every phase for
+//! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds.
+
+// A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::serve::ListenerExt as _;
+use futures_util::StreamExt as _;
+use relay_lite::{Config, RunningRelay};
+use sqlx::sqlite::SqliteSynchronous;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use switchboard_core::identity::DeviceIdentity;
+use switchboard_core::protocol::letagents::wire::RelayToClient;
+use switchboard_core::protocol::letagents::{Inner, Kind, MIN_ENVELOPE, seal};
+use switchboard_core::transport::letagents::{RelayClient, RelaySocket};
+use switchboard_core::util::{OsRng, b64u, now_ms};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_tungstenite::tungstenite::Message;
+
+/// Characters of message text: with the signature and JSON framing the plaintext just fits one
+/// 1024-byte block, so every envelope is the smallest sealed size (1087 bytes).
+const TEXT_CHARS: usize = 500;
+/// Distinct sealed envelopes per mailbox, cycled by the senders (the relay treats bodies as
+/// opaque, so reuse costs it nothing it would not pay for fresh ones).
+const BODIES_PER_MAILBOX: usize = 128;
+
+/// Knobs, from the environment.
+#[derive(Debug, Clone)]
+struct Settings {
+    scale: f64,
+    rounds: usize,
+    clients: usize,
+    mailboxes: usize,
+    baseline_pool: u32,
+    warmup: Duration,
+    measure: Duration,
+    latency_warmup: usize,
+    latency_samples: usize,
+}
+
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        let scale: f64 = env_or("RELAY_LOAD_SCALE", 1.0_f64).clamp(0.01, 100.0);
+        let scaled = |n: f64, min: f64| (n * scale).max(min);
+        Self {
+            scale,
+            rounds: env_or("RELAY_LOAD_ROUNDS", 3_usize).max(1),
+            clients: env_or("RELAY_LOAD_CLIENTS", 32_usize).max(1),
+            mailboxes: env_or("RELAY_LOAD_MAILBOXES", 8_usize).max(1),
+            baseline_pool: env_or("RELAY_LOAD_BASELINE_POOL", 1_u32).max(1),
+            warmup: Duration::from_secs_f64(scaled(1.0, 0.2)),
+            measure: Duration::from_secs_f64(scaled(4.0, 0.5)),
+            latency_warmup: scaled(50.0, 5.0) as usize,
+            latency_samples: scaled(700.0, 20.0) as usize,
+        }
+    }
+
+    /// The command that reproduces this run.
+    fn command(&self) -> String {
+        let mut vars: Vec<String> =
+            std::env::vars().filter(|(k, _)| k.starts_with("RELAY_LOAD_")).map(|(k, v)| format!("{k}={v} ")).collect();
+        vars.sort();
+        format!("{}cargo bench -p relay-lite --bench relay_load", vars.concat())
+    }
+}
+
+/// A logged-in mailbox as senders see it: its send path, drop header and sealed envelopes.
+#[derive(Clone)]
+struct Target {
+    path: String,
+    drop: String,
+    bodies: Vec<Bytes>,
+}
+
+fn sealed(from: &DeviceIdentity, to: &DeviceIdentity) -> Bytes {
+    let inner = Inner::new(
+        &from.keys(),
+        &to.keys().mailbox_id(),
+        now_ms(),
+        uuid::Uuid::new_v4(),
+        Kind::Send,
+        serde_json::Value::String("x".repeat(TEXT_CHARS)),
+    );
+    let json = serde_json::to_string(&inner).unwrap();
+    let envelope = seal(&from.sig, &to.keys(), &json, &mut OsRng).unwrap();
+    assert_eq!(envelope.len(), MIN_ENVELOPE, "envelope size drifted");
+    Bytes::from(envelope)
+}
+
+fn target(sender: &DeviceIdentity, owner: &DeviceIdentity) -> Target {
+    Target {
+        path: format!("/v1/send/{}", owner.keys().mailbox_id()),
+        drop: b64u(&owner.drop),
+        bodies: (0..BODIES_PER_MAILBOX).map(|_| sealed(sender, owner)).collect(),
+    }
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().http1_only().tcp_nodelay(true).timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+/// relay-lite on a loopback port with the send limits out of the way.
+async fn start_relay(dir: &Path) -> RunningRelay {
+    let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir);
+    config.limits.sends_per_minute = 0;
+    config.limits.ip_requests_per_minute = 0;
+    config.limits.mailbox_capacity = 1 << 40;
+    relay_lite::spawn(config).await.unwrap()
+}
+
+/// A bare axum server on a loopback port (TCP_NODELAY, like relay-lite's acceptor).
+async fn serve(router: Router) -> (SocketAddr, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    (addr, task)
+}
+
+/// The throughput baseline: one route, one `INSERT` per request on a sqlx pool.
+async fn start_insert_baseline(dir: &Path, pool_size: u32) -> (SocketAddr, JoinHandle<()>, SqlitePool) {
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join("baseline.sqlite3"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(10));
+    let pool = SqlitePoolOptions::new().max_connections(pool_size).connect_with(options).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE envelope (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, \
+         received_ms INTEGER NOT NULL, body BLOB NOT NULL) STRICT",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    async fn insert(
+        State(pool): State<SqlitePool>,
+        UrlPath(id): UrlPath<String>,
+        body: Bytes,
+    ) -> (StatusCode, &'static str) {
+        let done = sqlx::query("INSERT INTO envelope (mailbox, received_ms, body) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(now_ms())
+            .bind(body.as_ref())
+            .execute(&pool)
+            .await;
+        match done {
+            Ok(_) => (StatusCode::ACCEPTED, "{}"),
+            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+        }
+    }
+    let router = Router::new().route("/v1/send/{id}", post(insert)).with_state(pool.clone());
+    let (addr, task) = serve(router).await;
+    (addr, task, pool)
+}
+
+/// Accepted sends per second over the measured window, and the failures seen.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    per_sec: f64,
+    failed: u64,
+}
+
+/// `clients` keep-alive connections posting back to back; client `c` uses mailbox `c % n`.
+async fn post_load(base: &str, targets: &[Target], s: &Settings) -> Load {
+    let start = Instant::now() + s.warmup;
+    let end = start + s.measure;
+    let mut tasks = JoinSet::new();
+    for c in 0..s.clients {
+        let target = targets[c % targets.len()].clone();
+        let url = format!("{base}{}", target.path);
+        tasks.spawn(async move {
+            let http = http_client();
+            let (mut accepted, mut failed) = (0_u64, 0_u64);
+            let mut next = c;
+            while Instant::now() < end {
+                let body = target.bodies[next % target.bodies.len()].clone();
+                next += 1;
+                let sent = http
+                    .post(&url)
+                    .header("x-la-drop", &target.drop)
+                    .header("content-type", "application/octet-stream")
+                    .body(body)
+                    .send()
+                    .await;
+                let ok = match sent {
+                    Ok(r) => r.status() == StatusCode::ACCEPTED && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                let done = Instant::now();
+                if !ok {
+                    failed += 1;
+                } else if done >= start && done < end {
+                    accepted += 1;
+                }
+            }
+            (accepted, failed)
+        });
+    }
+    let (mut accepted, mut failed) = (0, 0);
+    while let Some(joined) = tasks.join_next().await {
+        let (a, f) = joined.unwrap();
+        accepted += a;
+        failed += f;
+    }
+    assert!(accepted > 0, "no send was accepted");
+    Load { per_sec: accepted as f64 / s.measure.as_secs_f64(), failed }
+}
+
+async fn relay_throughput(owners: &[DeviceIdentity], targets: &[Target], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start_relay(dir.path()).await;
+    let client = RelayClient::new(&relay.url(), None).unwrap();
+    for owner in owners {
+        // The first login creates the mailbox.
+        client.inbox(&owner.sig, &owner.drop).await.unwrap();
+    }
+    let load = post_load(&relay.url(), targets, s).await;
+    relay.shutdown().await.unwrap();
+    load
+}
+
+async fn baseline_throughput(targets: &[Target], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task, pool) = start_insert_baseline(dir.path(), s.baseline_pool).await;
+    let load = post_load(&format!("http://{addr}"), targets, s).await;
+    task.abort();
+    pool.close().await;
+    load
+}
+
+async fn next_frame(ws: &mut RelaySocket) -> RelayToClient {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("no frame within 10 s")
+            .expect("websocket closed")
+            .unwrap();
+        if let Message::Text(text) = message {
+            return serde_json::from_str(text.as_str()).unwrap();
+        }
+    }
+}
+
+/// Send-to-delivery samples through relay-lite: POST start to the `msg` frame on the websocket.
+async fn relay_latency(http: &reqwest::Client, sender: &DeviceIdentity, s: &Settings) -> Vec<Duration> {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start_relay(dir.path()).await;
+    let owner = DeviceIdentity::generate(&mut OsRng);
+    let target = target(sender, &owner);
+    let expected: Vec<String> = target.bodies.iter().map(|b| b64u(b)).collect();
+    let mut ws = RelayClient::new(&relay.url(), None).unwrap().connect(&owner.sig, &owner.drop).await.unwrap();
+    assert_eq!(next_frame(&mut ws).await, RelayToClient::Ready);
+    let url = format!("{}{}", relay.url(), target.path);
+    let mut samples = Vec::with_capacity(s.latency_samples);
+    for i in 0..s.latency_warmup + s.latency_samples {
+        let n = i % target.bodies.len();
+        let started = Instant::now();
+        let post = async {
+            let r = http
+                .post(&url)
+                .header("x-la-drop", &target.drop)
+                .header("content-type", "application/octet-stream")
+                .body(target.bodies[n].clone())
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            r.bytes().await.unwrap();
+            status
+        };
+        let delivered = async {
+            loop {
+                if let RelayToClient::Msg { ct, .. } = next_frame(&mut ws).await {
+                    return (started.elapsed(), ct);
+                }
+            }
+        };
+        let (status, (took, ct)) = tokio::join!(post, delivered);
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert!(ct == expected[n], "the websocket delivered a different envelope");
+        if i >= s.latency_warmup {
+            samples.push(took);
+        }
+    }
+    drop(ws);
+    relay.shutdown().await.unwrap();
+    samples
+}
+
+/// Round trips of the same body through a bare axum echo route.
+async fn echo_latency(http: &reqwest::Client, body: &Bytes, s: &Settings) -> Vec<Duration> {
+    let router = Router::new().route("/echo", post(|body: Bytes| async move { body }));
+    let (addr, task) = serve(router).await;
+    let url = format!("http://{addr}/echo");
+    let mut samples = Vec::with_capacity(s.latency_samples);
+    for i in 0..s.latency_warmup + s.latency_samples {
+        let started = Instant::now();
+        let r =
+            http.post(&url).header("content-type", "application/octet-stream").body(body.clone()).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let echoed = r.bytes().await.unwrap();
+        let took = started.elapsed();
+        assert_eq!(echoed.len(), body.len());
+        if i >= s.latency_warmup {
+            samples.push(took);
+        }
+    }
+    task.abort();
+    samples
+}
+
+/// Nearest-rank percentile in milliseconds.
+fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 0 { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] }
+}
+
+/// Rounds of paired measurements: relay and baseline values, one pair per round.
+#[derive(Debug, Default)]
+struct Pairs {
+    relay: Vec<f64>,
+    baseline: Vec<f64>,
+}
+
+impl Pairs {
+    fn push(&mut self, relay: f64, baseline: f64) {
+        self.relay.push(relay);
+        self.baseline.push(baseline);
+    }
+
+    /// Median of the per-round ratios (relay / baseline).
+    fn ratio(&self) -> f64 {
+        let ratios: Vec<f64> = self.relay.iter().zip(&self.baseline).map(|(r, b)| r / b).collect();
+        median(&ratios)
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    relay_lite::tls::install_default_provider();
+    let s = Settings::from_env();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    println!(
+        "relay_load: {cores} cores, scale {}, {} rounds, {} clients over {} mailboxes, \
+         baseline pool {}, {:?} warm-up + {:?} per throughput run, {} (+{} warm-up) latency \
+         samples per run",
+        s.scale,
+        s.rounds,
+        s.clients,
+        s.mailboxes,
+        s.baseline_pool,
+        s.warmup,
+        s.measure,
+        s.latency_samples,
+        s.latency_warmup,
+    );
+
+    let sender = DeviceIdentity::generate(&mut OsRng);
+    let owners: Vec<DeviceIdentity> = (0..s.mailboxes).map(|_| DeviceIdentity::generate(&mut OsRng)).collect();
+    let targets: Vec<Target> = owners.iter().map(|o| target(&sender, o)).collect();
+
+    let mut throughput = Pairs::default();
+    let mut failures = (0_u64, 0_u64);
+    for round in 0..s.rounds {
+        let (relay, baseline) = if round % 2 == 0 {
+            let b = baseline_throughput(&targets, &s).await;
+            (relay_throughput(&owners, &targets, &s).await, b)
+        } else {
+            let r = relay_throughput(&owners, &targets, &s).await;
+            (r, baseline_throughput(&targets, &s).await)
+        };
+        println!(
+            "  throughput round {}: relay-lite {:>8.0}/s ({} failed), baseline {:>8.0}/s ({} failed)",
+            round + 1,
+            relay.per_sec,
+            relay.failed,
+            baseline.per_sec,
+            baseline.failed
+        );
+        failures.0 += relay.failed;
+        failures.1 += baseline.failed;
+        throughput.push(relay.per_sec, baseline.per_sec);
+    }
+
+    let http = http_client();
+    let echo_body = targets[0].bodies[0].clone();
+    let mut p50 = Pairs::default();
+    let mut p99 = Pairs::default();
+    for round in 0..s.rounds {
+        let (relay, echo) = if round % 2 == 0 {
+            let e = echo_latency(&http, &echo_body, &s).await;
+            (relay_latency(&http, &sender, &s).await, e)
+        } else {
+            let r = relay_latency(&http, &sender, &s).await;
+            (r, echo_latency(&http, &echo_body, &s).await)
+        };
+        let (r50, r99) = (percentile_ms(&relay, 50.0), percentile_ms(&relay, 99.0));
+        let (e50, e99) = (percentile_ms(&echo, 50.0), percentile_ms(&echo, 99.0));
+        println!(
+            "  latency round {}: relay-lite p50 {r50:.3} ms p99 {r99:.3} ms, echo p50 {e50:.3} ms \
+             p99 {e99:.3} ms",
+            round + 1
+        );
+        p50.push(r50, e50);
+        p99.push(r99, e99);
+    }
+
+    println!();
+    println!(
+        "Medians of {} alternating rounds; ratio = median of the per-round relay-lite / baseline \
+         ratios.",
+        s.rounds
+    );
+    println!();
+    println!("| figure | relay-lite | baseline | ratio |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| send throughput, {} clients, {} mailboxes, {}-byte envelopes (202/s; baseline: axum + \
+         one sqlx INSERT per request, pool {}, WAL, synchronous=FULL) | {:.0} | {:.0} | {:.2}x |",
+        s.clients,
+        s.mailboxes,
+        MIN_ENVELOPE,
+        s.baseline_pool,
+        median(&throughput.relay),
+        median(&throughput.baseline),
+        throughput.ratio()
+    );
+    println!(
+        "| send-to-delivery p50, POST start to websocket `msg` (ms; baseline: axum echo round \
+         trip, same body) | {:.3} | {:.3} | {:.1}x |",
+        median(&p50.relay),
+        median(&p50.baseline),
+        p50.ratio()
+    );
+    println!(
+        "| send-to-delivery p99 (ms; baseline: echo p99) | {:.3} | {:.3} | {:.1}x |",
+        median(&p99.relay),
+        median(&p99.baseline),
+        p99.ratio()
+    );
+    if failures != (0, 0) {
+        println!();
+        println!("Failed sends (non-202 or transport errors): relay-lite {}, baseline {}.", failures.0, failures.1);
+    }
+    println!();
+    println!("Reproduce: {}", s.command());
+}
