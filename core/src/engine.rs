@@ -809,11 +809,9 @@ impl Runtime {
         {
             return Err(Error::Invalid(format!("`{r}` is not a message id")));
         }
-        let keys = peer_keys(&c)?;
-        let drop = c
-            .drop_code
-            .clone()
-            .ok_or_else(|| Error::Invalid(format!("no drop code for `{name}`: add their full address")))?;
+        if c.drop_code.is_none() {
+            return Err(Error::Invalid(format!("no drop code for `{name}`: add their full address")));
+        }
         let mut inner = Inner::new(&self.keys(), &c.peer_id, now_ms(), uuid::Uuid::new_v4(), kind, body);
         if kind == Kind::Hello {
             inner.from = self.inner.id.address().to_string();
@@ -822,23 +820,35 @@ impl Runtime {
         inner.from_agent = from_agent.map(str::to_owned);
         inner.to_agent = to_agent.map(str::to_owned);
         inner.validate().map_err(|e| Error::Invalid(e.to_string()))?;
-        let json = serde_json::to_string(&inner).map_err(|e| Error::Bug(e.to_string()))?;
-        let envelope =
-            la::seal(&self.inner.id.sig, &keys, &json, &mut OsRng).map_err(|e| Error::Invalid(e.to_string()))?;
-        self.enqueue(&c, &inner, kind, &drop, &envelope).await?;
+        let mut tx = self.store().pool.begin().await?;
+        self.queue_sealed(&mut tx, &c, &inner, kind).await?;
+        tx.commit().await?;
+        self.inner.outbox_wake.notify_one();
         Ok(inner.id)
     }
 
-    async fn enqueue(&self, c: &ContactRow, inner: &Inner, kind: Kind, drop: &[u8], envelope: &[u8]) -> Result<()> {
+    /// Seals `inner` to contact `c` and records it in `tx`: the message row, the outbox entry with
+    /// the exact envelope bytes every retry will reuse, and the audit row.
+    async fn queue_sealed(
+        &self,
+        tx: &mut sqlx::SqliteConnection,
+        c: &ContactRow,
+        inner: &Inner,
+        kind: Kind,
+    ) -> Result<()> {
+        let drop =
+            c.drop_code.as_deref().ok_or_else(|| Error::Bug("queued to a contact without a drop code".into()))?;
+        let json = serde_json::to_string(inner).map_err(|e| Error::Bug(e.to_string()))?;
+        let envelope = la::seal(&self.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
         let now = now_ms();
         let relay = c.relay_url.clone().unwrap_or_else(|| self.inner.relay_url.clone());
         let body = match &inner.body {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        let mut tx = self.store().pool.begin().await?;
         store::insert_message(
-            &mut tx,
+            tx,
             &NewMessage {
                 id: &inner.id,
                 direction: "out",
@@ -857,23 +867,17 @@ impl Runtime {
             },
         )
         .await?;
-        store::enqueue(&mut tx, &inner.id, PROTO, kind.as_str(), &relay, &c.peer_id, drop, envelope, now).await?;
-        store::audit(
-            &mut tx,
-            now,
-            Audit {
-                direction: "out",
-                protocol: PROTO,
-                peer: &c.peer_id,
-                message_id: &inner.id,
-                kind: kind.as_str(),
-                state: "queued",
-                detail: "",
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        self.inner.outbox_wake.notify_one();
+        store::enqueue(tx, &inner.id, PROTO, kind.as_str(), &relay, &c.peer_id, drop, &envelope, now).await?;
+        let audit = Audit {
+            direction: "out",
+            protocol: PROTO,
+            peer: &c.peer_id,
+            message_id: &inner.id,
+            kind: kind.as_str(),
+            state: "queued",
+            detail: "",
+        };
+        store::audit(tx, now, audit).await?;
         Ok(())
     }
 
@@ -1236,53 +1240,12 @@ impl Runtime {
         body: Value,
         reply_to: Option<&str>,
     ) -> Result<()> {
-        let Some(drop) = c.drop_code.clone() else {
+        if c.drop_code.is_none() {
             return Ok(());
-        };
-        let keys = peer_keys(c)?;
-        let now = now_ms();
-        let mut inner = Inner::new(&self.keys(), &c.peer_id, now, uuid::Uuid::new_v4(), kind, body);
+        }
+        let mut inner = Inner::new(&self.keys(), &c.peer_id, now_ms(), uuid::Uuid::new_v4(), kind, body);
         inner.reply_to = reply_to.map(str::to_owned);
-        let json = serde_json::to_string(&inner).map_err(|e| Error::Bug(e.to_string()))?;
-        let envelope = la::seal(&self.inner.id.sig, &keys, &json, &mut OsRng).map_err(|e| Error::Bug(e.to_string()))?;
-        let relay = c.relay_url.clone().unwrap_or_else(|| self.inner.relay_url.clone());
-        let body_text = inner.body.to_string();
-        store::insert_message(
-            tx,
-            &NewMessage {
-                id: &inner.id,
-                direction: "out",
-                protocol: PROTO,
-                contact_id: Some(c.id),
-                peer: &c.peer_id,
-                kind: kind.as_str(),
-                body: &body_text,
-                reply_to,
-                from_agent: None,
-                to_agent: None,
-                ts: now,
-                state: "queued",
-                hidden: true,
-                now,
-            },
-        )
-        .await?;
-        store::enqueue(tx, &inner.id, PROTO, kind.as_str(), &relay, &c.peer_id, &drop, &envelope, now).await?;
-        store::audit(
-            tx,
-            now,
-            Audit {
-                direction: "out",
-                protocol: PROTO,
-                peer: &c.peer_id,
-                message_id: &inner.id,
-                kind: kind.as_str(),
-                state: "queued",
-                detail: "",
-            },
-        )
-        .await?;
-        Ok(())
+        self.queue_sealed(tx, c, &inner, kind).await
     }
 
     /// Reads everything waiting at the relay (plain GET), processes and acks it.
