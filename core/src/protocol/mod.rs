@@ -2,3 +2,4 @@
 //! validated values and decisions; the engine performs the effects.
 
 pub mod letagents;
+pub mod stringcup;
