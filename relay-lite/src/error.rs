@@ -8,6 +8,7 @@ use switchboard_core::protocol::letagents::relay_auth::AuthError;
 use switchboard_core::protocol::letagents::wire;
 
 use crate::store::StoreError;
+use crate::store::stringcup::PendingLimit;
 
 /// Why a request failed; each variant says whose fault it is.
 #[derive(Debug, thiserror::Error)]
@@ -42,12 +43,101 @@ pub enum Error {
     /// The mailbox holds as many envelopes as it may (its owner's backlog): `507`.
     #[error("mailbox full")]
     MailboxFull,
+    /// A request body or a Stringcup ciphertext is larger than its limit (client's fault):
+    /// `413`.
+    #[error("{what} larger than {limit} bytes")]
+    PayloadTooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// No valid bearer token (client's fault): `401` with `WWW-Authenticate: Bearer`.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The named thing does not exist, or is not visible to the caller (client's fault): `404`.
+    /// Stringcup answers this, never `403`, wherever a `403` would confirm that something
+    /// exists (another identity's message, a topic the caller is not in).
+    #[error("{0}")]
+    NotFound(&'static str),
+    /// The caller may see the thing but not do this to it (a topic member acting as owner):
+    /// `403`.
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// The request conflicts with the current state (client's, or a competitor's): `409`.
+    #[error("{}", .0.message())]
+    Conflict(Conflict),
+    /// An `Idempotency-Key` reused for a different recipient (client's fault): `422`.
+    #[error("this Idempotency-Key already names a send to a different recipient; use a fresh key per message")]
+    IdempotencyKeyReused,
+    /// A Stringcup send would exceed a pending limit (`507`); the code and message say whether
+    /// the sender's own share or the recipient's whole inbox is full.
+    #[error("{}", pending_message(*.0))]
+    PendingFull(PendingLimit),
     /// The relay is shutting down (relay's state, nobody's fault): `503`.
     #[error("relay is shutting down")]
     Unavailable,
     /// The store failed (relay's fault): `500`; details are logged, not sent.
     #[error("internal error")]
     Store(#[source] StoreError),
+}
+
+/// The `409` cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// Another request with the same `Idempotency-Key` is in flight; back off and retry.
+    IdempotencyInFlight,
+    /// Another identity holds the rendezvous role; treat the token as compromised.
+    RoleTaken,
+    /// The topic would exceed its member limit.
+    TopicFull(usize),
+    /// The owner cannot leave its topic; delete the topic instead.
+    OwnerStays,
+}
+
+impl Conflict {
+    fn code(self) -> &'static str {
+        match self {
+            Self::IdempotencyInFlight => "idempotency_in_flight",
+            Self::RoleTaken => "role_taken",
+            Self::TopicFull(_) => "topic_full",
+            Self::OwnerStays => "owner_cannot_leave",
+        }
+    }
+
+    fn message(self) -> String {
+        match self {
+            Self::IdempotencyInFlight => {
+                "a request with this Idempotency-Key is in flight; back off briefly and retry with the same key".into()
+            }
+            Self::RoleTaken => "another identity holds this rendezvous role; treat the token as compromised and \
+                                open a new rendezvous"
+                .into(),
+            Self::TopicFull(max) => format!("a topic has at most {max} members; nothing was added"),
+            Self::OwnerStays => "the owner cannot be removed; delete the topic instead".into(),
+        }
+    }
+}
+
+fn pending_message(limit: PendingLimit) -> String {
+    match limit {
+        PendingLimit::SenderMessages(n) => format!(
+            "your share of this recipient's inbox is full ({n} pending messages from you); the recipient is not \
+             behind: slow down and retry once it acknowledges"
+        ),
+        PendingLimit::SenderBytes(n) => format!(
+            "your share of this recipient's inbox is full ({n} pending bytes from you); the recipient is not \
+             behind: slow down and retry once it acknowledges"
+        ),
+        PendingLimit::InboxMessages(n) => format!(
+            "the recipient's inbox is full ({n} pending messages from all senders); the recipient is behind: \
+             retry once it acknowledges"
+        ),
+        PendingLimit::InboxBytes(n) => format!(
+            "the recipient's inbox is full ({n} pending bytes from all senders); the recipient is behind: retry \
+             once it acknowledges"
+        ),
+    }
 }
 
 impl From<StoreError> for Error {
@@ -61,7 +151,7 @@ impl From<StoreError> for Error {
 
 impl Error {
     /// Status code and machine-readable code.
-    fn status(&self) -> (StatusCode, &'static str) {
+    pub fn status(&self) -> (StatusCode, &'static str) {
         match self {
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             Self::NoMailbox | Self::NoRoute => (StatusCode::NOT_FOUND, "not_found"),
@@ -70,6 +160,16 @@ impl Error {
             Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::MailboxFull => (StatusCode::INSUFFICIENT_STORAGE, "mailbox_full"),
+            Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::Conflict(c) => (StatusCode::CONFLICT, c.code()),
+            Self::IdempotencyKeyReused => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
+            Self::PendingFull(limit) if limit.is_per_sender() => {
+                (StatusCode::INSUFFICIENT_STORAGE, "sender_share_full")
+            }
+            Self::PendingFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "inbox_full"),
             Self::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -84,8 +184,14 @@ impl IntoResponse for Error {
         let (status, code) = self.status();
         let body = wire::ErrorBody { error: code.to_owned(), message: self.to_string() };
         let mut response = (status, Json(body)).into_response();
-        if let Self::RateLimited { retry_after_secs } = self {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        match self {
+            Self::RateLimited { retry_after_secs } => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            Self::Unauthorized(_) => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
         }
         response
     }
@@ -101,6 +207,16 @@ mod tests {
         let r = Error::RateLimited { retry_after_secs: 7 }.into_response();
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers().get(header::RETRY_AFTER).unwrap(), "7");
+    }
+
+    #[test]
+    fn the_two_kinds_of_507_have_different_codes() {
+        let sender = Error::PendingFull(PendingLimit::SenderMessages(200));
+        let inbox = Error::PendingFull(PendingLimit::InboxBytes(64));
+        assert_eq!(sender.status(), (StatusCode::INSUFFICIENT_STORAGE, "sender_share_full"));
+        assert_eq!(inbox.status(), (StatusCode::INSUFFICIENT_STORAGE, "inbox_full"));
+        assert!(sender.to_string().contains("not behind"));
+        assert!(inbox.to_string().contains("is behind"));
     }
 
     #[test]

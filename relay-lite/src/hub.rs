@@ -1,5 +1,7 @@
 //! Wake-ups for live delivery: the writer publishes each mailbox's newest committed `seq` right
-//! after the commit, and websocket sessions watching that mailbox wake and read what is new.
+//! after the commit, and websocket sessions and parked long-polls watching that mailbox wake and
+//! read what is new. Keys are letagents mailbox ids, or `stringcup/...` keys for Stringcup inboxes
+//! and rendezvous (see `store::stringcup`), which can never collide with them.
 //!
 //! A `watch` channel per watched mailbox coalesces bursts and cannot lose a wake-up: a session
 //! subscribes before it reads the backlog, then reads everything above the last seq it sent

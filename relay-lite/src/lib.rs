@@ -1,5 +1,5 @@
-//! relay-lite: one small binary that serves Switchboard's relay APIs (letagents v1 today) over
-//! HTTPS, storing envelopes durably in SQLite.
+//! relay-lite: one small binary that serves Switchboard's relay APIs (letagents v1 and Stringcup
+//! v2 today) over HTTPS, storing envelopes durably in SQLite.
 //!
 //! - [`Config`] says where to listen, where the data lives, which TLS to use and the [`Limits`];
 //! - [`app`] opens the store and builds the axum [`Router`] (used in-process by tests and
@@ -10,7 +10,8 @@
 //!
 //! Layout: `routes/` holds one file per protocol, all sharing [`AppState`]; `store/` owns SQLite
 //! (one group-committing writer task, a pool of readers); `limits` holds the rate limiters;
-//! `hub` wakes websocket sessions when mail commits; `error` maps every failure to a status code.
+//! `hub` wakes websocket sessions and long-polls when mail commits; `error` maps every failure to
+//! a status code.
 
 pub mod error;
 pub mod hub;
@@ -56,6 +57,8 @@ pub struct Limits {
     pub idle_erase_ms: i64,
     /// Login and ack timestamps must be within this distance of the relay's clock (ms).
     pub login_window_ms: i64,
+    /// The Stringcup v2 API's limits.
+    pub stringcup: StringcupLimits,
 }
 
 impl Default for Limits {
@@ -68,6 +71,84 @@ impl Default for Limits {
             ip_requests_per_minute: 600,
             idle_erase_ms: 14 * 24 * 3600 * 1000,
             login_window_ms: LOGIN_WINDOW_MS,
+            stringcup: StringcupLimits::default(),
+        }
+    }
+}
+
+/// The limits of the Stringcup v2 API (`/api/v2`); `Default` is the Stringcup seed's values
+/// where it gives one (B.2.7, B.3, B.3.6, B.5, B.6.1) and relay-lite's documented choices
+/// elsewhere. Rates are per identity and per sliding hour; 0 means no limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StringcupLimits {
+    /// Largest ciphertext in bytes, after base64 decoding (bigger gets `413`).
+    pub message_max_bytes: usize,
+    /// Messages that may wait in one inbox across all senders (the next send gets `507`).
+    pub inbox_max_pending_messages: u64,
+    /// Ciphertext bytes that may wait in one inbox across all senders.
+    pub inbox_max_pending_bytes: u64,
+    /// Messages from one sender that may wait in one inbox.
+    pub inbox_max_pending_per_sender: u64,
+    /// Ciphertext bytes from one sender that may wait in one inbox.
+    pub inbox_max_pending_bytes_per_sender: u64,
+    /// Largest request body of `POST /api/v2/messages/batch` in bytes.
+    pub batch_max_body_bytes: usize,
+    /// Send requests (`/messages` and `/messages/batch`, a batch counting once) per hour.
+    pub sends_per_hour: u32,
+    /// Inbox requests (reads, long-polls, acks, deletes) per hour.
+    pub inbox_requests_per_hour: u32,
+    /// Every other authenticated request (identity update, tokens, topics, rendezvous) per
+    /// hour.
+    pub other_requests_per_hour: u32,
+    /// Registrations per client IP (IPv6: per /64) per hour.
+    pub registrations_per_hour_per_ip: u32,
+    /// Longest `wait` in seconds; larger requests are clamped to it.
+    pub long_poll_max_secs: u64,
+    /// Requests that may be parked in a long-poll at once; beyond it `wait` answers at once with
+    /// `X-Long-Poll: unavailable`.
+    pub long_poll_slots: usize,
+    /// A token unused for this long stops working and its identity is reclaimed (ms).
+    pub token_inactivity_ms: i64,
+    /// How long an `Idempotency-Key` is remembered (ms).
+    pub idempotency_ttl_ms: i64,
+    /// How long a rendezvous token lives after it is issued (ms).
+    pub rendezvous_ttl_ms: i64,
+    /// Most members of one topic, owner included.
+    pub topic_max_members: usize,
+    /// Most ids in one `POST /topics/{topic}/members`.
+    pub topic_max_add: usize,
+    /// Public statistics below this count are published as `null`.
+    pub stats_min_count: u64,
+    /// Public statistics are recomputed at most this often (ms), so they cannot time events.
+    pub stats_refresh_ms: i64,
+}
+
+impl Default for StringcupLimits {
+    fn default() -> Self {
+        const KIB: u64 = 1024;
+        let message_max_bytes = 256 * 1024;
+        Self {
+            message_max_bytes,
+            inbox_max_pending_messages: 2000,
+            inbox_max_pending_bytes: 64 * KIB * KIB,
+            inbox_max_pending_per_sender: 200,
+            inbox_max_pending_bytes_per_sender: 16 * KIB * KIB,
+            // 200 entries of the largest ciphertext in base64, with room for the JSON around it.
+            batch_max_body_bytes: 200 * (message_max_bytes.div_ceil(3) * 4 + 1024) + 4096,
+            sends_per_hour: 100,
+            inbox_requests_per_hour: 300,
+            other_requests_per_hour: 600,
+            registrations_per_hour_per_ip: 60,
+            long_poll_max_secs: 25,
+            long_poll_slots: 1024,
+            token_inactivity_ms: 30 * 24 * 3600 * 1000,
+            idempotency_ttl_ms: 24 * 3600 * 1000,
+            rendezvous_ttl_ms: 15 * 60 * 1000,
+            topic_max_members: 200,
+            topic_max_add: 100,
+            stats_min_count: 10,
+            stats_refresh_ms: 3600 * 1000,
         }
     }
 }
@@ -135,6 +216,8 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) send_rate: SlidingWindow,
     pub(crate) ip_rate: IpLimiter,
+    /// Stringcup budgets, long-poll pool, idempotency keys in flight, statistics snapshot.
+    pub(crate) stringcup: routes::stringcup::StringcupState,
     /// Becomes `true` when the relay shuts down; websocket sessions watch it.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
 }
@@ -155,7 +238,8 @@ impl AppState {
     }
 
     /// Runs one sweep now: deletes envelopes past retention, erases idle empty mailboxes that
-    /// no websocket is watching, and forgets stale rate-limiter entries.
+    /// no websocket is watching, reclaims Stringcup identities whose token expired, forgets old
+    /// idempotency keys and expired rendezvous, and forgets stale rate-limiter entries.
     pub async fn sweep_now(&self) -> Result<store::SweepReport, store::StoreError> {
         sweep_once(&self.shared).await
     }
@@ -180,7 +264,26 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
         .store
         .sweep(now, now.saturating_sub(limits.retention_ms), now.saturating_sub(limits.idle_erase_ms))
         .await?;
+    let sc = &limits.stringcup;
+    let swept = shared
+        .store
+        .stringcup()
+        .sweep(store::stringcup::Sweep {
+            now,
+            tokens_unused_since: now.saturating_sub(sc.token_inactivity_ms),
+            idempotency_before: now.saturating_sub(sc.idempotency_ttl_ms),
+        })
+        .await?;
+    if swept.identities > 0 || swept.rendezvous > 0 {
+        tracing::info!(
+            identities = swept.identities,
+            rendezvous = swept.rendezvous,
+            idempotency_keys = swept.idempotency_keys,
+            "stringcup swept"
+        );
+    }
     let instant = std::time::Instant::now();
+    shared.stringcup.prune(instant);
     shared.send_rate.prune(instant);
     shared.ip_rate.prune(instant);
     shared.hub.prune();
@@ -205,6 +308,7 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         hub,
         send_rate: SlidingWindow::new(limits.sends_per_minute, Duration::from_secs(60)),
         ip_rate: IpLimiter::new(limits.ip_requests_per_minute),
+        stringcup: routes::stringcup::StringcupState::new(&limits.stringcup),
         limits,
         closing: tokio::sync::watch::channel(false).0,
     });

@@ -2,7 +2,9 @@
 //! key) for requests per client IP, where the number of keys is up to the internet.
 //!
 //! Both answer "not now" with how long to wait, which becomes `Retry-After`. Both live in memory:
-//! a restarted relay forgets them, which is acceptable for limits measured in a minute.
+//! a restarted relay forgets them, which is acceptable for limits measured in a minute (and, for
+//! Stringcup's hourly budgets, errs on the caller's side). [`SlidingWindow::take`] also reports
+//! the [`Quota`] left, which Stringcup advertises in `X-RateLimit-*` headers.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -45,11 +47,44 @@ impl SlidingWindow {
         Ok(())
     }
 
+    /// Like [`check`](Self::check), but says what is left of the budget either way: `Ok` with
+    /// the quota after counting this event, `Err` with the quota (nothing remaining, `reset` =
+    /// the wait) when refused. `None` when the limiter is unlimited.
+    pub fn take(&self, key: &str, now: Instant) -> Option<Result<Quota, Quota>> {
+        if self.limit == 0 {
+            return None;
+        }
+        let refused = self.check(key, now).err();
+        let map = self.lock();
+        let times = map.get(key);
+        let used = times.map_or(0, VecDeque::len);
+        let reset = times
+            .and_then(|t| t.front())
+            .map_or(Duration::ZERO, |oldest| (*oldest + self.window).saturating_duration_since(now));
+        let remaining = u32::try_from((self.limit as usize).saturating_sub(used)).unwrap_or(0);
+        Some(match refused {
+            None => Ok(Quota { limit: self.limit, remaining, reset }),
+            Some(wait) => Err(Quota { limit: self.limit, remaining: 0, reset: wait }),
+        })
+    }
+
     /// Forgets keys with no event inside the window.
     pub fn prune(&self, now: Instant) {
         let window = self.window;
         self.lock().retain(|_, times| times.back().is_some_and(|t| now.saturating_duration_since(*t) < window));
     }
+}
+
+/// What is left of a budget: how many events the window allows, how many remain, and how long
+/// until the oldest counted event leaves the window (when `remaining` next grows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Events allowed per window.
+    pub limit: u32,
+    /// Events still allowed now.
+    pub remaining: u32,
+    /// Time until one more event is allowed back.
+    pub reset: Duration,
 }
 
 /// Requests per client per minute, by the generic cell rate algorithm: a burst of up to the
@@ -72,7 +107,8 @@ impl IpLimiter {
         self.tat.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn key(ip: IpAddr) -> IpAddr {
+    /// The key a client is counted under: its IPv4 address, or its IPv6 /64.
+    pub fn key(ip: IpAddr) -> IpAddr {
         match ip {
             IpAddr::V4(_) => ip,
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -131,6 +167,19 @@ mod tests {
         assert_eq!(wait, Duration::from_secs(50));
         assert!(w.check("other", t0).is_ok(), "keys are independent");
         assert!(w.check("m", t0 + Duration::from_secs(60)).is_ok());
+    }
+
+    #[test]
+    fn take_reports_the_remaining_budget_and_the_wait_when_refused() {
+        let w = SlidingWindow::new(2, Duration::from_secs(3600));
+        let t0 = Instant::now();
+        let q = w.take("a", t0).unwrap().unwrap();
+        assert_eq!((q.limit, q.remaining, q.reset), (2, 1, Duration::from_secs(3600)));
+        let q = w.take("a", t0 + Duration::from_secs(600)).unwrap().unwrap();
+        assert_eq!((q.remaining, q.reset), (0, Duration::from_secs(3000)));
+        let q = w.take("a", t0 + Duration::from_secs(1200)).unwrap().unwrap_err();
+        assert_eq!((q.remaining, q.reset), (0, Duration::from_secs(2400)));
+        assert!(SlidingWindow::new(0, Duration::from_secs(1)).take("a", t0).is_none());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! behind the per-IP rate limit; unknown paths get the JSON `404`.
 
 pub mod letagents;
+pub mod stringcup;
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -20,6 +21,7 @@ use crate::limits::retry_after_secs;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(letagents::routes(&state))
+        .merge(stringcup::routes(&state))
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(state.clone(), ip_limit))
         .with_state(state)

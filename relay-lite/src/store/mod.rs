@@ -5,9 +5,10 @@
 //!   commit), so a `202` always means "on disk" and throughput grows with concurrency instead of
 //!   paying one fsync per envelope.
 //! - Reads use a small pool of reader connections; WAL lets them run beside the writer.
-//! - The SQL for each protocol lives in its own file ([`letagents`]).
+//! - The SQL for each protocol lives in its own file ([`letagents`], [`stringcup`]).
 
 pub mod letagents;
+pub mod stringcup;
 mod writer;
 
 use std::path::Path;

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
 use super::letagents::{self, DepositOutcome, LoginOutcome, SweepReport};
+use super::stringcup::ScOp;
 use crate::hub::Hub;
 
 /// Where a write's result goes.
@@ -45,14 +46,25 @@ pub(crate) enum Op {
         out: Option<SweepReport>,
         reply: Reply<SweepReport>,
     },
+    /// A Stringcup v2 write (its own enum, so each protocol's SQL stays in its file).
+    Stringcup(ScOp),
     /// Commit what came before, then stop.
     Close(oneshot::Sender<()>),
+}
+
+/// A caller's result: the applied outcome if the batch committed, else the batch's error.
+pub(crate) fn settle<T>(committed: &Result<(), StoreError>, out: Option<T>) -> Result<T, StoreError> {
+    match committed {
+        Ok(()) => out.ok_or(StoreError::Closed),
+        Err(e) => Err(e.clone()),
+    }
 }
 
 impl Op {
     fn bytes(&self) -> usize {
         match self {
             Self::Deposit { req, .. } => req.body.len(),
+            Self::Stringcup(op) => op.bytes(),
             _ => 0,
         }
     }
@@ -63,6 +75,7 @@ impl Op {
             Self::Login { req, out, .. } => *out = Some(letagents::login(conn, req).await?),
             Self::Ack { req, out, .. } => *out = Some(letagents::ack(conn, req).await?),
             Self::Sweep { req, out, .. } => *out = Some(letagents::sweep(conn, req, hub).await?),
+            Self::Stringcup(op) => op.apply(conn).await?,
             Self::Close(_) => {}
         }
         Ok(())
@@ -70,12 +83,6 @@ impl Op {
 
     /// Answers the caller: the applied result if the batch committed, else the batch's error.
     fn finish(self, committed: &Result<(), StoreError>, hub: &Hub) {
-        fn settle<T>(committed: &Result<(), StoreError>, out: Option<T>) -> Result<T, StoreError> {
-            match committed {
-                Ok(()) => out.ok_or(StoreError::Closed),
-                Err(e) => Err(e.clone()),
-            }
-        }
         // A caller that went away (client disconnected) no longer needs the answer.
         match self {
             Self::Deposit { req, out, reply } => {
@@ -94,6 +101,7 @@ impl Op {
             Self::Sweep { out, reply, .. } => {
                 let _ = reply.send(settle(committed, out));
             }
+            Self::Stringcup(op) => op.finish(committed, hub),
             Self::Close(done) => {
                 let _ = done.send(());
             }

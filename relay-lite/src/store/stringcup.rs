@@ -1,0 +1,1364 @@
+//! SQL for Stringcup v2: identities and their tokens (`sc_identity`), inboxes (`sc_message`),
+//! idempotency keys (`sc_idempotency`), topics (`sc_topic`, `sc_topic_member`), rendezvous
+//! (`sc_rendezvous`, `sc_rendezvous_claim`) and the statistics counter (`sc_counter`).
+//!
+//! - Writes are `ScOp`s run by the group-committing writer: each op's decision (stored, not
+//!   found, full, replay...) is made inside the transaction, so concurrent requests are
+//!   serialised by the writer, never by the route. Business outcomes are values, never SQL
+//!   errors: a failing statement would roll back every other caller's write in the batch.
+//! - After the commit, an op wakes parked long-polls through the [`Hub`] (an inbox's newest
+//!   id, a rendezvous' version).
+//! - Reads go to the reader pool through [`Stringcup`], the store's Stringcup face.
+
+use sqlx::{SqliteConnection, SqliteExecutor, SqlitePool};
+use switchboard_core::util::hex;
+
+use super::writer::{Op, Reply, settle};
+use super::{Store, StoreError};
+use crate::hub::Hub;
+
+/// The hub key of an identity's inbox (namespaced apart from letagents mailbox ids).
+pub fn inbox_key(identity: &str) -> String {
+    format!("stringcup/inbox/{identity}")
+}
+
+/// The hub key of a rendezvous.
+pub fn rendezvous_key(token_hash: &[u8]) -> String {
+    format!("stringcup/rendezvous/{}", hex(token_hash))
+}
+
+/// A rendezvous role, derived by the relay (B.6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Opened the rendezvous.
+    Initiator,
+    /// Joined with the token.
+    Responder,
+}
+
+impl Role {
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Initiator => "initiator",
+            Self::Responder => "responder",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "initiator" => Some(Self::Initiator),
+            "responder" => Some(Self::Responder),
+            _ => None,
+        }
+    }
+}
+
+/// An identity as anyone may see it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct IdentityRow {
+    /// `sc-...`.
+    pub id: String,
+    /// Raw X25519 public key.
+    pub public_key: Vec<u8>,
+    /// Always `x25519` today.
+    pub algo: String,
+    /// Owner-chosen label, `''` for none.
+    pub display_name: String,
+    /// When the key last changed (ms).
+    pub key_updated_ms: i64,
+    /// When anything last changed (ms).
+    pub updated_ms: i64,
+    /// Registration time (ms).
+    pub created_ms: i64,
+}
+
+/// The identity a bearer token belongs to, with the token's times.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TokenRow {
+    /// The identity.
+    pub identity: String,
+    /// When this token was issued (ms).
+    pub token_created_ms: i64,
+    /// When it was last used, refreshed at most once per touch interval (ms).
+    pub token_last_used_ms: i64,
+}
+
+/// A new identity.
+#[derive(Debug)]
+pub struct Register {
+    /// Freshly drawn `sc-` id.
+    pub id: String,
+    /// Raw X25519 key.
+    pub public_key: Vec<u8>,
+    /// Label, `''` for none.
+    pub display_name: String,
+    /// SHA-256 of the issued token.
+    pub token_hash: Vec<u8>,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// A change to the caller's identity.
+#[derive(Debug)]
+pub struct Update {
+    /// The caller.
+    pub identity: String,
+    /// A new key, if given.
+    pub public_key: Option<Vec<u8>>,
+    /// A new label (`''` clears it), if given.
+    pub display_name: Option<String>,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// The identity after an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Updated {
+    /// The record as stored now.
+    pub row: IdentityRow,
+    /// Whether the key itself changed.
+    pub key_changed: bool,
+}
+
+/// An authenticated use of a token (resets the inactivity window).
+#[derive(Debug)]
+pub struct Touch {
+    /// The caller.
+    pub identity: String,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// A token rotation: replaces `old_hash` with `new_hash` only if `old_hash` is still current.
+#[derive(Debug)]
+pub struct Rotate {
+    /// The caller.
+    pub identity: String,
+    /// SHA-256 of the presented token.
+    pub old_hash: Vec<u8>,
+    /// SHA-256 of the new token.
+    pub new_hash: Vec<u8>,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// One validated message to store.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// Well-formed `sc-` id (it may not exist).
+    pub recipient: String,
+    /// Header `ephemeral_pub`, 32 bytes.
+    pub ephemeral_pub: Vec<u8>,
+    /// Header `iv`, 12 bytes.
+    pub iv: Vec<u8>,
+    /// The opaque ciphertext.
+    pub ciphertext: Vec<u8>,
+}
+
+/// The pending limits a send is checked against (B.3.6).
+#[derive(Debug, Clone, Copy)]
+pub struct PendingCaps {
+    /// Messages in one inbox across all senders.
+    pub inbox_messages: u64,
+    /// Bytes in one inbox across all senders.
+    pub inbox_bytes: u64,
+    /// Messages from one sender in one inbox.
+    pub sender_messages: u64,
+    /// Bytes from one sender in one inbox.
+    pub sender_bytes: u64,
+}
+
+/// A send of one message (with an optional idempotency key) or a batch.
+#[derive(Debug)]
+pub struct SendRequest {
+    /// The authenticated sender.
+    pub sender: String,
+    /// `Idempotency-Key`; only with exactly one message.
+    pub idempotency_key: Option<String>,
+    /// Keys created before this are forgotten (ms).
+    pub idempotency_expired_before: i64,
+    /// The messages, each stored or refused on its own.
+    pub messages: Vec<NewMessage>,
+    /// The pending limits.
+    pub caps: PendingCaps,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// Which pending limit refused a send, with its value. The per-sender ones mean the sender's
+/// own share is full (the recipient is not behind); the inbox ones mean the recipient is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingLimit {
+    /// Messages from this sender waiting in the inbox.
+    SenderMessages(u64),
+    /// Bytes from this sender waiting in the inbox.
+    SenderBytes(u64),
+    /// Messages waiting in the inbox from everybody.
+    InboxMessages(u64),
+    /// Bytes waiting in the inbox from everybody.
+    InboxBytes(u64),
+}
+
+impl PendingLimit {
+    /// Whether only the sender's share is full.
+    pub fn is_per_sender(self) -> bool {
+        matches!(self, Self::SenderMessages(_) | Self::SenderBytes(_))
+    }
+}
+
+/// What happened to one message of a [`SendRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// Committed: the sender's number, and the recipient's (never told to the sender).
+    Stored {
+        /// The sender's number.
+        sent_seq: i64,
+        /// The recipient's number.
+        inbox_id: i64,
+    },
+    /// The idempotency key already names a stored send to the same recipient.
+    Replay {
+        /// That send's number.
+        sent_seq: i64,
+    },
+    /// The idempotency key already names a send to a different recipient.
+    KeyReused,
+    /// No such recipient.
+    NoRecipient,
+    /// A pending limit is reached.
+    Full(PendingLimit),
+    /// The sender itself no longer exists (reclaimed while the request was in flight).
+    NoSender,
+}
+
+/// A message waiting in an inbox.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredMessage {
+    /// The recipient's number.
+    pub id: i64,
+    /// Who sent it.
+    pub sender: String,
+    /// Header version.
+    pub header_version: i64,
+    /// Header algorithm.
+    pub header_algo: String,
+    /// Header ephemeral key.
+    pub ephemeral_pub: Vec<u8>,
+    /// Header IV.
+    pub iv: Vec<u8>,
+    /// The opaque ciphertext.
+    pub ciphertext: Vec<u8>,
+    /// When it was stored (ms).
+    pub created_ms: i64,
+}
+
+/// An acknowledgement of messages in the caller's own inbox.
+#[derive(Debug)]
+pub struct Ack {
+    /// The caller.
+    pub identity: String,
+    /// Ids to delete, without duplicates.
+    pub ids: Vec<i64>,
+}
+
+/// Every id of an [`Ack`], in exactly one bucket, in request order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// Deleted now.
+    pub acknowledged: Vec<i64>,
+    /// Not in the caller's inbox.
+    pub not_found: Vec<i64>,
+}
+
+/// A topic the caller is a member of.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TopicRow {
+    /// `tp-...`.
+    pub id: String,
+    /// Its owner.
+    pub owner: String,
+    /// Creation time (ms).
+    pub created_ms: i64,
+    /// Members, owner included.
+    pub member_count: i64,
+}
+
+/// A new topic.
+#[derive(Debug)]
+pub struct CreateTopic {
+    /// Freshly drawn `tp-` id.
+    pub id: String,
+    /// The caller, who becomes owner and first member.
+    pub owner: String,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// Result of creating a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicCreated {
+    /// Created.
+    Created,
+    /// The drawn id exists already; draw another.
+    IdTaken,
+    /// The caller no longer exists.
+    NoCaller,
+}
+
+/// The owner adds members.
+#[derive(Debug)]
+pub struct AddMembers {
+    /// Topic id or legacy name, as addressed.
+    pub topic: String,
+    /// The caller.
+    pub caller: String,
+    /// Identities to add, without duplicates.
+    pub ids: Vec<String>,
+    /// Most members a topic may have.
+    pub max_members: u64,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// Result of adding members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddOutcome {
+    /// No such topic, or the caller is not a member (deliberately one outcome).
+    NotFound,
+    /// The caller is a member but not the owner.
+    NotOwner,
+    /// The additions would take the topic past its limit; nothing was added.
+    Full {
+        /// Members now.
+        members: u64,
+    },
+    /// Done.
+    Added {
+        /// The topic's id.
+        topic: String,
+        /// Newly added.
+        added: Vec<String>,
+        /// Already members (a no-op).
+        already: Vec<String>,
+        /// No such identity.
+        unknown: Vec<String>,
+        /// Members now.
+        members: u64,
+    },
+}
+
+/// Removal of a member (by the owner, or by the member itself).
+#[derive(Debug)]
+pub struct RemoveMember {
+    /// Topic id or legacy name.
+    pub topic: String,
+    /// The caller.
+    pub caller: String,
+    /// The member to remove.
+    pub member: String,
+}
+
+/// Result of removing a member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoveOutcome {
+    /// No such topic, or the caller is not a member.
+    NotFound,
+    /// A member tried to remove somebody else.
+    NotOwner,
+    /// The owner cannot be removed.
+    OwnerStays,
+    /// The target is not a member.
+    NotMember,
+    /// Removed from this topic id.
+    Removed(String),
+}
+
+/// Deletion of a topic by its owner.
+#[derive(Debug)]
+pub struct DeleteTopic {
+    /// Topic id or legacy name.
+    pub topic: String,
+    /// The caller.
+    pub caller: String,
+}
+
+/// Result of deleting a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// No such topic, or the caller is not a member.
+    NotFound,
+    /// A member who is not the owner.
+    NotOwner,
+    /// Deleted this topic id.
+    Deleted(String),
+}
+
+/// A new rendezvous with the caller as initiator.
+#[derive(Debug)]
+pub struct OpenRendezvous {
+    /// SHA-256 of the freshly drawn token.
+    pub token_hash: Vec<u8>,
+    /// The caller.
+    pub identity: String,
+    /// Relay clock (ms).
+    pub now: i64,
+    /// When the token stops working (ms).
+    pub expires_ms: i64,
+}
+
+/// Result of opening a rendezvous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opened {
+    /// Opened.
+    Opened,
+    /// The drawn token exists already; draw another.
+    TokenTaken,
+    /// The caller no longer exists.
+    NoCaller,
+}
+
+/// A claim under an existing token (or a re-poll by a claimant).
+#[derive(Debug)]
+pub struct JoinRendezvous {
+    /// SHA-256 of the presented token.
+    pub token_hash: Vec<u8>,
+    /// The caller.
+    pub identity: String,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// Result of a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinOutcome {
+    /// No such (unexpired) rendezvous.
+    Unknown,
+    /// The caller holds this role (now or from before).
+    Holds(Role),
+    /// Another identity holds the responder role.
+    RoleTaken,
+}
+
+/// Release of the caller's own claim.
+#[derive(Debug)]
+pub struct ReleaseRendezvous {
+    /// SHA-256 of the presented token.
+    pub token_hash: Vec<u8>,
+    /// The caller.
+    pub identity: String,
+    /// Relay clock (ms).
+    pub now: i64,
+}
+
+/// Result of a release: the role given up, or `None` if the caller held nothing there.
+pub type Released = Option<Role>;
+
+/// A rendezvous as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RendezvousRow {
+    /// When the token stops working (ms).
+    pub expires_ms: i64,
+    /// Grows on each claim or release.
+    pub version: i64,
+    /// Current claims.
+    pub claims: Vec<(Role, String)>,
+}
+
+/// The Stringcup part of a sweep.
+#[derive(Debug)]
+pub struct Sweep {
+    /// Relay clock (ms).
+    pub now: i64,
+    /// Identities whose token was last used before this are reclaimed (ms).
+    pub tokens_unused_since: i64,
+    /// Idempotency keys created before this are forgotten (ms).
+    pub idempotency_before: i64,
+}
+
+/// What a Stringcup sweep removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScSweepReport {
+    /// Identities reclaimed (their token expired); their inboxes went with them.
+    pub identities: u64,
+    /// Idempotency keys forgotten.
+    pub idempotency_keys: u64,
+    /// Rendezvous expired.
+    pub rendezvous: u64,
+}
+
+/// Aggregate counts for the public statistics (raw; suppression happens at the route).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Identities registered.
+    pub identities: u64,
+    /// Topics.
+    pub topics: u64,
+    /// Messages waiting in inboxes.
+    pub messages_pending: u64,
+    /// Messages ever stored.
+    pub messages_stored: u64,
+}
+
+/// A queued write with its outcome once applied and the caller waiting for it.
+pub(crate) struct Pending<R, T> {
+    req: R,
+    out: Option<T>,
+    reply: Reply<T>,
+}
+
+impl<R, T> Pending<R, T> {
+    fn new(req: R, reply: Reply<T>) -> Self {
+        Self { req, out: None, reply }
+    }
+
+    fn answer(self, committed: &Result<(), StoreError>) {
+        // A caller that went away (client disconnected) no longer needs the answer.
+        let _ = self.reply.send(settle(committed, self.out));
+    }
+}
+
+/// A Stringcup write for the writer task.
+pub(crate) enum ScOp {
+    Register(Pending<Register, bool>),
+    Update(Pending<Update, Option<Updated>>),
+    Touch(Pending<Touch, ()>),
+    Rotate(Pending<Rotate, bool>),
+    Send(Pending<SendRequest, Vec<SendOutcome>>),
+    Ack(Pending<Ack, AckOutcome>),
+    CreateTopic(Pending<CreateTopic, TopicCreated>),
+    AddMembers(Pending<AddMembers, AddOutcome>),
+    RemoveMember(Pending<RemoveMember, RemoveOutcome>),
+    DeleteTopic(Pending<DeleteTopic, DeleteOutcome>),
+    OpenRendezvous(Pending<OpenRendezvous, Opened>),
+    JoinRendezvous(Pending<JoinRendezvous, (JoinOutcome, i64)>),
+    ReleaseRendezvous(Pending<ReleaseRendezvous, (Released, i64)>),
+    Sweep(Pending<Sweep, ScSweepReport>),
+}
+
+impl ScOp {
+    /// Payload bytes, for the writer's per-batch byte cap.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Self::Send(p) => p.req.messages.iter().map(|m| m.ciphertext.len()).sum(),
+            _ => 0,
+        }
+    }
+
+    pub(crate) async fn apply(&mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Register(p) => p.out = Some(register(conn, &p.req).await?),
+            Self::Update(p) => p.out = Some(update(conn, &p.req).await?),
+            Self::Touch(p) => p.out = Some(touch(conn, &p.req).await?),
+            Self::Rotate(p) => p.out = Some(rotate(conn, &p.req).await?),
+            Self::Send(p) => p.out = Some(send(conn, &p.req).await?),
+            Self::Ack(p) => p.out = Some(ack(conn, &p.req).await?),
+            Self::CreateTopic(p) => p.out = Some(create_topic(conn, &p.req).await?),
+            Self::AddMembers(p) => p.out = Some(add_members(conn, &p.req).await?),
+            Self::RemoveMember(p) => p.out = Some(remove_member(conn, &p.req).await?),
+            Self::DeleteTopic(p) => p.out = Some(delete_topic(conn, &p.req).await?),
+            Self::OpenRendezvous(p) => p.out = Some(open_rendezvous(conn, &p.req).await?),
+            Self::JoinRendezvous(p) => p.out = Some(join_rendezvous(conn, &p.req).await?),
+            Self::ReleaseRendezvous(p) => p.out = Some(release_rendezvous(conn, &p.req).await?),
+            Self::Sweep(p) => p.out = Some(sweep(conn, &p.req).await?),
+        }
+        Ok(())
+    }
+
+    /// Wakes parked requests about what committed, then answers the caller.
+    pub(crate) fn finish(self, committed: &Result<(), StoreError>, hub: &Hub) {
+        let ok = committed.is_ok();
+        match self {
+            Self::Send(p) => {
+                if ok && let Some(out) = &p.out {
+                    for (message, outcome) in p.req.messages.iter().zip(out) {
+                        if let SendOutcome::Stored { inbox_id, .. } = outcome {
+                            hub.publish(&inbox_key(&message.recipient), *inbox_id);
+                        }
+                    }
+                }
+                p.answer(committed);
+            }
+            Self::JoinRendezvous(p) => {
+                if ok && let Some((JoinOutcome::Holds(_), version)) = &p.out {
+                    hub.publish(&rendezvous_key(&p.req.token_hash), *version);
+                }
+                p.answer(committed);
+            }
+            Self::ReleaseRendezvous(p) => {
+                if ok && let Some((Some(_), version)) = &p.out {
+                    hub.publish(&rendezvous_key(&p.req.token_hash), *version);
+                }
+                p.answer(committed);
+            }
+            Self::Register(p) => p.answer(committed),
+            Self::Update(p) => p.answer(committed),
+            Self::Touch(p) => p.answer(committed),
+            Self::Rotate(p) => p.answer(committed),
+            Self::Ack(p) => p.answer(committed),
+            Self::CreateTopic(p) => p.answer(committed),
+            Self::AddMembers(p) => p.answer(committed),
+            Self::RemoveMember(p) => p.answer(committed),
+            Self::DeleteTopic(p) => p.answer(committed),
+            Self::OpenRendezvous(p) => p.answer(committed),
+            Self::Sweep(p) => p.answer(committed),
+        }
+    }
+}
+
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+// ---- writes -------------------------------------------------------------------------------
+
+async fn exists(conn: &mut SqliteConnection, identity: &str) -> Result<bool, sqlx::Error> {
+    let found: Option<i64> =
+        sqlx::query_scalar("SELECT 1 FROM sc_identity WHERE id = ?").bind(identity).fetch_optional(&mut *conn).await?;
+    Ok(found.is_some())
+}
+
+async fn register(conn: &mut SqliteConnection, r: &Register) -> Result<bool, sqlx::Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO sc_identity (id, public_key, algo, display_name, token_hash, token_created_ms, \
+         token_last_used_ms, key_updated_ms, updated_ms, created_ms) \
+         VALUES (?1, ?2, 'x25519', ?3, ?4, ?5, ?5, ?5, ?5, ?5) ON CONFLICT DO NOTHING",
+    )
+    .bind(&r.id)
+    .bind(&r.public_key)
+    .bind(&r.display_name)
+    .bind(&r.token_hash)
+    .bind(r.now)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(inserted == 1)
+}
+
+async fn identity_row(conn: impl SqliteExecutor<'_>, id: &str) -> Result<Option<IdentityRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, public_key, algo, display_name, key_updated_ms, updated_ms, created_ms FROM sc_identity WHERE id = ?",
+    )
+    .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+async fn update(conn: &mut SqliteConnection, u: &Update) -> Result<Option<Updated>, sqlx::Error> {
+    let Some(before) = identity_row(&mut *conn, &u.identity).await? else {
+        return Ok(None);
+    };
+    let key_changed = u.public_key.as_ref().is_some_and(|k| *k != before.public_key);
+    let name_changed = u.display_name.as_ref().is_some_and(|n| *n != before.display_name);
+    if key_changed || name_changed {
+        sqlx::query(
+            "UPDATE sc_identity SET public_key = ?, display_name = ?, updated_ms = ?, \
+             key_updated_ms = CASE WHEN ? THEN ? ELSE key_updated_ms END WHERE id = ?",
+        )
+        .bind(u.public_key.as_ref().unwrap_or(&before.public_key))
+        .bind(u.display_name.as_ref().unwrap_or(&before.display_name))
+        .bind(u.now)
+        .bind(key_changed)
+        .bind(u.now)
+        .bind(&u.identity)
+        .execute(&mut *conn)
+        .await?;
+    }
+    let row = identity_row(&mut *conn, &u.identity).await?;
+    Ok(row.map(|row| Updated { row, key_changed }))
+}
+
+async fn touch(conn: &mut SqliteConnection, t: &Touch) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE sc_identity SET token_last_used_ms = max(token_last_used_ms, ?) WHERE id = ?")
+        .bind(t.now)
+        .bind(&t.identity)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+async fn rotate(conn: &mut SqliteConnection, r: &Rotate) -> Result<bool, sqlx::Error> {
+    let changed = sqlx::query(
+        "UPDATE sc_identity SET token_hash = ?, token_created_ms = ?, token_last_used_ms = ? \
+         WHERE id = ? AND token_hash = ?",
+    )
+    .bind(&r.new_hash)
+    .bind(r.now)
+    .bind(r.now)
+    .bind(&r.identity)
+    .bind(&r.old_hash)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(changed == 1)
+}
+
+/// Pending messages and bytes in `recipient`'s inbox, from `sender` only if given.
+async fn pending(
+    conn: &mut SqliteConnection,
+    recipient: &str,
+    sender: Option<&str>,
+) -> Result<(u64, u64), sqlx::Error> {
+    let (n, bytes): (i64, i64) = match sender {
+        Some(sender) => {
+            sqlx::query_as("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM sc_message WHERE recipient = ? AND sender = ?")
+                .bind(recipient)
+                .bind(sender)
+                .fetch_one(&mut *conn)
+                .await?
+        }
+        None => {
+            sqlx::query_as("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM sc_message WHERE recipient = ?")
+                .bind(recipient)
+                .fetch_one(&mut *conn)
+                .await?
+        }
+    };
+    Ok((count(n), count(bytes)))
+}
+
+/// The first pending limit `size` more bytes would break; the sender's share is checked first
+/// because it is the binding limit and the one a sender can act on.
+async fn over_limit(
+    conn: &mut SqliteConnection,
+    recipient: &str,
+    sender: &str,
+    size: u64,
+    caps: PendingCaps,
+) -> Result<Option<PendingLimit>, sqlx::Error> {
+    let (n, bytes) = pending(conn, recipient, Some(sender)).await?;
+    if n >= caps.sender_messages {
+        return Ok(Some(PendingLimit::SenderMessages(caps.sender_messages)));
+    }
+    if bytes.saturating_add(size) > caps.sender_bytes {
+        return Ok(Some(PendingLimit::SenderBytes(caps.sender_bytes)));
+    }
+    let (n, bytes) = pending(conn, recipient, None).await?;
+    if n >= caps.inbox_messages {
+        return Ok(Some(PendingLimit::InboxMessages(caps.inbox_messages)));
+    }
+    if bytes.saturating_add(size) > caps.inbox_bytes {
+        return Ok(Some(PendingLimit::InboxBytes(caps.inbox_bytes)));
+    }
+    Ok(None)
+}
+
+async fn store_one(
+    conn: &mut SqliteConnection,
+    sender: &str,
+    m: &NewMessage,
+    caps: PendingCaps,
+    now: i64,
+) -> Result<SendOutcome, sqlx::Error> {
+    if !exists(conn, &m.recipient).await? {
+        return Ok(SendOutcome::NoRecipient);
+    }
+    let size = u64::try_from(m.ciphertext.len()).unwrap_or(u64::MAX);
+    if let Some(limit) = over_limit(conn, &m.recipient, sender, size, caps).await? {
+        return Ok(SendOutcome::Full(limit));
+    }
+    let inbox_id: i64 = sqlx::query_scalar(
+        "UPDATE sc_identity SET next_inbox_id = next_inbox_id + 1 WHERE id = ? RETURNING next_inbox_id - 1",
+    )
+    .bind(&m.recipient)
+    .fetch_one(&mut *conn)
+    .await?;
+    let sent_seq: i64 = sqlx::query_scalar(
+        "UPDATE sc_identity SET next_sent_seq = next_sent_seq + 1 WHERE id = ? RETURNING next_sent_seq - 1",
+    )
+    .bind(sender)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, ciphertext, size, created_ms) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&m.recipient)
+    .bind(inbox_id)
+    .bind(sender)
+    .bind(sent_seq)
+    .bind(&m.ephemeral_pub)
+    .bind(&m.iv)
+    .bind(&m.ciphertext)
+    .bind(i64::try_from(size).unwrap_or(i64::MAX))
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("UPDATE sc_counter SET value = value + 1 WHERE name = 'messages_stored'").execute(&mut *conn).await?;
+    Ok(SendOutcome::Stored { sent_seq, inbox_id })
+}
+
+async fn send(conn: &mut SqliteConnection, s: &SendRequest) -> Result<Vec<SendOutcome>, sqlx::Error> {
+    if !exists(conn, &s.sender).await? {
+        return Ok(vec![SendOutcome::NoSender; s.messages.len()]);
+    }
+    let key = match (&s.idempotency_key, s.messages.as_slice()) {
+        (Some(key), [message]) => Some((key, message)),
+        _ => None,
+    };
+    if let Some((key, message)) = key {
+        sqlx::query("DELETE FROM sc_idempotency WHERE sender = ? AND key = ? AND created_ms < ?")
+            .bind(&s.sender)
+            .bind(key)
+            .bind(s.idempotency_expired_before)
+            .execute(&mut *conn)
+            .await?;
+        // The reservation: the primary key admits one row per (sender, key), so of any number
+        // of concurrent retries exactly one gets past this line.
+        let reserved = sqlx::query(
+            "INSERT INTO sc_idempotency (sender, key, recipient, sent_seq, created_ms) VALUES (?, ?, ?, 0, ?) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&s.sender)
+        .bind(key)
+        .bind(&message.recipient)
+        .bind(s.now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        if reserved == 0 {
+            let (recipient, sent_seq): (String, i64) =
+                sqlx::query_as("SELECT recipient, sent_seq FROM sc_idempotency WHERE sender = ? AND key = ?")
+                    .bind(&s.sender)
+                    .bind(key)
+                    .fetch_one(&mut *conn)
+                    .await?;
+            let outcome =
+                if recipient == message.recipient { SendOutcome::Replay { sent_seq } } else { SendOutcome::KeyReused };
+            return Ok(vec![outcome]);
+        }
+        let outcome = store_one(conn, &s.sender, message, s.caps, s.now).await?;
+        match outcome {
+            SendOutcome::Stored { sent_seq, .. } => {
+                sqlx::query("UPDATE sc_idempotency SET sent_seq = ? WHERE sender = ? AND key = ?")
+                    .bind(sent_seq)
+                    .bind(&s.sender)
+                    .bind(key)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            // Only a send that stored a message consumes its key.
+            _ => {
+                sqlx::query("DELETE FROM sc_idempotency WHERE sender = ? AND key = ?")
+                    .bind(&s.sender)
+                    .bind(key)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        return Ok(vec![outcome]);
+    }
+    let mut out = Vec::with_capacity(s.messages.len());
+    for message in &s.messages {
+        out.push(store_one(conn, &s.sender, message, s.caps, s.now).await?);
+    }
+    Ok(out)
+}
+
+async fn ack(conn: &mut SqliteConnection, a: &Ack) -> Result<AckOutcome, sqlx::Error> {
+    let mut out = AckOutcome::default();
+    for &id in &a.ids {
+        let deleted = sqlx::query("DELETE FROM sc_message WHERE recipient = ? AND id = ?")
+            .bind(&a.identity)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if deleted > 0 { out.acknowledged.push(id) } else { out.not_found.push(id) }
+    }
+    Ok(out)
+}
+
+/// Whether `text` has the shape of an issued topic id (`tp-` + 24 base32 characters).
+pub fn is_topic_id(text: &str) -> bool {
+    text.strip_prefix("tp-").is_some_and(|rest| rest.len() == 24 && rest.bytes().all(is_base32_lower))
+}
+
+/// A lower-case RFC 4648 base32 character.
+pub fn is_base32_lower(b: u8) -> bool {
+    b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b)
+}
+
+/// The topic `reference` names (an issued id, or a legacy name) with its owner, if `caller` is
+/// a member. Both forms go through this one function, so they reach the same checks.
+async fn topic_for_member(
+    conn: impl SqliteExecutor<'_>,
+    reference: &str,
+    caller: &str,
+) -> Result<Option<TopicRow>, sqlx::Error> {
+    let by_id = is_topic_id(reference);
+    sqlx::query_as(
+        "SELECT t.id, t.owner, t.created_ms, \
+         (SELECT COUNT(*) FROM sc_topic_member AS c WHERE c.topic = t.id) AS member_count \
+         FROM sc_topic AS t JOIN sc_topic_member AS m ON m.topic = t.id AND m.member = ?1 \
+         WHERE (?2 AND t.id = ?3) OR (NOT ?2 AND t.legacy_name <> '' AND t.legacy_name = ?3)",
+    )
+    .bind(caller)
+    .bind(by_id)
+    .bind(reference)
+    .fetch_optional(conn)
+    .await
+}
+
+async fn create_topic(conn: &mut SqliteConnection, c: &CreateTopic) -> Result<TopicCreated, sqlx::Error> {
+    if !exists(conn, &c.owner).await? {
+        return Ok(TopicCreated::NoCaller);
+    }
+    let inserted = sqlx::query("INSERT INTO sc_topic (id, owner, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+        .bind(&c.id)
+        .bind(&c.owner)
+        .bind(c.now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    if inserted == 0 {
+        return Ok(TopicCreated::IdTaken);
+    }
+    sqlx::query("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")
+        .bind(&c.id)
+        .bind(&c.owner)
+        .bind(c.now)
+        .execute(&mut *conn)
+        .await?;
+    Ok(TopicCreated::Created)
+}
+
+async fn is_member(conn: &mut SqliteConnection, topic: &str, identity: &str) -> Result<bool, sqlx::Error> {
+    let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM sc_topic_member WHERE topic = ? AND member = ?")
+        .bind(topic)
+        .bind(identity)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(found.is_some())
+}
+
+async fn add_members(conn: &mut SqliteConnection, a: &AddMembers) -> Result<AddOutcome, sqlx::Error> {
+    let Some(topic) = topic_for_member(&mut *conn, &a.topic, &a.caller).await? else {
+        return Ok(AddOutcome::NotFound);
+    };
+    if topic.owner != a.caller {
+        return Ok(AddOutcome::NotOwner);
+    }
+    let (mut added, mut already, mut unknown) = (Vec::new(), Vec::new(), Vec::new());
+    for id in &a.ids {
+        if is_member(conn, &topic.id, id).await? {
+            already.push(id.clone());
+        } else if exists(conn, id).await? {
+            added.push(id.clone());
+        } else {
+            unknown.push(id.clone());
+        }
+    }
+    let members = count(topic.member_count);
+    let after = members.saturating_add(u64::try_from(added.len()).unwrap_or(u64::MAX));
+    if after > a.max_members {
+        return Ok(AddOutcome::Full { members });
+    }
+    for id in &added {
+        sqlx::query("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")
+            .bind(&topic.id)
+            .bind(id)
+            .bind(a.now)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(AddOutcome::Added { topic: topic.id, added, already, unknown, members: after })
+}
+
+async fn remove_member(conn: &mut SqliteConnection, r: &RemoveMember) -> Result<RemoveOutcome, sqlx::Error> {
+    let Some(topic) = topic_for_member(&mut *conn, &r.topic, &r.caller).await? else {
+        return Ok(RemoveOutcome::NotFound);
+    };
+    if r.member != r.caller && topic.owner != r.caller {
+        return Ok(RemoveOutcome::NotOwner);
+    }
+    if r.member == topic.owner {
+        return Ok(RemoveOutcome::OwnerStays);
+    }
+    let removed = sqlx::query("DELETE FROM sc_topic_member WHERE topic = ? AND member = ?")
+        .bind(&topic.id)
+        .bind(&r.member)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    Ok(if removed == 0 { RemoveOutcome::NotMember } else { RemoveOutcome::Removed(topic.id) })
+}
+
+async fn delete_topic(conn: &mut SqliteConnection, d: &DeleteTopic) -> Result<DeleteOutcome, sqlx::Error> {
+    let Some(topic) = topic_for_member(&mut *conn, &d.topic, &d.caller).await? else {
+        return Ok(DeleteOutcome::NotFound);
+    };
+    if topic.owner != d.caller {
+        return Ok(DeleteOutcome::NotOwner);
+    }
+    sqlx::query("DELETE FROM sc_topic WHERE id = ?").bind(&topic.id).execute(&mut *conn).await?;
+    Ok(DeleteOutcome::Deleted(topic.id))
+}
+
+async fn open_rendezvous(conn: &mut SqliteConnection, o: &OpenRendezvous) -> Result<Opened, sqlx::Error> {
+    if !exists(conn, &o.identity).await? {
+        return Ok(Opened::NoCaller);
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO sc_rendezvous (token_hash, created_ms, expires_ms, version) VALUES (?, ?, ?, 1) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&o.token_hash)
+    .bind(o.now)
+    .bind(o.expires_ms)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        return Ok(Opened::TokenTaken);
+    }
+    sqlx::query("INSERT INTO sc_rendezvous_claim (token_hash, role, identity, claimed_ms) VALUES (?, ?, ?, ?)")
+        .bind(&o.token_hash)
+        .bind(Role::Initiator.as_str())
+        .bind(&o.identity)
+        .bind(o.now)
+        .execute(&mut *conn)
+        .await?;
+    Ok(Opened::Opened)
+}
+
+async fn bump(conn: &mut SqliteConnection, token_hash: &[u8]) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("UPDATE sc_rendezvous SET version = version + 1 WHERE token_hash = ? RETURNING version")
+        .bind(token_hash)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+async fn join_rendezvous(conn: &mut SqliteConnection, j: &JoinRendezvous) -> Result<(JoinOutcome, i64), sqlx::Error> {
+    let Some(row) = rendezvous_row(&mut *conn, &j.token_hash, j.now).await? else {
+        return Ok((JoinOutcome::Unknown, 0));
+    };
+    // 1. A claimant keeps its role (the initiator re-polls with its own token).
+    if let Some((role, _)) = row.claims.iter().find(|(_, who)| *who == j.identity) {
+        return Ok((JoinOutcome::Holds(*role), row.version));
+    }
+    // 2. Anybody else can only become the responder, once.
+    if row.claims.iter().any(|(role, _)| *role == Role::Responder) {
+        return Ok((JoinOutcome::RoleTaken, row.version));
+    }
+    if !exists(conn, &j.identity).await? {
+        return Ok((JoinOutcome::Unknown, 0));
+    }
+    sqlx::query("INSERT INTO sc_rendezvous_claim (token_hash, role, identity, claimed_ms) VALUES (?, ?, ?, ?)")
+        .bind(&j.token_hash)
+        .bind(Role::Responder.as_str())
+        .bind(&j.identity)
+        .bind(j.now)
+        .execute(&mut *conn)
+        .await?;
+    let version = bump(conn, &j.token_hash).await?;
+    Ok((JoinOutcome::Holds(Role::Responder), version))
+}
+
+async fn release_rendezvous(
+    conn: &mut SqliteConnection,
+    r: &ReleaseRendezvous,
+) -> Result<(Released, i64), sqlx::Error> {
+    let Some(row) = rendezvous_row(&mut *conn, &r.token_hash, r.now).await? else {
+        return Ok((None, 0));
+    };
+    let Some((role, _)) = row.claims.iter().find(|(_, who)| *who == r.identity) else {
+        return Ok((None, row.version));
+    };
+    sqlx::query("DELETE FROM sc_rendezvous_claim WHERE token_hash = ? AND identity = ?")
+        .bind(&r.token_hash)
+        .bind(&r.identity)
+        .execute(&mut *conn)
+        .await?;
+    let version = bump(conn, &r.token_hash).await?;
+    if row.claims.len() == 1 {
+        // Nobody is left: the meeting is over.
+        sqlx::query("DELETE FROM sc_rendezvous WHERE token_hash = ?").bind(&r.token_hash).execute(&mut *conn).await?;
+    }
+    Ok((Some(*role), version))
+}
+
+async fn sweep(conn: &mut SqliteConnection, s: &Sweep) -> Result<ScSweepReport, sqlx::Error> {
+    // Reclaiming an identity removes its inbox, memberships, owned topics and claims (cascade):
+    // its token can no longer authenticate, so that mail is uncollectable (B.3.6). Mail it
+    // sent to others stays.
+    let identities = sqlx::query("DELETE FROM sc_identity WHERE token_last_used_ms < ?")
+        .bind(s.tokens_unused_since)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    let idempotency_keys = sqlx::query("DELETE FROM sc_idempotency WHERE created_ms < ?")
+        .bind(s.idempotency_before)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    let rendezvous = sqlx::query("DELETE FROM sc_rendezvous WHERE expires_ms <= ?")
+        .bind(s.now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    Ok(ScSweepReport { identities, idempotency_keys, rendezvous })
+}
+
+// ---- reads --------------------------------------------------------------------------------
+
+async fn rendezvous_row(
+    conn: &mut SqliteConnection,
+    token_hash: &[u8],
+    now: i64,
+) -> Result<Option<RendezvousRow>, sqlx::Error> {
+    let head: Option<(i64, i64)> =
+        sqlx::query_as("SELECT expires_ms, version FROM sc_rendezvous WHERE token_hash = ? AND expires_ms > ?")
+            .bind(token_hash)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some((expires_ms, version)) = head else {
+        return Ok(None);
+    };
+    let claims: Vec<(String, String)> =
+        sqlx::query_as("SELECT role, identity FROM sc_rendezvous_claim WHERE token_hash = ? ORDER BY role")
+            .bind(token_hash)
+            .fetch_all(&mut *conn)
+            .await?;
+    let claims = claims.into_iter().filter_map(|(role, who)| Role::parse(&role).map(|r| (r, who))).collect();
+    Ok(Some(RendezvousRow { expires_ms, version, claims }))
+}
+
+/// The store's Stringcup face: writes go to the writer, reads to the reader pool.
+#[derive(Debug, Clone, Copy)]
+pub struct Stringcup<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// Stringcup v2 storage.
+    pub fn stringcup(&self) -> Stringcup<'_> {
+        Stringcup { store: self }
+    }
+}
+
+impl Stringcup<'_> {
+    async fn op<R, T>(&self, req: R, wrap: fn(Pending<R, T>) -> ScOp) -> Result<T, StoreError> {
+        self.store.write(|reply| Op::Stringcup(wrap(Pending::new(req, reply)))).await
+    }
+
+    /// Creates an identity; `false` if its id or token hash is taken (draw again).
+    pub async fn register(&self, req: Register) -> Result<bool, StoreError> {
+        self.op(req, ScOp::Register).await
+    }
+
+    /// Changes the caller's key and/or label; `None` if the identity is gone.
+    pub async fn update(&self, req: Update) -> Result<Option<Updated>, StoreError> {
+        self.op(req, ScOp::Update).await
+    }
+
+    /// Records a use of the caller's token.
+    pub async fn touch(&self, identity: &str, now: i64) -> Result<(), StoreError> {
+        self.op(Touch { identity: identity.to_owned(), now }, ScOp::Touch).await
+    }
+
+    /// Replaces the presented token; `false` if it is no longer current.
+    pub async fn rotate(&self, req: Rotate) -> Result<bool, StoreError> {
+        self.op(req, ScOp::Rotate).await
+    }
+
+    /// Stores each message on its own; one outcome per message, in order.
+    pub async fn send(&self, req: SendRequest) -> Result<Vec<SendOutcome>, StoreError> {
+        self.op(req, ScOp::Send).await
+    }
+
+    /// Deletes messages from the caller's own inbox.
+    pub async fn ack(&self, identity: &str, ids: Vec<i64>) -> Result<AckOutcome, StoreError> {
+        self.op(Ack { identity: identity.to_owned(), ids }, ScOp::Ack).await
+    }
+
+    /// Creates a topic owned by the caller.
+    pub async fn create_topic(&self, req: CreateTopic) -> Result<TopicCreated, StoreError> {
+        self.op(req, ScOp::CreateTopic).await
+    }
+
+    /// Adds members (owner only).
+    pub async fn add_members(&self, req: AddMembers) -> Result<AddOutcome, StoreError> {
+        self.op(req, ScOp::AddMembers).await
+    }
+
+    /// Removes a member (owner, or self).
+    pub async fn remove_member(&self, req: RemoveMember) -> Result<RemoveOutcome, StoreError> {
+        self.op(req, ScOp::RemoveMember).await
+    }
+
+    /// Deletes a topic (owner only).
+    pub async fn delete_topic(&self, req: DeleteTopic) -> Result<DeleteOutcome, StoreError> {
+        self.op(req, ScOp::DeleteTopic).await
+    }
+
+    /// Opens a rendezvous with the caller as initiator.
+    pub async fn open_rendezvous(&self, req: OpenRendezvous) -> Result<Opened, StoreError> {
+        self.op(req, ScOp::OpenRendezvous).await
+    }
+
+    /// Claims a role under a token (or confirms the caller's existing one); with the version.
+    pub async fn join_rendezvous(&self, req: JoinRendezvous) -> Result<(JoinOutcome, i64), StoreError> {
+        self.op(req, ScOp::JoinRendezvous).await
+    }
+
+    /// Releases the caller's own claim.
+    pub async fn release_rendezvous(&self, req: ReleaseRendezvous) -> Result<Released, StoreError> {
+        Ok(self.op(req, ScOp::ReleaseRendezvous).await?.0)
+    }
+
+    /// Reclaims identities with expired tokens, forgets old idempotency keys and expired
+    /// rendezvous.
+    pub async fn sweep(&self, req: Sweep) -> Result<ScSweepReport, StoreError> {
+        self.op(req, ScOp::Sweep).await
+    }
+
+    fn pool(&self) -> &SqlitePool {
+        &self.store.read
+    }
+
+    /// The identity holding the token with this hash.
+    pub async fn by_token(&self, token_hash: &[u8]) -> Result<Option<TokenRow>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT id AS identity, token_created_ms, token_last_used_ms FROM sc_identity WHERE token_hash = ?",
+        )
+        .bind(token_hash)
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    /// An identity by exact id.
+    pub async fn identity(&self, id: &str) -> Result<Option<IdentityRow>, StoreError> {
+        Ok(identity_row(self.pool(), id).await?)
+    }
+
+    /// Up to `limit` messages of `recipient`'s inbox with id above `since`, oldest first.
+    pub async fn inbox(&self, recipient: &str, since: i64, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT id, sender, header_version, header_algo, ephemeral_pub, iv, ciphertext, created_ms \
+             FROM sc_message WHERE recipient = ? AND id > ? ORDER BY id LIMIT ?",
+        )
+        .bind(recipient)
+        .bind(since)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// The topics `identity` belongs to, oldest first.
+    pub async fn topics_of(&self, identity: &str) -> Result<Vec<TopicRow>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT t.id, t.owner, t.created_ms, \
+             (SELECT COUNT(*) FROM sc_topic_member AS c WHERE c.topic = t.id) AS member_count \
+             FROM sc_topic AS t JOIN sc_topic_member AS m ON m.topic = t.id \
+             WHERE m.member = ? ORDER BY t.rowid",
+        )
+        .bind(identity)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// The topic `reference` names, if `caller` is a member.
+    pub async fn topic_for_member(&self, reference: &str, caller: &str) -> Result<Option<TopicRow>, StoreError> {
+        Ok(topic_for_member(self.pool(), reference, caller).await?)
+    }
+
+    /// A topic's members with their keys, in the order they joined.
+    pub async fn roster(&self, topic: &str) -> Result<Vec<IdentityRow>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT i.id, i.public_key, i.algo, i.display_name, i.key_updated_ms, i.updated_ms, i.created_ms \
+             FROM sc_topic_member AS m JOIN sc_identity AS i ON i.id = m.member \
+             WHERE m.topic = ? ORDER BY m.rowid",
+        )
+        .bind(topic)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// An unexpired rendezvous with its claims.
+    pub async fn rendezvous(&self, token_hash: &[u8], now: i64) -> Result<Option<RendezvousRow>, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        Ok(rendezvous_row(&mut conn, token_hash, now).await?)
+    }
+
+    /// Raw aggregate counts for the public statistics.
+    pub async fn counts(&self) -> Result<Counts, StoreError> {
+        let (identities, topics, pending, stored): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM sc_identity), (SELECT COUNT(*) FROM sc_topic), \
+             (SELECT COUNT(*) FROM sc_message), \
+             (SELECT COALESCE(MAX(value), 0) FROM sc_counter WHERE name = 'messages_stored')",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(Counts {
+            identities: count(identities),
+            topics: count(topics),
+            messages_pending: count(pending),
+            messages_stored: count(stored),
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    async fn identity(store: &Store, id: &str) {
+        let req = Register {
+            id: id.into(),
+            public_key: vec![1; 32],
+            display_name: String::new(),
+            token_hash: id.as_bytes().to_vec(),
+            now: 1,
+        };
+        assert!(store.stringcup().register(req).await.unwrap());
+    }
+
+    fn one(sender: &str, recipient: &str, key: &str) -> SendRequest {
+        SendRequest {
+            sender: sender.into(),
+            idempotency_key: Some(key.into()),
+            idempotency_expired_before: 0,
+            messages: vec![NewMessage {
+                recipient: recipient.into(),
+                ephemeral_pub: vec![2; 32],
+                iv: vec![3; 12],
+                ciphertext: vec![4; 16],
+            }],
+            caps: PendingCaps {
+                inbox_messages: 100,
+                inbox_bytes: 1 << 20,
+                sender_messages: 100,
+                sender_bytes: 1 << 20,
+            },
+            now: 2,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_unique_constraint_lets_exactly_one_of_many_concurrent_sends_with_a_key_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap());
+        identity(&store, "a").await;
+        identity(&store, "b").await;
+        let sends = (0..50).map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.stringcup().send(one("a", "b", "k")).await.unwrap() })
+        });
+        let mut stored = 0;
+        for send in sends.collect::<Vec<_>>() {
+            match send.await.unwrap().as_slice() {
+                [SendOutcome::Stored { sent_seq: 1, inbox_id: 1 }] => stored += 1,
+                [SendOutcome::Replay { sent_seq: 1 }] => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(stored, 1);
+        assert_eq!(store.stringcup().inbox("b", 0, 100).await.unwrap().len(), 1);
+        store.close().await;
+    }
+}
