@@ -47,6 +47,8 @@ impl Conn {
     pub async fn open(profile: &Profile) -> Result<Conn, ApiError> {
         for _ in 0..50 {
             if let Some(lock) = profile.try_lock().map_err(|e| api_error("profile", e))? {
+                // We own the profile now, so bridge files left by a runtime that was killed are stale.
+                profile.remove_bridge_files();
                 let rt = Runtime::open(profile).await.map_err(|e| e.to_api())?;
                 return Ok(Conn::Local { rt, _lock: lock });
             }
