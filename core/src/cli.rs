@@ -91,6 +91,23 @@ pub enum Command {
     Agent(AgentCmd),
     /// Try to deliver queued messages now.
     Flush,
+    /// Pair with an unknown Stringcup agent: no TOKEN opens a rendezvous and prints the token to
+    /// hand over; TOKEN joins one. Both wait until paired and show the peer's fingerprint.
+    Pair {
+        /// A token the other side printed.
+        token: Option<String>,
+        /// Name for the new contact.
+        #[arg(long)]
+        name: Option<String>,
+        /// Seconds to wait for the other side.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Stringcup topics (fan-out to several contacts in one request).
+    #[command(subcommand)]
+    Topic(TopicCmd),
+    /// Rotate the Stringcup API token now (the runtime also rotates it before it expires).
+    RotateToken,
     /// Run the profile's runtime headless.
     Daemon,
 }
@@ -178,6 +195,23 @@ pub enum ContactCmd {
     },
 }
 
+/// `topic` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TopicCmd {
+    /// Create a topic with these Stringcup contacts.
+    Create {
+        /// Contact names.
+        members: Vec<String>,
+    },
+    /// Send to every member of a topic.
+    Send {
+        /// The `tp-` id.
+        topic: String,
+        /// Text.
+        text: String,
+    },
+}
+
 /// `agent` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum AgentCmd {
@@ -250,7 +284,10 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             AgentCmd::List => Request::AgentList,
         },
         Command::Flush => Request::Flush,
-        Command::Init { .. } | Command::Daemon => {
+        Command::Topic(TopicCmd::Create { members }) => Request::TopicCreate { members },
+        Command::Topic(TopicCmd::Send { topic, text }) => Request::TopicSend { topic, text },
+        Command::RotateToken => Request::TokenRotate,
+        Command::Init { .. } | Command::Daemon | Command::Pair { .. } => {
             return Err(ApiError { code: "internal".into(), message: "not a runtime request".into() });
         }
     })
@@ -271,6 +308,13 @@ fn print_text(kind: &str, v: &Value) {
             println!("  mailbox id:       {}", s(la, "mailbox_id"));
             println!("  safety number:    {}", s(la, "safety_number"));
             println!("  relay:            {}", s(la, "relay"));
+            let sc = &v["stringcup"];
+            if sc.is_object() {
+                println!("stringcup id:       {}", s(sc, "id"));
+                println!("  fingerprint:      {}  ({})", s(sc, "fingerprint_short"), s(sc, "fingerprint"));
+            } else {
+                println!("stringcup:          not registered (the relay has no /api/v2, or was unreachable)");
+            }
         }
         "contacts" => {
             let list = v.as_array().cloned().unwrap_or_default();
@@ -386,6 +430,39 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
             Ok(())
         }
         Command::Daemon => daemon(profile).await,
+        Command::Pair { token, name, timeout } => {
+            let conn = Conn::open(&profile).await?;
+            let token = match token {
+                Some(t) => t,
+                None => {
+                    let opened = conn.call(Request::PairOpen).await?;
+                    let t = opened["token"].as_str().unwrap_or_default().to_owned();
+                    if cli.json {
+                        println!("{opened}");
+                    } else {
+                        println!("rendezvous token (hand it to the other side): {t}");
+                        println!("waiting up to {timeout} s for them to join...");
+                    }
+                    t
+                }
+            };
+            let paired = conn.call(Request::PairWait { token, name, timeout_secs: timeout }).await?;
+            if cli.json {
+                println!("{paired}");
+            } else if paired["status"] == "paired" {
+                println!(
+                    "paired with {} as `{}`\nfingerprint {}\ncompare {} with them over a channel you trust, then: switchboard contact verify {}",
+                    s(&paired, "peer_id"),
+                    s(&paired, "contact"),
+                    s(&paired, "fingerprint"),
+                    s(&paired, "fingerprint_short"),
+                    s(&paired, "contact")
+                );
+            } else {
+                println!("not paired: {}", s(&paired, "detail"));
+            }
+            Ok(())
+        }
         cmd => {
             let kind = output_kind(&cmd);
             let req = to_request(cmd)?;

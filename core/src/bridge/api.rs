@@ -129,6 +129,37 @@ pub enum Request {
     AgentList,
     /// Deliver whatever is queued now.
     Flush,
+    /// Stringcup: open a rendezvous; returns the token to hand over.
+    PairOpen,
+    /// Stringcup: claim or re-poll a rendezvous until paired or the timeout.
+    PairWait {
+        /// The `rv-` token.
+        token: String,
+        /// Name for the new contact.
+        #[serde(default)]
+        name: Option<String>,
+        /// Seconds to keep trying.
+        #[serde(default = "default_pair_timeout")]
+        timeout_secs: u64,
+    },
+    /// Stringcup: create a topic with these contacts.
+    TopicCreate {
+        /// Contact names.
+        members: Vec<String>,
+    },
+    /// Stringcup: send to every pinned member of a topic in one batch.
+    TopicSend {
+        /// The `tp-` id.
+        topic: String,
+        /// Text.
+        text: String,
+    },
+    /// Stringcup: rotate the API token now.
+    TokenRotate,
+}
+
+fn default_pair_timeout() -> u64 {
+    600
 }
 
 /// An error as it crosses to clients.

@@ -79,6 +79,7 @@ impl Conn {
             Conn::Remote { port, token, http } => {
                 let wait = match &req {
                     Request::Inbox { wait_secs, .. } => *wait_secs,
+                    Request::PairWait { timeout_secs, .. } => *timeout_secs,
                     _ => 0,
                 };
                 let resp = http

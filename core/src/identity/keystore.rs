@@ -86,6 +86,8 @@ pub struct Keystore {
     kind: KeystoreKind,
     entry: Option<keyring_core::Entry>,
     file: PathBuf,
+    dir: PathBuf,
+    account: String,
     /// Why the file store is in use, when it is.
     pub fallback_reason: Option<String>,
 }
@@ -138,7 +140,25 @@ impl Keystore {
             KeystoreKind::OsKeyring => Some(open_keyring(account)?),
             KeystoreKind::File => None,
         };
-        Ok(Self { kind, entry, file, fallback_reason: None })
+        Ok(Self { kind, entry, file, dir: profile_dir.to_owned(), account: account.to_owned(), fallback_reason: None })
+    }
+
+    /// Another secret of the same profile in the same store (`<slot>.secret`, or keyring user
+    /// `<account>/<slot>`), e.g. a second protocol's identity.
+    pub fn slot(&self, slot: &str) -> Result<Self, KeystoreError> {
+        let user = format!("{}/{slot}", self.account);
+        let entry = match self.kind {
+            KeystoreKind::OsKeyring => Some(open_keyring(&user)?),
+            KeystoreKind::File => None,
+        };
+        Ok(Self {
+            kind: self.kind,
+            entry,
+            file: self.dir.join(format!("{slot}.secret")),
+            dir: self.dir.clone(),
+            account: self.account.clone(),
+            fallback_reason: self.fallback_reason.clone(),
+        })
     }
 
     /// Chooses a store for a new profile. `Auto` takes the OS keyring when reachable and

@@ -120,6 +120,12 @@ impl RelayClient {
         &self.base
     }
 
+    /// The HTTP client (TLS configured, pinned if asked), shared by other protocols on the same
+    /// relay.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     fn endpoint(&self, path: &str) -> String {
         format!("{}{}", self.base.as_str().trim_end_matches('/'), path)
     }

@@ -2,6 +2,7 @@
 //! letagents relay client (HTTP send/inbox/ack and the websocket).
 
 pub mod letagents;
+pub mod stringcup;
 pub mod tls;
 
 /// Transport failures, classified by who is at fault.

@@ -9,3 +9,4 @@
 //!   peers pin each other's fingerprints ([`crypto::fingerprint`]) and refuse a change.
 
 pub mod crypto;
+pub mod wire;

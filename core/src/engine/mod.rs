@@ -30,6 +30,11 @@ use crate::protocol::letagents::{self as la, Address, Inner, Kind, PeerKeys, STA
 use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Store, StoreError};
 use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
+use crate::transport::stringcup::StringcupClient;
+
+mod stringcup;
+
+const SC: &str = "stringcup";
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms, random_array};
 
 const PROTO: &str = "letagents";
@@ -164,6 +169,9 @@ struct Inner_ {
     id: DeviceIdentity,
     name: String,
     keystore: String,
+    keys: Arc<Keystore>,
+    sc: Mutex<Option<stringcup::ScIdentity>>,
+    sc_client: StringcupClient,
     relay_url: String,
     relay: RelayClient,
     peers: Mutex<BTreeMap<String, RelayClient>>,
@@ -247,16 +255,26 @@ fn peer_keys(c: &ContactRow) -> Result<PeerKeys> {
 /// A contact as clients see it.
 pub fn contact_dto(c: &ContactRow) -> Value {
     let keys = peer_keys(c).ok();
-    let new_safety = match (&keys, &c.changed_box_pub) {
-        (Some(k), Some(b)) => b.as_slice().try_into().ok().map(|boxk| PeerKeys { sig: k.sig, boxk }.safety_number()),
-        _ => None,
+    let (safety, new_safety) = if c.protocol == SC {
+        // Stringcup has one key: the short fingerprint is what people compare (B.7).
+        let short =
+            |k: &[u8]| <[u8; 32]>::try_from(k).ok().map(|k| crate::protocol::stringcup::crypto::fingerprint_short(&k));
+        (short(&c.box_pub), c.changed_box_pub.as_deref().and_then(short))
+    } else {
+        let new = match (&keys, &c.changed_box_pub) {
+            (Some(k), Some(b)) => {
+                b.as_slice().try_into().ok().map(|boxk| PeerKeys { sig: k.sig, boxk }.safety_number())
+            }
+            _ => None,
+        };
+        (keys.map(|k| k.safety_number()), new)
     };
     json!({
         "name": c.name,
         "protocol": c.protocol,
         "id": c.peer_id,
         "address": c.address,
-        "safety_number": keys.map(|k| k.safety_number()),
+        "safety_number": safety,
         "verified": c.verified,
         "state": c.state,
         "allow": c.allow_kinds.split(',').filter(|s| !s.is_empty()).collect::<Vec<_>>(),
@@ -336,6 +354,11 @@ impl Runtime {
         if let Err(e) = rt.sync().await {
             tracing::warn!("could not reach the relay yet: {e}");
         }
+        // Register a Stringcup identity on the same relay, if it serves /api/v2; otherwise the
+        // runtime tries again whenever Stringcup is first needed.
+        if let Err(e) = rt.stringcup_identity().await {
+            tracing::info!("no Stringcup identity yet: {e}");
+        }
         Ok(rt)
     }
 
@@ -363,7 +386,9 @@ impl Runtime {
         if kind == KeystoreKind::File && !note.is_empty() {
             keystore_desc = format!("file {} (0600; {note})", profile.dir.join("keys.secret").display());
         }
-        let secret = blocking(move || ks.load()).await??.ok_or(KeystoreError::Corrupt)?;
+        let ks = Arc::new(ks);
+        let ks2 = ks.clone();
+        let secret = blocking(move || ks2.load()).await??.ok_or(KeystoreError::Corrupt)?;
         let id = DeviceIdentity::from_secret(&secret, drop).ok_or(KeystoreError::Corrupt)?;
         if b64u(&id.keys().sig) != meta("letagents_sig_pub").await? {
             return Err(Error::Keystore(KeystoreError::Corrupt));
@@ -371,6 +396,8 @@ impl Runtime {
         let relay_url = meta("relay_url").await?;
         let pin = parse_pin(Some(&meta("relay_cert_sha256").await?))?;
         let relay = RelayClient::new(&relay_url, pin)?;
+        let sc = stringcup::load_identity(&store, &ks).await?;
+        let sc_client = StringcupClient::new(&relay);
         let (events, _) = broadcast::channel(256);
         let (shutdown, _) = watch::channel(false);
         Ok(Runtime {
@@ -380,6 +407,9 @@ impl Runtime {
                 id,
                 name,
                 keystore: keystore_desc,
+                keys: ks,
+                sc: Mutex::new(sc),
+                sc_client,
                 relay_url,
                 relay,
                 peers: Mutex::new(BTreeMap::new()),
@@ -520,6 +550,19 @@ impl Runtime {
                 self.flush_once(true).await?;
                 Ok(json!({"queued": self.store().outbox_len().await?}))
             }
+            Request::PairOpen => self.pair_open().await,
+            Request::PairWait { token, name, timeout_secs } => {
+                self.pair_wait(&token, name.as_deref(), timeout_secs.min(3600)).await
+            }
+            Request::TopicCreate { members } => self.topic_create(&members).await,
+            Request::TopicSend { topic, text } => {
+                let v = self.topic_send(&topic, &text).await?;
+                if one_shot {
+                    self.flush_once(true).await?;
+                }
+                Ok(v)
+            }
+            Request::TokenRotate => self.stringcup_rotate_if_due(true).await,
         }
     }
 
@@ -534,7 +577,8 @@ impl Runtime {
                 "mailbox_id": keys.mailbox_id(),
                 "safety_number": keys.safety_number(),
                 "relay": self.inner.relay_url,
-            }
+            },
+            "stringcup": self.stringcup_whoami().await,
         }))
     }
 
@@ -584,6 +628,9 @@ impl Runtime {
         relay: Option<&str>,
         hello: bool,
     ) -> Result<Value> {
+        if crate::protocol::stringcup::wire::is_identity_id(address.trim()) {
+            return self.stringcup_contact_add(address.trim(), name, allow).await;
+        }
         let addr = Address::parse(address).map_err(|e| Error::Invalid(e.to_string()))?;
         let drop =
             addr.drop.ok_or_else(|| Error::Invalid("the address has no drop code: ask for the full address".into()))?;
@@ -663,7 +710,14 @@ impl Runtime {
         if c.state != "pending" {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
-        sqlx::query("UPDATE contacts SET state = 'active' WHERE id = ?").bind(c.id).execute(&self.store().pool).await?;
+        let mut tx = self.store().pool.begin().await?;
+        sqlx::query("UPDATE contacts SET state = 'active' WHERE id = ?").bind(c.id).execute(&mut *tx).await?;
+        // Messages that arrived with the request (Stringcup has no hello) are shown now.
+        sqlx::query("UPDATE messages SET state = 'received', shown = 0 WHERE contact_id = ? AND state = 'held'")
+            .bind(c.id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(contact_dto(&self.contact(name).await?))
     }
 
@@ -682,7 +736,9 @@ impl Runtime {
         if let Some(new_box) = &c.changed_box_pub {
             sqlx::query("UPDATE contacts SET box_pub = ?, changed_box_pub = NULL, key_changed_at = NULL, address = ? WHERE id = ?")
                 .bind(new_box)
-                .bind({
+                .bind(if c.protocol == SC {
+                    c.address.clone()
+                } else {
                     let mut a = Address::parse(&c.address).map_err(|e| Error::Bug(e.to_string()))?;
                     a.keys.boxk = new_box.as_slice().try_into().map_err(|_| Error::Bug("box key length".into()))?;
                     a.to_string()
@@ -777,7 +833,7 @@ impl Runtime {
     async fn send_presence(&self) -> Result<()> {
         let roster = self.roster().await?;
         for c in self.store().contacts(Some("active")).await? {
-            if c.changed_box_pub.is_some() {
+            if c.changed_box_pub.is_some() || c.protocol != PROTO {
                 continue;
             }
             self.send(&c.name, Kind::Roster, roster.clone(), None, None, None).await?;
@@ -803,6 +859,13 @@ impl Runtime {
         }
         if c.changed_box_pub.is_some() {
             return Err(Error::KeyChanged(name.into()));
+        }
+        if c.protocol == SC {
+            let text = body.as_str().ok_or_else(|| Error::Invalid("Stringcup carries text only".into()))?;
+            if !matches!(kind, Kind::Send | Kind::Ask | Kind::Reply) {
+                return Err(Error::Invalid(format!("`{}` is a letagents kind; Stringcup carries text", kind.as_str())));
+            }
+            return self.stringcup_send(&c, kind, text, reply_to, from_agent, to_agent).await;
         }
         if let Some(r) = reply_to
             && !la::inner::is_uuid(r)
@@ -896,8 +959,13 @@ impl Runtime {
 
     async fn attempt(&self, row: OutboxRow) -> Result<Attempt> {
         let now = now_ms();
-        let client = self.client_for(&row.relay_url).await?;
-        match client.send(&row.target, &row.drop_code, row.payload.clone()).await {
+        let outcome = if row.protocol == SC {
+            self.stringcup_attempt(&row).await
+        } else {
+            let client = self.client_for(&row.relay_url).await?;
+            client.send(&row.target, &row.drop_code, row.payload.clone()).await
+        };
+        match outcome {
             SendOutcome::Accepted => {
                 self.store().outbox_sent(&row, now_ms()).await?;
                 if !matches!(row.kind.as_str(), "receipt" | "roster" | "hello") {
@@ -1248,8 +1316,14 @@ impl Runtime {
         self.queue_sealed(tx, c, &inner, kind).await
     }
 
-    /// Reads everything waiting at the relay (plain GET), processes and acks it.
+    /// Reads everything waiting at the relay for every protocol, processes and acks it.
     pub async fn sync(&self) -> Result<usize> {
+        let n = self.sync_letagents().await?;
+        Ok(n + self.stringcup_sync().await?)
+    }
+
+    /// Reads everything waiting in the letagents mailbox (plain GET), processes and acks it.
+    async fn sync_letagents(&self) -> Result<usize> {
         let mut total = 0;
         loop {
             let msgs = self.inner.relay.inbox(&self.inner.id.sig, &self.inner.id.drop).await?;
@@ -1309,8 +1383,15 @@ impl Runtime {
         if rows.is_empty() && wait_secs > 0 {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_secs.min(3600));
             if one_shot {
-                // No daemon: hold the websocket ourselves until something arrives.
-                let _ = tokio::time::timeout_at(deadline, self.websocket_session(true)).await;
+                // No daemon: hold the letagents websocket and the Stringcup long-poll ourselves
+                // until something arrives on either.
+                let _ = tokio::time::timeout_at(deadline, async {
+                    tokio::select! {
+                        _ = self.websocket_session(true) => {}
+                        _ = self.stringcup_receive_loop(true) => {}
+                    }
+                })
+                .await;
                 let _ = self.flush_once(true).await;
             } else {
                 loop {
@@ -1416,6 +1497,9 @@ impl Runtime {
         let mut stop = self.inner.shutdown.subscribe();
         loop {
             let _ = self.store().prune_seen(now_ms() - STALE_AFTER_MS - la::MAX_FUTURE_SKEW_MS - 3_600_000).await;
+            if let Err(e) = self.stringcup_rotate_if_due(false).await {
+                tracing::warn!("stringcup token: {e}");
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
                 _ = stop.changed() => return,
@@ -1427,6 +1511,12 @@ impl Runtime {
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
         vec![
             tokio::spawn(self.clone().receiver_loop()),
+            tokio::spawn({
+                let rt = self.clone();
+                async move {
+                    let _ = rt.stringcup_receive_loop(false).await;
+                }
+            }),
             tokio::spawn(self.clone().outbox_loop()),
             tokio::spawn(self.clone().housekeeping_loop()),
         ]

@@ -1,0 +1,597 @@
+//! The engine's Stringcup v2 side: the identity on our relay's `/api/v2`, pinned peer keys,
+//! idempotent sends through the outbox, the long-polled inbox, rendezvous pairing, topic fan-out
+//! and token rotation.
+//!
+//! - Registration keeps the token durable (keystore) before any other use of it.
+//! - A peer's key is pinned at first sight; the fingerprint is always recomputed locally; a lookup
+//!   that returns another key marks the contact changed and blocks sending until `verify`.
+//! - An inbox message is committed (message, seen id, audit) before it is acknowledged; a
+//!   redelivered one is recognised by its inbox number and dropped.
+//! - Senders we do not know become pending requests; what they sent is held until accepted.
+
+use serde_json::{Value, json};
+use x25519_dalek::{PublicKey, StaticSecret};
+use zeroize::Zeroizing;
+
+use super::{Error, Event, Result, Runtime, SC, blocking, contact_dto, kinds_to_string};
+use crate::identity::keystore::Keystore;
+use crate::protocol::letagents::Kind;
+use crate::protocol::stringcup::crypto::{self, fingerprint, fingerprint_short};
+use crate::protocol::stringcup::wire::{InboxMessageIn, Outgoing, is_identity_id, is_rendezvous_token};
+use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Store};
+use crate::transport::TransportError;
+use crate::transport::letagents::SendOutcome;
+use crate::transport::stringcup::{self as sct, LongPoll};
+use crate::util::{OsRng, b64u, b64u_decode, now_ms, random_array};
+
+/// Renew the token when it has less than this left (30-day inactivity TTL).
+const ROTATE_BEFORE_SECS: i64 = 7 * 24 * 3600;
+/// The spec's normal poll interval (300 inbox requests per hour).
+const POLL_INTERVAL_MS: u64 = 12_000;
+
+/// Our Stringcup identity.
+#[derive(Clone)]
+pub(super) struct ScIdentity {
+    id: String,
+    secret: StaticSecret,
+    token: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Stored {
+    id: String,
+    secret: String,
+    token: String,
+}
+
+fn slot(ks: &Keystore) -> std::result::Result<Keystore, crate::identity::keystore::KeystoreError> {
+    ks.slot("stringcup")
+}
+
+/// Loads the identity if this profile registered one.
+pub(super) async fn load_identity(store: &Store, ks: &std::sync::Arc<Keystore>) -> Result<Option<ScIdentity>> {
+    if store.meta("stringcup_id").await?.is_none() {
+        return Ok(None);
+    }
+    let ks = ks.clone();
+    let raw = blocking(move || slot(&ks)?.load()).await??.ok_or_else(|| Error::Bug("stringcup key missing".into()))?;
+    let stored: Stored = serde_json::from_slice(&raw).map_err(|e| Error::Bug(format!("stringcup key: {e}")))?;
+    let secret: [u8; 32] = b64u_decode(&stored.secret)
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| Error::Bug("stringcup key length".into()))?;
+    Ok(Some(ScIdentity { id: stored.id, secret: StaticSecret::from(secret), token: stored.token }))
+}
+
+fn public_b64(secret: &StaticSecret) -> String {
+    data_encoding::BASE64.encode(PublicKey::from(secret).as_bytes())
+}
+
+fn pinned_key(c: &ContactRow) -> Result<[u8; 32]> {
+    c.box_pub.as_slice().try_into().map_err(|_| Error::Bug("stored stringcup key has the wrong length".into()))
+}
+
+impl Runtime {
+    async fn save_identity(&self, id: &ScIdentity) -> Result<()> {
+        let stored = Stored { id: id.id.clone(), secret: b64u(id.secret.as_bytes()), token: id.token.clone() };
+        let bytes = Zeroizing::new(serde_json::to_vec(&stored).map_err(|e| Error::Bug(e.to_string()))?);
+        let ks = self.inner.keys.clone();
+        blocking(move || slot(&ks)?.save(&bytes)).await??;
+        Ok(())
+    }
+
+    /// Our identity, registering one on the relay the first time.
+    pub(super) async fn stringcup_identity(&self) -> Result<ScIdentity> {
+        let mut guard = self.inner.sc.lock().await;
+        if let Some(id) = guard.as_ref() {
+            return Ok(id.clone());
+        }
+        let secret = StaticSecret::from(random_array::<32>());
+        let reg = self.inner.sc_client.register(&public_b64(&secret), &self.inner.name).await?;
+        if !is_identity_id(&reg.id) {
+            return Err(TransportError::Malformed(format!("relay assigned an invalid id `{}`", reg.id)).into());
+        }
+        let id = ScIdentity { id: reg.id, secret, token: reg.api_token };
+        // The token is shown once: it is durable before anything else uses it.
+        self.save_identity(&id).await?;
+        self.store().set_meta("stringcup_id", &id.id).await?;
+        *guard = Some(id.clone());
+        Ok(id)
+    }
+
+    async fn registered(&self) -> Option<ScIdentity> {
+        self.inner.sc.lock().await.clone()
+    }
+
+    pub(super) async fn stringcup_whoami(&self) -> Value {
+        match self.registered().await {
+            Some(me) => {
+                let key = PublicKey::from(&me.secret).to_bytes();
+                json!({
+                    "id": me.id,
+                    "fingerprint": fingerprint(&key),
+                    "fingerprint_short": fingerprint_short(&key),
+                    "relay": format!("{}/api/v2", self.inner.relay_url),
+                })
+            }
+            None => Value::Null,
+        }
+    }
+
+    /// Looks `id` up and returns its key (the fingerprint is recomputed locally by callers).
+    async fn stringcup_lookup(&self, id: &str) -> Result<([u8; 32], Option<String>)> {
+        let rec = self.inner.sc_client.identity(id).await?;
+        if rec.id != id {
+            return Err(TransportError::Malformed("lookup answered for another identity".into()).into());
+        }
+        let key = crypto::decode_public_key(&rec.identity_public_key)
+            .ok_or_else(|| TransportError::Malformed("lookup returned a malformed key".into()))?;
+        Ok((key, rec.display_name))
+    }
+
+    async fn pin_contact(&self, id: &str, name: &str, key: &[u8; 32], allow: &str, state: &str) -> Result<ContactRow> {
+        let now = now_ms();
+        let mut tx = self.store().pool.begin().await?;
+        match store::contact_by_peer(&mut tx, SC, id).await? {
+            Some(c) if c.box_pub.as_slice() != key => {
+                sqlx::query("UPDATE contacts SET changed_box_pub = ?, key_changed_at = ? WHERE id = ?")
+                    .bind(key.as_slice())
+                    .bind(now)
+                    .bind(c.id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                self.emit(Event::KeyChanged { name: c.name.clone() });
+                return Err(Error::KeyChanged(c.name));
+            }
+            Some(c) if c.state == "pending" && state == "active" => {
+                sqlx::query("UPDATE contacts SET state = 'active', allow_kinds = ? WHERE id = ?")
+                    .bind(allow)
+                    .bind(c.id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "UPDATE messages SET state = 'received', shown = 0 WHERE contact_id = ? AND state = 'held'",
+                )
+                .bind(c.id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            Some(_) => {}
+            None => {
+                let mut unique = name.to_owned();
+                let mut n = 2;
+                while store::name_taken(&mut tx, &unique).await? {
+                    unique = format!("{name}-{n}");
+                    n += 1;
+                }
+                store::insert_contact(
+                    &mut tx,
+                    &NewContact {
+                        name: &unique,
+                        protocol: SC,
+                        peer_id: id,
+                        address: id,
+                        sig_pub: &[],
+                        box_pub: key,
+                        drop_code: None,
+                        relay_url: None,
+                        state,
+                        allow_kinds: allow,
+                        request_body: "",
+                        now,
+                    },
+                )
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        let mut conn = self.store().pool.acquire().await?;
+        store::contact_by_peer(&mut conn, SC, id).await?.ok_or_else(|| Error::Bug("pinned contact vanished".into()))
+    }
+
+    pub(super) async fn stringcup_contact_add(
+        &self,
+        id: &str,
+        name: Option<&str>,
+        allow: Option<&[String]>,
+    ) -> Result<Value> {
+        let me = self.stringcup_identity().await?;
+        if id == me.id {
+            return Err(Error::Invalid("that is our own Stringcup id".into()));
+        }
+        let allow = match allow {
+            Some(k) => kinds_to_string(k)?,
+            None => super::DEFAULT_ALLOW.to_owned(),
+        };
+        if let Some(n) = name
+            && self.store().contact_by_name(n).await?.is_some_and(|c| c.peer_id != id)
+        {
+            return Err(Error::ContactExists(format!("a contact named `{n}` already exists")));
+        }
+        let mut conn = self.store().pool.acquire().await?;
+        if let Some(c) = store::contact_by_peer(&mut conn, SC, id).await?
+            && c.state == "active"
+        {
+            return Err(Error::ContactExists(format!("already a contact, as `{}`", c.name)));
+        }
+        drop(conn);
+        let (key, display) = self.stringcup_lookup(id).await?;
+        let default_name = display.filter(|d| !d.trim().is_empty()).unwrap_or_else(|| id.chars().take(11).collect());
+        let c = self.pin_contact(id, name.unwrap_or(&default_name), &key, &allow, "active").await?;
+        Ok(contact_dto(&c))
+    }
+
+    pub(super) async fn stringcup_send(
+        &self,
+        c: &ContactRow,
+        kind: Kind,
+        text: &str,
+        reply_to: Option<&str>,
+        from_agent: Option<&str>,
+        to_agent: Option<&str>,
+    ) -> Result<String> {
+        let me = self.stringcup_identity().await?;
+        // Check the pin against a fresh lookup; a relay that cannot be reached now does not stop
+        // the send (the pinned key is what we encrypt to).
+        if let Ok((key, _)) = self.stringcup_lookup(&c.peer_id).await
+            && key.as_slice() != c.box_pub.as_slice()
+        {
+            self.pin_contact(&c.peer_id, &c.name, &key, &c.allow_kinds, "active").await?;
+        }
+        let (header, ciphertext) = crypto::seal(&me.id, &c.peer_id, &pinned_key(c)?, text, &mut OsRng)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let body = serde_json::to_vec(&Outgoing { recipient_id: c.peer_id.clone(), header, ciphertext })
+            .map_err(|e| Error::Bug(e.to_string()))?;
+        // The message id doubles as the Idempotency-Key every retry reuses.
+        let id = uuid::Uuid::new_v4().hyphenated().to_string();
+        let now = now_ms();
+        let mut tx = self.store().pool.begin().await?;
+        store::insert_message(
+            &mut tx,
+            &NewMessage {
+                id: &id,
+                direction: "out",
+                protocol: SC,
+                contact_id: Some(c.id),
+                peer: &c.peer_id,
+                kind: kind.as_str(),
+                body: text,
+                reply_to,
+                from_agent,
+                to_agent,
+                ts: now,
+                state: "queued",
+                hidden: true,
+                now,
+            },
+        )
+        .await?;
+        store::enqueue(&mut tx, &id, SC, kind.as_str(), &self.inner.relay_url, &c.peer_id, &[], &body, now).await?;
+        let audit = Audit {
+            direction: "out",
+            protocol: SC,
+            peer: &c.peer_id,
+            message_id: &id,
+            kind: kind.as_str(),
+            state: "queued",
+            detail: "",
+        };
+        store::audit(&mut tx, now, audit).await?;
+        tx.commit().await?;
+        self.inner.outbox_wake.notify_one();
+        Ok(id)
+    }
+
+    /// One delivery attempt of a queued Stringcup message.
+    pub(super) async fn stringcup_attempt(&self, row: &OutboxRow) -> SendOutcome {
+        let me = match self.stringcup_identity().await {
+            Ok(me) => me,
+            Err(e) => return SendOutcome::Retry { after_ms: None, reason: format!("unreachable: {e}") },
+        };
+        match self.inner.sc_client.send(&me.token, &row.payload, &row.message_id).await {
+            sct::SendOutcome::Stored => SendOutcome::Accepted,
+            sct::SendOutcome::Retry { after_ms, reason } => SendOutcome::Retry { after_ms, reason },
+            sct::SendOutcome::Permanent(reason) => SendOutcome::Permanent(reason),
+        }
+    }
+
+    /// Processes one inbox message and commits it. Returns whether `inbox` will show it.
+    async fn stringcup_process(&self, me: &ScIdentity, m: &InboxMessageIn) -> Result<bool> {
+        let now = now_ms();
+        let msg_id = format!("{}/{}", me.id, m.id);
+        let sender = m.sender_id.as_str();
+        let mut conn = self.store().pool.acquire().await?;
+        if store::was_seen(&mut conn, SC, sender, &msg_id).await? {
+            return Ok(false);
+        }
+        let mut contact = store::contact_by_peer(&mut conn, SC, sender).await?;
+        drop(conn);
+        if contact.is_none() && is_identity_id(sender) {
+            // A stranger: pin its key now and hold what it sent until the user accepts.
+            let (key, display) = self.stringcup_lookup(sender).await?;
+            let name = display
+                .map(|d| d.chars().filter(|c| c.is_alphanumeric() || "-_.".contains(*c)).take(32).collect::<String>())
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| sender.chars().take(11).collect());
+            contact = Some(self.pin_contact(sender, &name, &key, super::DEFAULT_ALLOW, "pending").await?);
+            self.emit(Event::Request { name });
+        }
+        let plain = crypto::open(sender, &me.id, &me.secret, &m.header, &m.ciphertext);
+        let mut tx = self.store().pool.begin().await?;
+        store::mark_seen(&mut tx, SC, sender, &msg_id, now).await?;
+        let (state, detail, showable) = match (&contact, plain) {
+            (_, Err(e)) => ("dropped", format!("undecryptable: {e}"), false),
+            (None, Ok(_)) => ("dropped", "sender id is malformed".to_owned(), false),
+            (Some(c), Ok(_)) if c.state == "active" && !c.allow_kinds.split(',').any(|k| k == "send") => {
+                ("refused", "kind `send` is not allowed for this contact".to_owned(), false)
+            }
+            (Some(c), Ok(text)) => {
+                let held = c.state != "active";
+                store::insert_message(
+                    &mut tx,
+                    &NewMessage {
+                        id: &msg_id,
+                        direction: "in",
+                        protocol: SC,
+                        contact_id: Some(c.id),
+                        peer: sender,
+                        kind: "send",
+                        body: &text,
+                        reply_to: None,
+                        from_agent: None,
+                        to_agent: None,
+                        ts: now,
+                        state: if held { "held" } else { "received" },
+                        hidden: held,
+                        now,
+                    },
+                )
+                .await?;
+                if held {
+                    ("request", "held until the contact is accepted".to_owned(), false)
+                } else {
+                    ("received", String::new(), true)
+                }
+            }
+        };
+        let audit = Audit {
+            direction: "in",
+            protocol: SC,
+            peer: sender,
+            message_id: &msg_id,
+            kind: "send",
+            state,
+            detail: &detail,
+        };
+        store::audit(&mut tx, now, audit).await?;
+        tx.commit().await?;
+        if showable {
+            self.emit(Event::Message { id: msg_id });
+        }
+        Ok(showable)
+    }
+
+    /// Reads one inbox page (holding up to `wait` s), commits each message, then acks the page.
+    /// Returns (messages processed, any showable, more waiting, long-poll state).
+    async fn stringcup_page(&self, me: &ScIdentity, wait: u64) -> Result<(usize, bool, bool, LongPoll)> {
+        let (page, long_poll) = self.inner.sc_client.inbox(&me.token, wait).await?;
+        let mut showable = false;
+        let mut ids = Vec::with_capacity(page.messages.len());
+        for m in &page.messages {
+            showable |= self.stringcup_process(me, m).await?;
+            ids.push(m.id);
+        }
+        if !ids.is_empty() {
+            self.inner.sc_client.ack(&me.token, &ids).await?;
+        }
+        Ok((ids.len(), showable, page.has_more, long_poll))
+    }
+
+    /// Drains the inbox without waiting. Zero when we have no Stringcup identity.
+    pub(super) async fn stringcup_sync(&self) -> Result<usize> {
+        let Some(me) = self.registered().await else { return Ok(0) };
+        let mut total = 0;
+        loop {
+            let (n, _, more, _) = self.stringcup_page(&me, 0).await?;
+            total += n;
+            if !more || n == 0 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Long-polls the inbox forever (daemon), or until something showable arrives.
+    pub(super) async fn stringcup_receive_loop(&self, until_showable: bool) -> Result<()> {
+        let mut stop = self.inner.shutdown.subscribe();
+        let mut failures = 0u32;
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            let me = match self.stringcup_identity().await {
+                Ok(me) => me,
+                Err(Error::Transport(TransportError::Status { status: 404 | 405, .. })) => {
+                    tracing::info!("the relay does not serve Stringcup (/api/v2)");
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::debug!("stringcup: {e}");
+                    failures = failures.saturating_add(1);
+                    self.pause(super::backoff_ms(failures).max(5_000), &mut stop).await;
+                    continue;
+                }
+            };
+            let page = tokio::select! {
+                page = self.stringcup_page(&me, sct::MAX_WAIT_SECS) => page,
+                _ = stop.changed() => return Ok(()),
+            };
+            match page {
+                Ok((_, showable, more, long_poll)) => {
+                    failures = 0;
+                    if showable && until_showable {
+                        return Ok(());
+                    }
+                    // A relay that did not hold the request must not be polled at full speed.
+                    if !more && long_poll != LongPoll::Waited {
+                        self.pause(i64::try_from(POLL_INTERVAL_MS).unwrap_or(12_000), &mut stop).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::info!("stringcup inbox: {e}");
+                    failures = failures.saturating_add(1);
+                    self.pause(super::backoff_ms(failures), &mut stop).await;
+                }
+            }
+        }
+    }
+
+    async fn pause(&self, ms: i64, stop: &mut tokio::sync::watch::Receiver<bool>) {
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(1000))) => {}
+            _ = stop.changed() => {}
+        }
+    }
+
+    /// Rotates the token when it nears expiry (or now, with `force`), durably saving the new one
+    /// before treating the rotation as done.
+    pub(super) async fn stringcup_rotate_if_due(&self, force: bool) -> Result<Value> {
+        let Some(mut me) = self.registered().await else { return Ok(Value::Null) };
+        let info = self.inner.sc_client.token_info(&me.token).await?;
+        if !force && info.expires_in_seconds > ROTATE_BEFORE_SECS {
+            return Ok(json!({"rotated": false, "expires_in_seconds": info.expires_in_seconds}));
+        }
+        let mut guard = self.inner.sc.lock().await;
+        let rotated = self.inner.sc_client.rotate(&me.token).await?;
+        me.token = rotated.api_token;
+        self.save_identity(&me).await?;
+        *guard = Some(me);
+        Ok(json!({"rotated": true}))
+    }
+
+    /// Opens a rendezvous and returns the relay-issued token to hand over.
+    pub(super) async fn pair_open(&self) -> Result<Value> {
+        let me = self.stringcup_identity().await?;
+        let rv = self.inner.sc_client.rendezvous(&me.token, None, 0).await?;
+        let token = rv.token.filter(|t| is_rendezvous_token(t)).ok_or_else(|| {
+            Error::Transport(TransportError::Malformed("rendezvous answer carries no valid token".into()))
+        })?;
+        Ok(json!({"token": token, "role": rv.role}))
+    }
+
+    /// Claims (or re-polls) a rendezvous until paired or `timeout_secs` pass, then pins the peer.
+    pub(super) async fn pair_wait(&self, token: &str, name: Option<&str>, timeout_secs: u64) -> Result<Value> {
+        if !is_rendezvous_token(token) {
+            return Err(Error::Invalid("not a rendezvous token (rv-…)".into()));
+        }
+        let me = self.stringcup_identity().await?;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now()).as_secs();
+            if left == 0 {
+                return Ok(json!({"status": "timeout", "detail": "no peer arrived before the deadline"}));
+            }
+            let rv = match self.inner.sc_client.rendezvous(&me.token, Some(token), left.min(sct::MAX_WAIT_SECS)).await {
+                Ok(rv) => rv,
+                Err(TransportError::Status { status: 409, .. }) => {
+                    return Err(Error::Invalid(
+                        "another identity holds this side of the rendezvous: treat the token as leaked and open a new one"
+                            .into(),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let (Some(peer_id), Some(key_b64)) = (rv.peer_id, rv.peer_identity_public_key) else { continue };
+            let key = crypto::decode_public_key(&key_b64)
+                .ok_or_else(|| TransportError::Malformed("peer key is malformed".into()))?;
+            let local = fingerprint(&key);
+            if rv.peer_fingerprint.as_deref().is_some_and(|f| f != local) {
+                return Err(
+                    TransportError::Malformed("relay's fingerprint does not match the key it served".into()).into()
+                );
+            }
+            let c = self.pin_contact(&peer_id, name.unwrap_or(&peer_id), &key, super::DEFAULT_ALLOW, "active").await?;
+            return Ok(json!({
+                "status": "paired",
+                "role": rv.role,
+                "contact": c.name,
+                "peer_id": peer_id,
+                "fingerprint": local,
+                "fingerprint_short": fingerprint_short(&key),
+            }));
+        }
+    }
+
+    /// Creates a topic with these Stringcup contacts; returns its id.
+    pub(super) async fn topic_create(&self, members: &[String]) -> Result<Value> {
+        let me = self.stringcup_identity().await?;
+        let mut ids = Vec::new();
+        for m in members {
+            let c = self.store().contact_by_name(m).await?.ok_or_else(|| Error::UnknownContact(m.clone()))?;
+            if c.protocol != SC {
+                return Err(Error::Invalid(format!("`{m}` is not a Stringcup contact")));
+            }
+            ids.push(c.peer_id);
+        }
+        let topic = self.inner.sc_client.topic_create(&me.token, &ids).await?;
+        Ok(json!({"topic": topic, "members": ids.len() + 1}))
+    }
+
+    /// Sends `text` to every member of `topic` we have pinned, in one batch request. Members with
+    /// no pin or a different key are skipped and reported.
+    pub(super) async fn topic_send(&self, topic: &str, text: &str) -> Result<Value> {
+        let me = self.stringcup_identity().await?;
+        let roster = self.inner.sc_client.topic_roster(&me.token, topic).await?;
+        let mut skipped = Vec::new();
+        let mut targets = Vec::new();
+        for m in roster.members.iter().filter(|m| m.id != me.id) {
+            let mut conn = self.store().pool.acquire().await?;
+            let c = store::contact_by_peer(&mut conn, SC, &m.id).await?;
+            let served = crypto::decode_public_key(&m.identity_public_key);
+            match c {
+                Some(c)
+                    if c.state == "active"
+                        && c.changed_box_pub.is_none()
+                        && served.is_some_and(|k| k.as_slice() == c.box_pub.as_slice()) =>
+                {
+                    targets.push(c)
+                }
+                Some(c) if served.is_some_and(|k| k.as_slice() != c.box_pub.as_slice()) => {
+                    skipped.push(json!({"id": m.id, "reason": "key differs from the pinned one"}))
+                }
+                Some(_) => skipped.push(json!({"id": m.id, "reason": "contact not active"})),
+                None => skipped.push(json!({"id": m.id, "reason": "not a contact (no pinned key)"})),
+            }
+        }
+        let mut queued = Vec::new();
+        for c in &targets {
+            queued.push(self.stringcup_send(c, Kind::Send, text, None, None, None).await?);
+        }
+        // First attempt: one request for the whole fan-out; refused entries stay queued and the
+        // outbox retries each on its own with its Idempotency-Key.
+        let mut rows = Vec::new();
+        for id in &queued {
+            let row: Option<OutboxRow> = sqlx::query_as("SELECT * FROM outbox WHERE message_id = ? AND protocol = ?")
+                .bind(id)
+                .bind(SC)
+                .fetch_optional(&self.store().pool)
+                .await?;
+            rows.extend(row);
+        }
+        let entries: Vec<Outgoing> = rows.iter().filter_map(|r| serde_json::from_slice(&r.payload).ok()).collect();
+        let mut sent = 0;
+        if !entries.is_empty() && entries.len() == rows.len() {
+            match self.inner.sc_client.batch(&me.token, &entries).await {
+                Ok(result) => {
+                    for s in result.sent {
+                        if let Some(row) = rows.get(s.index) {
+                            self.store().outbox_sent(row, now_ms()).await?;
+                            sent += 1;
+                        }
+                    }
+                }
+                Err(e) => tracing::info!("topic batch: {e}; the outbox sends each message on its own"),
+            }
+        }
+        Ok(json!({"topic": topic, "sent": sent, "queued": queued.len() - sent, "messages": queued, "skipped": skipped}))
+    }
+}

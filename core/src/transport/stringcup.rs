@@ -1,0 +1,275 @@
+//! The Stringcup v2 relay client (`<relay>/api/v2`): registration, lookups, idempotent sends,
+//! long-polled inbox pages, acks, rendezvous, topics and token lifecycle.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::TransportError;
+use super::letagents::RelayClient;
+use crate::protocol::stringcup::wire::{
+    AckIn, BatchIn, IdentityIn, InboxPageIn, Outgoing, RegisteredIn, RendezvousIn, RosterIn, RotatedIn, SentIn,
+    TokenInfoIn,
+};
+
+/// Longest long-poll hold the spec allows.
+pub const MAX_WAIT_SECS: u64 = 25;
+
+/// The `X-Long-Poll` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LongPoll {
+    /// No wait was requested (or the relay does not hold).
+    Off,
+    /// The request was held.
+    Waited,
+    /// The hold pool was full: sleep the normal interval before retrying.
+    Unavailable,
+}
+
+/// What a send attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// `201` stored, or `200` an idempotent replay of a stored send.
+    Stored,
+    /// Try again after this many ms, for the reason given.
+    Retry {
+        /// Suggested delay.
+        after_ms: Option<i64>,
+        /// Why (for the audit log).
+        reason: String,
+    },
+    /// Will never succeed as is.
+    Permanent(String),
+}
+
+/// A client for one relay's Stringcup API.
+#[derive(Debug, Clone)]
+pub struct StringcupClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+fn unreachable(e: impl std::fmt::Display) -> TransportError {
+    TransportError::Unreachable(e.to_string())
+}
+
+async fn error_of(resp: reqwest::Response) -> TransportError {
+    let status = resp.status().as_u16();
+    let retry_after =
+        resp.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let mut body = resp.text().await.unwrap_or_default();
+    body.truncate(300);
+    TransportError::Status { status, body, retry_after }
+}
+
+async fn json_of<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, TransportError> {
+    if !resp.status().is_success() {
+        return Err(error_of(resp).await);
+    }
+    resp.json().await.map_err(|e| TransportError::Malformed(e.to_string()))
+}
+
+/// The error code in a relay error body (`{"error": code, ...}`).
+pub fn error_code(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+impl StringcupClient {
+    /// The Stringcup API of the relay `relay` talks to (same TLS, same pin).
+    pub fn new(relay: &RelayClient) -> Self {
+        Self { base: format!("{}/api/v2", relay.base().as_str().trim_end_matches('/')), http: relay.http().clone() }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Registers a new identity for `public_key` (base64).
+    pub async fn register(&self, public_key: &str, display_name: &str) -> Result<RegisteredIn, TransportError> {
+        let body = json!({"identity_public_key": public_key, "algo": "x25519", "display_name": display_name});
+        json_of(self.http.post(self.url("/identities")).json(&body).send().await.map_err(unreachable)?).await
+    }
+
+    /// Looks up an identity by exact id.
+    pub async fn identity(&self, id: &str) -> Result<IdentityIn, TransportError> {
+        json_of(self.http.get(self.url(&format!("/identities/{id}"))).send().await.map_err(unreachable)?).await
+    }
+
+    /// Sends one message with an Idempotency-Key (the same key for every retry).
+    pub async fn send(&self, token: &str, body: &[u8], idempotency_key: &str) -> SendOutcome {
+        let resp = self
+            .http
+            .post(self.url("/messages"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", idempotency_key)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec())
+            .send()
+            .await;
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => return SendOutcome::Retry { after_ms: None, reason: format!("unreachable: {e}") },
+        };
+        let status = resp.status();
+        if status == StatusCode::CREATED || status == StatusCode::OK {
+            return match resp.json::<SentIn>().await {
+                Ok(_) => SendOutcome::Stored,
+                Err(e) => SendOutcome::Retry { after_ms: None, reason: format!("malformed send answer: {e}") },
+            };
+        }
+        let TransportError::Status { status, body, retry_after } = error_of(resp).await else {
+            return SendOutcome::Retry { after_ms: None, reason: "unreadable answer".into() };
+        };
+        let after_ms = retry_after.map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX));
+        match status {
+            // Another attempt with this key is in flight: it will have finished shortly.
+            409 => SendOutcome::Retry { after_ms: Some(1000), reason: "send with this key in flight".into() },
+            429 => SendOutcome::Retry { after_ms, reason: format!("rate limited: {body}") },
+            // Both kinds of 507 mean "not stored, retry once the recipient drains", but only one
+            // says anything about the recipient.
+            507 => match error_code(&body).as_str() {
+                "sender_share_full" => SendOutcome::Retry {
+                    after_ms: Some(60_000),
+                    reason: "our share of the recipient's inbox is full: slowing down (the recipient is not behind)"
+                        .into(),
+                },
+                _ => SendOutcome::Retry {
+                    after_ms: Some(60_000),
+                    reason: "the recipient's inbox is full: the recipient is behind".into(),
+                },
+            },
+            401 => SendOutcome::Retry { after_ms: Some(60_000), reason: format!("token refused: {body}") },
+            500..=599 => SendOutcome::Retry { after_ms, reason: format!("relay error {status}: {body}") },
+            _ => SendOutcome::Permanent(format!("relay answered {status}: {body}")),
+        }
+    }
+
+    /// One inbox page (oldest first), holding up to `wait` seconds for mail.
+    pub async fn inbox(&self, token: &str, wait: u64) -> Result<(InboxPageIn, LongPoll), TransportError> {
+        let wait = wait.min(MAX_WAIT_SECS);
+        let resp = self
+            .http
+            .get(self.url(&format!("/messages?limit=200&wait={wait}")))
+            .bearer_auth(token)
+            .timeout(Duration::from_secs(wait + 20))
+            .send()
+            .await
+            .map_err(unreachable)?;
+        let long_poll = match resp.headers().get("x-long-poll").and_then(|v| v.to_str().ok()) {
+            Some("waited") => LongPoll::Waited,
+            Some("unavailable") => LongPoll::Unavailable,
+            _ => LongPoll::Off,
+        };
+        Ok((json_of(resp).await?, long_poll))
+    }
+
+    /// Acknowledges (deletes) messages after they are committed locally.
+    pub async fn ack(&self, token: &str, ids: &[i64]) -> Result<AckIn, TransportError> {
+        let body = json!({ "ids": ids });
+        json_of(
+            self.http
+                .post(self.url("/messages/ack"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .map_err(unreachable)?,
+        )
+        .await
+    }
+
+    /// Sends several messages in one request (fan-out); partial success is normal.
+    pub async fn batch(&self, token: &str, messages: &[Outgoing]) -> Result<BatchIn, TransportError> {
+        let body = json!({ "messages": messages });
+        json_of(
+            self.http
+                .post(self.url("/messages/batch"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .map_err(unreachable)?,
+        )
+        .await
+    }
+
+    /// Opens (no token) or joins/re-polls (token) a rendezvous, holding up to `wait` seconds.
+    pub async fn rendezvous(&self, token: &str, rv: Option<&str>, wait: u64) -> Result<RendezvousIn, TransportError> {
+        let wait = wait.min(MAX_WAIT_SECS);
+        let body = match rv {
+            Some(t) => json!({"token": t, "wait": wait}),
+            None => json!({"wait": wait}),
+        };
+        let resp = self
+            .http
+            .post(self.url("/rendezvous"))
+            .bearer_auth(token)
+            .timeout(Duration::from_secs(wait + 20))
+            .json(&body)
+            .send()
+            .await
+            .map_err(unreachable)?;
+        json_of(resp).await
+    }
+
+    /// Token status.
+    pub async fn token_info(&self, token: &str) -> Result<TokenInfoIn, TransportError> {
+        json_of(self.http.get(self.url("/tokens/current")).bearer_auth(token).send().await.map_err(unreachable)?).await
+    }
+
+    /// Rotates the token; the old one is revoked before the answer is sent.
+    pub async fn rotate(&self, token: &str) -> Result<RotatedIn, TransportError> {
+        json_of(self.http.post(self.url("/tokens/rotate")).bearer_auth(token).send().await.map_err(unreachable)?).await
+    }
+
+    /// Creates a topic with these members (besides us); returns its `tp-` id.
+    pub async fn topic_create(&self, token: &str, members: &[String]) -> Result<String, TransportError> {
+        let v: Value = json_of(
+            self.http
+                .post(self.url("/topics"))
+                .bearer_auth(token)
+                .json(&json!({}))
+                .send()
+                .await
+                .map_err(unreachable)?,
+        )
+        .await?;
+        let id = v
+            .get("id")
+            .or_else(|| v.get("topic"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| TransportError::Malformed("topic answer has no id".into()))?
+            .to_owned();
+        if !members.is_empty() {
+            let _: Value = json_of(
+                self.http
+                    .post(self.url(&format!("/topics/{id}/members")))
+                    .bearer_auth(token)
+                    .json(&json!({ "members": members }))
+                    .send()
+                    .await
+                    .map_err(unreachable)?,
+            )
+            .await?;
+        }
+        Ok(id)
+    }
+
+    /// A topic's roster (members with their keys).
+    pub async fn topic_roster(&self, token: &str, topic: &str) -> Result<RosterIn, TransportError> {
+        json_of(
+            self.http
+                .get(self.url(&format!("/topics/{topic}")))
+                .bearer_auth(token)
+                .send()
+                .await
+                .map_err(unreachable)?,
+        )
+        .await
+    }
+}

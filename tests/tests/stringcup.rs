@@ -1,0 +1,258 @@
+//! Stringcup v2 end to end: profiles registered on relay-lite's /api/v2, talking through it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+// relay_lite::Limits is raised field by field.
+#![allow(clippy::field_reassign_with_default)]
+
+use serde_json::Value;
+use switchboard_core::bridge::api::Request;
+use switchboard_tests::{Peer, TestRelay};
+
+async fn sc_id(p: &Peer) -> String {
+    p.call(Request::Whoami).await["stringcup"]["id"].as_str().expect("registered at init").to_owned()
+}
+
+async fn add(p: &Peer, id: &str, name: &str) -> Value {
+    p.call(Request::ContactAdd {
+        address: id.into(),
+        name: Some(name.into()),
+        allow: None,
+        relay: None,
+        no_hello: false,
+    })
+    .await
+}
+
+fn send(contact: &str, text: &str) -> Request {
+    Request::Send {
+        contact: contact.into(),
+        text: text.into(),
+        kind: None,
+        reply_to: None,
+        from_agent: None,
+        to_agent: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_message_is_held_as_a_request_then_both_sides_talk() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let who = bob.call(Request::Whoami).await;
+    let bob_id = who["stringcup"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(who["stringcup"]["fingerprint_short"].as_str().unwrap().len(), 19);
+
+    let c = add(&alice, &bob_id, "bob").await;
+    assert_eq!(c["protocol"], "stringcup");
+    // The fingerprint alice pinned is the one bob's own device computes.
+    assert_eq!(c["safety_number"], who["stringcup"]["fingerprint_short"]);
+    let sent = alice.call(send("bob", "hello over stringcup")).await;
+    assert_eq!(sent["state"], "relayed");
+
+    // Bob does not know alice: her message waits behind a contact request.
+    assert!(bob.inbox(0).await.is_empty());
+    let reqs = bob.call(Request::ContactRequests).await;
+    assert_eq!(reqs[0]["name"], "alice");
+    assert_eq!(reqs[0]["protocol"], "stringcup");
+    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    let got = bob.inbox(0).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["body"], "hello over stringcup");
+    assert_eq!(got[0]["protocol"], "stringcup");
+
+    bob.call(send("alice", "hi alice")).await;
+    let got = alice.inbox(0).await;
+    assert_eq!(got[0]["body"], "hi alice");
+    assert_eq!(got[0]["from"], "bob");
+    // Acked after the commit: nothing comes back.
+    assert!(alice.inbox(0).await.is_empty());
+    assert!(bob.inbox(0).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_runtime_gets_stringcup_mail_through_the_long_poll() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::live("bob", &relay.url()).await;
+    let alice_id = sc_id(&alice).await;
+    add(&bob, &alice_id, "alice").await; // bob knows alice: nothing is held
+    add(&alice, &sc_id(&bob).await, "bob").await;
+    let started = std::time::Instant::now();
+    alice.call(send("bob", "are you there?")).await;
+    let got = bob.inbox(10).await;
+    assert_eq!(got[0]["body"], "are you there?");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "long-poll did not wake promptly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pairing_through_a_rendezvous_pins_each_others_keys() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let opened = alice.call(Request::PairOpen).await;
+    let token = opened["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("rv-"));
+    let t2 = token.clone();
+    let (a, b) = tokio::join!(
+        alice.call(Request::PairWait { token: token.clone(), name: Some("bob".into()), timeout_secs: 30 }),
+        bob.call(Request::PairWait { token: t2, name: Some("alice".into()), timeout_secs: 30 }),
+    );
+    assert_eq!(a["status"], "paired");
+    assert_eq!(b["status"], "paired");
+    let bob_who = bob.call(Request::Whoami).await;
+    assert_eq!(a["fingerprint_short"], bob_who["stringcup"]["fingerprint_short"]);
+    assert_eq!(a["peer_id"], bob_who["stringcup"]["id"]);
+    // Paired contacts talk at once, in both directions.
+    alice.call(send("bob", "paired!")).await;
+    assert_eq!(bob.inbox(0).await[0]["body"], "paired!");
+
+    // A third identity cannot take a role in that rendezvous.
+    let mallory = Peer::offline("mallory", &relay.url()).await;
+    let err = mallory.try_call(Request::PairWait { token, name: None, timeout_secs: 5 }).await.unwrap_err();
+    assert_eq!(err, "invalid_input");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_key_blocks_sending_until_verified() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let bob_id = sc_id(&bob).await;
+    add(&alice, &bob_id, "bob").await;
+    // Bob's identity gets another key on the relay (re-keyed, or a relay substituting one).
+    let secret = std::fs::read_to_string(bob.dir.path().join("profile/stringcup.secret")).unwrap();
+    let stored: Value = serde_json::from_slice(&switchboard_core::util::b64u_decode(secret.trim()).unwrap()).unwrap();
+    let new_key = data_encoding::BASE64.encode(&[9u8; 32]);
+    let resp = reqwest::Client::new()
+        .put(format!("{}/api/v2/identities", relay.url()))
+        .bearer_auth(stored["token"].as_str().unwrap())
+        .json(&serde_json::json!({"identity_public_key": new_key, "algo": "x25519"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    assert_eq!(alice.try_call(send("bob", "still you?")).await.unwrap_err(), "key_changed");
+    let c = &alice.call(Request::ContactList).await[0];
+    assert_eq!(c["key_changed"], true);
+    assert_ne!(c["new_safety_number"], c["safety_number"]);
+    alice.call(Request::ContactVerify { name: "bob".into() }).await;
+    alice.call(send("bob", "re-verified")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_send_is_stored_once_thanks_to_its_idempotency_key() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let (alice_id, bob_id) = (sc_id(&alice).await, sc_id(&bob).await);
+    add(&bob, &alice_id, "alice").await;
+    add(&alice, &bob_id, "bob").await;
+    let id = alice.call(send("bob", "exactly once")).await["id"].as_str().unwrap().to_owned();
+    // The relay stored it but the answer was lost: the outbox sends it again under the same
+    // Idempotency-Key (here even re-encrypted, which B.2.6 allows).
+    let pool = &alice.rt.store().pool;
+    let bob_key: Vec<u8> =
+        sqlx::query_scalar("SELECT box_pub FROM contacts WHERE name = 'bob'").fetch_one(pool).await.unwrap();
+    let (header, ciphertext) = switchboard_core::protocol::stringcup::crypto::seal(
+        &alice_id,
+        &bob_id,
+        &bob_key.try_into().unwrap(),
+        "exactly once",
+        &mut switchboard_core::util::OsRng,
+    )
+    .unwrap();
+    let body =
+        serde_json::to_vec(&serde_json::json!({"recipient_id": bob_id, "header": header, "ciphertext": ciphertext}))
+            .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, next_attempt_at, created_at) \
+         VALUES (?, 'stringcup', 'send', ?, ?, x'', ?, 0, 0)",
+    )
+    .bind(&id)
+    .bind(relay.url())
+    .bind(&bob_id)
+    .bind(body)
+    .execute(pool)
+    .await
+    .unwrap();
+    alice.call(Request::Flush).await;
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox").fetch_one(pool).await.unwrap();
+    assert_eq!(left, 0, "the replay counts as delivered");
+    let got = bob.inbox(0).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_fans_out_in_one_batch_to_pinned_members() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let carol = Peer::offline("carol", &relay.url()).await;
+    let alice_id = sc_id(&alice).await;
+    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
+        add(p, &alice_id, "alice").await;
+        add(&alice, &sc_id(p).await, n).await;
+    }
+    let topic = alice.call(Request::TopicCreate { members: vec!["bob".into(), "carol".into()] }).await;
+    let topic = topic["topic"].as_str().unwrap().to_owned();
+    assert!(topic.starts_with("tp-"));
+    let r = alice.call(Request::TopicSend { topic, text: "standup in 5".into() }).await;
+    assert_eq!(r["sent"], 2, "{r}");
+    assert_eq!(r["skipped"].as_array().unwrap().len(), 0);
+    assert_eq!(bob.inbox(0).await[0]["body"], "standup in 5");
+    assert_eq!(carol.inbox(0).await[0]["body"], "standup in 5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_two_kinds_of_507_are_told_apart() {
+    let mut limits = relay_lite::Limits::default();
+    limits.stringcup.inbox_max_pending_per_sender = 2;
+    limits.stringcup.inbox_max_pending_messages = 3;
+    let relay = TestRelay::start_with(limits).await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let carol = Peer::offline("carol", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let bob_id = sc_id(&bob).await;
+    add(&alice, &bob_id, "bob").await;
+    add(&carol, &bob_id, "bob").await;
+    alice.call(send("bob", "1")).await;
+    alice.call(send("bob", "2")).await;
+    let third = alice.call(send("bob", "3")).await;
+    assert_eq!(third["state"], "queued");
+    let outbox: (String,) = sqlx::query_as("SELECT last_error FROM outbox WHERE message_id = ?")
+        .bind(third["id"].as_str().unwrap())
+        .fetch_one(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    assert!(outbox.0.contains("the recipient is not behind"), "{}", outbox.0);
+
+    carol.call(send("bob", "c1")).await;
+    let c2 = carol.call(send("bob", "c2")).await;
+    let outbox: (String,) = sqlx::query_as("SELECT last_error FROM outbox WHERE message_id = ?")
+        .bind(c2["id"].as_str().unwrap())
+        .fetch_one(&carol.rt.store().pool)
+        .await
+        .unwrap();
+    assert!(outbox.0.contains("the recipient is behind"), "{}", outbox.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_is_saved_and_keeps_working() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    add(&bob, &sc_id(&alice).await, "alice").await;
+    add(&alice, &sc_id(&bob).await, "bob").await;
+    let path = alice.dir.path().join("profile/stringcup.secret");
+    let before = std::fs::read(&path).unwrap();
+    let r = alice.call(Request::TokenRotate).await;
+    assert_eq!(r["rotated"], true);
+    assert_ne!(std::fs::read(&path).unwrap(), before, "the new token is durable");
+    alice.call(send("bob", "after rotation")).await;
+    assert_eq!(bob.inbox(0).await[0]["body"], "after rotation");
+    // A reopened runtime uses the saved token.
+    let (profile, _dir) = alice.close();
+    let rt = switchboard_core::engine::Runtime::open(&profile).await.unwrap();
+    let v = rt.handle(send("bob", "after reopen"), true).await.unwrap();
+    assert_eq!(v["state"], "relayed");
+}
