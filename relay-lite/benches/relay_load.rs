@@ -325,6 +325,79 @@ async fn relay_latency(http: &reqwest::Client, sender: &DeviceIdentity, s: &Sett
     samples
 }
 
+/// Stringcup: (send `201` latency, send-to-long-poll delivery latency) with a recipient parked in
+/// `GET /api/v2/messages?wait=25`; each sample is acked outside the timed window.
+async fn stringcup_latency(http: &reqwest::Client, s: &Settings) -> (Vec<Duration>, Vec<Duration>) {
+    use switchboard_core::protocol::stringcup::crypto;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
+    config.limits.ip_requests_per_minute = 0;
+    config.limits.stringcup.sends_per_hour = u32::MAX;
+    config.limits.stringcup.inbox_requests_per_hour = u32::MAX;
+    config.limits.stringcup.other_requests_per_hour = u32::MAX;
+    let relay = relay_lite::spawn(config).await.unwrap();
+    let api = format!("{}/api/v2", relay.url());
+    let register = |key: [u8; 32]| {
+        let http = http.clone();
+        let api = api.clone();
+        async move {
+            let public = data_encoding::BASE64
+                .encode(x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(key)).as_bytes());
+            let v: serde_json::Value = http
+                .post(format!("{api}/identities"))
+                .json(&serde_json::json!({"identity_public_key": public, "algo": "x25519"}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            (v["id"].as_str().unwrap().to_owned(), v["api_token"].as_str().unwrap().to_owned(), public)
+        }
+    };
+    let (alice, alice_token, _) = register([1; 32]).await;
+    let (bob, bob_token, bob_pub) = register([2; 32]).await;
+    let bob_key = crypto::decode_public_key(&bob_pub).unwrap();
+    let text = "x".repeat(TEXT_CHARS);
+    let mut sends = Vec::with_capacity(s.latency_samples);
+    let mut deliveries = Vec::with_capacity(s.latency_samples);
+    for i in 0..s.latency_warmup + s.latency_samples {
+        let (header, ciphertext) = crypto::seal(&alice, &bob, &bob_key, &text, &mut OsRng).unwrap();
+        let body = serde_json::json!({"recipient_id": bob, "header": header, "ciphertext": ciphertext});
+        // Park the recipient first, then send.
+        let poll = http.get(format!("{api}/messages?wait=25")).bearer_auth(&bob_token).send();
+        let poll = tokio::spawn(poll);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let started = Instant::now();
+        let sent = http
+            .post(format!("{api}/messages"))
+            .bearer_auth(&alice_token)
+            .header("Idempotency-Key", format!("k{i}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let send_took = started.elapsed();
+        assert_eq!(sent.status(), StatusCode::CREATED);
+        let page: serde_json::Value = poll.await.unwrap().unwrap().json().await.unwrap();
+        let delivered = started.elapsed();
+        let ids: Vec<i64> = page["messages"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
+        assert_eq!(ids.len(), 1, "the long-poll returned {page}");
+        http.post(format!("{api}/messages/ack"))
+            .bearer_auth(&bob_token)
+            .json(&serde_json::json!({"ids": ids}))
+            .send()
+            .await
+            .unwrap();
+        if i >= s.latency_warmup {
+            sends.push(send_took);
+            deliveries.push(delivered);
+        }
+    }
+    relay.shutdown().await.unwrap();
+    (sends, deliveries)
+}
+
 /// Round trips of the same body through a bare axum echo route.
 async fn echo_latency(http: &reqwest::Client, body: &Bytes, s: &Settings) -> Vec<Duration> {
     let router = Router::new().route("/echo", post(|body: Bytes| async move { body }));
@@ -452,6 +525,25 @@ async fn main() {
         p99.push(r99, e99);
     }
 
+    let mut sc_send = Pairs::default();
+    let mut sc50 = Pairs::default();
+    let mut sc99 = Pairs::default();
+    for round in 0..s.rounds {
+        let echo = echo_latency(&http, &echo_body, &s).await;
+        let (send, delivery) = stringcup_latency(&http, &s).await;
+        let (e50, e99) = (percentile_ms(&echo, 50.0), percentile_ms(&echo, 99.0));
+        let (s50, d50, d99) =
+            (percentile_ms(&send, 50.0), percentile_ms(&delivery, 50.0), percentile_ms(&delivery, 99.0));
+        println!(
+            "  stringcup round {}: send p50 {s50:.3} ms, long-poll delivery p50 {d50:.3} ms p99 {d99:.3} ms, \
+             echo p50 {e50:.3} ms p99 {e99:.3} ms",
+            round + 1
+        );
+        sc_send.push(s50, e50);
+        sc50.push(d50, e50);
+        sc99.push(d99, e99);
+    }
+
     println!();
     println!(
         "Medians of {} alternating rounds; ratio = median of the per-round relay-lite / baseline \
@@ -484,6 +576,24 @@ async fn main() {
         median(&p99.relay),
         median(&p99.baseline),
         p99.ratio()
+    );
+    println!(
+        "| Stringcup send p50, POST to `201` (ms; baseline: echo p50) | {:.3} | {:.3} | {:.1}x |",
+        median(&sc_send.relay),
+        median(&sc_send.baseline),
+        sc_send.ratio()
+    );
+    println!(
+        "| Stringcup send-to-delivery p50, POST start to the parked long-poll answering (ms; baseline: echo p50) | {:.3} | {:.3} | {:.1}x |",
+        median(&sc50.relay),
+        median(&sc50.baseline),
+        sc50.ratio()
+    );
+    println!(
+        "| Stringcup send-to-delivery p99 (ms; baseline: echo p99) | {:.3} | {:.3} | {:.1}x |",
+        median(&sc99.relay),
+        median(&sc99.baseline),
+        sc99.ratio()
     );
     if failures != (0, 0) {
         println!();
