@@ -26,3 +26,26 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+
+
+# Python packages the interop tests drive, pip-installed into the python3 first on PATH (the one
+# the tests run), each skipped when that exact version is already there; the tests fail, never
+# skip, when one is missing. The PIP_* variables let root install into a Debian system python
+# (PEP 668) and are ignored by a pip without them.
+#   stringcup: the published Stringcup reference client (relay-lite/tests/stringcup_interop.rs,
+#              tests/tests/stringcup_interop.rs)
+#   mcp:       the reference MCP SDK, the client of `switchboard mcp` in tests/tests/mcp.rs
+pip_install() {
+  local name=$1 version=$2
+  python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('$name') != '$version')" 2>/dev/null && return 0
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
+  PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    python3 -m pip install --quiet "$name==$version"
+}
+pip_install stringcup 3.38.0
+pip_install mcp 2.3.0

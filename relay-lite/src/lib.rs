@@ -431,6 +431,9 @@ fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 /// then exactly one line `relay-lite listening on <scheme>://<addr>` on stdout.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let relay = spawn(config).await?;
+    // Listen for signals before announcing the address: whoever reads the line may signal at once.
+    #[cfg(unix)]
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
     {
         let mut out = std::io::stdout().lock();
         if let Some(fp) = relay.cert_sha256 {
@@ -439,28 +442,45 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         writeln!(out, "relay-lite listening on {}", relay.url())?;
         out.flush()?;
     }
+    #[cfg(unix)]
+    shutdown_signal(term.ok()).await;
+    #[cfg(not(unix))]
     shutdown_signal().await;
     tracing::info!("shutting down");
     relay.shutdown().await
 }
 
-async fn shutdown_signal() {
+#[cfg(unix)]
+async fn shutdown_signal(term: Option<tokio::signal::unix::Signal>) {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::warn!(error = %e, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
     };
-    #[cfg(unix)]
     let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
+        match term {
+            Some(mut s) => {
                 s.recv().await;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+            None => {
+                tracing::warn!("cannot listen for SIGTERM");
                 std::future::pending::<()>().await;
             }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+#[cfg(not(unix))]
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
         }
     };
     #[cfg(not(unix))]

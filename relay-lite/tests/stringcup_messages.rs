@@ -100,8 +100,23 @@ async fn malformed_sends_are_refused_with_400() {
     with("iv of 16 bytes", &|v| v["header"]["iv"] = json!(b64(&[1; 16])));
     with("ciphertext not base64", &|v| v["ciphertext"] = json!("***"));
     with("ciphertext shorter than a tag", &|v| v["ciphertext"] = json!(b64(&[1; 15])));
-    with("unknown field", &|v| v["sequence"] = json!(7));
-    with("unknown header field", &|v| v["header"]["chain"] = json!(1));
+    with("unknown top-level field", &|v| v["sequence"] = json!(7));
+    with("sender_id not a string", &|v| v["sender_id"] = json!(7));
+    with("extra header field not a string", &|v| v["header"]["chain"] = json!(1));
+    with("extra header field holding an object", &|v| v["header"]["purpose"] = json!({"nested": "x"}));
+    with("extra header field with a bad name", &|v| v["header"]["no spaces"] = json!("x"));
+    with("extra header field name too long", &|v| v["header"]["n".repeat(65)] = json!("x"));
+    with("extra header field value too long", &|v| v["header"]["tag"] = json!("v".repeat(1025)));
+    with("too many extra header fields", &|v| {
+        for i in 0..17 {
+            v["header"][format!("f{i}")] = json!("x");
+        }
+    });
+    with("extra header fields too large together", &|v| {
+        for i in 0..5 {
+            v["header"][format!("f{i}")] = json!("v".repeat(1000));
+        }
+    });
     with("no header", &|v| {
         v.as_object_mut().unwrap().remove("header");
     });
@@ -117,6 +132,84 @@ async fn malformed_sends_are_refused_with_400() {
         .await;
     assert_eq!(not_json.status, 400);
     assert!(relay.inbox_ids(&bob).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_sender_id_naming_the_token_identity_is_accepted_and_any_other_is_403() {
+    let relay = relay().await;
+    let (alice, bob) = (relay.register("alice").await, relay.register("bob").await);
+    // The reference client states its own id; that is what the relay would record anyway.
+    let mut own = message(&bob.id, &ct("signed by me"));
+    own["sender_id"] = json!(alice.id);
+    let reply = relay.send_with(&alice, &own, Some("own")).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    // Claiming to be someone else is refused, stores nothing and does not consume the key.
+    for claimed in [bob.id.as_str(), "sc-aaaaaaaaaaaaaaaaaaaaaaaa", "bob"] {
+        let mut forged = message(&bob.id, &ct("forged"));
+        forged["sender_id"] = json!(claimed);
+        let reply = relay.send_with(&alice, &forged, Some("forged")).await;
+        assert_eq!((reply.status, reply.code()), (403, "forbidden"), "{claimed}: {:?}", reply.body);
+        assert!(reply.message().contains("sender_id"));
+    }
+    // A malformed body is still a 400, whatever it claims.
+    let mut malformed = message(&bob.id, &ct("x"));
+    malformed["sender_id"] = json!(bob.id);
+    malformed["header"]["iv"] = json!("short");
+    assert_eq!(relay.send_with(&alice, &malformed, None).await.status, 400);
+    let page = relay.inbox(&bob, "").await;
+    assert_eq!(page["count"], 1);
+    assert_eq!(page["messages"][0]["sender_id"], alice.id);
+    assert_eq!(relay.send_with(&alice, &message(&bob.id, &ct("x")), Some("forged")).await.status, 201);
+    // In a batch the claim is checked per entry.
+    let mut forged = message(&bob.id, &ct("y"));
+    forged["sender_id"] = json!(bob.id);
+    let mut fine = message(&bob.id, &ct("z"));
+    fine["sender_id"] = json!(alice.id);
+    let reply = relay.post(&alice, "/messages/batch", &json!({ "messages": [forged, fine] })).await;
+    assert_eq!(reply.body["sent"][0]["index"], 1);
+    assert_eq!(
+        (reply.body["failed"][0]["index"].as_u64(), reply.body["failed"][0]["status"].as_u64()),
+        (Some(0), Some(403))
+    );
+}
+
+#[tokio::test]
+async fn extra_header_fields_reach_the_recipient_unchanged() {
+    let relay = relay().await;
+    let (alice, bob) = (relay.register("alice").await, relay.register("bob").await);
+    // What the reference client's pairing verification sends, plus the bounds' edges.
+    let mut body = message(&bob.id, &ct("[stringcup] pairing verification"));
+    body["header"]["purpose"] = json!("pairing-verify");
+    body["header"]["tag"] = json!("9f".repeat(32));
+    body["header"]["unicode.ok-1_"] = json!("caf\u{e9} \u{2713} \"quoted\"\n");
+    body["header"]["n".repeat(64)] = json!("");
+    body["header"]["long"] = json!("v".repeat(1024));
+    let reply = relay.send_with(&alice, &body, None).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let plain = message(&bob.id, &ct("no extras"));
+    relay.send_with(&alice, &plain, None).await;
+    let page = relay.inbox(&bob, "").await;
+    assert_eq!(page["messages"][0]["header"], body["header"], "every field, byte for byte");
+    assert_eq!(page["messages"][1]["header"], plain["header"], "no extras, none added");
+    // In a batch too.
+    let mut entry = message(&bob.id, &ct("batched"));
+    entry["header"]["purpose"] = json!("fan-out");
+    let reply = relay.post(&alice, "/messages/batch", &json!({ "messages": [entry.clone()] })).await;
+    assert_eq!(reply.body["count"], 1, "{:?}", reply.body);
+    assert_eq!(relay.inbox(&bob, "?since_id=2").await["messages"][0]["header"], entry["header"]);
+}
+
+#[tokio::test]
+async fn extra_header_fields_count_against_the_pending_byte_limits() {
+    let relay = relay_with(|l| l.inbox_max_pending_bytes_per_sender = 300).await;
+    let (alice, bob) = (relay.register("alice").await, relay.register("bob").await);
+    let mut body = message(&bob.id, &ciphertext("a", 100));
+    body["header"]["pad"] = json!("p".repeat(200));
+    // 100 bytes of ciphertext + 210 of encoded extras (`{"pad":"..."}`) is past the 300-byte share.
+    let reply = relay.send_with(&alice, &body, None).await;
+    assert_eq!((reply.status, reply.code()), (507, "sender_share_full"), "{:?}", reply.body);
+    body["header"]["pad"] = json!("p".repeat(180));
+    assert_eq!(relay.send_with(&alice, &body, None).await.status, 201);
 }
 
 #[tokio::test]

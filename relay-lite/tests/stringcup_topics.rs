@@ -41,11 +41,67 @@ async fn creating_a_topic_assigns_a_tp_id_and_makes_the_caller_owner_and_first_m
     assert!(is_tp_id(reply.body["id"].as_str().unwrap()), "{}", reply.body["id"]);
     assert_eq!(reply.body["owner_id"], alice.id);
     assert_eq!(reply.body["role"], "owner");
+    assert_eq!(reply.body["is_owner"], true);
     assert_eq!(reply.body["member_count"], 1);
+    assert_eq!((&reply.body["added"], &reply.body["unknown"]), (&json!([]), &json!([])));
     // An empty body works too, and two topics never share an id.
     let second = relay.call(relay.req(&alice, reqwest::Method::POST, "/topics")).await;
     assert_eq!(second.status, 201);
     assert_ne!(second.body["id"], reply.body["id"]);
+}
+
+#[tokio::test]
+async fn a_topic_may_be_created_with_its_members_in_one_call() {
+    let relay = relay().await;
+    let (alice, bob, carol) =
+        (relay.register("alice").await, relay.register("bob").await, relay.register("carol").await);
+    let unknown = format!("sc-{}", "u".repeat(24));
+    // What the reference client sends: `members`, with repeats, unknowns and the owner tolerated.
+    let reply =
+        relay.post(&alice, "/topics", &json!({"members": [bob.id, carol.id, bob.id, unknown, "bob", alice.id]})).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(reply.body["member_count"], 3);
+    assert_eq!(reply.body["added"], json!([bob.id, carol.id]));
+    assert_eq!(reply.body["already_member"], json!([alice.id]));
+    assert_eq!(reply.body["unknown"], json!([unknown, "bob"]));
+    let roster = relay.get(&carol, &format!("/topics/{id}")).await;
+    assert_eq!(member_ids(&roster.body), vec![alice.id.clone(), bob.id.clone(), carol.id.clone()]);
+    // `ids` is accepted as for additions.
+    let reply = relay.post(&bob, "/topics", &json!({"ids": [carol.id]})).await;
+    assert_eq!(reply.body["member_count"], 2);
+    // A member's list says it does not own the topic.
+    let listed = relay.get(&carol, "/topics").await.body;
+    let owned: Vec<bool> =
+        listed["topics"].as_array().unwrap().iter().map(|t| t["is_owner"].as_bool().unwrap()).collect();
+    assert_eq!(owned, vec![false, false]);
+    assert_eq!(relay.get(&alice, "/topics").await.body["topics"][0]["is_owner"], true);
+    // Malformed lists are refused; nothing is created.
+    for body in [json!({"members": "bob"}), json!({"members": [1]})] {
+        assert_eq!(relay.post(&carol, "/topics", &body).await.status, 400, "{body}");
+    }
+    assert_eq!(relay.get(&carol, "/topics").await.body["count"], 2);
+}
+
+#[tokio::test]
+async fn creating_a_topic_with_too_many_members_creates_nothing() {
+    let relay = relay_with(|l| {
+        l.topic_max_members = 3;
+        l.topic_max_add = 3;
+    })
+    .await;
+    let alice = relay.register("alice").await;
+    let mut others = Vec::new();
+    for name in ["b", "c", "d", "e"] {
+        others.push(relay.register(name).await.id);
+    }
+    let over = relay.post(&alice, "/topics", &json!({ "members": &others[..3] })).await;
+    assert_eq!((over.status, over.code()), (409, "topic_full"));
+    let past_batch = relay.post(&alice, "/topics", &json!({ "members": others })).await;
+    assert_eq!(past_batch.status, 400);
+    assert_eq!(relay.get(&alice, "/topics").await.body["count"], 0, "nothing was created");
+    let fits = relay.post(&alice, "/topics", &json!({ "members": &others[..2] })).await;
+    assert_eq!((fits.status, fits.body["member_count"].as_u64()), (201, Some(3)));
 }
 
 #[tokio::test]

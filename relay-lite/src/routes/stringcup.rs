@@ -158,6 +158,8 @@ impl QuotaSlot {
     }
 }
 
+/// Puts the `X-RateLimit-*` headers of the budget the request spent on its answer, whatever the
+/// answer is.
 async fn rate_limit_headers(mut request: Request, next: Next) -> Response {
     let slot = QuotaSlot::default();
     request.extensions_mut().insert(slot.clone());
@@ -166,7 +168,9 @@ async fn rate_limit_headers(mut request: Request, next: Next) -> Response {
         let headers = response.headers_mut();
         headers.insert(HeaderName::from_static("x-ratelimit-limit"), HeaderValue::from(quota.limit));
         headers.insert(HeaderName::from_static("x-ratelimit-remaining"), HeaderValue::from(quota.remaining));
-        let reset = if quota.reset.is_zero() { 0 } else { retry_after_secs(quota.reset) };
+        // A Unix time in seconds, as the reference client reads it (it subtracts its clock).
+        let now = u64::try_from(now_ms() / 1000).unwrap_or(0);
+        let reset = if quota.reset.is_zero() { now } else { now.saturating_add(retry_after_secs(quota.reset)) };
         headers.insert(HeaderName::from_static("x-ratelimit-reset"), HeaderValue::from(reset));
         headers.insert(HeaderName::from_static("x-ratelimit-bucket"), HeaderValue::from_static(kind.name()));
     }

@@ -152,8 +152,19 @@ pub struct NewMessage {
     pub ephemeral_pub: Vec<u8>,
     /// Header `iv`, 12 bytes.
     pub iv: Vec<u8>,
+    /// The header's extra fields as a JSON object of strings, `""` for none (checked by the
+    /// route; stored and returned as is).
+    pub header_extra: String,
     /// The opaque ciphertext.
     pub ciphertext: Vec<u8>,
+}
+
+impl NewMessage {
+    /// What the message counts for against the pending byte limits: the ciphertext and the
+    /// extra header fields.
+    pub fn size(&self) -> usize {
+        self.ciphertext.len().saturating_add(self.header_extra.len())
+    }
 }
 
 /// The pending limits a send is checked against (B.3.6).
@@ -247,6 +258,8 @@ pub struct StoredMessage {
     pub ephemeral_pub: Vec<u8>,
     /// Header IV.
     pub iv: Vec<u8>,
+    /// Extra header fields, as [`NewMessage::header_extra`].
+    pub header_extra: String,
     /// The opaque ciphertext.
     pub ciphertext: Vec<u8>,
     /// When it was stored (ms).
@@ -291,19 +304,39 @@ pub struct CreateTopic {
     pub id: String,
     /// The caller, who becomes owner and first member.
     pub owner: String,
+    /// Well-formed identity ids to add in the same write, without duplicates (the owner's own
+    /// id counts as already a member).
+    pub members: Vec<String>,
+    /// Most members a topic may have.
+    pub max_members: u64,
     /// Relay clock (ms).
     pub now: i64,
 }
 
+/// Who a creation with members added.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InitialMembers {
+    /// Added along with the owner.
+    pub added: Vec<String>,
+    /// Already a member (the owner naming itself).
+    pub already: Vec<String>,
+    /// No such identity.
+    pub unknown: Vec<String>,
+    /// Members now, owner included.
+    pub members: u64,
+}
+
 /// Result of creating a topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopicCreated {
-    /// Created.
-    Created,
+    /// Created, with these members.
+    Created(InitialMembers),
     /// The drawn id exists already; draw another.
     IdTaken,
     /// The caller no longer exists.
     NoCaller,
+    /// The members asked for would take the topic past its limit; nothing was created.
+    Full,
 }
 
 /// The owner adds members.
@@ -540,7 +573,7 @@ impl ScOp {
     /// Payload bytes, for the writer's per-batch byte cap.
     pub(crate) fn bytes(&self) -> usize {
         match self {
-            Self::Send(p) => p.req.messages.iter().map(|m| m.ciphertext.len()).sum(),
+            Self::Send(p) => p.req.messages.iter().map(NewMessage::size).sum(),
             _ => 0,
         }
     }
@@ -753,7 +786,7 @@ async fn store_one(
     if !exists(conn, &m.recipient).await? {
         return Ok(SendOutcome::NoRecipient);
     }
-    let size = u64::try_from(m.ciphertext.len()).unwrap_or(u64::MAX);
+    let size = u64::try_from(m.size()).unwrap_or(u64::MAX);
     if let Some(limit) = over_limit(conn, &m.recipient, sender, size, caps).await? {
         return Ok(SendOutcome::Full(limit));
     }
@@ -770,8 +803,8 @@ async fn store_one(
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query(
-        "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, ciphertext, size, created_ms) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, header_extra, ciphertext, size, \
+         created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&m.recipient)
     .bind(inbox_id)
@@ -779,6 +812,7 @@ async fn store_one(
     .bind(sent_seq)
     .bind(&m.ephemeral_pub)
     .bind(&m.iv)
+    .bind(&m.header_extra)
     .bind(&m.ciphertext)
     .bind(i64::try_from(size).unwrap_or(i64::MAX))
     .bind(now)
@@ -904,6 +938,20 @@ async fn create_topic(conn: &mut SqliteConnection, c: &CreateTopic) -> Result<To
     if !exists(conn, &c.owner).await? {
         return Ok(TopicCreated::NoCaller);
     }
+    let mut initial = InitialMembers::default();
+    for id in &c.members {
+        if *id == c.owner {
+            initial.already.push(id.clone());
+        } else if exists(conn, id).await? {
+            initial.added.push(id.clone());
+        } else {
+            initial.unknown.push(id.clone());
+        }
+    }
+    initial.members = u64::try_from(initial.added.len()).unwrap_or(u64::MAX).saturating_add(1);
+    if !initial.added.is_empty() && initial.members > c.max_members {
+        return Ok(TopicCreated::Full);
+    }
     let inserted = sqlx::query("INSERT INTO sc_topic (id, owner, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
         .bind(&c.id)
         .bind(&c.owner)
@@ -914,13 +962,16 @@ async fn create_topic(conn: &mut SqliteConnection, c: &CreateTopic) -> Result<To
     if inserted == 0 {
         return Ok(TopicCreated::IdTaken);
     }
-    sqlx::query("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")
-        .bind(&c.id)
-        .bind(&c.owner)
-        .bind(c.now)
-        .execute(&mut *conn)
-        .await?;
-    Ok(TopicCreated::Created)
+    // The owner first: rosters list members in the order they joined.
+    for member in std::iter::once(&c.owner).chain(&initial.added) {
+        sqlx::query("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")
+            .bind(&c.id)
+            .bind(member)
+            .bind(c.now)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(TopicCreated::Created(initial))
 }
 
 async fn is_member(conn: &mut SqliteConnection, topic: &str, identity: &str) -> Result<bool, sqlx::Error> {
@@ -1173,7 +1224,7 @@ impl Stringcup<'_> {
         self.op(Ack { identity: identity.to_owned(), ids }, ScOp::Ack).await
     }
 
-    /// Creates a topic owned by the caller.
+    /// Creates a topic owned by the caller, with its initial members.
     pub async fn create_topic(&self, req: CreateTopic) -> Result<TopicCreated, StoreError> {
         self.op(req, ScOp::CreateTopic).await
     }
@@ -1236,7 +1287,7 @@ impl Stringcup<'_> {
     /// Up to `limit` messages of `recipient`'s inbox with id above `since`, oldest first.
     pub async fn inbox(&self, recipient: &str, since: i64, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT id, sender, header_version, header_algo, ephemeral_pub, iv, ciphertext, created_ms \
+            "SELECT id, sender, header_version, header_algo, ephemeral_pub, iv, header_extra, ciphertext, created_ms \
              FROM sc_message WHERE recipient = ? AND id > ? ORDER BY id LIMIT ?",
         )
         .bind(recipient)
@@ -1327,6 +1378,7 @@ mod tests {
                 recipient: recipient.into(),
                 ephemeral_pub: vec![2; 32],
                 iv: vec![3; 12],
+                header_extra: String::new(),
                 ciphertext: vec![4; 16],
             }],
             caps: PendingCaps {

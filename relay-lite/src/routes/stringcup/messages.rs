@@ -2,11 +2,12 @@
 //! pages with long polling, batch and single acknowledgement.
 //!
 //! Send check order: token (`401`), send budget (`429`), body size (`413`), JSON and fields
-//! (`400`), ciphertext size (`413`), `Idempotency-Key` syntax (`400`), the same key in flight
+//! (`400`, extra header fields included), ciphertext size (`413`), a `sender_id` other than
+//! the token's identity (`403`), `Idempotency-Key` syntax (`400`), the same key in flight
 //! (`409`); then, inside one write: replay (`200`) or reuse for another recipient (`422`),
 //! recipient (`404`), pending limits per sender then per inbox (`507`), stored (`201`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -57,9 +58,67 @@ fn caps(limits: &StringcupLimits) -> PendingCaps {
     }
 }
 
-/// Validates one message: recipient id shape, header version, algorithm and field sizes, and
-/// the ciphertext's encoding and size. The ciphertext itself stays opaque.
-fn parse_message(value: serde_json::Value, max: usize) -> Result<NewMessage, Error> {
+/// Most extra header fields on one message.
+pub const MAX_HEADER_EXTRA_FIELDS: usize = 16;
+/// Longest extra header field name, in bytes.
+pub const MAX_HEADER_EXTRA_NAME: usize = 64;
+/// Longest extra header field value, in bytes.
+pub const MAX_HEADER_EXTRA_VALUE: usize = 1024;
+/// Largest encoding of all extra header fields of one message (a JSON object), in bytes.
+pub const MAX_HEADER_EXTRA_BYTES: usize = 4096;
+
+/// Checks the extra header fields against their bounds and encodes them for storage: a JSON
+/// object of strings, or `""` for none. Only strings are carried, so what the recipient reads
+/// is byte for byte what the sender wrote.
+fn header_extra(extra: serde_json::Map<String, serde_json::Value>) -> Result<String, Error> {
+    if extra.is_empty() {
+        return Ok(String::new());
+    }
+    if extra.len() > MAX_HEADER_EXTRA_FIELDS {
+        return Err(Error::BadRequest(format!("a header carries at most {MAX_HEADER_EXTRA_FIELDS} extra fields")));
+    }
+    let mut fields = BTreeMap::new();
+    for (name, value) in extra {
+        let name_ok = (1..=MAX_HEADER_EXTRA_NAME).contains(&name.len())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !name_ok {
+            return Err(Error::BadRequest(format!(
+                "extra header field names are 1 to {MAX_HEADER_EXTRA_NAME} characters of A-Z, a-z, 0-9, `_`, `-` \
+                 and `.`"
+            )));
+        }
+        let serde_json::Value::String(value) = value else {
+            return Err(Error::BadRequest(format!("extra header field `{name}` must be a string")));
+        };
+        if value.len() > MAX_HEADER_EXTRA_VALUE {
+            return Err(Error::BadRequest(format!(
+                "extra header field `{name}` is longer than {MAX_HEADER_EXTRA_VALUE} bytes"
+            )));
+        }
+        fields.insert(name, value);
+    }
+    let encoded = serde_json::to_string(&fields).map_err(|e| Error::BadRequest(e.to_string()))?;
+    if encoded.len() > MAX_HEADER_EXTRA_BYTES {
+        return Err(Error::BadRequest(format!(
+            "the extra header fields take more than {MAX_HEADER_EXTRA_BYTES} bytes"
+        )));
+    }
+    Ok(encoded)
+}
+
+/// The extra header fields as stored (see [`header_extra`]); a row that does not parse (never
+/// written by this relay) delivers none rather than failing the page.
+fn stored_header_extra(text: &str) -> BTreeMap<String, String> {
+    if text.is_empty() {
+        return BTreeMap::new();
+    }
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+/// Validates one message from `sender`: recipient id shape, header version, algorithm and
+/// field sizes, the extra header fields' bounds, the ciphertext's encoding and size, then the
+/// optional `sender_id` (it must be `sender`: `403` otherwise). The ciphertext stays opaque.
+fn parse_message(value: serde_json::Value, sender: &str, max: usize) -> Result<NewMessage, Error> {
     let m: MessageIn = serde_json::from_value(value).map_err(|e| Error::BadRequest(format!("invalid message: {e}")))?;
     identity_id("recipient_id", &m.recipient_id)?;
     if m.header.version != 2 {
@@ -70,6 +129,7 @@ fn parse_message(value: serde_json::Value, max: usize) -> Result<NewMessage, Err
     }
     let ephemeral_pub = base64_exact("header.ephemeral_pub", &m.header.ephemeral_pub, 32)?;
     let iv = base64_exact("header.iv", &m.header.iv, 12)?;
+    let header_extra = header_extra(m.header.extra)?;
     // Refuse an oversized ciphertext before decoding it.
     if m.ciphertext.len() > max.div_ceil(3) * 4 + 4 {
         return Err(Error::PayloadTooLarge { what: "ciphertext", limit: max });
@@ -82,7 +142,11 @@ fn parse_message(value: serde_json::Value, max: usize) -> Result<NewMessage, Err
     if ciphertext.len() < MIN_CIPHERTEXT {
         return Err(Error::BadRequest("ciphertext is shorter than its 16-byte AES-GCM tag".into()));
     }
-    Ok(NewMessage { recipient: m.recipient_id, ephemeral_pub, iv, ciphertext })
+    // Checked last, so a malformed body is a 400 whatever it claims.
+    if m.sender_id.as_deref().is_some_and(|claimed| claimed != sender) {
+        return Err(Error::Forbidden("sender_id must be the identity your bearer token belongs to"));
+    }
+    Ok(NewMessage { recipient: m.recipient_id, ephemeral_pub, iv, header_extra, ciphertext })
 }
 
 /// The `Idempotency-Key`, if any: 1 to 255 printable ASCII characters, no spaces.
@@ -133,7 +197,7 @@ async fn send(
 ) -> Result<Response, Error> {
     let limits = &state.limits().stringcup;
     let map = json_map(body, send_body_limit(limits), false, &[])?;
-    let message = parse_message(serde_json::Value::Object(map), limits.message_max_bytes)?;
+    let message = parse_message(serde_json::Value::Object(map), &caller.id, limits.message_max_bytes)?;
     let key = idempotency_key(&headers)?;
     let _in_flight = key.as_deref().map(|k| InFlight::claim(&state, &caller.id, k)).transpose()?;
     let outcomes = state.store().stringcup().send(new_send(&state, &caller.id, key, vec![message])).await?;
@@ -178,7 +242,7 @@ async fn batch(
     let mut valid = Vec::new();
     for (index, entry) in req.messages.into_iter().enumerate() {
         let recipient_id = entry.get("recipient_id").and_then(serde_json::Value::as_str).map(str::to_owned);
-        match parse_message(entry, limits.message_max_bytes) {
+        match parse_message(entry, &caller.id, limits.message_max_bytes) {
             Ok(message) => valid.push((index, message)),
             Err(e) => failed.push(failure(index, recipient_id, &e)),
         }
@@ -234,6 +298,7 @@ fn message_out(recipient: &str, m: StoredMessage) -> MessageOut {
             algo: m.header_algo,
             ephemeral_pub: base64(&m.ephemeral_pub),
             iv: base64(&m.iv),
+            extra: stored_header_extra(&m.header_extra),
         },
         ciphertext: base64(&m.ciphertext),
         created_at: super::utc(m.created_ms),

@@ -17,8 +17,10 @@ use axum::routing::{delete, get, post};
 use switchboard_core::util::now_ms;
 
 use super::identities::identity_out;
-use super::wire::{MemberOut, MembersIn, MembersOut, RosterOut, TopicChangeOut, TopicOut, TopicsOut};
-use super::{Caller, Other, SMALL_BODY, is_identity_id, json_map, json_object, json_response, new_topic_id, utc};
+use super::wire::{
+    CreateTopicIn, MemberOut, MembersIn, MembersOut, RosterOut, TopicChangeOut, TopicCreatedOut, TopicOut, TopicsOut,
+};
+use super::{Caller, Other, SMALL_BODY, is_identity_id, json_object, json_response, new_topic_id, utc};
 use crate::AppState;
 use crate::error::{Conflict, Error};
 use crate::store::stringcup::{
@@ -42,6 +44,7 @@ fn topic_out(row: &TopicRow, caller: &str) -> TopicOut {
         id: row.id.clone(),
         owner_id: row.owner.clone(),
         role: if row.owner == caller { "owner" } else { "member" }.into(),
+        is_owner: row.owner == caller,
         member_count: row.member_count,
         created_at: utc(row.created_ms),
     }
@@ -52,26 +55,54 @@ async fn create(
     caller: Caller<Other>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Error> {
-    json_map(
+    let req = json_object::<CreateTopicIn>(
         body,
         SMALL_BODY,
         true,
         &[("name", "the relay assigns topic ids; keep a human-readable label client-side (or inside the ciphertext)")],
     )?;
+    let limits = &state.limits().stringcup;
+    let (ids, malformed) = members(req.members.unwrap_or_default(), limits.topic_max_add)?;
     for _ in 0..4 {
         let id = new_topic_id();
         let now = now_ms();
-        let create = CreateTopic { id: id.clone(), owner: caller.id.clone(), now };
+        let create = CreateTopic {
+            id: id.clone(),
+            owner: caller.id.clone(),
+            members: ids.clone(),
+            max_members: u64::try_from(limits.topic_max_members).unwrap_or(u64::MAX),
+            now,
+        };
         match state.store().stringcup().create_topic(create).await? {
-            TopicCreated::Created => {
-                let row = TopicRow { id, owner: caller.id.clone(), created_ms: now, member_count: 1 };
-                return Ok(json_response(StatusCode::CREATED, &topic_out(&row, &caller.id)));
+            TopicCreated::Created(initial) => {
+                let member_count = i64::try_from(initial.members).unwrap_or(i64::MAX);
+                let row = TopicRow { id, owner: caller.id.clone(), created_ms: now, member_count };
+                let mut unknown = initial.unknown;
+                unknown.extend(malformed);
+                let body = TopicCreatedOut {
+                    topic: topic_out(&row, &caller.id),
+                    added: initial.added,
+                    already_member: initial.already,
+                    unknown,
+                };
+                return Ok(json_response(StatusCode::CREATED, &body));
             }
             TopicCreated::IdTaken => {}
             TopicCreated::NoCaller => return Err(Error::Unauthorized("unknown or revoked token")),
+            TopicCreated::Full => return Err(Error::Conflict(Conflict::TopicFull(limits.topic_max_members))),
         }
     }
     Err(Error::Unavailable)
+}
+
+/// The ids of a member list, without repeats, split into well-formed and malformed (which can
+/// name no identity, so they are reported as unknown); `400` past `max` ids.
+fn members(list: Vec<String>, max: usize) -> Result<(Vec<String>, Vec<String>), Error> {
+    if list.len() > max {
+        return Err(Error::BadRequest(format!("at most {max} members may be added per call")));
+    }
+    let mut seen = HashSet::new();
+    Ok(list.into_iter().filter(|id| seen.insert(id.clone())).partition(|id| is_identity_id(id)))
 }
 
 async fn list(State(state): State<AppState>, caller: Caller<Other>) -> Result<Response, Error> {
@@ -115,12 +146,7 @@ async fn add(
     let topic = path(topic)?;
     let req = json_object::<MembersIn>(body, SMALL_BODY, false, &[])?;
     let limits = &state.limits().stringcup;
-    if req.members.len() > limits.topic_max_add {
-        return Err(Error::BadRequest(format!("at most {} members may be added per call", limits.topic_max_add)));
-    }
-    let mut seen = HashSet::new();
-    let (ids, malformed): (Vec<String>, Vec<String>) =
-        req.members.into_iter().filter(|id| seen.insert(id.clone())).partition(|id| is_identity_id(id));
+    let (ids, malformed) = members(req.members, limits.topic_max_add)?;
     let add = AddMembers {
         topic,
         caller: caller.id,

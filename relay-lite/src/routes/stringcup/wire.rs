@@ -40,7 +40,6 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::
 
 /// A message header, as sent.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct HeaderIn {
     /// Must be 2.
     pub version: i64,
@@ -50,15 +49,25 @@ pub struct HeaderIn {
     pub ephemeral_pub: String,
     /// Base64 of 12 bytes.
     pub iv: String,
+    /// Any other fields (the reference client's pairing `purpose` and `tag`): carried to the
+    /// recipient unchanged, within bounds checked by the route (strings only, a few small ones).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// One message, in `POST /api/v2/messages` or a batch entry. Unknown fields are refused: the
-/// relay would otherwise drop them silently on the way to the recipient.
+/// One message, in `POST /api/v2/messages` or a batch entry. Unknown top-level fields are
+/// refused: the relay would otherwise drop them silently on the way to the recipient (extra
+/// *header* fields are carried instead).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MessageIn {
     /// `sc-...`.
     pub recipient_id: String,
+    /// The sender, as the reference client states it; optional, and when present it must be
+    /// the identity the bearer token belongs to (`403` otherwise). The stored sender is always
+    /// the token's identity.
+    #[serde(default)]
+    pub sender_id: Option<String>,
     /// Header.
     pub header: HeaderIn,
     /// Base64 ciphertext with its 16-byte GCM tag.
@@ -241,6 +250,9 @@ pub struct HeaderOut {
     pub ephemeral_pub: String,
     /// Standard base64.
     pub iv: String,
+    /// The sender's extra header fields, exactly as sent.
+    #[serde(flatten)]
+    pub extra: std::collections::BTreeMap<String, String>,
 }
 
 /// A message in an inbox page.
@@ -295,6 +307,15 @@ pub struct DeletedOut {
     pub message_id: i64,
 }
 
+/// `POST /api/v2/topics` (optional; `ids` is accepted as an alias). `name` is refused before
+/// this is parsed.
+#[derive(Debug, Deserialize)]
+pub struct CreateTopicIn {
+    /// Identities to add with the owner, up to 100.
+    #[serde(default, alias = "ids")]
+    pub members: Option<Vec<String>>,
+}
+
 /// A topic in the caller's list.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TopicOut {
@@ -304,10 +325,26 @@ pub struct TopicOut {
     pub owner_id: String,
     /// `owner` or `member`: the caller's place in it.
     pub role: String,
+    /// Whether the caller owns it (the reference client reads this).
+    pub is_owner: bool,
     /// Members, owner included.
     pub member_count: i64,
     /// Creation time.
     pub created_at: String,
+}
+
+/// `201` to `POST /api/v2/topics`: the topic, and what became of the members asked for.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TopicCreatedOut {
+    /// The topic, as listed.
+    #[serde(flatten)]
+    pub topic: TopicOut,
+    /// Added along with the owner.
+    pub added: Vec<String>,
+    /// Already a member (the owner naming itself).
+    pub already_member: Vec<String>,
+    /// No such identity (malformed ids included).
+    pub unknown: Vec<String>,
 }
 
 /// A member in a roster.
