@@ -200,3 +200,53 @@ fn commands_on_an_uninitialised_profile_say_what_to_do() {
     assert!(!success);
     assert!(err.contains("switchboard init"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pair_prints_a_token_and_both_sides_end_up_with_each_others_fingerprint() {
+    use std::io::{BufRead, BufReader};
+    let relay = TestRelay::start().await;
+    let (_a, alice) = home();
+    let (_b, bob) = home();
+    ok(&alice, &["init", "--name", "alice", "--relay", &relay.url()]);
+    ok(&bob, &["init", "--name", "bob", "--relay", &relay.url()]);
+    let mut opener = Command::new(bin())
+        .arg("--home")
+        .arg(&alice)
+        .args(["pair", "--name", "bob", "--timeout", "60", "--json"])
+        .env("SWITCHBOARD_KEYSTORE", "file")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(opener.stdout.take().unwrap());
+    let (token, out) = tokio::task::spawn_blocking(move || {
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let v: Value = serde_json::from_str(&first).unwrap();
+        (v["token"].as_str().unwrap().to_owned(), out)
+    })
+    .await
+    .unwrap();
+    assert!(token.starts_with("rv-"), "{token}");
+    let joined = json(&bob, &["pair", &token, "--name", "alice", "--timeout", "60"]);
+    assert_eq!(joined["status"], "paired");
+    let opened = tokio::task::spawn_blocking(move || {
+        let mut rest = String::new();
+        let mut out = out;
+        out.read_line(&mut rest).unwrap();
+        let status = opener.wait().unwrap();
+        (rest, status)
+    })
+    .await
+    .unwrap();
+    assert!(opened.1.success());
+    let opened: Value = serde_json::from_str(&opened.0).unwrap();
+    assert_eq!(opened["status"], "paired");
+    // Each side shows the fingerprint the other side's own device computes.
+    assert_eq!(opened["fingerprint_short"], json(&bob, &["whoami"])["stringcup"]["fingerprint_short"]);
+    assert_eq!(joined["fingerprint_short"], json(&alice, &["whoami"])["stringcup"]["fingerprint_short"]);
+    let contacts = json(&alice, &["contact", "list"]);
+    assert_eq!(contacts[0]["name"], "bob");
+    assert_eq!(contacts[0]["protocol"], "stringcup");
+    ok(&alice, &["send", "bob", "paired from the command line"]);
+    assert_eq!(json(&bob, &["inbox"])[0]["body"], "paired from the command line");
+}
