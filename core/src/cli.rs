@@ -110,6 +110,75 @@ pub enum Command {
     RotateToken,
     /// Run the profile's runtime headless.
     Daemon,
+    /// Run a stdio MCP server for one agent session (starts the runtime if none runs).
+    Mcp {
+        /// The agent's name (as contacts see it in the roster).
+        #[arg(long, env = "SWITCHBOARD_AGENT", default_value = "agent")]
+        agent: String,
+        /// The harness, for the roster.
+        #[arg(long, default_value = "mcp")]
+        harness: String,
+    },
+    /// Print an agent's deliveries as JSON lines as they become due (a harness monitor).
+    Listen {
+        /// The agent's name.
+        #[arg(long, env = "SWITCHBOARD_AGENT", default_value = "agent")]
+        agent: String,
+        /// The harness, for the roster.
+        #[arg(long, default_value = "claude-code")]
+        harness: String,
+        /// Stop after the first batch (or after --timeout seconds with nothing).
+        #[arg(long)]
+        once: bool,
+        /// With --once: longest wait in seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Deliver an agent's queued messages into a harness hook (Claude Code hook JSON on stdout).
+    Hook {
+        /// The agent's name.
+        #[arg(long, env = "SWITCHBOARD_AGENT", default_value = "agent")]
+        agent: String,
+        /// post-tool-use (only what is due: steer) or user-prompt-submit (everything queued).
+        event: String,
+    },
+    /// Outbound agent messages held for your approval.
+    #[command(subcommand)]
+    Review(ReviewCmd),
+    /// Show or change the delivery policy (review mode, loop guard, digest period).
+    Policy {
+        /// Outbound agent messages: auto (sent at once) or review (held for approval).
+        #[arg(long)]
+        review: Option<String>,
+        /// Agent-to-agent messages per conversation without your input before it pauses.
+        #[arg(long, value_name = "N")]
+        loop_limit: Option<u32>,
+        /// Seconds between digests of traffic not addressed to an agent.
+        #[arg(long, value_name = "SECS")]
+        digest: Option<u64>,
+    },
+    /// Resume a conversation the loop guard paused.
+    Resume {
+        /// Contact name.
+        contact: String,
+    },
+}
+
+/// `review` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ReviewCmd {
+    /// Held messages.
+    List,
+    /// Send a held message.
+    Approve {
+        /// Review id.
+        id: i64,
+    },
+    /// Drop a held message.
+    Reject {
+        /// Review id.
+        id: i64,
+    },
 }
 
 /// `send` arguments.
@@ -180,6 +249,13 @@ pub enum ContactCmd {
         #[arg(value_delimiter = ',')]
         kinds: Vec<String>,
     },
+    /// Outbound mode for agent messages to this contact: auto, review, or default (the policy's).
+    Review {
+        /// Contact name.
+        name: String,
+        /// auto | review | default.
+        mode: String,
+    },
     /// Append a per-agent rule (first match decides).
     Rule {
         /// Contact name.
@@ -247,6 +323,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             ContactCmd::Verify { name } => Request::ContactVerify { name },
             ContactCmd::Allow { name, kinds } => Request::ContactAllow { name, kinds },
             ContactCmd::Rule { name, action, from, to } => Request::ContactRule { name, from, to, action },
+            ContactCmd::Review { name, mode } => Request::ContactReview { name, mode },
         },
         Command::Send(a) => {
             let text = if a.text == "-" {
@@ -287,7 +364,17 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Topic(TopicCmd::Create { members }) => Request::TopicCreate { members },
         Command::Topic(TopicCmd::Send { topic, text }) => Request::TopicSend { topic, text },
         Command::RotateToken => Request::TokenRotate,
-        Command::Init { .. } | Command::Daemon | Command::Pair { .. } => {
+        Command::Review(ReviewCmd::List) => Request::ReviewList,
+        Command::Review(ReviewCmd::Approve { id }) => Request::ReviewApprove { id },
+        Command::Review(ReviewCmd::Reject { id }) => Request::ReviewReject { id },
+        Command::Policy { review, loop_limit, digest } => Request::Policy { review, loop_limit, digest_secs: digest },
+        Command::Resume { contact } => Request::Resume { contact },
+        Command::Init { .. }
+        | Command::Daemon
+        | Command::Pair { .. }
+        | Command::Mcp { .. }
+        | Command::Listen { .. }
+        | Command::Hook { .. } => {
             return Err(ApiError { code: "internal".into(), message: "not a runtime request".into() });
         }
     })
@@ -430,6 +517,9 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
             Ok(())
         }
         Command::Daemon => daemon(profile).await,
+        Command::Mcp { agent, harness } => crate::bridge::mcp::serve_stdio(profile, &agent, &harness).await,
+        Command::Listen { agent, harness, once, timeout } => listen(profile, &agent, &harness, once, timeout).await,
+        Command::Hook { agent, event } => hook(profile, &agent, &event).await,
         Command::Pair { token, name, timeout } => {
             let conn = Conn::open(&profile).await?;
             let token = match token {
@@ -478,16 +568,8 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
     }
 }
 
-async fn daemon(profile: Profile) -> Result<(), ApiError> {
-    let e = |code: &str, m: String| ApiError { code: code.into(), message: m };
-    let _lock = profile
-        .try_lock()
-        .map_err(|x| e("profile", x.to_string()))?
-        .ok_or_else(|| e("runtime_busy", format!("another runtime already owns {}", profile.dir.display())))?;
-    let rt = Runtime::open(&profile).await.map_err(|x| x.to_api())?;
-    let bridge = crate::bridge::serve(rt.clone()).await.map_err(|x| e("bridge", x.to_string()))?;
-    let tasks = rt.start_background();
-    println!("switchboard daemon: profile {} bridge http://{}", profile.dir.display(), bridge.addr);
+/// Resolves when the process is asked to stop (Ctrl-C or SIGTERM).
+async fn stop_signal() {
     let term = async {
         #[cfg(unix)]
         {
@@ -495,6 +577,93 @@ async fn daemon(profile: Profile) -> Result<(), ApiError> {
                 s.recv().await;
                 return;
             }
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+async fn listen(profile: Profile, agent: &str, harness: &str, once: bool, timeout: u64) -> Result<(), ApiError> {
+    use std::io::Write;
+    let session = crate::bridge::session::AgentSession::open(profile, agent, harness).await?;
+    let run = async {
+        loop {
+            let wait = if once { timeout } else { 60 };
+            let v = session.call(Request::Wait { agent: None, timeout_secs: wait }).await?;
+            let list = v["deliveries"].as_array().cloned().unwrap_or_default();
+            let mut out = std::io::stdout().lock();
+            for d in &list {
+                let mut line = serde_json::json!({"type": "message", "agent": agent, "unread": v["unread"]});
+                if let (Some(o), Some(d)) = (line.as_object_mut(), d.as_object()) {
+                    o.extend(d.clone());
+                }
+                if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                    return Ok(());
+                }
+            }
+            drop(out);
+            if once {
+                return Ok(());
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = run => r,
+        _ = stop_signal() => Ok(()),
+    };
+    session.close().await;
+    result
+}
+
+async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError> {
+    let (req, name) = match event {
+        "post-tool-use" => (Request::Wait { agent: Some(agent.into()), timeout_secs: 0 }, "PostToolUse"),
+        "user-prompt-submit" => {
+            (Request::Read { agent: Some(agent.into()), id: None, ancestors: None }, "UserPromptSubmit")
+        }
+        other => {
+            return Err(ApiError {
+                code: "invalid_input".into(),
+                message: format!("unknown hook event `{other}` (post-tool-use, user-prompt-submit)"),
+            });
+        }
+    };
+    let conn = Conn::open(&profile).await?;
+    let v = conn.call(req).await?;
+    let list = v["deliveries"].as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        return Ok(());
+    }
+    let mut context = format!("[switchboard] {} message(s) for agent {agent} from peers:", list.len());
+    for d in &list {
+        context.push_str("\n\n");
+        context.push_str(d["text"].as_str().unwrap_or_default());
+    }
+    println!("{}", serde_json::json!({"hookSpecificOutput": {"hookEventName": name, "additionalContext": context}}));
+    Ok(())
+}
+
+async fn daemon(profile: Profile) -> Result<(), ApiError> {
+    let e = |code: &str, m: String| ApiError { code: code.into(), message: m };
+    let _lock = profile
+        .try_lock()
+        .map_err(|x| e("profile", x.to_string()))?
+        .ok_or_else(|| e("runtime_busy", format!("another runtime already owns {}", profile.dir.display())))?;
+    let rt = Runtime::open(&profile).await.map_err(|x| x.to_api())?;
+    // Listen for SIGTERM before the bridge files announce us: a client may signal at once.
+    #[cfg(unix)]
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let bridge = crate::bridge::serve(rt.clone()).await.map_err(|x| e("bridge", x.to_string()))?;
+    let tasks = rt.start_background();
+    println!("switchboard daemon: profile {} bridge http://{}", profile.dir.display(), bridge.addr);
+    let term = async {
+        #[cfg(unix)]
+        if let Some(s) = sigterm.as_mut() {
+            s.recv().await;
+            return;
         }
         std::future::pending::<()>().await;
     };

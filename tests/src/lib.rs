@@ -240,3 +240,118 @@ pub fn home() -> (TempDir, PathBuf) {
     let p = d.path().join("home");
     (d, p)
 }
+
+impl Peer {
+    /// Registers `agent` as a local agent session (as the owner would) and returns its token.
+    pub async fn open_session(&self, agent: &str) -> String {
+        let v = self.call(Request::SessionOpen { agent: agent.into(), harness: Some("test".into()) }).await;
+        v["token"].as_str().unwrap().to_owned()
+    }
+
+    /// Performs a request as the local agent session `agent`, returning the error code on failure.
+    pub async fn as_agent(&self, agent: &str, req: Request) -> Result<Value, String> {
+        let caller = switchboard_core::engine::Caller::Agent(agent.into());
+        self.rt.handle_as(&caller, req, !self.live).await.map_err(|e| e.code().to_owned())
+    }
+
+    /// Sends as the local agent `agent`: (contact, text, kind, reply_to, to_agent).
+    pub async fn agent_send(
+        &self,
+        agent: &str,
+        contact: &str,
+        text: &str,
+        kind: &str,
+        reply_to: Option<&str>,
+        to_agent: Option<&str>,
+    ) -> Result<Value, String> {
+        self.as_agent(
+            agent,
+            Request::Send {
+                contact: contact.into(),
+                text: text.into(),
+                kind: Some(kind.into()),
+                reply_to: reply_to.map(Into::into),
+                from_agent: None,
+                to_agent: to_agent.map(Into::into),
+            },
+        )
+        .await
+    }
+
+    /// Waits up to `secs` as agent `agent` and returns what was delivered to it.
+    pub async fn agent_wait(&self, agent: &str, secs: u64) -> Vec<Value> {
+        let v = self.as_agent(agent, Request::Wait { agent: None, timeout_secs: secs }).await.unwrap();
+        v["deliveries"].as_array().cloned().unwrap()
+    }
+}
+
+/// A `switchboard daemon` process on a profile, killed on drop.
+pub struct DaemonProcess(pub std::process::Child);
+
+impl DaemonProcess {
+    /// Starts the daemon and waits until its bridge files exist.
+    pub fn start(bin: &Path, home: &Path) -> Self {
+        let mut child = Command::new(bin)
+            .arg("--home")
+            .arg(home)
+            .arg("daemon")
+            .env("SWITCHBOARD_KEYSTORE", "file")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if home.join("bridge.token").exists() && home.join("bridge.port").exists() {
+                return Self(child);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("daemon did not start its bridge");
+    }
+
+    /// Asks it to stop (SIGTERM) and waits.
+    pub fn stop(mut self) {
+        Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status().unwrap();
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "daemon exited with {status}");
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The bridge of the runtime serving `home`: (rpc URL, port, owner token).
+pub fn bridge_of(home: &Path) -> (String, String, String) {
+    let port = std::fs::read_to_string(home.join("bridge.port")).unwrap().trim().to_owned();
+    let token = std::fs::read_to_string(home.join("bridge.token")).unwrap().trim().to_owned();
+    (format!("http://127.0.0.1:{port}/v1/rpc"), port, token)
+}
+
+/// Two CLI profiles on `relay` that are each other's contacts (`alice` and `bob`).
+pub fn befriend_cli(bin: &Path, alice: &Path, bob: &Path, relay: &str) {
+    let run = |home: &Path, args: &[&str]| {
+        let (ok, out, err) = switchboard(bin, home, args);
+        assert!(ok, "switchboard {args:?} failed: {err}");
+        out
+    };
+    run(alice, &["init", "--name", "alice", "--relay", relay]);
+    run(bob, &["init", "--name", "bob", "--relay", relay]);
+    let who: Value = serde_json::from_str(&run(bob, &["whoami", "--json"])).unwrap();
+    let addr = who["letagents"]["address"].as_str().unwrap().to_owned();
+    run(alice, &["contact", "add", &addr, "--name", "bob"]);
+    for _ in 0..100 {
+        let reqs: Value = serde_json::from_str(&run(bob, &["contact", "requests", "--json"])).unwrap();
+        if reqs.as_array().unwrap().iter().any(|r| r["name"] == "alice") {
+            run(bob, &["contact", "accept", "alice"]);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("bob never saw alice's request");
+}

@@ -156,6 +156,83 @@ pub enum Request {
     },
     /// Stringcup: rotate the API token now.
     TokenRotate,
+    /// Opens an agent session (owner only): registers the agent in the roster and returns a
+    /// token bound to its name. Requests made with that token act as that agent and no other.
+    SessionOpen {
+        /// The agent's name.
+        agent: String,
+        /// Its harness (claude-code, codex, mcp, cli).
+        #[serde(default)]
+        harness: Option<String>,
+    },
+    /// Ends the calling agent's session: its token stops working.
+    SessionClose,
+    /// An agent's queued deliveries (all of them, fenced), or with `id` one message and its reply
+    /// chain. The owner names the agent; an agent session reads its own queue.
+    Read {
+        /// The agent (owner callers only).
+        #[serde(default)]
+        agent: Option<String>,
+        /// One message instead of the queue.
+        #[serde(default)]
+        id: Option<String>,
+        /// With `id`: how many messages up the reply chain to include.
+        #[serde(default)]
+        ancestors: Option<u32>,
+    },
+    /// Waits up to `timeout_secs` for deliveries that are due (addressed to the agent: at once;
+    /// other traffic: on the digest tick), then returns everything queued.
+    Wait {
+        /// The agent (owner callers only).
+        #[serde(default)]
+        agent: Option<String>,
+        /// Longest wait; 0 only looks.
+        #[serde(default)]
+        timeout_secs: u64,
+    },
+    /// The calling agent's unread count (the owner names the agent).
+    Unread {
+        /// The agent (owner callers only).
+        #[serde(default)]
+        agent: Option<String>,
+    },
+    /// Outbound agent messages held for review.
+    ReviewList,
+    /// Approves a held message: it is sent as its agent wrote it.
+    ReviewApprove {
+        /// Review id.
+        id: i64,
+    },
+    /// Rejects a held message: it is never sent.
+    ReviewReject {
+        /// Review id.
+        id: i64,
+    },
+    /// The delivery policy; fields given are changed first.
+    Policy {
+        /// Global outbound mode for agent messages: auto or review.
+        #[serde(default)]
+        review: Option<String>,
+        /// Agent-to-agent messages per conversation without operator input before the loop
+        /// guard pauses it.
+        #[serde(default)]
+        loop_limit: Option<u32>,
+        /// Seconds between digests of traffic not addressed to an agent.
+        #[serde(default)]
+        digest_secs: Option<u64>,
+    },
+    /// Per-contact outbound mode for agent messages: auto, review or default (the global one).
+    ContactReview {
+        /// Contact name.
+        name: String,
+        /// auto | review | default.
+        mode: String,
+    },
+    /// Operator input: resumes a conversation the loop guard paused and releases what it held.
+    Resume {
+        /// Contact name.
+        contact: String,
+    },
 }
 
 fn default_pair_timeout() -> u64 {

@@ -54,17 +54,22 @@ impl Conn {
             }
             // Another runtime owns the profile; it writes its bridge files once it listens.
             if let Some((port, token)) = profile.read_bridge_files() {
-                let tls = crate::transport::tls::client_config(None).map_err(|e| api_error("internal", e))?;
-                let http = reqwest::Client::builder()
-                    .tls_backend_preconfigured(tls)
-                    .no_proxy()
-                    .build()
-                    .map_err(|e| api_error("internal", e))?;
-                return Ok(Conn::Remote { port, token, http });
+                return Conn::remote(port, token);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(api_error("runtime_busy", "another runtime owns this profile but its bridge is not answering"))
+    }
+
+    /// A connection to the bridge on `port` with `token` (the owner's, or an agent session's).
+    pub fn remote(port: u16, token: String) -> Result<Conn, ApiError> {
+        let tls = crate::transport::tls::client_config(None).map_err(|e| api_error("internal", e))?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .no_proxy()
+            .build()
+            .map_err(|e| api_error("internal", e))?;
+        Ok(Conn::Remote { port, token, http })
     }
 
     /// Whether this is an in-process runtime.
@@ -79,7 +84,7 @@ impl Conn {
             Conn::Remote { port, token, http } => {
                 let wait = match &req {
                     Request::Inbox { wait_secs, .. } => *wait_secs,
-                    Request::PairWait { timeout_secs, .. } => *timeout_secs,
+                    Request::PairWait { timeout_secs, .. } | Request::Wait { timeout_secs, .. } => *timeout_secs,
                     _ => 0,
                 };
                 let resp = http

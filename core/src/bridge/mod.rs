@@ -1,10 +1,16 @@
 //! The localhost bridge: the running runtime's HTTP API for the CLI, agents and the UI. Bound to
-//! 127.0.0.1 only, on a port recorded with a random token in the profile (0600). Requests with a
-//! wrong or missing token, a `Host` that is not this loopback address and port, or any browser
-//! `Origin` are refused (DNS rebinding and CSRF).
+//! 127.0.0.1 only, on a port recorded with a random owner token in the profile (0600). Requests
+//! with a wrong or missing token, a `Host` that is not this loopback address and port, or any
+//! browser `Origin` are refused (DNS rebinding and CSRF).
+//!
+//! Two kinds of bearer token are accepted: the owner's (the person, from the 0600 file) and agent
+//! session tokens, each bound to one agent name (see `engine::agents`). The caller found here is
+//! what the engine applies permissions to; nothing in a request body can change it.
 
 pub mod api;
 pub mod client;
+pub mod mcp;
+pub mod session;
 
 use std::net::SocketAddr;
 
@@ -13,10 +19,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use tokio::net::TcpListener;
 
-use crate::engine::{Error, Runtime};
+use crate::engine::{Caller, Error, Runtime};
 use crate::identity::random_token;
 use api::{ApiError, Request};
 
@@ -25,6 +31,13 @@ struct BridgeState {
     rt: Runtime,
     token: String,
     port: u16,
+}
+
+/// The authenticated caller of one request.
+#[derive(Clone)]
+struct Auth {
+    caller: Caller,
+    token: String,
 }
 
 /// A running bridge.
@@ -53,8 +66,17 @@ fn same_token(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Why a request's headers are refused, if they are.
-fn check_headers(headers: &HeaderMap, port: u16, token: &str) -> Option<Response> {
+/// The bearer token of a request ("" when there is none).
+fn bearer(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("")
+}
+
+/// Why a request's `Origin` or `Host` is refused, if it is.
+fn check_origin_host(headers: &HeaderMap, port: u16) -> Option<Response> {
     if headers.contains_key(header::ORIGIN) {
         return Some(refuse(StatusCode::FORBIDDEN, "origin_refused", "browser origins may not call the bridge"));
     }
@@ -67,22 +89,37 @@ fn check_headers(headers: &HeaderMap, port: u16, token: &str) -> Option<Response
             "Host must be the loopback address and port of this bridge",
         ));
     }
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !same_token(given.as_bytes(), token.as_bytes()) {
+    None
+}
+
+/// Why a request's headers are refused, if they are, checking the owner token only.
+#[cfg(test)]
+fn check_headers(headers: &HeaderMap, port: u16, token: &str) -> Option<Response> {
+    if let Some(r) = check_origin_host(headers, port) {
+        return Some(r);
+    }
+    if !same_token(bearer(headers).as_bytes(), token.as_bytes()) {
         return Some(refuse(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bridge token"));
     }
     None
 }
 
-async fn guard(State(s): State<BridgeState>, req: HttpRequest, next: Next) -> Response {
-    match check_headers(req.headers(), s.port, &s.token) {
-        Some(refusal) => refusal,
-        None => next.run(req).await,
+async fn guard(State(s): State<BridgeState>, mut req: HttpRequest, next: Next) -> Response {
+    if let Some(refusal) = check_origin_host(req.headers(), s.port) {
+        return refusal;
     }
+    let given = bearer(req.headers()).to_owned();
+    let caller = if same_token(given.as_bytes(), s.token.as_bytes()) {
+        Caller::Owner
+    } else {
+        match s.rt.agent_for_token(&given).await {
+            Ok(Some(agent)) => Caller::Agent(agent),
+            Ok(None) => return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bridge token"),
+            Err(e) => return (status_for(&e), Json(e.to_api())).into_response(),
+        }
+    };
+    req.extensions_mut().insert(Auth { caller, token: given });
+    next.run(req).await
 }
 
 fn status_for(e: &Error) -> StatusCode {
@@ -94,11 +131,17 @@ fn status_for(e: &Error) -> StatusCode {
         }
         Error::Transport(_) => StatusCode::BAD_GATEWAY,
         Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Bug(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        Error::Forbidden(_) => StatusCode::FORBIDDEN,
+        Error::LoopGuard(_) => StatusCode::CONFLICT,
     }
 }
 
-async fn rpc(State(s): State<BridgeState>, Json(req): Json<Request>) -> Response {
-    match s.rt.handle(req, false).await {
+async fn rpc(State(s): State<BridgeState>, Extension(auth): Extension<Auth>, Json(req): Json<Request>) -> Response {
+    let result = match (&auth.caller, req) {
+        (Caller::Agent(_), Request::SessionClose) => s.rt.close_session(&auth.token).await,
+        (caller, req) => s.rt.handle_as(caller, req, false).await,
+    };
+    match result {
         Ok(v) => Json(v).into_response(),
         Err(e) => (status_for(&e), Json(e.to_api())).into_response(),
     }
@@ -109,6 +152,8 @@ pub async fn serve(rt: Runtime) -> std::io::Result<Bridge> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let token = random_token();
+    // Agent sessions of an earlier runtime end with it.
+    rt.revoke_agent_tokens().await.map_err(|e| std::io::Error::other(e.to_string()))?;
     rt.profile().write_bridge_files(addr.port(), &token).map_err(|e| std::io::Error::other(e.to_string()))?;
     let state = BridgeState { rt, token: token.clone(), port: addr.port() };
     let app = Router::new()

@@ -32,7 +32,12 @@ use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::transport::stringcup::StringcupClient;
 
+mod agents;
+mod delivery;
 mod stringcup;
+
+pub use agents::Caller;
+pub use delivery::fence;
 
 const SC: &str = "stringcup";
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms, random_array};
@@ -88,6 +93,12 @@ pub enum Error {
     /// Something that cannot happen did.
     #[error("internal error: {0}")]
     Bug(String),
+    /// The caller (an agent session) may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The loop guard paused this conversation until the operator resumes it.
+    #[error("{0}")]
+    LoopGuard(String),
 }
 
 impl Error {
@@ -107,6 +118,8 @@ impl Error {
             Error::Transport(_) => "relay",
             Error::Profile(_) => "profile",
             Error::Bug(_) => "internal",
+            Error::Forbidden(_) => "forbidden",
+            Error::LoopGuard(_) => "loop_guard",
         }
     }
 
@@ -149,6 +162,11 @@ pub enum Event {
     KeyChanged {
         /// The contact.
         name: String,
+    },
+    /// The operator resumed a conversation the loop guard had paused.
+    Resumed {
+        /// The contact's row id.
+        contact_id: i64,
     },
 }
 
@@ -461,8 +479,9 @@ impl Runtime {
 
     // ----- requests -----------------------------------------------------------------------
 
-    /// Handles one request. `one_shot` runtimes sync with the relay around it.
-    pub async fn handle(&self, req: Request, one_shot: bool) -> Result<Value> {
+    /// Handles one request for the owner, after `agents::handle_as` applied the caller's
+    /// permissions and the delivery policy. `one_shot` runtimes sync with the relay around it.
+    async fn handle_core(&self, req: Request, one_shot: bool) -> Result<Value> {
         match req {
             Request::Whoami => self.whoami().await,
             Request::Status => self.status().await,
@@ -563,6 +582,17 @@ impl Runtime {
                 Ok(v)
             }
             Request::TokenRotate => self.stringcup_rotate_if_due(true).await,
+            Request::SessionOpen { .. }
+            | Request::SessionClose
+            | Request::Read { .. }
+            | Request::Wait { .. }
+            | Request::Unread { .. }
+            | Request::ReviewList
+            | Request::ReviewApprove { .. }
+            | Request::ReviewReject { .. }
+            | Request::Policy { .. }
+            | Request::ContactReview { .. }
+            | Request::Resume { .. } => Err(Error::Bug("agent and policy requests are routed by handle_as".into())),
         }
     }
 
@@ -1063,7 +1093,9 @@ impl Runtime {
         let peer = opened.sender().mailbox_id();
         let msg_id = opened.inner.id.clone();
         let kind = opened.kind;
-        let mut tx = self.store().pool.begin().await?;
+        // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
+        // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox) commits between.
+        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let contact = store::contact_by_peer(&mut tx, PROTO, &peer).await?;
         let view = match &contact {
             Some(c) => {

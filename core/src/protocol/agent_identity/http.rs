@@ -252,8 +252,8 @@ impl DiscoveryDocument {
         if shape::string(obj, "", "protocol")? != protocol {
             return Err(ShapeError::new("protocol", format!("expected {protocol}")).into());
         }
-        let service = Origin::parse(shape::string(obj, "", "service")?)
-            .map_err(|e| ShapeError::new("service", e.to_string()))?;
+        let service =
+            Origin::parse(shape::string(obj, "", "service")?).map_err(|e| ShapeError::new("service", e.to_string()))?;
         if &service != fetched_from {
             return Err(ShapeError::new("service", "differs from the fetched origin").into());
         }
@@ -262,7 +262,8 @@ impl DiscoveryDocument {
             Some(e) => {
                 let e = shape::object(e, "endpoints")?;
                 for (name, url) in e.iter() {
-                    let url = url.as_str().ok_or_else(|| ShapeError::new(shape::join("endpoints", name), "not a string"))?;
+                    let url =
+                        url.as_str().ok_or_else(|| ShapeError::new(shape::join("endpoints", name), "not a string"))?;
                     if !url.starts_with("https://") {
                         return Err(ShapeError::new(shape::join("endpoints", name), "not an https URL").into());
                     }

@@ -466,6 +466,25 @@ pub fn to_jcs_string(value: &Value) -> String {
     out
 }
 
+/// The JCS form of an object given as borrowed members (names must be unique). Lets a caller
+/// canonicalize a large structure without first copying it into a [`Value`].
+pub fn object_to_jcs(members: &[(&str, &Value)]) -> String {
+    let mut sorted: Vec<&(&str, &Value)> = members.iter().collect();
+    sorted.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    let mut out = String::new();
+    out.push('{');
+    for (i, (k, v)) in sorted.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(k, &mut out);
+        out.push(':');
+        write_jcs(v, &mut out);
+    }
+    out.push('}');
+    out
+}
+
 fn write_jcs(value: &Value, out: &mut String) {
     match value {
         Value::Null => out.push_str("null"),

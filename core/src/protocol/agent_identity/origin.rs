@@ -6,9 +6,9 @@
 //! address to WHATWG, so `https://127.1` is refused), IPv6 hosts must be in WHATWG's compressed
 //! lower-case form, ports must be canonical decimal and not 443. Domain labels are limited to
 //! lower-case `a-z 0-9 - _`; `xn--` labels must be valid Punycode that decodes to a non-ASCII
-//! label. Deliberately stricter than WHATWG on rare forms (empty labels, a trailing dot, exotic
-//! ASCII punctuation); it never accepts a string WHATWG would serialize differently, except that
-//! the Unicode validity of a decoded `xn--` label (UTS #46 mapping and NFC) is not checked.
+//! label without control, space or upper-case characters. Deliberately stricter than WHATWG on
+//! rare forms (empty labels, a trailing dot, exotic ASCII punctuation); the one known gap is the
+//! finer Unicode validity of a decoded `xn--` label (UTS #46 mapping, NFC, bidi), not checked.
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -108,14 +108,16 @@ fn check_host(host: &str) -> Result<(), OriginError> {
     }
     let labels: Vec<&str> = host.split('.').collect();
     for label in &labels {
-        if label.is_empty()
-            || !label.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_'))
-        {
+        if label.is_empty() || !label.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_')) {
             return Err(OriginError::Host);
         }
         if let Some(encoded) = label.strip_prefix("xn--") {
             let decoded = punycode_decode(encoded).ok_or(OriginError::Host)?;
-            if decoded.iter().all(char::is_ascii) {
+            // UTS #46 would refuse an all-ASCII A-label and any control, space or upper-case
+            // code point; finer validity (mapping, NFC, bidi) is not checked here.
+            if decoded.iter().all(char::is_ascii)
+                || decoded.iter().any(|c| c.is_control() || c.is_whitespace() || c.is_uppercase())
+            {
                 return Err(OriginError::Host);
             }
         }
@@ -283,6 +285,8 @@ mod tests {
             "https://a..example",
             "https://a.example.",
             "https://xn--a.example",
+            "https://xn--.example",
+            "https://xn--9999999999999.example",
             "https://a b",
             "https://a.example:4 43",
         ] {

@@ -56,7 +56,8 @@ pub fn string<'a>(obj: &'a Object, parent: &str, key: &str) -> Result<&'a str, S
 /// A required integer member.
 pub fn integer(obj: &Object, parent: &str, key: &str) -> Result<i64, ShapeError> {
     let v = member(obj, parent, key)?;
-    v.as_i64().ok_or_else(|| ShapeError::new(join(parent, key), format!("expected an integer, found {}", v.type_name())))
+    v.as_i64()
+        .ok_or_else(|| ShapeError::new(join(parent, key), format!("expected an integer, found {}", v.type_name())))
 }
 
 /// A required Unix-millisecond timestamp: an integer in `0..=2^53-1`.
@@ -80,7 +81,8 @@ pub fn positive(obj: &Object, parent: &str, key: &str) -> Result<u64, ShapeError
 /// A required array member.
 pub fn array<'a>(obj: &'a Object, parent: &str, key: &str) -> Result<&'a [Value], ShapeError> {
     let v = member(obj, parent, key)?;
-    v.as_array().ok_or_else(|| ShapeError::new(join(parent, key), format!("expected an array, found {}", v.type_name())))
+    v.as_array()
+        .ok_or_else(|| ShapeError::new(join(parent, key), format!("expected an array, found {}", v.type_name())))
 }
 
 /// A required canonical base64url member of any length.

@@ -1,0 +1,445 @@
+//! Who is calling, and what each caller may do. The owner (the person: the CLI, the UI, scripts
+//! holding the profile's 0600 bridge token) may do everything. An agent session holds a token
+//! bound to one agent name: it gets the messaging operations, always as itself, under the delivery
+//! policy (loop guard, review); everything that changes trust (contacts, rules, review decisions,
+//! policy) stays with the owner, so a peer cannot talk an agent into it.
+//!
+//! - Session: the owner opens it (`SessionOpen`); only SHA-256 of the token is stored; the bridge
+//!   clears all tokens when a runtime starts serving.
+//! - Agent send: `from_agent` comes from the session, never from the request; the loop guard may
+//!   refuse it; review mode holds it in the approval queue instead of sending.
+//! - Owner send: operator input, which resets the conversation's loop guard.
+
+// serde_json::Value indexing returns Null for missing keys; it cannot panic.
+#![allow(clippy::indexing_slicing)]
+
+use serde_json::{Value, json};
+use sqlx::Row;
+
+use super::delivery::label_value;
+use super::{Error, Result, Runtime, contact_dto};
+use crate::bridge::api::Request;
+use crate::identity::random_token;
+use crate::protocol::letagents::Kind;
+use crate::store::ContactRow;
+use crate::util::{now_ms, sha256};
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The profile's owner.
+    Owner,
+    /// A local agent session, by agent name.
+    Agent(String),
+}
+
+fn op_name(req: &Request) -> String {
+    serde_json::to_value(req).ok().and_then(|v| v["op"].as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+fn send_kind(kind: Option<&str>, reply_to: Option<&str>) -> Result<Kind> {
+    let kind = match kind.unwrap_or("send") {
+        "send" => Kind::Send,
+        "ask" => Kind::Ask,
+        "reply" => Kind::Reply,
+        other => return Err(Error::Invalid(format!("cannot send kind `{other}` (send, ask, reply)"))),
+    };
+    if kind == Kind::Reply && reply_to.is_none() {
+        return Err(Error::Invalid("a reply needs reply_to".into()));
+    }
+    Ok(kind)
+}
+
+/// A contact as an agent sees it: local facts, and peer claims reduced to safe names.
+fn agent_contact_dto(c: &ContactRow) -> Value {
+    let full = contact_dto(c);
+    let roster: Vec<Value> = full["roster"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .take(64)
+                .map(|e| {
+                    json!({
+                        "name": label_value(e["name"].as_str().unwrap_or("")),
+                        "harness": label_value(e["harness"].as_str().unwrap_or("")),
+                        "status": label_value(e["status"].as_str().unwrap_or("")),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "name": c.name,
+        "protocol": c.protocol,
+        "fingerprint": full["safety_number"],
+        "verified": c.verified,
+        "state": c.state,
+        "allow": full["allow"],
+        "key_changed": full["key_changed"],
+        "roster_claimed_by_peer": roster,
+    })
+}
+
+impl Runtime {
+    /// Handles one request from the owner.
+    pub async fn handle(&self, req: Request, one_shot: bool) -> Result<Value> {
+        self.handle_as(&Caller::Owner, req, one_shot).await
+    }
+
+    /// Handles one request from `caller`, applying its permissions and the delivery policy.
+    pub async fn handle_as(&self, caller: &Caller, req: Request, one_shot: bool) -> Result<Value> {
+        match caller {
+            Caller::Owner => self.handle_owner(req, one_shot).await,
+            Caller::Agent(agent) => self.handle_agent(agent, req, one_shot).await,
+        }
+    }
+
+    async fn handle_owner(&self, req: Request, one_shot: bool) -> Result<Value> {
+        match req {
+            Request::Send { ref contact, .. } => {
+                let contact = contact.clone();
+                let v = self.handle_core(req, one_shot).await?;
+                let c = self.contact(&contact).await?;
+                self.operator_input(c.id).await?;
+                Ok(v)
+            }
+            Request::SessionOpen { agent, harness } => {
+                self.agent_register(&agent, harness.as_deref().unwrap_or("mcp")).await?;
+                if one_shot {
+                    self.flush_once(true).await?;
+                }
+                self.ensure_floor(&agent).await?;
+                let token = random_token();
+                sqlx::query("INSERT INTO agent_tokens (token_hash, agent, harness, created_at) VALUES (?, ?, ?, ?)")
+                    .bind(sha256(token.as_bytes()).as_slice())
+                    .bind(&agent)
+                    .bind(harness.as_deref().unwrap_or("mcp"))
+                    .bind(now_ms())
+                    .execute(&self.store().pool)
+                    .await?;
+                Ok(json!({"agent": agent, "token": token}))
+            }
+            Request::SessionClose => Err(Error::Invalid("only an agent session can close itself".into())),
+            Request::Read { agent, id, ancestors } => {
+                let agent = self.owner_agent(agent).await?;
+                match id {
+                    Some(id) => self.read_message(&agent, &id, ancestors.unwrap_or(0)).await,
+                    None => self.take_queue(&agent, false).await,
+                }
+            }
+            Request::Wait { agent, timeout_secs } => {
+                let agent = self.owner_agent(agent).await?;
+                self.wait_queue(&agent, timeout_secs, one_shot).await
+            }
+            Request::Unread { agent } => {
+                let agent = self.owner_agent(agent).await?;
+                Ok(json!({"agent": agent, "unread": self.unread(&agent).await?}))
+            }
+            Request::ReviewList => self.review_list().await,
+            Request::ReviewApprove { id } => {
+                let v = self.review_approve(id).await?;
+                if one_shot {
+                    self.flush_once(true).await?;
+                }
+                Ok(v)
+            }
+            Request::ReviewReject { id } => self.review_decide(id, "rejected", None).await,
+            Request::Policy { review, loop_limit, digest_secs } => {
+                self.set_policy(review, loop_limit, digest_secs).await
+            }
+            Request::ContactReview { name, mode } => {
+                if !matches!(mode.as_str(), "auto" | "review" | "default") {
+                    return Err(Error::Invalid("mode must be auto, review or default".into()));
+                }
+                let c = self.contact(&name).await?;
+                sqlx::query(
+                    "INSERT INTO conversations (contact_id, outbound) VALUES (?, ?) \
+                     ON CONFLICT(contact_id) DO UPDATE SET outbound = excluded.outbound",
+                )
+                .bind(c.id)
+                .bind(&mode)
+                .execute(&self.store().pool)
+                .await?;
+                Ok(json!({"contact": name, "outbound": mode}))
+            }
+            Request::Resume { contact } => {
+                let c = self.contact(&contact).await?;
+                let released = self.operator_input(c.id).await?;
+                Ok(json!({"contact": contact, "resumed": true, "released": released}))
+            }
+            other => self.handle_core(other, one_shot).await,
+        }
+    }
+
+    async fn owner_agent(&self, agent: Option<String>) -> Result<String> {
+        let agent = agent.ok_or_else(|| Error::Invalid("name the agent".into()))?;
+        self.require_agent(&agent).await?;
+        Ok(agent)
+    }
+
+    async fn handle_agent(&self, me: &str, req: Request, one_shot: bool) -> Result<Value> {
+        let not_you =
+            |other: &str| Error::Forbidden(format!("this session is agent `{me}`; it cannot act as `{other}`"));
+        match req {
+            Request::Whoami => {
+                let mut v = self.handle_core(Request::Whoami, one_shot).await?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("agent".into(), Value::String(me.to_owned()));
+                }
+                Ok(v)
+            }
+            Request::Status => self.handle_core(Request::Status, one_shot).await,
+            Request::ContactList | Request::ContactRequests => {
+                let pending = matches!(req, Request::ContactRequests);
+                if one_shot {
+                    self.sync_best_effort().await;
+                }
+                let rows = self.store().contacts(if pending { Some("pending") } else { None }).await?;
+                Ok(Value::Array(rows.iter().map(agent_contact_dto).collect()))
+            }
+            Request::List { contact } => self.handle_core(Request::List { contact }, one_shot).await,
+            Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => {
+                if let Some(f) = from_agent.as_deref()
+                    && f != me
+                {
+                    return Err(not_you(f));
+                }
+                self.agent_send(me, &contact, text, kind.as_deref(), reply_to, to_agent, one_shot).await
+            }
+            Request::Read { agent, id, ancestors } => {
+                if let Some(a) = agent.as_deref()
+                    && a != me
+                {
+                    return Err(not_you(a));
+                }
+                self.require_agent(me).await?;
+                match id {
+                    Some(id) => self.read_message(me, &id, ancestors.unwrap_or(0)).await,
+                    None => self.take_queue(me, false).await,
+                }
+            }
+            Request::Wait { agent, timeout_secs } => {
+                if let Some(a) = agent.as_deref()
+                    && a != me
+                {
+                    return Err(not_you(a));
+                }
+                self.require_agent(me).await?;
+                self.wait_queue(me, timeout_secs, one_shot).await
+            }
+            Request::Unread { agent } => {
+                if let Some(a) = agent.as_deref()
+                    && a != me
+                {
+                    return Err(not_you(a));
+                }
+                self.require_agent(me).await?;
+                Ok(json!({"agent": me, "unread": self.unread(me).await?}))
+            }
+            other => Err(Error::Forbidden(format!(
+                "agent sessions may not `{}`: that is your operator's decision",
+                op_name(&other)
+            ))),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn agent_send(
+        &self,
+        me: &str,
+        contact: &str,
+        text: String,
+        kind: Option<&str>,
+        reply_to: Option<String>,
+        to_agent: Option<String>,
+        one_shot: bool,
+    ) -> Result<Value> {
+        let k = send_kind(kind, reply_to.as_deref())?;
+        let c = self.contact(contact).await?;
+        let policy = self.policy().await?;
+        let hops = self.hops(c.id, i64::MAX).await?;
+        if hops >= policy.loop_limit {
+            return Err(Error::LoopGuard(format!(
+                "loop guard: {hops} agent-to-agent messages with `{contact}` since your operator last took part \
+                 (limit {}); this conversation is paused until your operator runs `switchboard resume {contact}`",
+                policy.loop_limit
+            )));
+        }
+        let outbound: Option<String> = sqlx::query_scalar("SELECT outbound FROM conversations WHERE contact_id = ?")
+            .bind(c.id)
+            .fetch_optional(&self.store().pool)
+            .await?;
+        let review = match outbound.as_deref() {
+            Some("review") => true,
+            Some("auto") => false,
+            _ => policy.review,
+        };
+        if review {
+            if c.state != "active" {
+                return Err(Error::Pending(contact.into()));
+            }
+            let id = sqlx::query(
+                "INSERT INTO review_queue (agent, contact_id, kind, body, reply_to, to_agent, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(me)
+            .bind(c.id)
+            .bind(k.as_str())
+            .bind(&text)
+            .bind(&reply_to)
+            .bind(&to_agent)
+            .bind(now_ms())
+            .execute(&self.store().pool)
+            .await?
+            .last_insert_rowid();
+            return Ok(json!({
+                "id": Value::Null,
+                "review_id": id,
+                "state": "held_for_review",
+                "detail": format!("held until your operator approves it (switchboard review approve {id})"),
+            }));
+        }
+        let req = Request::Send {
+            contact: contact.into(),
+            text,
+            kind: Some(k.as_str().into()),
+            reply_to,
+            from_agent: Some(me.into()),
+            to_agent,
+        };
+        self.handle_core(req, one_shot).await
+    }
+
+    async fn review_list(&self) -> Result<Value> {
+        let rows = sqlx::query(
+            "SELECT r.id, r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, r.created_at FROM review_queue r \
+             JOIN contacts c ON c.id = r.contact_id WHERE r.state = 'pending' ORDER BY r.id",
+        )
+        .fetch_all(&self.store().pool)
+        .await?;
+        Ok(Value::Array(
+            rows.iter()
+                .map(|r| {
+                    json!({
+                        "id": r.get::<i64, _>(0),
+                        "agent": r.get::<String, _>(1),
+                        "contact": r.get::<String, _>(2),
+                        "kind": r.get::<String, _>(3),
+                        "text": r.get::<String, _>(4),
+                        "reply_to": r.get::<Option<String>, _>(5),
+                        "to_agent": r.get::<Option<String>, _>(6),
+                        "created_at": r.get::<i64, _>(7),
+                    })
+                })
+                .collect(),
+        ))
+    }
+
+    async fn review_approve(&self, id: i64) -> Result<Value> {
+        let row = sqlx::query(
+            "SELECT r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, c.id FROM review_queue r \
+             JOIN contacts c ON c.id = r.contact_id WHERE r.id = ? AND r.state = 'pending'",
+        )
+        .bind(id)
+        .fetch_optional(&self.store().pool)
+        .await?
+        .ok_or_else(|| Error::Invalid(format!("no pending review {id}")))?;
+        let agent: String = row.get(0);
+        let contact: String = row.get(1);
+        let kind: String = row.get(2);
+        let k = send_kind(Some(&kind), row.get::<Option<String>, _>(4).as_deref())?;
+        let msg = self
+            .send(
+                &contact,
+                k,
+                Value::String(row.get(3)),
+                row.get::<Option<String>, _>(4).as_deref(),
+                Some(&agent),
+                row.get::<Option<String>, _>(5).as_deref(),
+            )
+            .await?;
+        self.operator_input(row.get(6)).await?;
+        self.review_decide(id, "approved", Some(&msg)).await?;
+        self.message_view(&msg).await
+    }
+
+    async fn review_decide(&self, id: i64, state: &str, message_id: Option<&str>) -> Result<Value> {
+        let n = sqlx::query(
+            "UPDATE review_queue SET state = ?, message_id = ?, decided_at = ? WHERE id = ? AND state = 'pending'",
+        )
+        .bind(state)
+        .bind(message_id)
+        .bind(now_ms())
+        .bind(id)
+        .execute(&self.store().pool)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(Error::Invalid(format!("no pending review {id}")));
+        }
+        Ok(json!({"review_id": id, "state": state, "message_id": message_id}))
+    }
+
+    async fn set_policy(&self, review: Option<String>, loop_limit: Option<u32>, digest: Option<u64>) -> Result<Value> {
+        if let Some(r) = review {
+            if !matches!(r.as_str(), "auto" | "review") {
+                return Err(Error::Invalid("review must be auto or review".into()));
+            }
+            self.store().set_meta("policy_review", &r).await?;
+        }
+        if let Some(n) = loop_limit {
+            if n == 0 {
+                return Err(Error::Invalid("the loop limit must be at least 1".into()));
+            }
+            self.store().set_meta("policy_loop_limit", &n.to_string()).await?;
+        }
+        if let Some(d) = digest {
+            self.store().set_meta("policy_digest_secs", &d.min(86_400).to_string()).await?;
+        }
+        let p = self.policy().await?;
+        Ok(json!({
+            "review": if p.review { "review" } else { "auto" },
+            "loop_limit": p.loop_limit,
+            "digest_secs": p.digest_ms / 1000,
+        }))
+    }
+
+    /// The agent a session token belongs to, if it is one.
+    pub async fn agent_for_token(&self, token: &str) -> Result<Option<String>> {
+        if token.is_empty() {
+            return Ok(None);
+        }
+        Ok(sqlx::query_scalar("SELECT agent FROM agent_tokens WHERE token_hash = ?")
+            .bind(sha256(token.as_bytes()).as_slice())
+            .fetch_optional(&self.store().pool)
+            .await?)
+    }
+
+    /// Ends the session holding `token`; an agent left without sessions shows as offline.
+    pub async fn close_session(&self, token: &str) -> Result<Value> {
+        let hash = sha256(token.as_bytes());
+        let agent: Option<String> = sqlx::query_scalar("DELETE FROM agent_tokens WHERE token_hash = ? RETURNING agent")
+            .bind(hash.as_slice())
+            .fetch_optional(&self.store().pool)
+            .await?;
+        if let Some(a) = &agent {
+            sqlx::query(
+                "UPDATE agents SET status = 'offline', updated_at = ? WHERE name = ? \
+                 AND NOT EXISTS (SELECT 1 FROM agent_tokens WHERE agent = ?)",
+            )
+            .bind(now_ms())
+            .bind(a)
+            .bind(a)
+            .execute(&self.store().pool)
+            .await?;
+        }
+        Ok(json!({"closed": agent}))
+    }
+
+    /// Forgets every agent session token (a runtime starting to serve: sessions of an earlier
+    /// runtime must open again).
+    pub async fn revoke_agent_tokens(&self) -> Result<()> {
+        sqlx::query("DELETE FROM agent_tokens").execute(&self.store().pool).await?;
+        Ok(())
+    }
+}
