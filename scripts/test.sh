@@ -31,8 +31,10 @@ fi
   for target in $(RUSTC_BOOTSTRAP=1 cargo fuzz list); do
     mkdir -p "corpus/$target"
     [ -d "seeds/$target" ] && cp -n "seeds/$target"/* "corpus/$target/" 2>/dev/null || true
+    echo "-- $target"
     RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "corpus/$target" -- \
-      -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -n 3
+      -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 2>&1 \
+      | grep -E "number_of_executed_units|new_units_added|ERROR|SUMMARY|panicked" || true
   done
 )
 echo "all tests passed"
