@@ -32,9 +32,15 @@ fi
     mkdir -p "corpus/$target"
     [ -d "seeds/$target" ] && cp -n "seeds/$target"/* "corpus/$target/" 2>/dev/null || true
     echo "-- $target"
-    RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "corpus/$target" -- \
-      -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 2>&1 \
-      | grep -E "number_of_executed_units|new_units_added|ERROR|SUMMARY|panicked" || true
+    log="$(mktemp)"
+    if ! RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "corpus/$target" -- \
+      -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+      tail -n 60 "$log"
+      echo "fuzz target $target failed" >&2
+      exit 1
+    fi
+    grep -E "number_of_executed_units|new_units_added" "$log" || true
+    rm -f "$log"
   done
 )
 echo "all tests passed"
