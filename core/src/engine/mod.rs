@@ -270,6 +270,13 @@ fn peer_keys(c: &ContactRow) -> Result<PeerKeys> {
     })
 }
 
+/// Records an incoming envelope that was refused before it could be attributed to anyone.
+async fn audit_dropped(conn: &mut sqlx::SqliteConnection, now: i64, detail: &str) -> Result<()> {
+    let audit =
+        Audit { direction: "in", protocol: PROTO, peer: "", message_id: "", kind: "", state: "dropped", detail };
+    Ok(store::audit(conn, now, audit).await?)
+}
+
 /// A contact as clients see it.
 pub fn contact_dto(c: &ContactRow) -> Value {
     let keys = peer_keys(c).ok();
@@ -1072,21 +1079,7 @@ impl Runtime {
             Ok(o) => o,
             Err(e) => {
                 let mut conn = self.store().pool.acquire().await?;
-                let detail = format!("refused envelope: {e}");
-                store::audit(
-                    &mut conn,
-                    now,
-                    Audit {
-                        direction: "in",
-                        protocol: PROTO,
-                        peer: "",
-                        message_id: "",
-                        kind: "",
-                        state: "dropped",
-                        detail: &detail,
-                    },
-                )
-                .await?;
+                audit_dropped(&mut conn, now, &format!("refused envelope: {e}")).await?;
                 return Ok(false);
             }
         };
@@ -1369,20 +1362,7 @@ impl Runtime {
                     }
                     None => {
                         let mut conn = self.store().pool.acquire().await?;
-                        store::audit(
-                            &mut conn,
-                            now_ms(),
-                            Audit {
-                                direction: "in",
-                                protocol: PROTO,
-                                peer: "",
-                                message_id: "",
-                                kind: "",
-                                state: "dropped",
-                                detail: "relay sent an envelope that is not base64url",
-                            },
-                        )
-                        .await?;
+                        audit_dropped(&mut conn, now_ms(), "relay sent an envelope that is not base64url").await?;
                     }
                 }
                 done.push(m.seq);

@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use url::Url;
 
-use super::TransportError;
+use super::{TransportError, status_error, unreachable};
 use crate::protocol::letagents::relay_auth::{Login, sign_ack};
 use crate::protocol::letagents::wire::{AckResponse, InboxResponse, WaitingMsg};
 use crate::util::{b64u, now_ms};
@@ -87,19 +87,6 @@ fn authority(url: &Url) -> String {
     }
 }
 
-fn unreachable(e: impl std::fmt::Display) -> TransportError {
-    TransportError::Unreachable(e.to_string())
-}
-
-async fn status_error(resp: reqwest::Response) -> TransportError {
-    let status = resp.status().as_u16();
-    let retry_after =
-        resp.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-    let mut body = resp.text().await.unwrap_or_default();
-    body.truncate(300);
-    TransportError::Status { status, body, retry_after }
-}
-
 impl RelayClient {
     /// A client for `base` (e.g. `https://relay.example`), pinning `cert_sha256` if given.
     pub fn new(base: &str, cert_sha256: Option<[u8; 32]>) -> Result<Self, TransportError> {
@@ -164,7 +151,7 @@ impl RelayClient {
             // 404: the mailbox does not exist yet (its owner never logged in) or the drop is
             // wrong; the owner may still come online, so keep trying within the retention window.
             404 | 429 | 507 | 500..=599 => match status_error(resp).await {
-                TransportError::Status { status, body, retry_after } => SendOutcome::Retry {
+                TransportError::Status { status, body, retry_after, .. } => SendOutcome::Retry {
                     after_ms: retry_after.map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
                     reason: format!("relay answered {status}: {body}"),
                 },
@@ -232,6 +219,7 @@ impl RelayClient {
         let (ws, _resp) = tokio_tungstenite::client_async(ws_url, stream).await.map_err(|e| match e {
             tokio_tungstenite::tungstenite::Error::Http(resp) => TransportError::Status {
                 status: resp.status().as_u16(),
+                code: String::new(),
                 body: String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into_owned(),
                 retry_after: None,
             },

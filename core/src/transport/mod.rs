@@ -16,6 +16,8 @@ pub enum TransportError {
     Status {
         /// HTTP status.
         status: u16,
+        /// The machine-readable `error` code of a JSON error body, read before truncation.
+        code: String,
         /// Body text (truncated).
         body: String,
         /// `Retry-After` seconds, if given.
@@ -27,4 +29,27 @@ pub enum TransportError {
     /// The relay URL or configuration is wrong (local).
     #[error("relay configuration: {0}")]
     Config(String),
+}
+
+pub(crate) fn unreachable(e: impl std::fmt::Display) -> TransportError {
+    TransportError::Unreachable(e.to_string())
+}
+
+/// Turns an error response into [`TransportError::Status`]: status, `Retry-After`, the JSON
+/// `error` code, and the body cut to 300 bytes for messages.
+pub(crate) async fn status_error(resp: reqwest::Response) -> TransportError {
+    let status = resp.status().as_u16();
+    let retry_after =
+        resp.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let mut body = resp.text().await.unwrap_or_default();
+    let code = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(serde_json::Value::as_str).map(str::to_owned))
+        .unwrap_or_default();
+    let mut cut = body.len().min(300);
+    while !body.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    body.truncate(cut);
+    TransportError::Status { status, code, body, retry_after }
 }

@@ -7,8 +7,8 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::TransportError;
 use super::letagents::RelayClient;
+use super::{TransportError, status_error, unreachable};
 use crate::protocol::stringcup::wire::{
     AckIn, BatchIn, IdentityIn, InboxPageIn, Outgoing, RegisteredIn, RendezvousIn, RosterIn, RotatedIn, SentIn,
     TokenInfoIn,
@@ -51,32 +51,11 @@ pub struct StringcupClient {
     http: reqwest::Client,
 }
 
-fn unreachable(e: impl std::fmt::Display) -> TransportError {
-    TransportError::Unreachable(e.to_string())
-}
-
-async fn error_of(resp: reqwest::Response) -> TransportError {
-    let status = resp.status().as_u16();
-    let retry_after =
-        resp.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-    let mut body = resp.text().await.unwrap_or_default();
-    body.truncate(300);
-    TransportError::Status { status, body, retry_after }
-}
-
 async fn json_of<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, TransportError> {
     if !resp.status().is_success() {
-        return Err(error_of(resp).await);
+        return Err(status_error(resp).await);
     }
     resp.json().await.map_err(|e| TransportError::Malformed(e.to_string()))
-}
-
-/// The error code in a relay error body (`{"error": code, ...}`).
-pub fn error_code(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_default()
 }
 
 impl StringcupClient {
@@ -122,7 +101,7 @@ impl StringcupClient {
                 Err(e) => SendOutcome::Retry { after_ms: None, reason: format!("malformed send answer: {e}") },
             };
         }
-        let TransportError::Status { status, body, retry_after } = error_of(resp).await else {
+        let TransportError::Status { status, code, body, retry_after } = status_error(resp).await else {
             return SendOutcome::Retry { after_ms: None, reason: "unreadable answer".into() };
         };
         let after_ms = retry_after.map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX));
@@ -132,7 +111,7 @@ impl StringcupClient {
             429 => SendOutcome::Retry { after_ms, reason: format!("rate limited: {body}") },
             // Both kinds of 507 mean "not stored, retry once the recipient drains", but only one
             // says anything about the recipient.
-            507 => match error_code(&body).as_str() {
+            507 => match code.as_str() {
                 "sender_share_full" => SendOutcome::Retry {
                     after_ms: Some(60_000),
                     reason: "our share of the recipient's inbox is full: slowing down (the recipient is not behind)"
