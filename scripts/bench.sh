@@ -9,7 +9,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/switchboard-target}"
 what="${1:-all}"
 
 if [ "$what" = all ] || [ "$what" = crypto ]; then
-  cargo bench -p switchboard-core --bench letagents --bench store --bench stringcup -- --noplot >/dev/null
+  cargo bench -p switchboard-core --bench letagents --bench store --bench stringcup --bench agent_mail -- --noplot >/dev/null
   python3 - "$CARGO_TARGET_DIR/criterion" <<'PY'
 import json, sys, os
 root = sys.argv[1]
@@ -22,6 +22,11 @@ for size in ("1k", "16k"):
     for op in ("seal", "open"):
         subject, base = median(g, op), median(g, op + "_primitives")
         rows.append((f"letagents {op}, {size} message", subject, f"sum of primitives", base))
+for size in ("1k", "16k"):
+    for op in ("seal", "open"):
+        subject, base = median(f"agent_mail_{size}", op), median(f"agent_mail_{size}", op + "_primitives")
+        rows.append((f"agent mail {op}, {size} message", subject, "sum of primitives", base))
+rows.append(("HPKE Base seal, 2 KiB (ours)", median("hpke_2k", "seal_this_crate"), "hpke crate", median("hpke_2k", "seal_hpke_crate")))
 for op in ("seal", "open"):
     subject, base = median("stringcup_1k", op), median("stringcup_1k", op + "_primitives")
     rows.append((f"stringcup {op}, 1 KB text", subject, "sum of primitives", base))
