@@ -256,3 +256,57 @@ async fn a_rotated_token_is_saved_and_keeps_working() {
     let v = rt.handle(send("bob", "after reopen"), true).await.unwrap();
     assert_eq!(v["state"], "relayed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hundredth_stranger_is_held_and_the_hundred_and_first_dropped() {
+    use switchboard_core::protocol::stringcup::crypto;
+    let mut limits = relay_lite::Limits::default();
+    limits.ip_requests_per_minute = 0;
+    limits.stringcup.registrations_per_hour_per_ip = 10_000;
+    limits.stringcup.inbox_max_pending_messages = 10_000;
+    let relay = TestRelay::start_with(limits).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let bob_id = sc_id(&bob).await;
+    let bob_key = crypto::decode_public_key(
+        &reqwest::get(format!("{}/api/v2/identities/{bob_id}", relay.url()))
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()["identity_public_key"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    )
+    .unwrap();
+    let http = reqwest::Client::new();
+    let max = usize::try_from(switchboard_core::engine::MAX_PENDING_REQUESTS).unwrap();
+    for i in 0..=max {
+        let key = data_encoding::BASE64.encode(&[u8::try_from(i % 250).unwrap() + 1; 32]);
+        let reg: Value = http
+            .post(format!("{}/api/v2/identities", relay.url()))
+            .json(&serde_json::json!({"identity_public_key": key, "algo": "x25519", "display_name": format!("s{i}")}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = reg["id"].as_str().unwrap();
+        let (header, ciphertext) =
+            crypto::seal(id, &bob_id, &bob_key, "hi", &mut switchboard_core::util::OsRng).unwrap();
+        let r = http
+            .post(format!("{}/api/v2/messages", relay.url()))
+            .bearer_auth(reg["api_token"].as_str().unwrap())
+            .json(&serde_json::json!({"recipient_id": bob_id, "header": header, "ciphertext": ciphertext}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    let pending = bob.call(Request::ContactRequests).await;
+    assert_eq!(pending.as_array().unwrap().len(), max);
+    let dropped =
+        bob.log().await.iter().filter(|r| r["detail"].as_str().unwrap_or("").contains("too many pending")).count();
+    assert_eq!(dropped, 1);
+}

@@ -305,8 +305,12 @@ impl Runtime {
             return Ok(false);
         }
         let mut contact = store::contact_by_peer(&mut conn, SC, sender).await?;
+        let pending: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(&mut *conn).await?;
         drop(conn);
-        if contact.is_none() && is_identity_id(sender) {
+        // Strangers cannot grow the request list without bound (as with letagents hellos).
+        let room = pending < super::MAX_PENDING_REQUESTS;
+        if contact.is_none() && is_identity_id(sender) && room {
             // A stranger: pin its key now and hold what it sent until the user accepts.
             let (key, display) = self.stringcup_lookup(sender).await?;
             let name = display
@@ -321,6 +325,7 @@ impl Runtime {
         store::mark_seen(&mut tx, SC, sender, &msg_id, now).await?;
         let (state, detail, showable) = match (&contact, plain) {
             (_, Err(e)) => ("dropped", format!("undecryptable: {e}"), false),
+            (None, Ok(_)) if !room => ("dropped", "unknown_sender: too many pending requests".to_owned(), false),
             (None, Ok(_)) => ("dropped", "sender id is malformed".to_owned(), false),
             (Some(c), Ok(_)) if c.state == "active" && !c.allow_kinds.split(',').any(|k| k == "send") => {
                 ("refused", "kind `send` is not allowed for this contact".to_owned(), false)
