@@ -4,10 +4,13 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use switchboard_core::protocol::agent_identity::ErrorCode;
+use switchboard_core::protocol::agent_mail::relay::{MailCode, RelayError};
 use switchboard_core::protocol::letagents::relay_auth::AuthError;
 use switchboard_core::protocol::letagents::wire;
 
 use crate::store::StoreError;
+use crate::store::agent_mail::Refusal;
 use crate::store::stringcup::PendingLimit;
 
 /// Why a request failed; each variant says whose fault it is.
@@ -80,6 +83,39 @@ pub enum Error {
     /// The store failed (relay's fault): `500`; details are logged, not sent.
     #[error("internal error")]
     Store(#[source] StoreError),
+    /// An Agent Mail 1.0 refusal: the spec's code and status, in Identity's error shape
+    /// `{"error": {"code", "message"}}`, with `Max-Seen-Nonce` on nonce refusals.
+    #[error("{message}")]
+    AgentMail {
+        /// The §8 code (its status comes with it).
+        code: MailCode,
+        /// Human-readable text.
+        message: String,
+        /// The `Max-Seen-Nonce` header value, if any.
+        max_seen_nonce: Option<u64>,
+    },
+}
+
+impl From<RelayError> for Error {
+    fn from(e: RelayError) -> Self {
+        Self::AgentMail { code: e.code(), message: e.to_string(), max_seen_nonce: e.max_seen_nonce() }
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Relay(e) => e.into(),
+            Refusal::Quota => Self::agent_mail(ErrorCode::RateLimited, "the mailbox's storage quota is exhausted"),
+        }
+    }
+}
+
+impl Error {
+    /// An Agent Mail error with an Identity code.
+    pub fn agent_mail(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::AgentMail { code: MailCode::Identity(code), message: message.into(), max_seen_nonce: None }
+    }
 }
 
 /// The `409` cases.
@@ -172,6 +208,9 @@ impl Error {
             Self::PendingFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "inbox_full"),
             Self::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            Self::AgentMail { code, .. } => {
+                (StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::BAD_REQUEST), code.as_str())
+            }
         }
     }
 }
@@ -182,6 +221,16 @@ impl IntoResponse for Error {
             tracing::error!(error = %e, "store failure");
         }
         let (status, code) = self.status();
+        if let Self::AgentMail { message, max_seen_nonce, .. } = &self {
+            let body = switchboard_core::protocol::agent_identity::http::ErrorBody::new(code, message.as_str());
+            let mut response =
+                (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_json())
+                    .into_response();
+            if let Some(n) = max_seen_nonce {
+                response.headers_mut().insert("max-seen-nonce", HeaderValue::from(*n));
+            }
+            return response;
+        }
         let body = wire::ErrorBody { error: code.to_owned(), message: self.to_string() };
         let mut response = (status, Json(body)).into_response();
         match self {

@@ -183,6 +183,9 @@ pub struct Config {
     pub limits: Limits,
     /// How often the sweeper deletes expired envelopes and erases idle mailboxes.
     pub sweep_interval: Duration,
+    /// Test hook: when set, the Agent Mail routes read the time (Unix ms) from here instead of
+    /// the system clock, so fixed-time conformance vectors can be replayed over HTTP.
+    pub agent_mail_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
 }
 
 impl Config {
@@ -194,6 +197,7 @@ impl Config {
             tls: TlsMode::Plain,
             limits: Limits::default(),
             sweep_interval: Duration::from_secs(60),
+            agent_mail_clock: None,
         }
     }
 }
@@ -220,6 +224,8 @@ pub(crate) struct Shared {
     pub(crate) stringcup: routes::stringcup::StringcupState,
     /// Becomes `true` when the relay shuts down; websocket sessions watch it.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
+    /// [`Config::agent_mail_clock`].
+    pub(crate) agent_mail_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
 }
 
 impl AppState {
@@ -311,6 +317,7 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         stringcup: routes::stringcup::StringcupState::new(&limits.stringcup),
         limits,
         closing: tokio::sync::watch::channel(false).0,
+        agent_mail_clock: config.agent_mail_clock.clone(),
     });
     spawn_sweeper(Arc::downgrade(&shared), config.sweep_interval);
     let state = AppState { shared };

@@ -267,18 +267,9 @@ async fn the_hundredth_stranger_is_held_and_the_hundred_and_first_dropped() {
     let relay = TestRelay::start_with(limits).await;
     let bob = Peer::offline("bob", &relay.url()).await;
     let bob_id = sc_id(&bob).await;
-    let bob_key = crypto::decode_public_key(
-        &reqwest::get(format!("{}/api/v2/identities/{bob_id}", relay.url()))
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()["identity_public_key"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
-    )
-    .unwrap();
+    let record: Value =
+        reqwest::get(format!("{}/api/v2/identities/{bob_id}", relay.url())).await.unwrap().json().await.unwrap();
+    let bob_key = crypto::decode_public_key(record["identity_public_key"].as_str().unwrap()).unwrap();
     let http = reqwest::Client::new();
     let max = usize::try_from(switchboard_core::engine::MAX_PENDING_REQUESTS).unwrap();
     for i in 0..=max {

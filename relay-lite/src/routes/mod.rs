@@ -1,6 +1,7 @@
 //! The HTTP surface: one module per protocol, merged into one router that shares [`AppState`],
 //! behind the per-IP rate limit; unknown paths get the JSON `404`.
 
+pub mod agent_mail;
 pub mod letagents;
 pub mod stringcup;
 
@@ -20,6 +21,7 @@ use crate::limits::retry_after_secs;
 /// Every route of every protocol.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .merge(agent_mail::routes(&state))
         .merge(letagents::routes(&state))
         .merge(stringcup::routes(&state))
         .fallback(no_route)

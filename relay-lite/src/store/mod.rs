@@ -7,6 +7,7 @@
 //! - Reads use a small pool of reader connections; WAL lets them run beside the writer.
 //! - The SQL for each protocol lives in its own file ([`letagents`], [`stringcup`]).
 
+pub mod agent_mail;
 pub mod letagents;
 pub mod stringcup;
 mod writer;

@@ -12,6 +12,7 @@ use sqlx::{Connection as _, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use super::agent_mail::AmOp;
 use super::letagents::{self, DepositOutcome, LoginOutcome, SweepReport};
 use super::stringcup::ScOp;
 use crate::hub::Hub;
@@ -48,6 +49,8 @@ pub(crate) enum Op {
     },
     /// A Stringcup v2 write (its own enum, so each protocol's SQL stays in its file).
     Stringcup(ScOp),
+    /// An Agent Mail 1.0 write (its own enum, so its SQL stays in its file).
+    AgentMail(Box<AmOp>),
     /// Commit what came before, then stop.
     Close(oneshot::Sender<()>),
 }
@@ -65,6 +68,7 @@ impl Op {
         match self {
             Self::Deposit { req, .. } => req.body.len(),
             Self::Stringcup(op) => op.bytes(),
+            Self::AgentMail(op) => op.bytes(),
             _ => 0,
         }
     }
@@ -76,6 +80,7 @@ impl Op {
             Self::Ack { req, out, .. } => *out = Some(letagents::ack(conn, req).await?),
             Self::Sweep { req, out, .. } => *out = Some(letagents::sweep(conn, req, hub).await?),
             Self::Stringcup(op) => op.apply(conn).await?,
+            Self::AgentMail(op) => op.apply(conn).await?,
             Self::Close(_) => {}
         }
         Ok(())
@@ -102,6 +107,7 @@ impl Op {
                 let _ = reply.send(settle(committed, out));
             }
             Self::Stringcup(op) => op.finish(committed, hub),
+            Self::AgentMail(op) => (*op).finish(committed),
             Self::Close(done) => {
                 let _ = done.send(());
             }

@@ -1,0 +1,386 @@
+//! Agent Mail 1.0 SQL (§4.2, §7.1, §8): current cards (one per mailbox, binding it to its first
+//! card's owner), the service-wide live-write nonce cache, and accepted packets whose rows stay
+//! as acceptance tombstones after the owner deletes them.
+//!
+//! Publication and delivery decide inside the writer's transaction: the pure checks in
+//! `switchboard_core::protocol::agent_mail::relay` run against state read in the same
+//! transaction, so the decision, sequence allocation and storage are one atomic step, and the
+//! caller is answered only after the commit.
+
+use sqlx::{Row as _, SqliteConnection, SqlitePool};
+use switchboard_core::protocol::agent_identity::live_write::{DEFAULT_WINDOW_MS, LiveWrite, NonceCacheEntry};
+use switchboard_core::protocol::agent_identity::{AgentId, Hash32, Origin};
+use switchboard_core::protocol::agent_mail::Id16;
+use switchboard_core::protocol::agent_mail::card::MailboxCard;
+use switchboard_core::protocol::agent_mail::packet::Packet;
+use switchboard_core::protocol::agent_mail::relay::{
+    self, Admission, CurrentCard, Delivery, DeliveryResult, RelayError,
+};
+
+use super::writer::{Op, Reply, settle};
+use super::{Store, StoreError};
+
+/// Most undeleted packets one mailbox may hold (the next new packet gets `rate_limited`).
+pub const MAILBOX_MAX_PACKETS: i64 = 10_000;
+/// Most undeleted packet bytes one mailbox may hold.
+pub const MAILBOX_MAX_BYTES: i64 = 256 * 1024 * 1024;
+
+/// A decision the relay made, or its refusal (the client's fault).
+pub type Decided<T> = Result<T, Refusal>;
+
+/// Why a write was refused without touching the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A §8 refusal from the pure checks.
+    Relay(RelayError),
+    /// The mailbox's storage quota is exhausted (`rate_limited`).
+    Quota,
+}
+
+impl From<RelayError> for Refusal {
+    fn from(e: RelayError) -> Self {
+        Self::Relay(e)
+    }
+}
+
+/// Outcome of a card publication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The current record after the request (the original one on exact resubmission).
+    pub current: CurrentCard,
+    /// Whether this was an exact resubmission.
+    pub resubmission: bool,
+}
+
+/// A queued Agent Mail write.
+pub(crate) struct AmPending<R, T> {
+    req: R,
+    out: Option<Decided<T>>,
+    reply: Reply<Decided<T>>,
+}
+
+/// `POST /v1/mailboxes`.
+pub(crate) struct Publish {
+    card: MailboxCard,
+    origin: Origin,
+    now: i64,
+}
+
+/// `POST /v1/mailboxes/{id}/packets`.
+pub(crate) struct Deliver {
+    packet: Packet,
+    path: Id16,
+    origin: Origin,
+    now: i64,
+}
+
+/// `DELETE /v1/mailboxes/{id}/packets/{packet_id}` (after the owner was authorized).
+pub(crate) struct Delete {
+    mailbox: Id16,
+    packet_id: Hash32,
+}
+
+/// `PUT`/`DELETE /v1/mailboxes/{id}/blocked/{agent_id}` (after the owner was authorized).
+pub(crate) struct Block {
+    mailbox: Id16,
+    sender: AgentId,
+    blocked: bool,
+}
+
+/// An Agent Mail write for the writer task (boxed in the queue: cards and packets are large).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum AmOp {
+    Publish(AmPending<Publish, Published>),
+    Deliver(AmPending<Deliver, DeliveryResult>),
+    Delete(AmPending<Delete, ()>),
+    Block(AmPending<Block, ()>),
+}
+
+impl AmOp {
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Self::Deliver(p) => p.req.packet.size(),
+            _ => 0,
+        }
+    }
+
+    pub(crate) async fn apply(&mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Publish(p) => p.out = Some(publish(conn, &p.req).await?),
+            Self::Deliver(p) => p.out = Some(deliver(conn, &p.req).await?),
+            Self::Delete(p) => p.out = Some(delete(conn, &p.req).await?),
+            Self::Block(p) => p.out = Some(block(conn, &p.req).await?),
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(self, committed: &Result<(), StoreError>) {
+        // A caller that went away (client disconnected) no longer needs the answer.
+        match self {
+            Self::Publish(p) => drop(p.reply.send(settle(committed, p.out))),
+            Self::Deliver(p) => drop(p.reply.send(settle(committed, p.out))),
+            Self::Delete(p) => drop(p.reply.send(settle(committed, p.out))),
+            Self::Block(p) => drop(p.reply.send(settle(committed, p.out))),
+        }
+    }
+}
+
+fn corrupt(what: &str) -> sqlx::Error {
+    sqlx::Error::Decode(format!("stored agent mail {what} does not verify").into())
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+async fn current_card<'e, E>(db: E, mailbox: &Id16) -> Result<Option<CurrentCard>, sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    let row = sqlx::query("SELECT card, accepted_at FROM am_mailboxes WHERE mailbox_id = ?")
+        .bind(mailbox.to_string())
+        .fetch_optional(db)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let bytes: Vec<u8> = row.try_get("card")?;
+    let card = MailboxCard::parse(&bytes).map_err(|_| corrupt("card"))?;
+    Ok(Some(CurrentCard { card, accepted_at: row.try_get("accepted_at")? }))
+}
+
+async fn publish(conn: &mut SqliteConnection, req: &Publish) -> Result<Decided<Published>, sqlx::Error> {
+    let mailbox = req.card.mailbox_id();
+    let current = current_card(&mut *conn, &mailbox).await?;
+    let actor = req.card.owner().to_string();
+    let nonces = sqlx::query("SELECT max_nonce, valid_until FROM am_nonces WHERE actor = ?")
+        .bind(&actor)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|row| -> Result<_, sqlx::Error> {
+            let max: i64 = row.try_get("max_nonce")?;
+            Ok(NonceCacheEntry { max_nonce: max.max(0).unsigned_abs(), valid_until: row.try_get("valid_until")? })
+        })
+        .transpose()?;
+    let decision =
+        relay::check_publish(&req.card, &req.origin, current.as_ref(), nonces.as_ref(), req.now, DEFAULT_WINDOW_MS);
+    match decision {
+        Err(e) => Ok(Err(e.into())),
+        Ok(LiveWrite::Resubmission) => {
+            let current = current.ok_or_else(|| corrupt("card"))?;
+            Ok(Ok(Published { current, resubmission: true }))
+        }
+        Ok(LiveWrite::Accept) => {
+            let entry = NonceCacheEntry::after_accept(nonces.as_ref(), req.card.nonce(), req.now, DEFAULT_WINDOW_MS);
+            sqlx::query(
+                "INSERT INTO am_nonces (actor, max_nonce, valid_until) VALUES (?, ?, ?) \
+                 ON CONFLICT (actor) DO UPDATE SET max_nonce = excluded.max_nonce, valid_until = excluded.valid_until",
+            )
+            .bind(&actor)
+            .bind(to_i64(entry.max_nonce))
+            .bind(entry.valid_until)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query(
+                "INSERT INTO am_mailboxes (mailbox_id, owner, card, accepted_at, receive_until) \
+                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (mailbox_id) DO UPDATE SET card = excluded.card, \
+                 accepted_at = excluded.accepted_at, receive_until = excluded.receive_until",
+            )
+            .bind(mailbox.to_string())
+            .bind(&actor)
+            .bind(req.card.to_jcs())
+            .bind(req.now)
+            .bind(req.card.payload().receive_until)
+            .execute(&mut *conn)
+            .await?;
+            let current = CurrentCard { card: req.card.clone(), accepted_at: req.now };
+            Ok(Ok(Published { current, resubmission: false }))
+        }
+    }
+}
+
+async fn history<'e, E>(db: E, packet_id: &Hash32) -> Result<Option<DeliveryResult>, sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    let at: Option<i64> = sqlx::query_scalar("SELECT accepted_at FROM am_packets WHERE packet_id = ?")
+        .bind(packet_id.to_string())
+        .fetch_optional(db)
+        .await?;
+    Ok(at.map(|accepted_at| DeliveryResult { packet_id: *packet_id, accepted_at }))
+}
+
+async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<DeliveryResult>, sqlx::Error> {
+    let id = req.packet.id();
+    let seen = history(&mut *conn, &id).await?;
+    let current = current_card(&mut *conn, &req.path).await?;
+    let blocked: Option<i64> = sqlx::query_scalar("SELECT 1 FROM am_blocked WHERE mailbox_id = ? AND sender = ?")
+        .bind(req.path.to_string())
+        .bind(req.packet.sender().to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+    let admission = if blocked.is_some() { Admission::Deny } else { Admission::Allow };
+    let decision = relay::check_delivery(
+        &req.packet,
+        &req.path,
+        &req.origin,
+        current.as_ref().map(|c| &c.card),
+        seen.as_ref(),
+        admission,
+        req.now,
+    );
+    match decision {
+        Err(e) => Ok(Err(e.into())),
+        Ok(Delivery::Resubmission(result)) => Ok(Ok(result)),
+        Ok(Delivery::Accept) => {
+            let mailbox = req.path.to_string();
+            let size = i64::try_from(req.packet.size()).unwrap_or(i64::MAX);
+            let (count, bytes): (i64, i64) = sqlx::query_as(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM am_packets \
+                 WHERE mailbox_id = ? AND body IS NOT NULL AND expires_at > ?",
+            )
+            .bind(&mailbox)
+            .bind(req.now)
+            .fetch_one(&mut *conn)
+            .await?;
+            if count >= MAILBOX_MAX_PACKETS || bytes.saturating_add(size) > MAILBOX_MAX_BYTES {
+                return Ok(Err(Refusal::Quota));
+            }
+            let seq: i64 = sqlx::query_scalar(
+                "UPDATE am_mailboxes SET next_seq = next_seq + 1 WHERE mailbox_id = ? RETURNING next_seq - 1",
+            )
+            .bind(&mailbox)
+            .fetch_one(&mut *conn)
+            .await?;
+            sqlx::query(
+                "INSERT INTO am_packets (packet_id, mailbox_id, seq, accepted_at, expires_at, size, body) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(id.to_string())
+            .bind(&mailbox)
+            .bind(seq)
+            .bind(req.now)
+            .bind(req.packet.header().expires_at)
+            .bind(size)
+            .bind(req.packet.to_jcs())
+            .execute(&mut *conn)
+            .await?;
+            Ok(Ok(DeliveryResult { packet_id: id, accepted_at: req.now }))
+        }
+    }
+}
+
+async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<Decided<()>, sqlx::Error> {
+    // The row stays as the acceptance tombstone; only the ciphertext goes.
+    sqlx::query("UPDATE am_packets SET body = NULL WHERE packet_id = ? AND mailbox_id = ?")
+        .bind(req.packet_id.to_string())
+        .bind(req.mailbox.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(Ok(()))
+}
+
+async fn block(conn: &mut SqliteConnection, req: &Block) -> Result<Decided<()>, sqlx::Error> {
+    let sql = if req.blocked {
+        "INSERT OR IGNORE INTO am_blocked (mailbox_id, sender) VALUES (?, ?)"
+    } else {
+        "DELETE FROM am_blocked WHERE mailbox_id = ? AND sender = ?"
+    };
+    sqlx::query(sql).bind(req.mailbox.to_string()).bind(req.sender.to_string()).execute(&mut *conn).await?;
+    Ok(Ok(()))
+}
+
+/// One stored packet for an owner list.
+#[derive(Debug, Clone)]
+pub struct StoredPacket {
+    /// Mailbox sequence number.
+    pub seq: u64,
+    /// First acceptance time.
+    pub accepted_at: i64,
+    /// The packet as accepted (JCS).
+    pub body: Vec<u8>,
+}
+
+async fn list(
+    pool: &SqlitePool,
+    mailbox: &Id16,
+    after: u64,
+    limit: usize,
+    now: i64,
+) -> Result<Vec<StoredPacket>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT seq, accepted_at, body FROM am_packets WHERE mailbox_id = ? AND seq > ? AND body IS NOT NULL \
+         AND expires_at > ? ORDER BY seq LIMIT ?",
+    )
+    .bind(mailbox.to_string())
+    .bind(to_i64(after))
+    .bind(now)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            let seq: i64 = row.try_get("seq")?;
+            Ok(StoredPacket {
+                seq: seq.max(0).unsigned_abs(),
+                accepted_at: row.try_get("accepted_at")?,
+                body: row.try_get("body")?,
+            })
+        })
+        .collect()
+}
+
+impl Store {
+    async fn am_write<R, T>(
+        &self,
+        req: R,
+        wrap: impl FnOnce(AmPending<R, T>) -> AmOp,
+    ) -> Result<Decided<T>, StoreError> {
+        self.write(|reply| Op::AgentMail(Box::new(wrap(AmPending { req, out: None, reply })))).await
+    }
+
+    /// Decides and (on acceptance) stores a verified card as its mailbox's current card.
+    pub async fn am_publish(
+        &self,
+        card: MailboxCard,
+        origin: Origin,
+        now: i64,
+    ) -> Result<Decided<Published>, StoreError> {
+        self.am_write(Publish { card, origin, now }, AmOp::Publish).await
+    }
+
+    /// Decides and (on acceptance) stores a verified packet delivered to `path`.
+    pub async fn am_deliver(
+        &self,
+        packet: Packet,
+        path: Id16,
+        origin: Origin,
+        now: i64,
+    ) -> Result<Decided<DeliveryResult>, StoreError> {
+        self.am_write(Deliver { packet, path, origin, now }, AmOp::Deliver).await
+    }
+
+    /// Deletes a packet's ciphertext, keeping its tombstone; absent packets are fine.
+    pub async fn am_delete(&self, mailbox: Id16, packet_id: Hash32) -> Result<(), StoreError> {
+        self.am_write(Delete { mailbox, packet_id }, AmOp::Delete).await?.map_err(|_| StoreError::Closed)
+    }
+
+    /// Blocks (or unblocks) new packets from `sender` to `mailbox`; idempotent.
+    pub async fn am_block(&self, mailbox: Id16, sender: AgentId, blocked: bool) -> Result<(), StoreError> {
+        self.am_write(Block { mailbox, sender, blocked }, AmOp::Block).await?.map_err(|_| StoreError::Closed)
+    }
+
+    /// The current card of `mailbox`.
+    pub async fn am_card(&self, mailbox: &Id16) -> Result<Option<CurrentCard>, StoreError> {
+        Ok(current_card(&self.read, mailbox).await?)
+    }
+
+    /// Up to `limit` undeleted, unexpired packets of `mailbox` with seq above `after`.
+    pub async fn am_list(
+        &self,
+        mailbox: &Id16,
+        after: u64,
+        limit: usize,
+        now: i64,
+    ) -> Result<Vec<StoredPacket>, StoreError> {
+        Ok(list(&self.read, mailbox, after, limit, now).await?)
+    }
+}
