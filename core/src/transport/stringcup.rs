@@ -68,6 +68,11 @@ impl StringcupClient {
         format!("{}{path}", self.base)
     }
 
+    /// An authenticated JSON POST whose answer is JSON.
+    async fn post_json<T: DeserializeOwned>(&self, token: &str, path: &str, body: &Value) -> Result<T, TransportError> {
+        json_of(self.http.post(self.url(path)).bearer_auth(token).json(body).send().await.map_err(unreachable)?).await
+    }
+
     /// Registers a new identity for `public_key` (base64).
     pub async fn register(&self, public_key: &str, display_name: &str) -> Result<RegisteredIn, TransportError> {
         let body = json!({"identity_public_key": public_key, "algo": "x25519", "display_name": display_name});
@@ -150,31 +155,13 @@ impl StringcupClient {
     /// Acknowledges (deletes) messages after they are committed locally.
     pub async fn ack(&self, token: &str, ids: &[i64]) -> Result<AckIn, TransportError> {
         let body = json!({ "ids": ids });
-        json_of(
-            self.http
-                .post(self.url("/messages/ack"))
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-                .map_err(unreachable)?,
-        )
-        .await
+        self.post_json(token, "/messages/ack", &body).await
     }
 
     /// Sends several messages in one request (fan-out); partial success is normal.
     pub async fn batch(&self, token: &str, messages: &[Outgoing]) -> Result<BatchIn, TransportError> {
         let body = json!({ "messages": messages });
-        json_of(
-            self.http
-                .post(self.url("/messages/batch"))
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-                .map_err(unreachable)?,
-        )
-        .await
+        self.post_json(token, "/messages/batch", &body).await
     }
 
     /// Opens (no token) or joins/re-polls (token) a rendezvous, holding up to `wait` seconds.
@@ -208,16 +195,7 @@ impl StringcupClient {
 
     /// Creates a topic with these members (besides us); returns its `tp-` id.
     pub async fn topic_create(&self, token: &str, members: &[String]) -> Result<String, TransportError> {
-        let v: Value = json_of(
-            self.http
-                .post(self.url("/topics"))
-                .bearer_auth(token)
-                .json(&json!({}))
-                .send()
-                .await
-                .map_err(unreachable)?,
-        )
-        .await?;
+        let v: Value = self.post_json(token, "/topics", &json!({})).await?;
         let id = v
             .get("id")
             .or_else(|| v.get("topic"))
@@ -225,16 +203,8 @@ impl StringcupClient {
             .ok_or_else(|| TransportError::Malformed("topic answer has no id".into()))?
             .to_owned();
         if !members.is_empty() {
-            let _: Value = json_of(
-                self.http
-                    .post(self.url(&format!("/topics/{id}/members")))
-                    .bearer_auth(token)
-                    .json(&json!({ "members": members }))
-                    .send()
-                    .await
-                    .map_err(unreachable)?,
-            )
-            .await?;
+            let _: Value =
+                self.post_json(token, &format!("/topics/{id}/members"), &json!({ "members": members })).await?;
         }
         Ok(id)
     }

@@ -5,7 +5,7 @@ use std::fmt;
 use ed25519_dalek::SigningKey;
 
 use super::encoding::{b64, b64_decode};
-use super::origin::{Origin, OriginError};
+use super::origin::{Origin, OriginError, write_route_query};
 
 /// The Agent ID prefix.
 pub const AGENT_ID_PREFIX: &str = "did:agent:";
@@ -159,10 +159,6 @@ impl AgentUrl {
 impl fmt::Display for AgentUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.stable())?;
-        for (i, route) in self.routes.iter().enumerate() {
-            f.write_str(if i == 0 { "?route=" } else { "&route=" })?;
-            f.write_str(route.as_str())?;
-        }
-        Ok(())
+        write_route_query(f, &self.routes)
     }
 }

@@ -243,6 +243,15 @@ fn punycode_decode(input: &str) -> Option<Vec<char>> {
     Some(output)
 }
 
+/// Writes `?route=a&route=b…` for `routes`, the query both Agent URLs and mail addresses carry.
+pub fn write_route_query(f: &mut fmt::Formatter<'_>, routes: &[Origin]) -> fmt::Result {
+    for (i, route) in routes.iter().enumerate() {
+        f.write_str(if i == 0 { "?route=" } else { "&route=" })?;
+        f.write_str(route.as_str())?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ use std::fmt;
 
 use super::Id16;
 use crate::protocol::agent_identity::agent_id::{AgentUrl, AgentUrlError};
+use crate::protocol::agent_identity::origin::write_route_query;
 use crate::protocol::agent_identity::{AgentId, Origin};
 
 /// A parsed mailbox address.
@@ -63,11 +64,7 @@ impl MailAddress {
 impl fmt::Display for MailAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.stable())?;
-        for (i, route) in self.routes.iter().enumerate() {
-            f.write_str(if i == 0 { "?route=" } else { "&route=" })?;
-            f.write_str(route.as_str())?;
-        }
-        Ok(())
+        write_route_query(f, &self.routes)
     }
 }
 
