@@ -1,0 +1,366 @@
+// The only place that talks to the runtime. One `Backend` interface, two implementations: Tauri
+// IPC (the desktop app embeds or attaches to the runtime) and HTTP to the runtime's localhost
+// bridge (the same UI in a browser, as the end-to-end tests run it).
+
+import { invoke } from '@tauri-apps/api/core';
+import { listen } from '@tauri-apps/api/event';
+
+/** An error as it crosses from the runtime: a stable code and a human message. */
+export class BackendError extends Error {
+  constructor(
+    public code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** One protocol section of `whoami` (letagents, stringcup, ... whatever the runtime reports). */
+export interface Identity {
+  address?: string;
+  id?: string;
+  mailbox_id?: string;
+  safety_number?: string;
+  fingerprint?: string;
+  fingerprint_short?: string;
+  relay?: string;
+}
+
+export interface Whoami {
+  name: string;
+  profile: string;
+  keystore: string;
+  [protocol: string]: Identity | string | null | undefined;
+}
+
+export interface Contact {
+  name: string;
+  protocol: string;
+  id: string;
+  address: string;
+  safety_number: string | null;
+  verified: boolean;
+  state: string;
+  allow: string[];
+  key_changed: boolean;
+  new_safety_number: string | null;
+  relay: string | null;
+  request: string;
+}
+
+export interface Message {
+  id: string;
+  protocol: string;
+  direction: 'in' | 'out';
+  from: string;
+  to: string;
+  kind: string;
+  body: unknown;
+  reply_to: string | null;
+  from_agent: string | null;
+  to_agent: string | null;
+  ts: number;
+  state: string;
+  detail: string;
+}
+
+export interface RelayStatus {
+  protocol: string;
+  url: string;
+  health: { state: string; last_error: string; since: number };
+}
+
+export interface Agent {
+  name: string;
+  harness: string;
+  status: string;
+  where: string;
+  updated_at: number;
+}
+
+export interface Status {
+  pid: number;
+  profile: string;
+  bridge: string | null;
+  keystore: string;
+  relays: RelayStatus[];
+  outbox: number;
+  agents: Agent[];
+}
+
+export interface AuditRow {
+  id: number;
+  at: number;
+  direction: string;
+  protocol: string;
+  peer: string;
+  message_id: string;
+  kind: string;
+  state: string;
+  detail: string;
+}
+
+export interface ReviewItem {
+  id: number;
+  [k: string]: unknown;
+}
+
+export interface InitOptions {
+  name: string;
+  /** A relay URL, or null to host one on this machine. */
+  relay: string | null;
+}
+
+export interface SendOptions {
+  kind?: string;
+  reply_to?: string;
+}
+
+/** What the runtime tells the UI without being asked. */
+export type UiEvent =
+  | { type: 'message'; id: string }
+  | { type: 'request'; name: string }
+  | { type: 'delivery'; id: string; state: string }
+  | { type: 'key_changed'; name: string }
+  | { type: 'changed' };
+
+export interface Backend {
+  readonly kind: 'tauri' | 'http';
+  /** Whether the profile has an identity yet (false: show first run). */
+  initialized(): Promise<boolean>;
+  init(opts: InitOptions): Promise<Whoami>;
+  whoami(): Promise<Whoami>;
+  status(): Promise<Status>;
+  contacts(): Promise<Contact[]>;
+  requests(): Promise<Contact[]>;
+  contactAdd(address: string, name?: string): Promise<Contact>;
+  contactAccept(name: string): Promise<Contact>;
+  contactDeny(name: string): Promise<void>;
+  contactVerify(name: string): Promise<Contact>;
+  contactAllow(name: string, kinds: string[]): Promise<Contact>;
+  pair(token: string, name?: string): Promise<Contact>;
+  send(contact: string, text: string, opts?: SendOptions): Promise<Message>;
+  conversation(contact: string): Promise<Message[]>;
+  log(search?: string, limit?: number): Promise<AuditRow[]>;
+  agents(): Promise<Agent[]>;
+  reviewList(): Promise<ReviewItem[]>;
+  reviewDecide(id: number, approve: boolean): Promise<void>;
+  /** Subscribes to runtime events; returns an unsubscribe function. */
+  onEvent(cb: (e: UiEvent) => void): () => void;
+  /** Desktop-only settings (tray, notifications); null in a browser. */
+  settings(): Promise<Record<string, boolean> | null>;
+  setSetting(key: string, value: boolean): Promise<void>;
+}
+
+type Json = Record<string, unknown>;
+
+/** The runtime's request vocabulary (core/src/bridge/api.rs), shared by both transports. */
+abstract class RequestBackend implements Backend {
+  abstract readonly kind: 'tauri' | 'http';
+  protected abstract rpc<T>(req: Json): Promise<T>;
+  abstract initialized(): Promise<boolean>;
+  abstract init(opts: InitOptions): Promise<Whoami>;
+  abstract onEvent(cb: (e: UiEvent) => void): () => void;
+  abstract settings(): Promise<Record<string, boolean> | null>;
+  abstract setSetting(key: string, value: boolean): Promise<void>;
+
+  whoami() {
+    return this.rpc<Whoami>({ op: 'whoami' });
+  }
+  status() {
+    return this.rpc<Status>({ op: 'status' });
+  }
+  contacts() {
+    return this.rpc<Contact[]>({ op: 'contact_list' });
+  }
+  requests() {
+    return this.rpc<Contact[]>({ op: 'contact_requests' });
+  }
+  contactAdd(address: string, name?: string) {
+    return this.rpc<Contact>({ op: 'contact_add', address, name: name || null });
+  }
+  contactAccept(name: string) {
+    return this.rpc<Contact>({ op: 'contact_accept', name });
+  }
+  async contactDeny(name: string) {
+    await this.rpc({ op: 'contact_deny', name });
+  }
+  contactVerify(name: string) {
+    return this.rpc<Contact>({ op: 'contact_verify', name });
+  }
+  contactAllow(name: string, kinds: string[]) {
+    return this.rpc<Contact>({ op: 'contact_allow', name, kinds });
+  }
+  pair(token: string, name?: string) {
+    return this.rpc<Contact>({ op: 'pair_wait', token, name: name || null, timeout_secs: 120 });
+  }
+  send(contact: string, text: string, opts: SendOptions = {}) {
+    return this.rpc<Message>({ op: 'send', contact, text, kind: opts.kind ?? null, reply_to: opts.reply_to ?? null });
+  }
+  conversation(contact: string) {
+    return this.rpc<Message[]>({ op: 'conversation', contact });
+  }
+  log(search?: string, limit = 500) {
+    return this.rpc<AuditRow[]>({ op: 'log', search: search || null, limit });
+  }
+  agents() {
+    return this.rpc<Agent[]>({ op: 'agent_list' });
+  }
+  reviewList() {
+    return this.rpc<ReviewItem[]>({ op: 'review_list' });
+  }
+  async reviewDecide(id: number, approve: boolean) {
+    await this.rpc({ op: approve ? 'review_approve' : 'review_reject', id });
+  }
+}
+
+function toBackendError(e: unknown): BackendError {
+  if (e instanceof BackendError) return e;
+  if (e && typeof e === 'object' && 'code' in e && 'message' in e) {
+    const o = e as { code: unknown; message: unknown };
+    return new BackendError(String(o.code), String(o.message));
+  }
+  return new BackendError('internal', String(e));
+}
+
+/** HTTP to the runtime's bridge, same origin, authenticated by an HttpOnly session cookie. */
+export class HttpBackend extends RequestBackend {
+  readonly kind = 'http' as const;
+  private ready: Promise<void>;
+
+  constructor(private base = '') {
+    super();
+    this.ready = this.exchangeCode();
+  }
+
+  /** Trades the single-use code in the URL fragment for a session cookie, then forgets it. */
+  private async exchangeCode() {
+    const m = /(?:^#|&)code=([A-Za-z0-9_-]+)/.exec(location.hash);
+    if (!m) return;
+    history.replaceState(null, '', location.pathname + location.search);
+    await this.post('/v1/session', { code: m[1] });
+  }
+
+  private async post<T>(path: string, body: Json): Promise<T> {
+    const r = await fetch(this.base + path, {
+      method: 'POST',
+      credentials: 'same-origin',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const text = await r.text();
+    let data: unknown = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      throw new BackendError('internal', `bad answer from the runtime (${r.status})`);
+    }
+    if (!r.ok) throw toBackendError(data ?? { code: 'http', message: `HTTP ${r.status}` });
+    return data as T;
+  }
+
+  protected async rpc<T>(req: Json): Promise<T> {
+    await this.ready;
+    return this.post<T>('/v1/rpc', req);
+  }
+
+  async initialized() {
+    await this.ready;
+    try {
+      await this.rpc({ op: 'whoami' });
+      return true;
+    } catch (e) {
+      if (e instanceof BackendError && e.code === 'not_initialized') return false;
+      throw e;
+    }
+  }
+
+  async init(opts: InitOptions) {
+    await this.ready;
+    return this.post<Whoami>('/v1/setup', { name: opts.name, relay: opts.relay });
+  }
+
+  onEvent(cb: (e: UiEvent) => void) {
+    // Server-sent events from the bridge (cookie-authenticated, same origin); EventSource
+    // reconnects by itself. A periodic `changed` covers anything the stream does not carry.
+    let es: EventSource | null = null;
+    void this.ready.then(() => {
+      es = new EventSource(this.base + '/v1/events', { withCredentials: true });
+      es.onmessage = (m) => {
+        try {
+          cb(JSON.parse(m.data) as UiEvent);
+        } catch {
+          /* ignore a malformed event */
+        }
+      };
+    });
+    const tick = setInterval(() => cb({ type: 'changed' }), 5000);
+    return () => {
+      es?.close();
+      clearInterval(tick);
+    };
+  }
+
+  async settings() {
+    return null;
+  }
+  async setSetting() {
+    throw new BackendError('unsupported', 'settings are kept by the desktop app');
+  }
+}
+
+/** Tauri IPC: one command per request area, errors as {code, message}. */
+export class TauriBackend extends RequestBackend {
+  readonly kind = 'tauri' as const;
+
+  protected async rpc<T>(req: Json): Promise<T> {
+    try {
+      return await invoke<T>('runtime_request', { request: req });
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+  async initialized() {
+    try {
+      return await invoke<boolean>('profile_initialized');
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+  async init(opts: InitOptions) {
+    try {
+      return await invoke<Whoami>('profile_init', { name: opts.name, relay: opts.relay });
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+  onEvent(cb: (e: UiEvent) => void) {
+    let un: (() => void) | null = null;
+    void listen<UiEvent>('runtime-event', (e) => cb(e.payload)).then((f) => (un = f));
+    const tick = setInterval(() => cb({ type: 'changed' }), 5000);
+    return () => {
+      un?.();
+      clearInterval(tick);
+    };
+  }
+  async settings() {
+    try {
+      return await invoke<Record<string, boolean>>('settings_get');
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+  async setSetting(key: string, value: boolean) {
+    try {
+      await invoke('settings_set', { key, value });
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+}
+
+/** The backend for where this UI runs. */
+export function pickBackend(): Backend {
+  const w = window as unknown as { __TAURI_INTERNALS__?: unknown };
+  return w.__TAURI_INTERNALS__ ? new TauriBackend() : new HttpBackend();
+}

@@ -1,0 +1,950 @@
+// The app shell: navigation, routing, paste-anywhere and the screens. Protocol-specific details
+// come from the data the runtime returns (a contact's `protocol`, whoami's per-protocol sections),
+// so a new protocol needs no new screen.
+
+import QRCode from 'qrcode';
+import './style.css';
+import {
+  type AuditRow,
+  type Backend,
+  BackendError,
+  type Contact,
+  type Identity,
+  type Message,
+  type Whoami,
+  pickBackend,
+} from './backend';
+import { field, fmtTime, h, mount } from './dom';
+import { type Recognised, recognise } from './paste';
+import { S } from './strings';
+
+const backend: Backend = pickBackend();
+const root = document.getElementById('app') as HTMLElement;
+const KINDS = ['send', 'ask', 'reply', 'list'];
+
+// ----- small shared pieces ------------------------------------------------------------------
+
+function errorText(e: unknown): string {
+  if (e instanceof BackendError) return S.error(e.code, e.message);
+  return String(e);
+}
+
+const notice = h('div', { class: 'notice', role: 'status', 'aria-live': 'polite' });
+function say(text: string, isError = false) {
+  notice.textContent = text;
+  notice.className = isError ? 'notice error' : 'notice';
+  if (isError) notice.setAttribute('role', 'alert');
+  else notice.setAttribute('role', 'status');
+}
+
+function qr(text: string, label: string): HTMLImageElement {
+  const img = h('img', { class: 'qr', alt: label, width: 160, height: 160 });
+  QRCode.toDataURL(text, { margin: 1, width: 160, errorCorrectionLevel: 'M' })
+    .then((url: string) => (img.src = url))
+    .catch(() => img.remove());
+  return img;
+}
+
+function badge(text: string, cls = '') {
+  return h('span', { class: `badge ${cls}`.trim() }, text);
+}
+
+function protocolBadge(protocol: string) {
+  return badge(protocol, `proto proto-${protocol.replace(/[^a-z0-9_-]/gi, '')}`);
+}
+
+function copyButton(text: string) {
+  return h(
+    'button',
+    {
+      type: 'button',
+      class: 'small',
+      onclick: async (e: Event) => {
+        const b = e.currentTarget as HTMLButtonElement;
+        try {
+          await navigator.clipboard.writeText(text);
+          b.textContent = S.me.copied;
+        } catch {
+          b.textContent = '✗';
+        }
+      },
+    },
+    S.me.copy,
+  );
+}
+
+/** The per-protocol sections of whoami: every object-valued key is one protocol identity. */
+function identities(w: Whoami): [string, Identity][] {
+  return Object.entries(w).filter(
+    (e): e is [string, Identity] => typeof e[1] === 'object' && e[1] !== null && !Array.isArray(e[1]),
+  );
+}
+
+function identityCard(protocol: string, id: Identity) {
+  const shareable = id.address ?? id.id ?? '';
+  const number = id.safety_number ?? id.fingerprint_short ?? id.fingerprint ?? '';
+  return h(
+    'section',
+    { class: 'card identity', 'data-protocol': protocol, 'aria-label': protocol },
+    h('h3', null, protocolBadge(protocol)),
+    h(
+      'dl',
+      null,
+      shareable && [
+        h('dt', null, S.me.address),
+        h('dd', null, h('code', { class: 'address' }, shareable), ' ', copyButton(shareable)),
+      ],
+      number && [h('dt', null, id.safety_number ? S.me.safety : S.me.fingerprint), h('dd', { class: 'safety' }, number)],
+      id.relay && [h('dt', null, S.me.relay), h('dd', null, id.relay)],
+    ),
+    shareable && qr(shareable, S.me.qr(protocol)),
+  );
+}
+
+// ----- routing ------------------------------------------------------------------------------
+
+type Route =
+  | { name: 'contacts' }
+  | { name: 'conversation'; contact: string }
+  | { name: 'verify'; contact: string }
+  | { name: 'agents' }
+  | { name: 'review' }
+  | { name: 'log' }
+  | { name: 'settings' }
+  | { name: 'me' };
+
+function parseRoute(): Route {
+  const [, a, b] = location.hash.split('/').map(decodeURIComponent);
+  switch (a) {
+    case 'c':
+      return b ? { name: 'conversation', contact: b } : { name: 'contacts' };
+    case 'verify':
+      return b ? { name: 'verify', contact: b } : { name: 'contacts' };
+    case 'agents':
+    case 'review':
+    case 'log':
+    case 'settings':
+    case 'me':
+      return { name: a };
+    default:
+      return { name: 'contacts' };
+  }
+}
+
+function go(hash: string) {
+  if (location.hash === hash) void render();
+  else location.hash = hash;
+}
+
+const main = h('main', { id: 'main', tabindex: '-1' });
+let me: Whoami | null = null;
+let rendering = 0;
+/** Set while the user is typing, so background refreshes do not replace their input. */
+let refreshPaused = false;
+
+function navLink(hash: string, label: string, current: boolean) {
+  return h('a', { href: hash, 'aria-current': current ? 'page' : null }, label);
+}
+
+function shell(route: Route) {
+  const nav = h(
+    'nav',
+    { 'aria-label': S.nav.label },
+    h('ul', null, [
+      h('li', null, navLink('#/contacts', S.nav.contacts, route.name === 'contacts' || route.name === 'conversation')),
+      h('li', null, navLink('#/agents', S.nav.agents, route.name === 'agents')),
+      h('li', null, navLink('#/review', S.nav.review, route.name === 'review')),
+      h('li', null, navLink('#/log', S.nav.log, route.name === 'log')),
+      h('li', null, navLink('#/settings', S.nav.settings, route.name === 'settings')),
+      h('li', null, navLink('#/me', S.nav.me, route.name === 'me')),
+    ]),
+  );
+  mount(root, h('header', null, h('h1', null, S.appName), me ? h('span', { class: 'whoami' }, me.name) : null), nav, notice, main);
+}
+
+async function render(background = false) {
+  const token = ++rendering;
+  const route = parseRoute();
+  if (!background) shell(route);
+  let view: Node;
+  try {
+    switch (route.name) {
+      case 'contacts':
+        view = await contactsView();
+        break;
+      case 'conversation':
+        view = await conversationView(route.contact);
+        break;
+      case 'verify':
+        view = await verifyView(route.contact);
+        break;
+      case 'agents':
+        view = await agentsView();
+        break;
+      case 'review':
+        view = await reviewView();
+        break;
+      case 'log':
+        view = await logView();
+        break;
+      case 'settings':
+        view = await settingsView();
+        break;
+      case 'me':
+        view = await meView();
+        break;
+    }
+  } catch (e) {
+    view = h('p', { class: 'error', role: 'alert' }, errorText(e));
+  }
+  if (token !== rendering) return; // a newer render won
+  if (background && main.contains(document.activeElement) && document.activeElement !== main) {
+    // Keep focus where it was: only replace the parts that do not hold it.
+    const keep = document.activeElement as HTMLElement | null;
+    const keepId = keep?.id;
+    mount(main, view);
+    if (keepId) document.getElementById(keepId)?.focus();
+    return;
+  }
+  mount(main, view);
+}
+
+// ----- first run ----------------------------------------------------------------------------
+
+function firstRun() {
+  const name = h('input', { type: 'text', required: true, maxlength: 64, autocomplete: 'name', id: 'fr-name' });
+  const relayUrl = h('input', { type: 'url', id: 'fr-relay', placeholder: 'https://relay.example', value: '' });
+  const useUrl = h('input', { type: 'radio', name: 'relay-mode', id: 'fr-mode-url', value: 'url', checked: true });
+  const host = h('input', { type: 'radio', name: 'relay-mode', id: 'fr-mode-host', value: 'host' });
+  const err = h('p', { class: 'error', role: 'alert', hidden: true });
+  const submit = h('button', { type: 'submit' }, S.firstRun.create);
+  const sync = () => {
+    relayUrl.disabled = host.checked;
+    relayUrl.required = !host.checked;
+  };
+  useUrl.addEventListener('change', sync);
+  host.addEventListener('change', sync);
+  const form = h(
+    'form',
+    {
+      class: 'card',
+      'aria-labelledby': 'fr-title',
+      onsubmit: async (e: Event) => {
+        e.preventDefault();
+        err.hidden = true;
+        submit.disabled = true;
+        submit.textContent = S.firstRun.creating;
+        try {
+          const who = await backend.init({ name: name.value.trim(), relay: host.checked ? null : relayUrl.value.trim() });
+          me = who;
+          firstRunDone(who);
+        } catch (x) {
+          err.textContent = errorText(x);
+          err.hidden = false;
+          submit.disabled = false;
+          submit.textContent = S.firstRun.create;
+        }
+      },
+    },
+    h('h2', { id: 'fr-title' }, S.firstRun.title),
+    h('p', null, S.firstRun.intro),
+    field(S.firstRun.name, name),
+    h(
+      'fieldset',
+      null,
+      h('legend', null, S.firstRun.relayLegend),
+      h('div', { class: 'radio' }, useUrl, h('label', { for: 'fr-mode-url' }, S.firstRun.relayUrl)),
+      field(S.firstRun.relayUrlField, relayUrl),
+      h('div', { class: 'radio' }, host, h('label', { for: 'fr-mode-host' }, S.firstRun.relayHost)),
+    ),
+    err,
+    submit,
+  );
+  mount(root, h('main', { id: 'main' }, form));
+  name.focus();
+}
+
+function firstRunDone(who: Whoami) {
+  const cont = h('button', { type: 'button', onclick: () => start() }, S.firstRun.continue);
+  mount(
+    root,
+    h(
+      'main',
+      { id: 'main' },
+      h('h2', null, S.firstRun.done),
+      h('p', null, S.me.intro),
+      identities(who).map(([p, id]) => identityCard(p, id)),
+      cont,
+    ),
+  );
+  cont.focus();
+}
+
+// ----- contacts and paste -------------------------------------------------------------------
+
+function contactBadges(c: Contact) {
+  return [
+    protocolBadge(c.protocol),
+    c.state !== 'active' ? badge(c.state, 'state') : null,
+    c.key_changed
+      ? badge(S.contacts.keyChanged, 'danger')
+      : c.verified
+        ? badge(S.contacts.verified, 'ok')
+        : badge(S.contacts.unverified, 'muted'),
+  ];
+}
+
+async function contactsView() {
+  const [contacts, requests] = await Promise.all([backend.contacts(), backend.requests()]);
+  const active = contacts.filter((c) => c.state !== 'pending');
+  const pasteInput = h('input', { type: 'text', id: 'paste-field', autocomplete: 'off', spellcheck: false });
+  return h(
+    'div',
+    null,
+    h('h2', null, S.contacts.title),
+    h(
+      'form',
+      {
+        class: 'paste-form',
+        onsubmit: (e: Event) => {
+          e.preventDefault();
+          openPreview(pasteInput.value);
+        },
+      },
+      h('p', null, S.contacts.pasteHint),
+      field(S.contacts.pasteField, pasteInput),
+      h('button', { type: 'submit' }, S.contacts.preview),
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'req-title', class: 'requests' },
+      h('h3', { id: 'req-title' }, S.contacts.pending),
+      requests.length === 0
+        ? h('p', { class: 'muted' }, S.contacts.pendingEmpty)
+        : h(
+            'ul',
+            { class: 'list' },
+            requests.map((c) =>
+              h(
+                'li',
+                { class: 'request', 'data-contact': c.name },
+                h('strong', null, c.name),
+                ' ',
+                contactBadges(c),
+                c.request ? h('span', { class: 'says' }, ' ', S.contacts.says(c.request)) : null,
+                c.safety_number ? h('div', { class: 'safety' }, c.safety_number) : null,
+                h(
+                  'div',
+                  { class: 'actions' },
+                  h(
+                    'button',
+                    {
+                      type: 'button',
+                      'aria-label': `${S.contacts.approve} ${c.name}`,
+                      onclick: () => act(() => backend.contactAccept(c.name)),
+                    },
+                    S.contacts.approve,
+                  ),
+                  h(
+                    'button',
+                    {
+                      type: 'button',
+                      class: 'secondary',
+                      'aria-label': `${S.contacts.deny} ${c.name}`,
+                      onclick: () => act(() => backend.contactDeny(c.name)),
+                    },
+                    S.contacts.deny,
+                  ),
+                ),
+              ),
+            ),
+          ),
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'ct-title' },
+      h('h3', { id: 'ct-title' }, S.contacts.title),
+      active.length === 0
+        ? h('p', { class: 'muted' }, S.contacts.empty)
+        : h(
+            'ul',
+            { class: 'list contacts' },
+            active.map((c) =>
+              h(
+                'li',
+                { 'data-contact': c.name },
+                h('a', { href: `#/c/${encodeURIComponent(c.name)}`, 'aria-label': S.contacts.open(c.name) }, c.name),
+                ' ',
+                contactBadges(c),
+              ),
+            ),
+          ),
+    ),
+  );
+}
+
+async function act(f: () => Promise<unknown>, ok?: string) {
+  try {
+    await f();
+    if (ok) say(ok);
+    await render(true);
+  } catch (e) {
+    say(errorText(e), true);
+  }
+}
+
+let dialog: HTMLDialogElement | null = null;
+
+function openPreview(text: string) {
+  const rec = recognise(text);
+  if (!rec) {
+    say(S.preview.notRecognised, true);
+    return;
+  }
+  showPreview(rec);
+}
+
+function showPreview(rec: Recognised) {
+  dialog?.remove();
+  const name = h('input', { type: 'text', id: 'preview-name', maxlength: 64, value: rec.suggestedName ?? '' });
+  const fp = h('dd', { class: 'safety', id: 'preview-fingerprint' }, '…');
+  if (rec.fingerprint) void rec.fingerprint.then((f) => (fp.textContent = f ?? '—'));
+  else fp.textContent = '—';
+  const err = h('p', { class: 'error', role: 'alert', hidden: true });
+  const confirm = h('button', { type: 'submit' }, rec.action === 'join' ? S.preview.join : S.preview.add);
+  const d = h(
+    'dialog',
+    { 'aria-labelledby': 'preview-title', class: 'preview', 'data-protocol': rec.protocol },
+    h(
+      'form',
+      {
+        method: 'dialog',
+        onsubmit: async (e: Event) => {
+          e.preventDefault();
+          confirm.disabled = true;
+          err.hidden = true;
+          try {
+            let c: Contact;
+            if (rec.action === 'pair') c = await backend.pair(rec.value, name.value.trim() || undefined);
+            else if (rec.action === 'add') c = await backend.contactAdd(rec.value, name.value.trim() || undefined);
+            else throw new BackendError('unsupported', S.preview.unsupported(rec.protocol));
+            d.close();
+            d.remove();
+            say(S.preview.added(c.name));
+            go('#/contacts');
+          } catch (x) {
+            err.textContent = errorText(x);
+            err.hidden = false;
+            confirm.disabled = false;
+          }
+        },
+      },
+      h('h2', { id: 'preview-title' }, S.preview.title),
+      h(
+        'dl',
+        null,
+        h('dt', null, S.preview.protocol),
+        h('dd', null, protocolBadge(rec.protocol)),
+        h('dt', null, S.preview.kind),
+        h('dd', null, rec.what),
+        rec.fields.map(([k, v]) => [h('dt', null, k), h('dd', null, h('code', null, v))]),
+        h('dt', null, S.preview.fingerprint),
+        fp,
+      ),
+      rec.action !== 'join' ? field(S.preview.name, name) : null,
+      err,
+      h(
+        'div',
+        { class: 'actions' },
+        confirm,
+        h(
+          'button',
+          {
+            type: 'button',
+            class: 'secondary',
+            onclick: () => {
+              d.close();
+              d.remove();
+            },
+          },
+          S.preview.cancel,
+        ),
+      ),
+    ),
+  );
+  document.body.appendChild(d);
+  dialog = d;
+  d.showModal();
+  (rec.action !== 'join' ? name : confirm).focus();
+}
+
+// Paste anywhere: text pasted outside an editable field is recognised and previewed.
+document.addEventListener('paste', (e: ClipboardEvent) => {
+  const t = e.target as HTMLElement | null;
+  if (t && (t.closest('input, textarea, [contenteditable="true"]') || t.closest('dialog'))) return;
+  if (!me) return;
+  const text = e.clipboardData?.getData('text/plain') ?? '';
+  const rec = recognise(text);
+  if (!rec) return;
+  e.preventDefault();
+  showPreview(rec);
+});
+
+// ----- conversation -------------------------------------------------------------------------
+
+let replyTo: string | null = null;
+
+function messageText(m: Message): string {
+  if (typeof m.body === 'string') return m.body;
+  return JSON.stringify(m.body);
+}
+
+async function conversationView(name: string) {
+  const [contacts, msgs] = await Promise.all([backend.contacts(), backend.conversation(name)]);
+  const c = contacts.find((x) => x.name === name);
+  if (!c) throw new BackendError('unknown_contact', `no contact named ${name}`);
+  const byId = new Map(msgs.map((m) => [m.id, m]));
+  const blocked = c.key_changed || c.state !== 'active';
+  const text = h('textarea', { id: 'compose', rows: 3, disabled: blocked, required: true });
+  const kind = h(
+    'select',
+    { id: 'compose-kind', disabled: blocked },
+    ['send', 'ask'].map((k) => h('option', { value: k }, k)),
+  );
+  const replyNote = h('p', { class: 'reply-note', hidden: !replyTo }, replyTo ? S.conversation.replyTo(replyTo) : '');
+  const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
+  text.addEventListener('focus', () => (refreshPaused = true));
+  text.addEventListener('blur', () => (refreshPaused = false));
+  text.addEventListener('keydown', (e: KeyboardEvent) => {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) (text.form as HTMLFormElement | null)?.requestSubmit();
+  });
+  const allowBoxes = KINDS.map((k) =>
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: c.allow.includes(k) }), ' ', k),
+  );
+  return h(
+    'div',
+    { class: 'conversation', 'data-contact': c.name },
+    h('p', null, h('a', { href: '#/contacts' }, S.conversation.back)),
+    h('h2', null, S.conversation.title(c.name), ' ', contactBadges(c)),
+    c.key_changed
+      ? h(
+          'div',
+          { class: 'banner danger', role: 'alert' },
+          S.keyChange.banner(c.name),
+          ' ',
+          h('a', { href: `#/verify/${encodeURIComponent(c.name)}` }, S.keyChange.action),
+        )
+      : c.state !== 'active'
+        ? h('div', { class: 'banner', role: 'alert' }, S.conversation.blockedPending)
+        : null,
+    h(
+      'p',
+      null,
+      h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link' }, S.conversation.verify),
+    ),
+    msgs.length === 0
+      ? h('p', { class: 'muted' }, S.conversation.empty)
+      : h(
+          'ol',
+          { class: 'messages', role: 'log', 'aria-label': S.conversation.title(c.name) },
+          msgs.map((m) => {
+            const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
+            return h(
+              'li',
+              { class: `msg ${m.direction}`, 'data-id': m.id, 'data-state': m.state },
+              h(
+                'div',
+                { class: 'meta' },
+                h('span', null, m.direction === 'out' ? S.conversation.me : m.from),
+                m.from_agent ? h('span', null, ` (${m.from_agent})`) : null,
+                ' · ',
+                badge(m.kind, 'kind'),
+                ' · ',
+                h('time', { datetime: new Date(m.ts).toISOString() }, fmtTime(m.ts)),
+                ' · ',
+                badge(m.state, `state state-${m.state}`),
+              ),
+              parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
+              h('div', { class: 'body' }, messageText(m)),
+              m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked
+                ? h(
+                    'button',
+                    {
+                      type: 'button',
+                      class: 'small secondary',
+                      'aria-label': `${S.conversation.reply}: ${messageText(m).slice(0, 40)}`,
+                      onclick: () => {
+                        replyTo = m.id;
+                        replyNote.textContent = S.conversation.replyTo(m.id);
+                        replyNote.hidden = false;
+                        text.focus();
+                      },
+                    },
+                    S.conversation.reply,
+                  )
+                : null,
+            );
+          }),
+        ),
+    h(
+      'form',
+      {
+        class: 'compose',
+        onsubmit: async (e: Event) => {
+          e.preventDefault();
+          if (!text.value.trim()) return;
+          sendBtn.disabled = true;
+          try {
+            await backend.send(c.name, text.value, {
+              kind: replyTo ? 'reply' : kind.value,
+              reply_to: replyTo ?? undefined,
+            });
+            replyTo = null;
+            text.value = '';
+            refreshPaused = false;
+            await render(true);
+            document.getElementById('compose')?.focus();
+          } catch (x) {
+            say(errorText(x), true);
+            sendBtn.disabled = false;
+          }
+        },
+      },
+      replyNote,
+      field(S.conversation.compose, text),
+      field(S.conversation.kind, kind),
+      sendBtn,
+    ),
+    h(
+      'form',
+      {
+        class: 'allow',
+        onsubmit: (e: Event) => {
+          e.preventDefault();
+          const kinds = allowBoxes
+            .map((l) => l.querySelector('input') as HTMLInputElement)
+            .filter((i) => i.checked)
+            .map((i) => i.value);
+          void act(() => backend.contactAllow(c.name, kinds), S.settings.saved);
+        },
+      },
+      h('fieldset', null, h('legend', null, S.conversation.allowed), allowBoxes),
+      h('button', { type: 'submit', class: 'secondary' }, S.conversation.saveAllowed),
+    ),
+  );
+}
+
+// ----- verification -------------------------------------------------------------------------
+
+async function verifyView(name: string) {
+  const [contacts, who] = await Promise.all([backend.contacts(), backend.whoami()]);
+  const c = contacts.find((x) => x.name === name);
+  if (!c) throw new BackendError('unknown_contact', `no contact named ${name}`);
+  const mine = identities(who).find(([p]) => p === c.protocol)?.[1];
+  const myNumber = mine?.safety_number ?? mine?.fingerprint_short ?? '';
+  const theirs = c.key_changed ? (c.new_safety_number ?? '') : (c.safety_number ?? '');
+  const theirLabel = c.key_changed ? S.verify.theirsNew(c.name) : S.verify.theirs(c.name);
+  return h(
+    'div',
+    { class: 'verify' },
+    h('p', null, h('a', { href: `#/c/${encodeURIComponent(c.name)}` }, S.conversation.back)),
+    h('h2', null, S.verify.title(c.name), ' ', contactBadges(c)),
+    c.key_changed ? h('div', { class: 'banner danger', role: 'alert' }, S.keyChange.banner(c.name)) : null,
+    h('p', null, S.verify.intro),
+    h(
+      'div',
+      { class: 'side-by-side' },
+      h(
+        'section',
+        { class: 'card', 'aria-label': S.verify.yours },
+        h('h3', null, S.verify.yours),
+        h('p', { class: 'safety big', 'data-who': 'me' }, myNumber),
+        myNumber ? qr(myNumber, S.verify.qr(S.verify.yours)) : null,
+      ),
+      h(
+        'section',
+        { class: 'card', 'aria-label': theirLabel },
+        h('h3', null, theirLabel),
+        h('p', { class: 'safety big', 'data-who': 'them' }, theirs),
+        theirs ? qr(theirs, S.verify.qr(theirLabel)) : null,
+      ),
+    ),
+    h(
+      'button',
+      {
+        type: 'button',
+        onclick: () =>
+          act(async () => {
+            await backend.contactVerify(c.name);
+            go(`#/c/${encodeURIComponent(c.name)}`);
+          }, S.verify.done),
+      },
+      S.verify.mark,
+    ),
+  );
+}
+
+// ----- agents, review, log, settings, me ----------------------------------------------------
+
+async function agentsView() {
+  const st = await backend.status();
+  return h(
+    'div',
+    null,
+    h('h2', null, S.agents.title),
+    st.agents.length === 0
+      ? h('p', { class: 'muted' }, S.agents.empty)
+      : h(
+          'table',
+          null,
+          h(
+            'thead',
+            null,
+            h(
+              'tr',
+              null,
+              [S.agents.name, S.agents.harness, S.agents.status, S.agents.where, S.agents.updated].map((t) =>
+                h('th', { scope: 'col' }, t),
+              ),
+            ),
+          ),
+          h(
+            'tbody',
+            null,
+            st.agents.map((a) =>
+              h(
+                'tr',
+                null,
+                h('td', null, a.name),
+                h('td', null, a.harness),
+                h('td', null, badge(a.status)),
+                h('td', null, a.where),
+                h('td', null, fmtTime(a.updated_at)),
+              ),
+            ),
+          ),
+        ),
+    h('h2', null, S.status.title),
+    h(
+      'dl',
+      null,
+      h('dt', null, S.status.pid),
+      h('dd', null, String(st.pid)),
+      h('dt', null, S.status.profile),
+      h('dd', null, st.profile),
+      h('dt', null, S.status.keystore),
+      h('dd', null, st.keystore),
+      h('dt', null, S.status.outbox),
+      h('dd', null, String(st.outbox)),
+      h('dt', null, S.status.bridge),
+      h('dd', null, st.bridge ?? '—'),
+    ),
+  );
+}
+
+async function reviewView() {
+  const items = await backend.reviewList();
+  return h(
+    'div',
+    null,
+    h('h2', null, S.review.title),
+    h('p', null, S.review.intro),
+    items.length === 0
+      ? h('p', { class: 'muted' }, S.review.empty)
+      : h(
+          'ul',
+          { class: 'list' },
+          items.map((it) =>
+            h(
+              'li',
+              null,
+              h(
+                'dl',
+                { class: 'inline' },
+                Object.entries(it)
+                  .filter(([k]) => k !== 'id')
+                  .map(([k, v]) => [h('dt', null, k), h('dd', null, typeof v === 'string' ? v : JSON.stringify(v))]),
+              ),
+              h(
+                'div',
+                { class: 'actions' },
+                h('button', { type: 'button', onclick: () => act(() => backend.reviewDecide(it.id, true)) }, S.review.approve),
+                h(
+                  'button',
+                  { type: 'button', class: 'secondary', onclick: () => act(() => backend.reviewDecide(it.id, false)) },
+                  S.review.reject,
+                ),
+              ),
+            ),
+          ),
+        ),
+  );
+}
+
+let logSearch = '';
+
+function download(name: string, type: string, data: string) {
+  const url = URL.createObjectURL(new Blob([data], { type }));
+  const a = h('a', { href: url, download: name });
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+function csv(rows: AuditRow[]): string {
+  const q = (v: unknown) => `"${String(v).replace(/"/g, '""')}"`;
+  const cols: (keyof AuditRow)[] = ['id', 'at', 'direction', 'protocol', 'peer', 'message_id', 'kind', 'state', 'detail'];
+  return [cols.join(','), ...rows.map((r) => cols.map((c) => q(r[c])).join(','))].join('\n');
+}
+
+async function logView() {
+  const rows = await backend.log(logSearch || undefined);
+  const search = h('input', { type: 'search', id: 'log-search', value: logSearch });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  search.addEventListener('input', () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      logSearch = search.value;
+      void render(true);
+    }, 250);
+  });
+  return h(
+    'div',
+    null,
+    h('h2', null, S.log.title),
+    h(
+      'div',
+      { class: 'toolbar' },
+      field(S.log.search, search),
+      h('button', { type: 'button', onclick: () => download('switchboard-log.json', 'application/json', JSON.stringify(rows, null, 2)) }, S.log.export),
+      h('button', { type: 'button', class: 'secondary', onclick: () => download('switchboard-log.csv', 'text/csv', csv(rows)) }, S.log.exportCsv),
+    ),
+    rows.length === 0
+      ? h('p', { class: 'muted' }, S.log.empty)
+      : h(
+          'table',
+          { class: 'log' },
+          h('thead', null, h('tr', null, S.log.cols.map((t) => h('th', { scope: 'col' }, t)))),
+          h(
+            'tbody',
+            null,
+            rows.map((r) =>
+              h(
+                'tr',
+                null,
+                h('td', null, fmtTime(r.at)),
+                h('td', null, r.direction),
+                h('td', null, protocolBadge(r.protocol)),
+                h('td', null, h('code', null, r.peer.slice(0, 12))),
+                h('td', null, r.kind),
+                h('td', null, badge(r.state, `state state-${r.state}`)),
+                h('td', null, r.detail),
+              ),
+            ),
+          ),
+        ),
+  );
+}
+
+async function settingsView() {
+  const [st, prefs] = await Promise.all([backend.status(), backend.settings()]);
+  const toggle = (key: string, label: string) => {
+    const id = `set-${key}`;
+    const box = h('input', {
+      type: 'checkbox',
+      id,
+      checked: prefs?.[key] ?? false,
+      disabled: prefs === null,
+      onchange: (e: Event) =>
+        act(() => backend.setSetting(key, (e.currentTarget as HTMLInputElement).checked), S.settings.saved),
+    });
+    return h('div', { class: 'check' }, box, h('label', { for: id }, label));
+  };
+  return h(
+    'div',
+    null,
+    h('h2', null, S.settings.title),
+    h(
+      'section',
+      { 'aria-labelledby': 'relays-title' },
+      h('h3', { id: 'relays-title' }, S.settings.relays),
+      h(
+        'table',
+        null,
+        h('thead', null, h('tr', null, ['Protocol', 'URL', S.settings.health, S.settings.lastError].map((t) => h('th', { scope: 'col' }, t)))),
+        h(
+          'tbody',
+          null,
+          st.relays.map((r) =>
+            h(
+              'tr',
+              null,
+              h('td', null, protocolBadge(r.protocol)),
+              h('td', null, h('code', null, r.url)),
+              h('td', null, badge(r.health.state, `health health-${r.health.state}`)),
+              h('td', null, r.health.last_error || '—'),
+            ),
+          ),
+        ),
+      ),
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'notif-title' },
+      h('h3', { id: 'notif-title' }, S.settings.notifications),
+      toggle('notifications', S.settings.notify),
+      toggle('do_not_disturb', S.settings.dnd),
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'tray-title' },
+      h('h3', { id: 'tray-title' }, S.settings.tray),
+      prefs === null ? h('p', { class: 'muted' }, S.settings.trayOnlyDesktop) : null,
+      toggle('close_to_tray', S.settings.closeToTray),
+      toggle('start_in_tray', S.settings.startInTray),
+    ),
+  );
+}
+
+async function meView() {
+  const who = await backend.whoami();
+  me = who;
+  return h(
+    'div',
+    null,
+    h('h2', null, S.me.title),
+    h('p', null, S.me.intro),
+    identities(who).map(([p, id]) => identityCard(p, id)),
+  );
+}
+
+// ----- start --------------------------------------------------------------------------------
+
+let unsubscribe: (() => void) | null = null;
+
+async function start() {
+  try {
+    if (!(await backend.initialized())) {
+      firstRun();
+      return;
+    }
+    me = await backend.whoami();
+  } catch (e) {
+    mount(root, h('main', { id: 'main' }, h('p', { class: 'error', role: 'alert' }, errorText(e))));
+    return;
+  }
+  window.onhashchange = () => {
+    void render();
+    main.focus();
+  };
+  await render();
+  unsubscribe?.();
+  unsubscribe = backend.onEvent(() => {
+    if (!refreshPaused && !document.querySelector('dialog[open]')) void render(true);
+  });
+  document.body.dataset.ready = 'true';
+}
+
+mount(root, h('p', null, S.loading));
+void start();
