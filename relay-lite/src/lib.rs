@@ -59,6 +59,8 @@ pub struct Limits {
     pub login_window_ms: i64,
     /// The Stringcup v2 API's limits.
     pub stringcup: StringcupLimits,
+    /// The letmeknow group and invite API's limits.
+    pub letmeknow: limits::LetmeknowLimits,
 }
 
 impl Default for Limits {
@@ -72,6 +74,7 @@ impl Default for Limits {
             idle_erase_ms: 14 * 24 * 3600 * 1000,
             login_window_ms: LOGIN_WINDOW_MS,
             stringcup: StringcupLimits::default(),
+            letmeknow: limits::LetmeknowLimits::default(),
         }
     }
 }
@@ -220,6 +223,8 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) send_rate: SlidingWindow,
     pub(crate) ip_rate: IpLimiter,
+    /// Posts per letmeknow group per minute.
+    pub(crate) letmeknow_rate: SlidingWindow,
     /// Stringcup budgets, long-poll pool, idempotency keys in flight, statistics snapshot.
     pub(crate) stringcup: routes::stringcup::StringcupState,
     /// Becomes `true` when the relay shuts down; websocket sessions watch it.
@@ -288,8 +293,13 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
             "stringcup swept"
         );
     }
+    let lmk = shared.store.lmk_sweep(now.saturating_sub(limits.letmeknow.retention_ms), now).await?;
+    if lmk.messages > 0 || lmk.invites > 0 {
+        tracing::info!(messages = lmk.messages, invites = lmk.invites, "letmeknow swept");
+    }
     let instant = std::time::Instant::now();
     shared.stringcup.prune(instant);
+    shared.letmeknow_rate.prune(instant);
     shared.send_rate.prune(instant);
     shared.ip_rate.prune(instant);
     shared.hub.prune();
@@ -314,6 +324,7 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         hub,
         send_rate: SlidingWindow::new(limits.sends_per_minute, Duration::from_secs(60)),
         ip_rate: IpLimiter::new(limits.ip_requests_per_minute),
+        letmeknow_rate: SlidingWindow::new(limits.letmeknow.posts_per_group_minute, Duration::from_secs(60)),
         stringcup: routes::stringcup::StringcupState::new(&limits.stringcup),
         limits,
         closing: tokio::sync::watch::channel(false).0,

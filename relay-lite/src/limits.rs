@@ -145,6 +145,35 @@ impl IpLimiter {
     }
 }
 
+/// The limits of the letmeknow group and invite API; `Default` is `specs/letmeknow-relay.md`'s.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct LetmeknowLimits {
+    /// Largest MLSMessage or invite body in bytes (`413` above).
+    pub max_message: usize,
+    /// Group messages older than this are deleted (ms); the group's epoch is kept.
+    pub retention_ms: i64,
+    /// Longest long-poll hold (seconds).
+    pub max_wait_secs: u64,
+    /// Longest invite lifetime (seconds).
+    pub max_invite_ttl_secs: u64,
+    /// Accepted posts per group in any sliding 60-second window; 0 means no limit.
+    pub posts_per_group_minute: u32,
+}
+
+impl Default for LetmeknowLimits {
+    fn default() -> Self {
+        use switchboard_core::protocol::letmeknow as lmk;
+        Self {
+            max_message: lmk::MAX_MESSAGE,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            max_wait_secs: lmk::MAX_WAIT_SECS,
+            max_invite_ttl_secs: lmk::MAX_INVITE_TTL,
+            posts_per_group_minute: 600,
+        }
+    }
+}
+
 /// `Retry-After` seconds for a wait: rounded up, at least 1.
 pub fn retry_after_secs(wait: Duration) -> u64 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);

@@ -4,4 +4,5 @@
 pub mod agent_identity;
 pub mod agent_mail;
 pub mod letagents;
+pub mod letmeknow;
 pub mod stringcup;

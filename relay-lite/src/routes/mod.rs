@@ -3,6 +3,7 @@
 
 pub mod agent_mail;
 pub mod letagents;
+pub mod letmeknow;
 pub mod stringcup;
 
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(agent_mail::routes(&state))
         .merge(letagents::routes(&state))
+        .merge(letmeknow::routes(&state))
         .merge(stringcup::routes(&state))
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(state.clone(), ip_limit))

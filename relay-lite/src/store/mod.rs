@@ -5,10 +5,11 @@
 //!   commit), so a `202` always means "on disk" and throughput grows with concurrency instead of
 //!   paying one fsync per envelope.
 //! - Reads use a small pool of reader connections; WAL lets them run beside the writer.
-//! - The SQL for each protocol lives in its own file ([`letagents`], [`stringcup`]).
+//! - The SQL for each protocol lives in its own file ([`letagents`], [`stringcup`], [`letmeknow`]).
 
 pub mod agent_mail;
 pub mod letagents;
+pub mod letmeknow;
 pub mod stringcup;
 mod writer;
 

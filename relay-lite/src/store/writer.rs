@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::StoreError;
 use super::agent_mail::AmOp;
 use super::letagents::{self, DepositOutcome, LoginOutcome, SweepReport};
+use super::letmeknow::LmkOp;
 use super::stringcup::ScOp;
 use crate::hub::Hub;
 
@@ -51,6 +52,8 @@ pub(crate) enum Op {
     Stringcup(ScOp),
     /// An Agent Mail 1.0 write (its own enum, so its SQL stays in its file).
     AgentMail(Box<AmOp>),
+    /// A letmeknow group log or invite write.
+    Letmeknow(LmkOp),
     /// Commit what came before, then stop.
     Close(oneshot::Sender<()>),
 }
@@ -69,6 +72,7 @@ impl Op {
             Self::Deposit { req, .. } => req.body.len(),
             Self::Stringcup(op) => op.bytes(),
             Self::AgentMail(op) => op.bytes(),
+            Self::Letmeknow(op) => op.bytes(),
             _ => 0,
         }
     }
@@ -81,6 +85,7 @@ impl Op {
             Self::Sweep { req, out, .. } => *out = Some(letagents::sweep(conn, req, hub).await?),
             Self::Stringcup(op) => op.apply(conn).await?,
             Self::AgentMail(op) => op.apply(conn).await?,
+            Self::Letmeknow(op) => op.apply(conn).await?,
             Self::Close(_) => {}
         }
         Ok(())
@@ -108,6 +113,7 @@ impl Op {
             }
             Self::Stringcup(op) => op.finish(committed, hub),
             Self::AgentMail(op) => (*op).finish(committed),
+            Self::Letmeknow(op) => op.finish(committed, hub),
             Self::Close(done) => {
                 let _ = done.send(());
             }

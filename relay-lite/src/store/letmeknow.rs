@@ -1,0 +1,428 @@
+//! letmeknow SQL: per-group epoch and ciphertext log, and pending invites.
+//!
+//! - A post decides inside the writer's transaction: the epoch compare-and-set (a commit must
+//!   target the current epoch and advances it; an application message must be at the current
+//!   epoch), the seq allocation and the insert are one atomic step, answered after the commit.
+//! - Retention deletes old messages but keeps the group row, so the epoch survives.
+//! - Invites accept one join and one welcome; reads treat an expired invite as gone at once, and
+//!   the sweep deletes it.
+//!
+//! Hub keys (see [`crate::hub`]): `letmeknow/g/<gid>` carries the newest seq of a group;
+//! `letmeknow/i/<id>` carries 1 once a join is stored and 2 once the welcome is.
+
+use axum::body::Bytes;
+use sqlx::{Row as _, SqliteConnection};
+use switchboard_core::protocol::letmeknow::header::ContentType;
+use switchboard_core::util::{hex, sha256};
+
+use super::writer::{Op, Reply, settle};
+use super::{Store, StoreError};
+use crate::hub::Hub;
+
+/// The hub key of a group log.
+pub fn group_key(gid: &str) -> String {
+    format!("letmeknow/g/{gid}")
+}
+
+/// The hub key of an invite.
+pub fn invite_key(id: &str) -> String {
+    format!("letmeknow/i/{id}")
+}
+
+/// Hub value once an invite holds a join.
+pub const JOINED: i64 = 1;
+/// Hub value once an invite holds a welcome.
+pub const WELCOMED: i64 = 2;
+
+/// Outcome of a group post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostOutcome {
+    /// Stored at this seq.
+    Stored {
+        /// Position in the group log.
+        seq: i64,
+    },
+    /// Refused: the message's epoch is not the group's current one.
+    WrongEpoch {
+        /// The current epoch.
+        current: i64,
+    },
+}
+
+/// Outcome of an invite write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InviteOutcome {
+    /// Done.
+    Done,
+    /// No such invite, or it expired (`404`).
+    Gone,
+    /// The invite already exists / already has a join / a welcome, or has no join yet (`409`).
+    Conflict,
+    /// Wrong or missing owner token (`403`).
+    Forbidden,
+}
+
+/// `POST /g/{gid}/messages` after the header was parsed.
+pub(crate) struct Post {
+    gid: String,
+    epoch: i64,
+    commit: bool,
+    data: Bytes,
+    now: i64,
+}
+
+/// `PUT /i/{id}`.
+pub(crate) struct CreateInvite {
+    id: String,
+    owner_hash: String,
+    expires_at: i64,
+    now: i64,
+}
+
+/// `POST /i/{id}/join` or `/welcome`.
+pub(crate) struct PutBlob {
+    id: String,
+    /// `Some` for the welcome: the owner token's hash to check.
+    owner_hash: Option<String>,
+    data: Vec<u8>,
+    now: i64,
+}
+
+/// The sweep: messages received before `messages_before`, invites expired at `now`.
+pub(crate) struct Sweep {
+    messages_before: i64,
+    now: i64,
+}
+
+/// What a sweep removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LmkSweepReport {
+    /// Messages past retention.
+    pub messages: u64,
+    /// Expired invites.
+    pub invites: u64,
+}
+
+/// A queued letmeknow write, its result once applied, and where to send it.
+pub(crate) struct Pending<R, T> {
+    req: R,
+    out: Option<T>,
+    reply: Reply<T>,
+}
+
+/// A letmeknow write for the writer task.
+pub(crate) enum LmkOp {
+    Post(Pending<Post, PostOutcome>),
+    CreateInvite(Pending<CreateInvite, InviteOutcome>),
+    PutBlob(Pending<PutBlob, InviteOutcome>),
+    Sweep(Pending<Sweep, LmkSweepReport>),
+}
+
+impl LmkOp {
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Self::Post(p) => p.req.data.len(),
+            Self::PutBlob(p) => p.req.data.len(),
+            _ => 0,
+        }
+    }
+
+    pub(crate) async fn apply(&mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Post(p) => p.out = Some(post(conn, &p.req).await?),
+            Self::CreateInvite(p) => p.out = Some(create_invite(conn, &p.req).await?),
+            Self::PutBlob(p) => p.out = Some(put_blob(conn, &p.req).await?),
+            Self::Sweep(p) => p.out = Some(sweep(conn, &p.req).await?),
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(self, committed: &Result<(), StoreError>, hub: &Hub) {
+        // A caller that went away (client disconnected) no longer needs the answer.
+        match self {
+            Self::Post(p) => {
+                let result = settle(committed, p.out);
+                if let Ok(PostOutcome::Stored { seq }) = &result {
+                    hub.publish(&group_key(&p.req.gid), *seq);
+                }
+                let _ = p.reply.send(result);
+            }
+            Self::CreateInvite(p) => drop(p.reply.send(settle(committed, p.out))),
+            Self::PutBlob(p) => {
+                let result = settle(committed, p.out);
+                if let Ok(InviteOutcome::Done) = &result {
+                    let value = if p.req.owner_hash.is_some() { WELCOMED } else { JOINED };
+                    hub.publish(&invite_key(&p.req.id), value);
+                }
+                let _ = p.reply.send(result);
+            }
+            Self::Sweep(p) => drop(p.reply.send(settle(committed, p.out))),
+        }
+    }
+}
+
+async fn post(conn: &mut SqliteConnection, req: &Post) -> Result<PostOutcome, sqlx::Error> {
+    sqlx::query("INSERT INTO lmk_groups (group_id, last_active) VALUES (?, ?) ON CONFLICT (group_id) DO NOTHING")
+        .bind(&req.gid)
+        .bind(req.now)
+        .execute(&mut *conn)
+        .await?;
+    let row = sqlx::query("SELECT epoch, next_seq FROM lmk_groups WHERE group_id = ?")
+        .bind(&req.gid)
+        .fetch_one(&mut *conn)
+        .await?;
+    let (current, seq): (i64, i64) = (row.try_get("epoch")?, row.try_get("next_seq")?);
+    if req.epoch != current {
+        return Ok(PostOutcome::WrongEpoch { current });
+    }
+    let epoch = if req.commit { current.saturating_add(1) } else { current };
+    sqlx::query("UPDATE lmk_groups SET epoch = ?, next_seq = ?, last_active = ? WHERE group_id = ?")
+        .bind(epoch)
+        .bind(seq + 1)
+        .bind(req.now)
+        .bind(&req.gid)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("INSERT INTO lmk_messages (group_id, seq, received_at, data) VALUES (?, ?, ?, ?)")
+        .bind(&req.gid)
+        .bind(seq)
+        .bind(req.now)
+        .bind(req.data.as_ref())
+        .execute(&mut *conn)
+        .await?;
+    Ok(PostOutcome::Stored { seq })
+}
+
+async fn create_invite(conn: &mut SqliteConnection, req: &CreateInvite) -> Result<InviteOutcome, sqlx::Error> {
+    // An expired invite is gone, even if the sweep has not deleted it yet.
+    sqlx::query("DELETE FROM lmk_invites WHERE invite_id = ? AND expires_at <= ?")
+        .bind(&req.id)
+        .bind(req.now)
+        .execute(&mut *conn)
+        .await?;
+    let inserted = sqlx::query(
+        "INSERT INTO lmk_invites (invite_id, owner_hash, expires_at) VALUES (?, ?, ?) \
+         ON CONFLICT (invite_id) DO NOTHING",
+    )
+    .bind(&req.id)
+    .bind(&req.owner_hash)
+    .bind(req.expires_at)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(if inserted == 1 { InviteOutcome::Done } else { InviteOutcome::Conflict })
+}
+
+async fn put_blob(conn: &mut SqliteConnection, req: &PutBlob) -> Result<InviteOutcome, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT owner_hash, join_data IS NOT NULL AS joined, welcome_data IS NOT NULL AS welcomed \
+         FROM lmk_invites WHERE invite_id = ? AND expires_at > ?",
+    )
+    .bind(&req.id)
+    .bind(req.now)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(InviteOutcome::Gone) };
+    let (owner_hash, joined, welcomed): (String, bool, bool) =
+        (row.try_get("owner_hash")?, row.try_get("joined")?, row.try_get("welcomed")?);
+    match &req.owner_hash {
+        None => {
+            if joined {
+                return Ok(InviteOutcome::Conflict);
+            }
+            sqlx::query("UPDATE lmk_invites SET join_data = ? WHERE invite_id = ?")
+                .bind(&req.data)
+                .bind(&req.id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Some(given) => {
+            if !constant_time_eq(given.as_bytes(), owner_hash.as_bytes()) {
+                return Ok(InviteOutcome::Forbidden);
+            }
+            if !joined || welcomed {
+                return Ok(InviteOutcome::Conflict);
+            }
+            sqlx::query("UPDATE lmk_invites SET welcome_data = ? WHERE invite_id = ?")
+                .bind(&req.data)
+                .bind(&req.id)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    Ok(InviteOutcome::Done)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn sweep(conn: &mut SqliteConnection, req: &Sweep) -> Result<LmkSweepReport, sqlx::Error> {
+    let messages = sqlx::query("DELETE FROM lmk_messages WHERE received_at < ?")
+        .bind(req.messages_before)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    let invites =
+        sqlx::query("DELETE FROM lmk_invites WHERE expires_at <= ?").bind(req.now).execute(&mut *conn).await?;
+    Ok(LmkSweepReport { messages, invites: invites.rows_affected() })
+}
+
+/// A live invite as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InviteState {
+    /// Expiry (Unix ms).
+    pub expires_at: i64,
+    /// The joiner's data, once posted.
+    pub join: Option<Vec<u8>>,
+    /// The inviter's data, once posted.
+    pub welcome: Option<Vec<u8>>,
+}
+
+/// The SHA-256 (hex) under which an owner token is stored and compared.
+pub fn owner_hash(token: &str) -> String {
+    hex(&sha256(token.as_bytes()))
+}
+
+impl Store {
+    async fn lmk_write<R, T>(&self, req: R, wrap: impl FnOnce(Pending<R, T>) -> LmkOp) -> Result<T, StoreError> {
+        self.write(|reply| Op::Letmeknow(wrap(Pending { req, out: None, reply }))).await
+    }
+
+    /// Appends a group message if its epoch is current (a commit advances the epoch).
+    pub async fn lmk_post(
+        &self,
+        gid: &str,
+        epoch: u64,
+        content: ContentType,
+        data: Bytes,
+        now: i64,
+    ) -> Result<PostOutcome, StoreError> {
+        let req = Post {
+            gid: gid.to_owned(),
+            epoch: i64::try_from(epoch).unwrap_or(i64::MAX),
+            commit: content == ContentType::Commit,
+            data,
+            now,
+        };
+        self.lmk_write(req, LmkOp::Post).await
+    }
+
+    /// Up to `limit` log entries of `gid` with seq above `after`, ascending.
+    pub async fn lmk_messages(&self, gid: &str, after: i64, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let rows =
+            sqlx::query("SELECT seq, data FROM lmk_messages WHERE group_id = ? AND seq > ? ORDER BY seq LIMIT ?")
+                .bind(gid)
+                .bind(after)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.read)
+                .await?;
+        Ok(rows.into_iter().map(|r| Ok((r.try_get("seq")?, r.try_get("data")?))).collect::<Result<_, sqlx::Error>>()?)
+    }
+
+    /// The group's current epoch (0 for a group never written).
+    pub async fn lmk_epoch(&self, gid: &str) -> Result<i64, StoreError> {
+        let epoch: Option<i64> = sqlx::query_scalar("SELECT epoch FROM lmk_groups WHERE group_id = ?")
+            .bind(gid)
+            .fetch_optional(&self.read)
+            .await?;
+        Ok(epoch.unwrap_or(0))
+    }
+
+    /// Creates an invite (`Conflict` if a live one has this id).
+    pub async fn lmk_create_invite(
+        &self,
+        id: &str,
+        owner: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError> {
+        let req = CreateInvite { id: id.to_owned(), owner_hash: owner_hash(owner), expires_at, now };
+        self.lmk_write(req, LmkOp::CreateInvite).await
+    }
+
+    /// Stores the join data (`owner` `None`) or, for the owner, the welcome data.
+    pub async fn lmk_put_blob(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        data: Vec<u8>,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError> {
+        let req = PutBlob { id: id.to_owned(), owner_hash: owner.map(owner_hash), data, now };
+        self.lmk_write(req, LmkOp::PutBlob).await
+    }
+
+    /// A live invite, or `None` if unknown or expired at `now`.
+    pub async fn lmk_invite(&self, id: &str, now: i64) -> Result<Option<InviteState>, StoreError> {
+        let row = sqlx::query(
+            "SELECT expires_at, join_data, welcome_data FROM lmk_invites WHERE invite_id = ? AND expires_at > ?",
+        )
+        .bind(id)
+        .bind(now)
+        .fetch_optional(&self.read)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(InviteState {
+            expires_at: row.try_get("expires_at")?,
+            join: row.try_get("join_data")?,
+            welcome: row.try_get("welcome_data")?,
+        }))
+    }
+
+    /// Deletes messages received before `messages_before` (group epochs stay) and invites that
+    /// expired by `now`.
+    pub async fn lmk_sweep(&self, messages_before: i64, now: i64) -> Result<LmkSweepReport, StoreError> {
+        self.lmk_write(Sweep { messages_before, now }, LmkOp::Sweep).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    const G: &str = "0123456789abcdef0123456789abcdef";
+
+    #[tokio::test]
+    async fn concurrent_commits_at_one_epoch_exactly_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap());
+        let posts = (0..10).map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store.lmk_post(G, 0, ContentType::Commit, Bytes::from_static(b"c"), 1).await.unwrap()
+            })
+        });
+        let mut won = 0;
+        for p in posts.collect::<Vec<_>>() {
+            match p.await.unwrap() {
+                PostOutcome::Stored { seq } => {
+                    won += 1;
+                    assert_eq!(seq, 1);
+                }
+                PostOutcome::WrongEpoch { current } => assert_eq!(current, 1),
+            }
+        }
+        assert_eq!(won, 1);
+        assert_eq!(store.lmk_epoch(G).await.unwrap(), 1);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn sweep_deletes_old_messages_and_keeps_the_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
+        store.lmk_post(G, 0, ContentType::Commit, Bytes::from_static(b"a"), 10).await.unwrap();
+        store.lmk_post(G, 1, ContentType::Application, Bytes::from_static(b"b"), 20).await.unwrap();
+        let report = store.lmk_sweep(15, 20).await.unwrap();
+        assert_eq!(report.messages, 1);
+        assert_eq!(store.lmk_messages(G, 0, 10).await.unwrap(), vec![(2, b"b".to_vec())]);
+        assert_eq!(store.lmk_epoch(G).await.unwrap(), 1);
+        let next = store.lmk_post(G, 1, ContentType::Commit, Bytes::from_static(b"c"), 30).await.unwrap();
+        assert_eq!(next, PostOutcome::Stored { seq: 3 });
+        store.close().await;
+    }
+}
