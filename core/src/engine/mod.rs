@@ -32,6 +32,7 @@ use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::transport::stringcup::StringcupClient;
 
+mod agent_mail;
 mod agents;
 mod delivery;
 mod stringcup;
@@ -40,6 +41,7 @@ pub use agents::Caller;
 pub use delivery::fence;
 
 const SC: &str = "stringcup";
+use agent_mail::AM;
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms, random_array};
 
 const PROTO: &str = "letagents";
@@ -189,6 +191,7 @@ struct Inner_ {
     keystore: String,
     keys: Arc<Keystore>,
     sc: Mutex<Option<stringcup::ScIdentity>>,
+    am: Mutex<Option<agent_mail::AmState>>,
     sc_client: StringcupClient,
     relay_url: String,
     relay: RelayClient,
@@ -280,7 +283,10 @@ async fn audit_dropped(conn: &mut sqlx::SqliteConnection, now: i64, detail: &str
 /// A contact as clients see it.
 pub fn contact_dto(c: &ContactRow) -> Value {
     let keys = peer_keys(c).ok();
-    let (safety, new_safety) = if c.protocol == SC {
+    let (safety, new_safety) = if c.protocol == AM {
+        // Agent Mail's identity is the Agent ID itself; cards (and their keys) rotate under it.
+        (Some(c.peer_id.clone()), None)
+    } else if c.protocol == SC {
         // Stringcup has one key: the short fingerprint is what people compare (B.7).
         let short =
             |k: &[u8]| <[u8; 32]>::try_from(k).ok().map(|k| crate::protocol::stringcup::crypto::fingerprint_short(&k));
@@ -384,6 +390,12 @@ impl Runtime {
         if let Err(e) = rt.stringcup_identity().await {
             tracing::info!("no Stringcup identity yet: {e}");
         }
+        // An Agent Mail mailbox: keys and the first card are made locally; publishing it is
+        // retried whenever the relay is next reached.
+        rt.am_state().await?;
+        if let Err(e) = rt.agent_mail_publish().await {
+            tracing::info!("Agent Mail card not published yet: {e}");
+        }
         Ok(rt)
     }
 
@@ -423,6 +435,7 @@ impl Runtime {
         let relay = RelayClient::new(&relay_url, pin)?;
         let sc = stringcup::load_identity(&store, &ks).await?;
         let sc_client = StringcupClient::new(&relay);
+        let am = agent_mail::load(&store, &ks, &relay_url).await?;
         let (events, _) = broadcast::channel(256);
         let (shutdown, _) = watch::channel(false);
         Ok(Runtime {
@@ -434,6 +447,7 @@ impl Runtime {
                 keystore: keystore_desc,
                 keys: ks,
                 sc: Mutex::new(sc),
+                am: Mutex::new(am),
                 sc_client,
                 relay_url,
                 relay,
@@ -616,6 +630,7 @@ impl Runtime {
                 "relay": self.inner.relay_url,
             },
             "stringcup": self.stringcup_whoami().await,
+            "agent_mail": self.agent_mail_whoami().await,
         }))
     }
 
@@ -628,6 +643,7 @@ impl Runtime {
             "keystore": self.inner.keystore,
             "relays": [{"protocol": PROTO, "url": self.inner.relay_url, "health": health}],
             "outbox": self.store().outbox_len().await?,
+            "agent_mail": self.agent_mail_whoami().await,
             "agents": self.store().agents().await?,
         }))
     }
@@ -642,7 +658,10 @@ impl Runtime {
             None => self.store().message("in", id).await?.ok_or_else(|| Error::UnknownMessage(id.into()))?,
         };
         let name = self.contact_name(m.contact_id).await?;
-        Ok(message_dto(&m, name.as_deref()))
+        let mut view = [message_dto(&m, name.as_deref())];
+        self.agent_mail_decorate(&mut view).await?;
+        let [view] = view;
+        Ok(view)
     }
 
     async fn contact_name(&self, id: Option<i64>) -> Result<Option<String>> {
@@ -667,6 +686,9 @@ impl Runtime {
     ) -> Result<Value> {
         if crate::protocol::stringcup::wire::is_identity_id(address.trim()) {
             return self.stringcup_contact_add(address.trim(), name, allow).await;
+        }
+        if address.trim().starts_with(crate::protocol::agent_identity::agent_id::AGENT_ID_PREFIX) {
+            return self.agent_mail_contact_add(address.trim(), name, allow).await;
         }
         let addr = Address::parse(address).map_err(|e| Error::Invalid(e.to_string()))?;
         let drop =
@@ -904,6 +926,13 @@ impl Runtime {
             }
             return self.stringcup_send(&c, kind, text, reply_to, from_agent, to_agent).await;
         }
+        if c.protocol == AM {
+            let text = body.as_str().ok_or_else(|| Error::Invalid("Agent Mail carries text here".into()))?;
+            if !matches!(kind, Kind::Send | Kind::Ask | Kind::Reply) {
+                return Err(Error::Invalid(format!("`{}` is a letagents kind; Agent Mail carries text", kind.as_str())));
+            }
+            return self.agent_mail_send(&c, kind.as_str(), text, reply_to, from_agent, to_agent).await;
+        }
         if let Some(r) = reply_to
             && !la::inner::is_uuid(r)
         {
@@ -998,6 +1027,8 @@ impl Runtime {
         let now = now_ms();
         let outcome = if row.protocol == SC {
             self.stringcup_attempt(&row).await
+        } else if row.protocol == AM {
+            self.agent_mail_attempt(&row).await
         } else {
             let client = self.client_for(&row.relay_url).await?;
             client.send(&row.target, &row.drop_code, row.payload.clone()).await
@@ -1344,7 +1375,8 @@ impl Runtime {
     /// Reads everything waiting at the relay for every protocol, processes and acks it.
     pub async fn sync(&self) -> Result<usize> {
         let n = self.sync_letagents().await?;
-        Ok(n + self.stringcup_sync().await?)
+        let n = n + self.stringcup_sync().await?;
+        Ok(n + self.agent_mail_sync().await?)
     }
 
     /// Reads everything waiting in the letagents mailbox (plain GET), processes and acks it.
@@ -1401,6 +1433,7 @@ impl Runtime {
                     tokio::select! {
                         _ = self.websocket_session(true) => {}
                         _ = self.stringcup_receive_loop(true) => {}
+                        _ = self.agent_mail_receive_loop(true) => {}
                     }
                 })
                 .await;
@@ -1420,10 +1453,11 @@ impl Runtime {
         for c in self.store().contacts(None).await? {
             names.insert(c.id, c.name);
         }
-        let out: Vec<Value> = rows
+        let mut out: Vec<Value> = rows
             .iter()
             .map(|m| message_dto(m, m.contact_id.and_then(|id| names.get(&id)).map(String::as_str)))
             .collect();
+        self.agent_mail_decorate(&mut out).await?;
         let ids: Vec<i64> = rows.iter().filter(|m| !m.shown).map(|m| m.rowid_).collect();
         self.store().mark_shown(&ids).await?;
         Ok(Value::Array(out))
@@ -1527,6 +1561,12 @@ impl Runtime {
                 let rt = self.clone();
                 async move {
                     let _ = rt.stringcup_receive_loop(false).await;
+                }
+            }),
+            tokio::spawn({
+                let rt = self.clone();
+                async move {
+                    let _ = rt.agent_mail_receive_loop(false).await;
                 }
             }),
             tokio::spawn(self.clone().outbox_loop()),

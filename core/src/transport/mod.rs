@@ -1,6 +1,7 @@
 //! Relay transports: TLS configuration (web PKI or a pinned self-signed certificate) and the
 //! letagents relay client (HTTP send/inbox/ack and the websocket).
 
+pub mod agent_mail;
 pub mod letagents;
 pub mod stringcup;
 pub mod tls;

@@ -1,0 +1,287 @@
+//! Agent Mail 1.0 between Switchboard profiles through a real relay-lite over real HTTP: contacts
+//! by address (card fetched, verified, pinned), unknown senders as requests, replies bound to
+//! their parent with the reply card pinned, threads kept, the outbox retrying the exact packet
+//! bytes across a runtime restart, and forged packets (tampered, replayed, conflicting) refused.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use ed25519_dalek::SigningKey;
+use serde_json::Value;
+use switchboard_core::bridge::api::Request;
+use switchboard_core::protocol::agent_identity::{AgentId, Value as JValue};
+use switchboard_core::protocol::agent_mail::packet::{SealRequest, seal};
+use switchboard_core::protocol::agent_mail::relay::{CurrentCard, DeliveryResult};
+use switchboard_core::protocol::agent_mail::{DAY_MS, MailAddress, MailboxCard, Message, Packet, Part};
+use switchboard_core::util::{OsRng, b64u, now_ms};
+use switchboard_tests::{Peer, TestRelay};
+
+async fn mail_address(p: &Peer) -> String {
+    p.call(Request::Whoami).await["agent_mail"]["address"].as_str().unwrap().to_owned()
+}
+
+async fn agent_id(p: &Peer) -> String {
+    p.call(Request::Whoami).await["agent_mail"]["agent_id"].as_str().unwrap().to_owned()
+}
+
+async fn add(p: &Peer, address: &str, name: &str) -> Value {
+    p.call(Request::ContactAdd {
+        address: address.into(),
+        name: Some(name.into()),
+        allow: None,
+        relay: None,
+        no_hello: false,
+    })
+    .await
+}
+
+fn reply(contact: &str, text: &str, parent: &str) -> Request {
+    Request::Send {
+        contact: contact.into(),
+        text: text.into(),
+        kind: Some("reply".into()),
+        reply_to: Some(parent.into()),
+        from_agent: None,
+        to_agent: None,
+    }
+}
+
+/// The name of the pending Agent Mail request from `sender` (an Agent ID), once it arrived.
+async fn request_from(p: &Peer, sender: &str) -> String {
+    for _ in 0..200 {
+        let reqs = p.call(Request::ContactRequests).await;
+        if let Some(r) = reqs.as_array().unwrap().iter().find(|r| r["id"] == sender) {
+            return r["name"].as_str().unwrap().to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{} never saw a request from {sender}", p.name)
+}
+
+async fn count(p: &Peer, sql: &'static str, bind: &str) -> i64 {
+    sqlx::query_scalar(sql).bind(bind).fetch_one(&p.rt.store().pool).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoami_shows_a_published_mailbox_address() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let who = alice.call(Request::Whoami).await;
+    let addr = MailAddress::parse(who["agent_mail"]["address"].as_str().unwrap()).unwrap();
+    assert_eq!(addr.routes.len(), 1);
+    assert_eq!(addr.routes[0].as_str(), format!("https://{}", relay.addr));
+    assert_eq!(who["agent_mail"]["published"], true);
+    // The relay serves exactly that card under the address's owner and mailbox.
+    let body = reqwest::get(format!("{}/v1/mailboxes/{}/card", relay.url(), addr.mailbox_id))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let record = CurrentCard::from_record(&body).unwrap();
+    assert_eq!(*record.card.owner(), addr.owner);
+    assert_eq!(record.card.nonce(), who["agent_mail"]["card_nonce"].as_u64().unwrap());
+    assert_eq!(alice.call(Request::Status).await["agent_mail"]["address"], who["agent_mail"]["address"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_by_address_arrives_as_a_request_and_the_reply_keeps_the_thread() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let alice_id = agent_id(&alice).await;
+    let bob_id = agent_id(&bob).await;
+
+    let contact = add(&alice, &mail_address(&bob).await, "bob").await;
+    assert_eq!(contact["protocol"], "agent-mail");
+    assert_eq!(contact["id"], bob_id.as_str());
+    assert_eq!(contact["safety_number"], bob_id.as_str());
+    // Bob's card is pinned on Alice's side.
+    let pins = count(&alice, "SELECT COUNT(*) FROM am_pins WHERE owner = ?", &bob_id).await;
+    assert_eq!(pins, 1);
+
+    let first = alice.send("bob", "hello bob, over agent mail").await;
+    assert_eq!(alice.state_of(&first).await, "relayed");
+
+    // Bob does not know Alice: the message waits behind a pending request.
+    let name = request_from(&bob, &alice_id).await;
+    assert!(bob.inbox(0).await.is_empty(), "a stranger's mail must be held until accepted");
+    bob.call(Request::ContactAccept { name: name.clone() }).await;
+    let got = bob.inbox(0).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["body"], "hello bob, over agent mail");
+    assert_eq!(got[0]["protocol"], "agent-mail");
+    assert_eq!(got[0]["id"], first.as_str());
+    let thread = got[0]["thread"].as_str().unwrap().to_owned();
+    // Alice's reply card arrived inside the message, verified, and is pinned by Bob.
+    assert_eq!(count(&bob, "SELECT COUNT(*) FROM am_pins WHERE owner = ?", &alice_id).await, 1);
+
+    // Bob replies through the reply card (he never fetched Alice's address).
+    let answer = bob.call(reply(&name, "hi alice, got it", &first)).await;
+    assert_eq!(answer["thread"], thread.as_str());
+    let got = alice.inbox(0).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["body"], "hi alice, got it");
+    assert_eq!(got[0]["kind"], "reply");
+    assert_eq!(got[0]["reply_to"], first.as_str());
+    assert_eq!(got[0]["thread"], thread.as_str());
+
+    // And back again, still the same thread.
+    let reply_id = got[0]["id"].as_str().unwrap().to_owned();
+    alice.call(reply("bob", "thanks", &reply_id)).await;
+    let got = bob.inbox(0).await;
+    assert_eq!(got[0]["reply_to"], reply_id.as_str());
+    assert_eq!(got[0]["thread"], thread.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_packet_is_retried_byte_for_byte_after_a_restart() {
+    let mut relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    add(&alice, &mail_address(&bob).await, "bob").await;
+    add(&bob, &mail_address(&alice).await, "alice").await;
+
+    relay.stop().await;
+    let id = alice.send("bob", "sent while the relay was down").await;
+    assert_eq!(alice.state_of(&id).await, "queued");
+    let queued: Vec<u8> = sqlx::query_scalar("SELECT payload FROM outbox WHERE message_id = ?")
+        .bind(&id)
+        .fetch_one(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    let (profile, dir) = alice.close();
+    relay.restart().await;
+    let rt = switchboard_core::engine::Runtime::open(&profile).await.unwrap();
+    rt.handle(Request::Flush, true).await.unwrap();
+    let got = bob.inbox(0).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["body"], "sent while the relay was down");
+
+    // The relay accepted exactly the bytes queued before the restart: posting them again is
+    // answered from its accepted history (original time), although Bob deleted the packet.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let posted_at = now_ms();
+    let packet = Packet::parse(&queued).unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/mailboxes/{}/packets", relay.url(), packet.header().mailbox_id))
+        .body(queued.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let result = DeliveryResult::parse(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(result.packet_id, packet.id());
+    assert!(result.accepted_at < posted_at, "the retry was a new packet, not the queued bytes");
+    assert!(bob.inbox(0).await.is_empty(), "a resubmitted packet must not arrive twice");
+    drop(dir);
+}
+
+/// A sender the test controls, to craft packets a real client would not send.
+struct Forger {
+    key: SigningKey,
+}
+
+impl Forger {
+    fn new() -> Self {
+        Self { key: SigningKey::from_bytes(&switchboard_core::util::random_array::<32>()) }
+    }
+
+    fn id(&self) -> AgentId {
+        AgentId::of(&self.key)
+    }
+
+    fn message(&self, card: &MailboxCard, text: &str) -> Message {
+        let now = now_ms();
+        Message::new(&mut OsRng, self.id(), *card.owner(), now, now + DAY_MS, vec![Part::text(text)])
+    }
+
+    fn seal(&self, card: &MailboxCard, m: &Message, nonce: u64) -> Packet {
+        let now = now_ms();
+        seal(&SealRequest { sender: &self.key, card, message: m, created_at: now, nonce }, now, &mut OsRng).unwrap()
+    }
+
+    /// The packet with one ciphertext bit flipped, signed again: it passes the relay (a valid
+    /// signature) and only the recipient's decryption can refuse it.
+    fn tampered(&self, p: &Packet) -> Vec<u8> {
+        let mut ct = p.ciphertext().to_vec();
+        ct[7] ^= 0x01;
+        let mut event = p.envelope().event().clone();
+        if let JValue::Object(o) = &mut event.payload {
+            o.insert("ciphertext", JValue::from(b64u(&ct).as_str()));
+        }
+        event.sign(&self.key).unwrap().to_jcs()
+    }
+}
+
+async fn post_packet(relay: &TestRelay, card: &MailboxCard, bytes: Vec<u8>) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/mailboxes/{}/packets", relay.url(), card.mailbox_id()))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202, "{}", resp.text().await.unwrap());
+}
+
+async fn card_of(relay: &TestRelay, p: &Peer) -> MailboxCard {
+    let addr = MailAddress::parse(&mail_address(p).await).unwrap();
+    let body = reqwest::get(format!("{}/v1/mailboxes/{}/card", relay.url(), addr.mailbox_id))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    CurrentCard::from_record(&body).unwrap().card
+}
+
+async fn audit_details(p: &Peer, state: &str) -> Vec<String> {
+    p.log()
+        .await
+        .iter()
+        .filter(|r| r["protocol"] == "agent-mail" && r["state"] == state)
+        .map(|r| r["detail"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_packet_is_refused_and_deleted() {
+    let relay = TestRelay::start().await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let card = card_of(&relay, &bob).await;
+    let mallory = Forger::new();
+    let m = mallory.message(&card, "tampered");
+    let packet = mallory.seal(&card, &m, 1000);
+    post_packet(&relay, &card, mallory.tampered(&packet)).await;
+    assert!(bob.inbox(0).await.is_empty());
+    assert!(bob.call(Request::ContactRequests).await.as_array().unwrap().is_empty());
+    let dropped = audit_details(&bob, "dropped").await;
+    assert!(dropped.iter().any(|d| d.contains("decryption failed")), "{dropped:?}");
+    // Refused once, deleted at the relay: a second drain finds nothing to refuse again.
+    bob.inbox(0).await;
+    assert_eq!(audit_details(&bob, "dropped").await.len(), dropped.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_message_is_kept_once_and_a_reused_id_is_refused() {
+    let relay = TestRelay::start().await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let card = card_of(&relay, &bob).await;
+    let mallory = Forger::new();
+    let sender = mallory.id().to_string();
+    let m = mallory.message(&card, "once");
+    post_packet(&relay, &card, mallory.seal(&card, &m, 1000).to_jcs()).await;
+    let name = request_from(&bob, &sender).await;
+    // The same message in a fresh packet (a new encryption and nonce): a duplicate.
+    post_packet(&relay, &card, mallory.seal(&card, &m, 1001).to_jcs()).await;
+    // The same message ID with other content: refused.
+    let mut other = m.clone();
+    other.parts = vec![Part::text("twice, differently")];
+    post_packet(&relay, &card, mallory.seal(&card, &other, 1002).to_jcs()).await;
+    bob.inbox(0).await;
+    let refused = audit_details(&bob, "refused").await;
+    assert!(refused.iter().any(|d| d.contains("message ID reused")), "{refused:?}");
+    bob.call(Request::ContactAccept { name }).await;
+    let got = bob.inbox(0).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["body"], "once");
+    assert_eq!(count(&bob, "SELECT COUNT(*) FROM messages WHERE peer = ?", &sender).await, 1);
+}
