@@ -35,6 +35,8 @@ rustup component list --installed 2>/dev/null | grep -q clippy || rustup compone
 #   stringcup: the published Stringcup reference client (relay-lite/tests/stringcup_interop.rs,
 #              tests/tests/stringcup_interop.rs)
 #   mcp:       the reference MCP SDK, the client of `switchboard mcp` in tests/tests/mcp.rs
+#   agent-protocols (+ requests, its `http` extra): the published Agent Mail SDK whose MailClient
+#              talks to relay-lite and a Switchboard profile in tests/tests/agent_mail_interop.rs
 pip_install() {
   local name=$1 version=$2
   python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('$name') != '$version')" 2>/dev/null && return 0
@@ -49,3 +51,5 @@ pip_install() {
 }
 pip_install stringcup 3.38.0
 pip_install mcp 2.3.0
+pip_install requests 2.34.2
+pip_install agent-protocols 0.12.6
