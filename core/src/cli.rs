@@ -200,6 +200,9 @@ pub struct SendArgs {
     /// The target agent on their machine.
     #[arg(long, value_name = "B")]
     pub to_agent: Option<String>,
+    /// Subject (Agent Mail contacts).
+    #[arg(long)]
+    pub subject: Option<String>,
 }
 
 /// `contact` subcommands.
@@ -335,6 +338,9 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             } else {
                 a.text
             };
+            if a.subject.is_some() {
+                return Ok(Request::MailSend { contact: a.contact, text, subject: a.subject, reply_to: a.reply_to });
+            }
             let kind = if a.ask {
                 "ask"
             } else if a.reply_to.is_some() {
@@ -402,6 +408,13 @@ fn print_text(kind: &str, v: &Value) {
             } else {
                 println!("stringcup:          not registered (the relay has no /api/v2, or was unreachable)");
             }
+            let am = &v["agent_mail"];
+            println!("agent mail address: {}", s(am, "address"));
+            println!(
+                "  card:             nonce {}, {}",
+                am["card_nonce"],
+                if am["published"].as_bool() == Some(true) { "published" } else { "not yet published" }
+            );
         }
         "contacts" => {
             let list = v.as_array().cloned().unwrap_or_default();
@@ -451,7 +464,8 @@ fn print_text(kind: &str, v: &Value) {
                     other => other.to_string(),
                 };
                 let re = m["reply_to"].as_str().map(|r| format!(" re {r}")).unwrap_or_default();
-                println!("[{}] {}{agent} {}{re}: {body}", s(&m, "id"), s(&m, "from"), s(&m, "kind"));
+                let subject = m["subject"].as_str().map(|t| format!(" \"{t}\"")).unwrap_or_default();
+                println!("[{}] {}{agent} {}{re}{subject}: {body}", s(&m, "id"), s(&m, "from"), s(&m, "kind"));
             }
         }
         "log" => {

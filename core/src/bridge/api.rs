@@ -84,6 +84,19 @@ pub enum Request {
         #[serde(default)]
         to_agent: Option<String>,
     },
+    /// Agent Mail: send text with a subject (a reply keeps its parent's thread).
+    MailSend {
+        /// Contact name (an Agent Mail contact).
+        contact: String,
+        /// Text.
+        text: String,
+        /// Subject.
+        #[serde(default)]
+        subject: Option<String>,
+        /// The message this answers.
+        #[serde(default)]
+        reply_to: Option<String>,
+    },
     /// Ask who is online.
     List {
         /// Contact name.

@@ -477,6 +477,7 @@ impl Runtime {
         kind: &str,
         text: &str,
         reply_to: Option<&str>,
+        subject: Option<&str>,
         from_agent: Option<&str>,
         to_agent: Option<&str>,
     ) -> Result<String> {
@@ -514,6 +515,9 @@ impl Runtime {
             }
             None => Message::new(&mut OsRng, st.id, addr.owner, now, expires_at, parts),
         };
+        if let Some(s) = subject {
+            message.subject = Some(s.to_owned());
+        }
         message.reply_card = Some(own_card);
         message.validate().map_err(|e| Error::Invalid(e.to_string()))?;
         let id = message.message_id.to_string();

@@ -558,6 +558,22 @@ impl Runtime {
                 }
                 self.message_view(&id).await
             }
+            Request::MailSend { contact, text, subject, reply_to } => {
+                let c = self.contact(&contact).await?;
+                if c.protocol != AM {
+                    return Err(Error::Invalid(format!("`{contact}` is not an Agent Mail contact")));
+                }
+                if c.state != "active" {
+                    return Err(Error::Pending(contact));
+                }
+                let kind = if reply_to.is_some() { "reply" } else { "send" };
+                let id =
+                    self.agent_mail_send(&c, kind, &text, reply_to.as_deref(), subject.as_deref(), None, None).await?;
+                if one_shot {
+                    self.flush_once(true).await?;
+                }
+                self.message_view(&id).await
+            }
             Request::List { contact } => {
                 let id = self.send(&contact, Kind::List, Value::String(String::new()), None, None, None).await?;
                 if one_shot {
@@ -931,7 +947,7 @@ impl Runtime {
             if !matches!(kind, Kind::Send | Kind::Ask | Kind::Reply) {
                 return Err(Error::Invalid(format!("`{}` is a letagents kind; Agent Mail carries text", kind.as_str())));
             }
-            return self.agent_mail_send(&c, kind.as_str(), text, reply_to, from_agent, to_agent).await;
+            return self.agent_mail_send(&c, kind.as_str(), text, reply_to, None, from_agent, to_agent).await;
         }
         if let Some(r) = reply_to
             && !la::inner::is_uuid(r)
