@@ -471,6 +471,7 @@ impl Runtime {
     }
 
     /// Builds, seals and queues a message to an Agent Mail contact. Returns its `message_id`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn agent_mail_send(
         &self,
         c: &ContactRow,
