@@ -53,3 +53,20 @@ pip_install stringcup 3.38.0
 pip_install mcp 2.3.0
 pip_install requests 2.34.2
 pip_install agent-protocols 0.12.6
+
+# The Codex CLI (tests/tests/codex.rs drives its real `codex app-server` through `switchboard
+# codex`): npm's Linux x64 build of @openai/codex, unpacked outside the clone. The test looks for
+# $SWITCHBOARD_CODEX_BIN, then this path, and fails (never skips) under SWITCHBOARD_REQUIRE_CODEX=1.
+codex_version=0.171.0
+codex_dir=/var/tmp/switchboard-codex/$codex_version
+if [ "$(uname -m)" = x86_64 ] && [ ! -x "$codex_dir/package/vendor/x86_64-unknown-linux-musl/bin/codex" ]; then
+  if ! command -v npm >/dev/null; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+  fi
+  rm -rf "$codex_dir" && mkdir -p "$codex_dir"
+  (cd "$codex_dir" && npm pack --silent "@openai/codex@$codex_version-linux-x64" >/dev/null \
+    && tar xzf "openai-codex-$codex_version-linux-x64.tgz" && rm -f "openai-codex-$codex_version-linux-x64.tgz")
+fi

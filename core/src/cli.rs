@@ -134,6 +134,22 @@ pub enum Command {
         #[arg(long, default_value_t = 60)]
         timeout: u64,
     },
+    /// Keep a Codex thread woken by deliveries (app-server: turn/start when idle, turn/steer mid-turn).
+    Codex {
+        /// The agent's name.
+        #[arg(long, env = "SWITCHBOARD_AGENT", default_value = "codex")]
+        agent: String,
+        /// Resume this Codex thread instead of starting a new one.
+        #[arg(long)]
+        thread: Option<String>,
+        /// Working directory for a new thread.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// The app-server command after `--` (default: codex app-server; `codex app-server proxy`
+        /// attaches to a running app-server daemon).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
     /// Deliver an agent's queued messages into a harness hook (Claude Code hook JSON on stdout).
     Hook {
         /// The agent's name.
@@ -380,6 +396,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         | Command::Pair { .. }
         | Command::Mcp { .. }
         | Command::Listen { .. }
+        | Command::Codex { .. }
         | Command::Hook { .. } => {
             return Err(ApiError { code: "internal".into(), message: "not a runtime request".into() });
         }
@@ -534,6 +551,10 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
         Command::Mcp { agent, harness } => crate::bridge::mcp::serve_stdio(profile, &agent, &harness).await,
         Command::Listen { agent, harness, once, timeout } => listen(profile, &agent, &harness, once, timeout).await,
         Command::Hook { agent, event } => hook(profile, &agent, &event).await,
+        Command::Codex { agent, thread, cwd, command } => {
+            let opts = crate::bridge::codex::CodexOptions { agent, thread, cwd, command };
+            crate::bridge::codex::run(profile, opts, stop_signal()).await
+        }
         Command::Pair { token, name, timeout } => {
             let conn = Conn::open(&profile).await?;
             let token = match token {

@@ -61,6 +61,8 @@ pub struct Limits {
     pub stringcup: StringcupLimits,
     /// The letmeknow group and invite API's limits.
     pub letmeknow: limits::LetmeknowLimits,
+    /// The Agent Mail relay's per-mailbox storage quota.
+    pub agent_mail: limits::AgentMailLimits,
 }
 
 impl Default for Limits {
@@ -75,6 +77,7 @@ impl Default for Limits {
             login_window_ms: LOGIN_WINDOW_MS,
             stringcup: StringcupLimits::default(),
             letmeknow: limits::LetmeknowLimits::default(),
+            agent_mail: limits::AgentMailLimits::default(),
         }
     }
 }
@@ -296,6 +299,11 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
     let lmk = shared.store.lmk_sweep(now.saturating_sub(limits.letmeknow.retention_ms), now).await?;
     if lmk.messages > 0 || lmk.invites > 0 {
         tracing::info!(messages = lmk.messages, invites = lmk.invites, "letmeknow swept");
+    }
+    let am_now = shared.agent_mail_clock.as_ref().map_or(now, |c| c.load(std::sync::atomic::Ordering::SeqCst));
+    let am = shared.store.am_sweep(am_now).await?;
+    if am.packets > 0 || am.mailboxes > 0 {
+        tracing::info!(packets = am.packets, mailboxes = am.mailboxes, nonces = am.nonces, "agent mail swept");
     }
     let instant = std::time::Instant::now();
     shared.stringcup.prune(instant);

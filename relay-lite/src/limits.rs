@@ -174,6 +174,33 @@ impl Default for LetmeknowLimits {
     }
 }
 
+/// The limits of the Agent Mail 1.0 relay (`/v1/mailboxes`): what one mailbox may hold. A new
+/// packet over either is refused with `rate_limited` before anything is stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct AgentMailLimits {
+    /// Most undeleted, unexpired packets per mailbox.
+    pub mailbox_max_packets: u32,
+    /// Most undeleted, unexpired packet bytes per mailbox.
+    pub mailbox_max_bytes: u64,
+}
+
+impl Default for AgentMailLimits {
+    fn default() -> Self {
+        Self { mailbox_max_packets: 10_000, mailbox_max_bytes: 256 * 1024 * 1024 }
+    }
+}
+
+impl AgentMailLimits {
+    /// The store's quota.
+    pub fn quota(&self) -> crate::store::agent_mail::Quota {
+        crate::store::agent_mail::Quota {
+            packets: i64::from(self.mailbox_max_packets),
+            bytes: i64::try_from(self.mailbox_max_bytes).unwrap_or(i64::MAX),
+        }
+    }
+}
+
 /// `Retry-After` seconds for a wait: rounded up, at least 1.
 pub fn retry_after_secs(wait: Duration) -> u64 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);

@@ -25,8 +25,15 @@ struct Relay {
 
 impl Relay {
     async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A relay whose configuration `tweak` adjusted (limits, the Agent Mail clock).
+    async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let relay = relay_lite::spawn(Config::new("127.0.0.1:0".parse().unwrap(), dir.path())).await.unwrap();
+        let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
+        tweak(&mut config);
+        let relay = relay_lite::spawn(config).await.unwrap();
         let origin = Origin::parse(&format!("https://{}", relay.addr)).unwrap();
         Self { relay, http: reqwest::Client::new(), origin, _dir: dir }
     }
@@ -420,4 +427,78 @@ async fn derived_vectors_relay_lifecycle_replays_over_http() {
         assert_eq!(seqs.len() as i64, step["stored"].as_i64().unwrap(), "{label}: stored");
     }
     relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_mailbox_quota_comes_from_the_limits() {
+    let relay = Relay::start_with(|c| c.limits.agent_mail.mailbox_max_packets = 2).await;
+    let current = card(&bob(), 100, std::slice::from_ref(&relay.origin));
+    assert_eq!(relay.post("/v1/mailboxes", current.to_jcs()).await.0, 200);
+    let fits: Vec<Packet> = (1..=2).map(|n| packet(&current, n, "fits")).collect();
+    for p in &fits {
+        assert_eq!(relay.post(&packets_path(), p.to_jcs()).await.0, 202);
+    }
+    let over = packet(&current, 3, "over");
+    let (status, body, _) = relay.post(&packets_path(), over.to_jcs()).await;
+    assert_eq!((status, code(&body)), (429, "rate_limited"), "{body}");
+    // An exact retry of an accepted packet is still answered; deleting one frees room.
+    assert_eq!(relay.post(&packets_path(), fits[0].to_jcs()).await.0, 202);
+    let token = relay.jwt(&bob());
+    assert_eq!(relay.delete(&format!("{}/{}", packets_path(), fits[0].id()), Some(&token)).await.0, 204);
+    assert_eq!(relay.post(&packets_path(), over.to_jcs()).await.0, 202);
+}
+
+#[tokio::test]
+async fn the_per_ip_limit_answers_in_the_identity_error_shape() {
+    let relay = Relay::start_with(|c| c.limits.ip_requests_per_minute = 3).await;
+    for _ in 0..3 {
+        assert_eq!(relay.get("/.well-known/agent-mail", None).await.0, 200);
+    }
+    let r = relay.http.get(relay.url("/.well-known/agent-mail")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(r.headers().get("retry-after").is_some());
+    let body: J = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(code(&body), "rate_limited", "{body}");
+    assert!(body["error"]["message"].is_string());
+}
+
+#[tokio::test]
+async fn store_failures_answer_in_the_identity_error_shape() {
+    let relay = Relay::start().await;
+    relay.relay.state().close().await;
+    let (status, body, _) =
+        relay.post("/v1/mailboxes", card(&bob(), 100, std::slice::from_ref(&relay.origin)).to_jcs()).await;
+    assert_eq!((status, code(&body)), (503, "unavailable"), "{body}");
+}
+
+#[tokio::test]
+async fn the_sweep_keeps_tombstones_through_packet_expiry_then_forgets_the_mailbox() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    let start = now_ms();
+    let clock = Arc::new(AtomicI64::new(start));
+    let relay = Relay::start_with(|c| c.agent_mail_clock = Some(clock.clone())).await;
+    let current = card(&bob(), 100, std::slice::from_ref(&relay.origin));
+    assert_eq!(relay.post("/v1/mailboxes", current.to_jcs()).await.0, 200);
+    let p = packet(&current, 1, "short-lived");
+    assert_eq!(relay.post(&packets_path(), p.to_jcs()).await.0, 202);
+    let token = relay.jwt(&bob());
+    assert_eq!(relay.delete(&format!("{}/{}", packets_path(), p.id()), Some(&token)).await.0, 204);
+
+    // Before the packet expires the sweep keeps its tombstone: a retry is the original result.
+    relay.relay.state().sweep_now().await.unwrap();
+    assert_eq!(relay.post(&packets_path(), p.to_jcs()).await.0, 202);
+    // Past its expiry the tombstone is reclaimed, and the same bytes are now simply expired.
+    clock.store(p.header().expires_at + 1, Ordering::SeqCst);
+    relay.relay.state().sweep_now().await.unwrap();
+    let (status, body, _) = relay.post(&packets_path(), p.to_jcs()).await;
+    assert_eq!((status, code(&body)), (410, "packet_expired"), "{body}");
+
+    // Past the card's receive_until the mailbox, its binding and its card are forgotten.
+    assert_eq!(relay.get(&format!("/v1/mailboxes/{MAILBOX}/card"), None).await.0, 200);
+    clock.store(current.payload().receive_until, Ordering::SeqCst);
+    relay.relay.state().sweep_now().await.unwrap();
+    let (status, body) = relay.get(&format!("/v1/mailboxes/{MAILBOX}/card"), None).await;
+    assert_eq!((status, code(&body)), (404, "mailbox_unavailable"));
 }

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod client;
+pub mod codex;
 pub mod mcp;
 pub mod session;
 

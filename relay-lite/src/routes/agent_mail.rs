@@ -56,6 +56,43 @@ pub(crate) fn routes(_state: &AppState) -> Router<AppState> {
         .route("/v1/mailboxes/{mailbox_id}/packets/{packet_id}", delete(remove))
         .route("/v1/mailboxes/{mailbox_id}/blocked/{agent_id}", put(block).delete(unblock))
         .layer(DefaultBodyLimit::max(MAX_RAW_BYTES))
+        .layer(axum::middleware::map_response(identity_shaped))
+}
+
+/// Whether `path` is one of this protocol's (their errors take Identity's shape).
+pub(crate) fn is_agent_mail_path(path: &str) -> bool {
+    path == "/.well-known/agent-mail" || path == "/v1/mailboxes" || path.starts_with("/v1/mailboxes/")
+}
+
+/// Errors that do not come from the Mail checks (a store failure, shutdown, the per-IP limit) are
+/// relay-lite's flat `{"error": code, "message"}`; on these routes they take Identity's shape
+/// `{"error": {"code", "message"}}` (status and headers such as `Retry-After` unchanged). Store
+/// failures and shutdown use the added codes `internal_error` and `unavailable`.
+pub(crate) async fn identity_shaped(response: Response) -> Response {
+    if response.status().is_success() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return parts.status.into_response();
+    };
+    let flat = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| {
+        let code = v.get("error")?.as_str()?.to_owned();
+        Some((code, v.get("message").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned()))
+    });
+    let Some((code, message)) = flat else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    let code = match code.as_str() {
+        "internal" => "internal_error",
+        "bad_request" => ErrorCode::InvalidRequest.as_str(),
+        "too_large" => ErrorCode::PayloadTooLarge.as_str(),
+        other => other,
+    };
+    let body = switchboard_core::protocol::agent_identity::http::ErrorBody::new(code, message).to_json();
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// The time (Unix ms): the system clock, or the configured test clock.
@@ -125,7 +162,8 @@ async fn deliver(
     let mailbox = relay::parse_mailbox_path(&path_text(path)?)?;
     let raw = body(raw)?;
     let packet = Packet::parse(&raw).map_err(relay::RelayError::from)?;
-    let result = state.store().am_deliver(packet, mailbox, origin, now(&state)).await??;
+    let quota = state.shared().limits.agent_mail.quota();
+    let result = state.store().am_deliver(packet, mailbox, origin, quota, now(&state)).await??;
     Ok(json_response(StatusCode::ACCEPTED, &result.to_value()))
 }
 

@@ -42,7 +42,11 @@ async fn ip_limit(State(state): State<AppState>, request: Request, next: Next) -
         && let Err(wait) = state.shared().ip_rate.check(peer.ip(), Instant::now())
     {
         let retry_after_secs = retry_after_secs(wait);
-        return Error::RateLimited { retry_after_secs }.into_response();
+        let response = Error::RateLimited { retry_after_secs }.into_response();
+        if agent_mail::is_agent_mail_path(request.uri().path()) {
+            return agent_mail::identity_shaped(response).await;
+        }
+        return response;
     }
     next.run(request).await
 }

@@ -20,10 +20,15 @@ use switchboard_core::protocol::agent_mail::relay::{
 use super::writer::{Op, Reply, settle};
 use super::{Store, StoreError};
 
-/// Most undeleted packets one mailbox may hold (the next new packet gets `rate_limited`).
-pub const MAILBOX_MAX_PACKETS: i64 = 10_000;
-/// Most undeleted packet bytes one mailbox may hold.
-pub const MAILBOX_MAX_BYTES: i64 = 256 * 1024 * 1024;
+/// What one mailbox may hold before the next new packet gets `rate_limited` (checked before
+/// anything is stored); from [`crate::limits::AgentMailLimits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Most undeleted, unexpired packets.
+    pub packets: i64,
+    /// Most undeleted, unexpired packet bytes.
+    pub bytes: i64,
+}
 
 /// A decision the relay made, or its refusal (the client's fault).
 pub type Decided<T> = Result<T, Refusal>;
@@ -71,7 +76,24 @@ pub(crate) struct Deliver {
     packet: Packet,
     path: Id16,
     origin: Origin,
+    quota: Quota,
     now: i64,
+}
+
+/// The reclaim sweep at `now`.
+pub(crate) struct Sweep {
+    now: i64,
+}
+
+/// What a sweep reclaimed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AmSweepReport {
+    /// Packet rows (stored packets and deletion tombstones) past their packet's expiry.
+    pub packets: u64,
+    /// Mailboxes whose current card's `receive_until` passed (binding, card and blocks forgotten).
+    pub mailboxes: u64,
+    /// Expired live-write nonce cache entries.
+    pub nonces: u64,
 }
 
 /// `DELETE /v1/mailboxes/{id}/packets/{packet_id}` (after the owner was authorized).
@@ -94,6 +116,7 @@ pub(crate) enum AmOp {
     Deliver(AmPending<Deliver, DeliveryResult>),
     Delete(AmPending<Delete, ()>),
     Block(AmPending<Block, ()>),
+    Sweep(AmPending<Sweep, AmSweepReport>),
 }
 
 impl AmOp {
@@ -110,6 +133,7 @@ impl AmOp {
             Self::Deliver(p) => p.out = Some(deliver(conn, &p.req).await?),
             Self::Delete(p) => p.out = Some(delete(conn, &p.req).await?),
             Self::Block(p) => p.out = Some(block(conn, &p.req).await?),
+            Self::Sweep(p) => p.out = Some(Ok(sweep(conn, &p.req).await?)),
         }
         Ok(())
     }
@@ -121,6 +145,7 @@ impl AmOp {
             Self::Deliver(p) => drop(p.reply.send(settle(committed, p.out))),
             Self::Delete(p) => drop(p.reply.send(settle(committed, p.out))),
             Self::Block(p) => drop(p.reply.send(settle(committed, p.out))),
+            Self::Sweep(p) => drop(p.reply.send(settle(committed, p.out))),
         }
     }
 }
@@ -241,7 +266,7 @@ async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<D
             .bind(req.now)
             .fetch_one(&mut *conn)
             .await?;
-            if count >= MAILBOX_MAX_PACKETS || bytes.saturating_add(size) > MAILBOX_MAX_BYTES {
+            if count >= req.quota.packets || bytes.saturating_add(size) > req.quota.bytes {
                 return Ok(Err(Refusal::Quota));
             }
             let seq: i64 = sqlx::query_scalar(
@@ -276,6 +301,34 @@ async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<Decided<()>
         .execute(&mut *conn)
         .await?;
     Ok(Ok(()))
+}
+
+/// Reclaims what the protocol no longer needs: packet rows (bodies and tombstones) once the
+/// packet expired, mailboxes whose current card's `receive_until` passed (every packet and
+/// tombstone has expired by then, so no retry can be mistaken for a new packet), and nonce cache
+/// entries past their validity.
+async fn sweep(conn: &mut SqliteConnection, req: &Sweep) -> Result<AmSweepReport, sqlx::Error> {
+    let packets = sqlx::query("DELETE FROM am_packets WHERE expires_at <= ?").bind(req.now).execute(&mut *conn).await?;
+    sqlx::query(
+        "DELETE FROM am_blocked WHERE mailbox_id IN (SELECT mailbox_id FROM am_mailboxes WHERE receive_until <= ?)",
+    )
+    .bind(req.now)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "DELETE FROM am_packets WHERE mailbox_id IN (SELECT mailbox_id FROM am_mailboxes WHERE receive_until <= ?)",
+    )
+    .bind(req.now)
+    .execute(&mut *conn)
+    .await?;
+    let mailboxes =
+        sqlx::query("DELETE FROM am_mailboxes WHERE receive_until <= ?").bind(req.now).execute(&mut *conn).await?;
+    let nonces = sqlx::query("DELETE FROM am_nonces WHERE valid_until <= ?").bind(req.now).execute(&mut *conn).await?;
+    Ok(AmSweepReport {
+        packets: packets.rows_affected(),
+        mailboxes: mailboxes.rows_affected(),
+        nonces: nonces.rows_affected(),
+    })
 }
 
 async fn block(conn: &mut SqliteConnection, req: &Block) -> Result<Decided<()>, sqlx::Error> {
@@ -353,9 +406,15 @@ impl Store {
         packet: Packet,
         path: Id16,
         origin: Origin,
+        quota: Quota,
         now: i64,
     ) -> Result<Decided<DeliveryResult>, StoreError> {
-        self.am_write(Deliver { packet, path, origin, now }, AmOp::Deliver).await
+        self.am_write(Deliver { packet, path, origin, quota, now }, AmOp::Deliver).await
+    }
+
+    /// Reclaims expired packets and tombstones, forgettable mailboxes and stale nonce entries.
+    pub async fn am_sweep(&self, now: i64) -> Result<AmSweepReport, StoreError> {
+        self.am_write(Sweep { now }, AmOp::Sweep).await?.map_err(|_| StoreError::Closed)
     }
 
     /// Deletes a packet's ciphertext, keeping its tombstone; absent packets are fine.
