@@ -13,6 +13,8 @@ pub mod cli;
 pub mod engine;
 pub mod identity;
 #[cfg(feature = "runtime")]
+pub mod mls;
+#[cfg(feature = "runtime")]
 pub mod profile;
 pub mod protocol;
 #[cfg(feature = "runtime")]

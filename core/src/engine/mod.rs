@@ -35,6 +35,7 @@ use crate::transport::stringcup::StringcupClient;
 mod agent_mail;
 mod agents;
 mod delivery;
+mod groups;
 mod stringcup;
 
 pub use agents::Caller;
@@ -201,6 +202,8 @@ struct Inner_ {
     listeners: AtomicUsize,
     health: std::sync::Mutex<RelayHealth>,
     shutdown: watch::Sender<bool>,
+    /// letmeknow sessions and invite admissions.
+    groups: groups::Groups,
 }
 
 /// One profile's runtime. Cheap to clone.
@@ -457,6 +460,7 @@ impl Runtime {
                 listeners: AtomicUsize::new(0),
                 health: std::sync::Mutex::new(RelayHealth { state: "unknown".into(), ..Default::default() }),
                 shutdown,
+                groups: groups::Groups::default(),
             }),
         })
     }

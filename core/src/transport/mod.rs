@@ -3,6 +3,7 @@
 
 pub mod agent_mail;
 pub mod letagents;
+pub mod letmeknow;
 pub mod stringcup;
 pub mod tls;
 

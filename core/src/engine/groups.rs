@@ -1,0 +1,1273 @@
+//! letmeknow groups in the runtime: each agent session (a random two-word handle) is its own MLS
+//! member, with its own signing key, across all its groups.
+//!
+//! - `invite` creates the group if needed, opens an invite on the relay (10 minutes, single
+//!   use) and returns the link; a task of this runtime waits for the join, commits the Add and
+//!   posts the Welcome under the owner token;
+//! - `join LINK` posts an encrypted KeyPackage, waits for the Welcome, joins at the epoch the
+//!   Add created and reads the log after the Add;
+//! - every commit (add, remove) is posted at the epoch the relay holds; losing the
+//!   compare-and-set (`409`) discards the pending commit, processes the winner and retries;
+//! - reading the log processes each entry in its own transaction: message rows, cursor and the
+//!   OpenMLS state snapshot commit together. Own messages are recognised by id (hash of the
+//!   ciphertext) and skipped;
+//! - checks: `epoch-auth` against our own authenticator of that epoch, `after` references that
+//!   never arrived (gap), messages that do not decrypt at our epoch (a relay showing members
+//!   different commits), and a log that starts beyond our cursor (offline past retention: the
+//!   session must be re-invited). Each becomes an `alert` row the session sees.
+//! - the read frontier: a message is read once it entered the agent's context (delivered by
+//!   `deliveries`/`listen`, fetched by `read`, or written by the session); `after` carries the
+//!   tips of that set.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sqlx::Row as _;
+use tokio::sync::Mutex;
+
+use super::{Error, Result, Runtime};
+use crate::mls::{self, Member, MlsError, Processed};
+use crate::protocol::letmeknow::invite::{InviteLink, Role, new_owner_token};
+use crate::protocol::letmeknow::wire::{JoinBlob, WelcomeBlob};
+use crate::protocol::letmeknow::{INVITE_TTL, MAX_WAIT_SECS, fingerprint, is_id, message_id, new_id};
+use crate::transport::TransportError;
+use crate::transport::letagents::RelayClient;
+use crate::transport::letmeknow::{LetmeknowClient, Posted};
+use crate::util::{OsRng, b64u, b64u_decode, now_ms};
+
+/// Messages a catch-up delivers at most; older unread ones are counted as omitted.
+pub const CATCH_UP: usize = 20;
+/// How often a commit or send is retried after losing the epoch race.
+const MAX_REBASES: usize = 8;
+
+const ADJECTIVES: &[&str] = &[
+    "amber", "brave", "calm", "deft", "eager", "fair", "gentle", "hardy", "ivory", "jolly", "keen", "lucid", "mellow",
+    "nimble", "olive", "plucky", "quiet", "rapid", "sunny", "tidy", "upbeat", "vivid", "witty", "young",
+];
+const NOUNS: &[&str] = &[
+    "otter", "falcon", "maple", "harbor", "comet", "badger", "willow", "lantern", "pebble", "heron", "cedar", "meadow",
+    "beacon", "fjord", "quartz", "sparrow", "thistle", "walrus", "yarrow", "zephyr", "canyon", "ember",
+];
+
+fn random_handle() -> String {
+    let r: [u8; 2] = crate::util::random_array();
+    let a = ADJECTIVES.get(usize::from(r[0]) % ADJECTIVES.len()).copied().unwrap_or("calm");
+    let n = NOUNS.get(usize::from(r[1]) % NOUNS.len()).copied().unwrap_or("otter");
+    format!("{a}-{n}")
+}
+
+/// The plaintext inside every application message (`specs/letmeknow-relay.md`), plus our one
+/// extension: `leave`, a member asking the others to commit its removal.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Payload {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    to: Option<String>,
+    #[serde(rename = "reply-to", default, skip_serializing_if = "Option::is_none")]
+    reply_to: Option<String>,
+    after: Vec<String>,
+    #[serde(rename = "epoch-auth")]
+    epoch_auth: String,
+    content: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    leave: bool,
+}
+
+/// One session's member, serialised behind a lock (MLS operations on one member never
+/// interleave).
+struct Session {
+    handle: String,
+    member: Member,
+}
+
+/// Stages a commit in a member's group: (commit, Welcome if it adds someone).
+type Stage<'a> = dyn Fn(&Member, &mut openmls::group::MlsGroup) -> Result<(Vec<u8>, Option<Vec<u8>>)> + Sync + 'a;
+
+/// The runtime's group state: loaded sessions and running invite admissions.
+#[derive(Default)]
+pub(crate) struct Groups {
+    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    admissions: Mutex<HashMap<String, tokio::task::JoinHandle<Result<Value>>>>,
+}
+
+fn mls_err(e: MlsError) -> Error {
+    match e {
+        MlsError::Peer(_) | MlsError::Unprocessable(_) => Error::Invalid(e.to_string()),
+        MlsError::Corrupt(_) | MlsError::Local(_) => Error::Bug(e.to_string()),
+    }
+}
+
+fn canonical_fp(text: &str) -> String {
+    let hex: String = text.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+    hex.as_bytes().chunks(4).filter_map(|c| std::str::from_utf8(c).ok()).collect::<Vec<_>>().join(" ")
+}
+
+/// A row of the local log as clients see it.
+fn row_dto(r: &sqlx::sqlite::SqliteRow) -> Value {
+    let after: Vec<String> = serde_json::from_str(r.get::<String, _>("after").as_str()).unwrap_or_default();
+    json!({
+        "group": r.get::<String, _>("group_id"),
+        "id": r.get::<String, _>("id"),
+        "seq": r.get::<i64, _>("seq"),
+        "epoch": r.get::<i64, _>("epoch"),
+        "kind": r.get::<String, _>("kind"),
+        "outgoing": r.get::<i64, _>("outgoing") != 0,
+        "from": {"name": r.get::<String, _>("sender_name"), "fingerprint": r.get::<String, _>("sender_fp")},
+        "to": r.get::<String, _>("to_fp"),
+        "reply_to": r.get::<String, _>("reply_to"),
+        "after": after,
+        "content": r.get::<String, _>("content"),
+        "at": r.get::<i64, _>("created_at"),
+    })
+}
+
+/// A new local-log row.
+#[derive(Default)]
+struct NewRow<'a> {
+    id: String,
+    seq: i64,
+    epoch: i64,
+    kind: &'a str,
+    state: &'a str,
+    outgoing: bool,
+    sender_fp: String,
+    sender_name: String,
+    to_fp: String,
+    reply_to: String,
+    after: Vec<String>,
+    content: String,
+    read: bool,
+}
+
+async fn insert_row(
+    conn: &mut sqlx::SqliteConnection,
+    handle: &str,
+    gid: &str,
+    row: NewRow<'_>,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO lmk_messages (handle, group_id, id, seq, epoch, kind, state, outgoing, sender_fp, sender_name, \
+         to_fp, reply_to, after, content, read, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (handle, group_id, id) DO NOTHING",
+    )
+    .bind(handle)
+    .bind(gid)
+    .bind(&row.id)
+    .bind(row.seq)
+    .bind(row.epoch)
+    .bind(row.kind)
+    .bind(if row.state.is_empty() { "done" } else { row.state })
+    .bind(i64::from(row.outgoing))
+    .bind(&row.sender_fp)
+    .bind(&row.sender_name)
+    .bind(&row.to_fp)
+    .bind(&row.reply_to)
+    .bind(serde_json::to_string(&row.after).unwrap_or_else(|_| "[]".into()))
+    .bind(&row.content)
+    .bind(i64::from(row.read))
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// An `alert` row: something the session must know about the group's integrity.
+async fn alert(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str, key: &str, text: String) -> Result<()> {
+    let row = NewRow { id: format!("alert:{key}"), kind: "alert", content: text, ..Default::default() };
+    insert_row(conn, handle, gid, row, now_ms()).await
+}
+
+async fn save_state(conn: &mut sqlx::SqliteConnection, handle: &str, member: &Member) -> Result<()> {
+    sqlx::query("UPDATE lmk_sessions SET mls_state = ? WHERE handle = ?")
+        .bind(member.snapshot())
+        .bind(handle)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+async fn record_epoch(
+    conn: &mut sqlx::SqliteConnection,
+    handle: &str,
+    gid: &str,
+    group: &openmls::group::MlsGroup,
+) -> Result<()> {
+    sqlx::query("INSERT OR IGNORE INTO lmk_epoch_auth (handle, group_id, epoch, auth) VALUES (?, ?, ?, ?)")
+        .bind(handle)
+        .bind(gid)
+        .bind(i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX))
+        .bind(mls::epoch_authenticator(group))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+async fn note_member(
+    conn: &mut sqlx::SqliteConnection,
+    handle: &str,
+    gid: &str,
+    who: &mls::MemberInfo,
+    invited_by: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO lmk_member_notes (handle, group_id, fingerprint, name, invited_by) VALUES (?, ?, ?, ?, ?) \
+         ON CONFLICT (handle, group_id, fingerprint) DO UPDATE SET name = excluded.name, \
+         invited_by = CASE WHEN excluded.invited_by = '' THEN invited_by ELSE excluded.invited_by END",
+    )
+    .bind(handle)
+    .bind(gid)
+    .bind(&who.fingerprint)
+    .bind(&who.name)
+    .bind(invited_by)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+fn who(m: &mls::MemberInfo) -> String {
+    format!("{} ({})", m.name, m.fingerprint)
+}
+
+/// A merged commit as the local log records it.
+struct CommitEvent<'a> {
+    id: &'a str,
+    seq: i64,
+    epoch: i64,
+    committer: &'a mls::MemberInfo,
+    added: &'a [mls::MemberInfo],
+    removed: &'a [mls::MemberInfo],
+    /// Ours: already in the agent's context.
+    mine: bool,
+}
+
+/// The event row of a merged commit, and notes on who added whom.
+async fn commit_rows(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str, ev: CommitEvent<'_>) -> Result<()> {
+    let CommitEvent { id, seq, epoch, committer, added, removed, mine } = ev;
+    let mut lines = Vec::new();
+    for a in added {
+        note_member(conn, handle, gid, a, &who(committer)).await?;
+        lines.push(format!("{} added {}", committer.name, who(a)));
+    }
+    for r in removed {
+        lines.push(format!("{} removed {}", committer.name, who(r)));
+    }
+    if lines.is_empty() {
+        lines.push(format!("{} updated the group", committer.name));
+    }
+    let row = NewRow {
+        id: id.to_owned(),
+        seq,
+        epoch,
+        kind: "event",
+        outgoing: mine,
+        sender_fp: committer.fingerprint.clone(),
+        sender_name: committer.name.clone(),
+        content: lines.join("; "),
+        read: mine,
+        ..Default::default()
+    };
+    insert_row(conn, handle, gid, row, now_ms()).await
+}
+
+impl Runtime {
+    fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
+        if relay.trim_end_matches('/') == self.inner.relay_url.trim_end_matches('/') {
+            return Ok(LetmeknowClient::new(&self.inner.relay));
+        }
+        Ok(LetmeknowClient::new(&RelayClient::new(relay, None)?))
+    }
+
+    /// Opens (creating when `handle` is `None` or unknown) an agent session's membership
+    /// identity; restarting with the same handle resumes its groups.
+    pub async fn lmk_session(&self, handle: Option<&str>, name: Option<&str>) -> Result<Value> {
+        let handle = match handle {
+            Some(h) if !h.trim().is_empty() => h.trim().to_owned(),
+            _ => random_handle(),
+        };
+        if handle.len() > 64 || !handle.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(Error::Invalid("a handle is letters, digits, '-' and '_' (at most 64)".into()));
+        }
+        let existing = sqlx::query("SELECT name FROM lmk_sessions WHERE handle = ?")
+            .bind(&handle)
+            .fetch_optional(&self.store().pool)
+            .await?;
+        if existing.is_none() {
+            let name = name
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map_or_else(|| format!("{}'s agent {handle}", self.inner.name), str::to_owned);
+            if name.len() > 200 {
+                return Err(Error::Invalid("a display name has at most 200 bytes".into()));
+            }
+            let member = Member::generate(&name).map_err(mls_err)?;
+            sqlx::query(
+                "INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(&handle)
+            .bind(&name)
+            .bind(member.signature_key())
+            .bind(member.snapshot())
+            .bind(now_ms())
+            .execute(&self.store().pool)
+            .await?;
+        }
+        let session = self.lmk_load(&handle).await?;
+        let s = session.lock().await;
+        Ok(json!({"handle": handle, "name": s.member.name(), "fingerprint": s.member.fingerprint()}))
+    }
+
+    async fn lmk_load(&self, handle: &str) -> Result<Arc<Mutex<Session>>> {
+        let mut sessions = self.inner.groups.sessions.lock().await;
+        if let Some(s) = sessions.get(handle) {
+            return Ok(s.clone());
+        }
+        let row = sqlx::query("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
+            .bind(handle)
+            .fetch_optional(&self.store().pool)
+            .await?
+            .ok_or_else(|| Error::Invalid(format!("no group session `{handle}`: start one with `listen --handle`")))?;
+        let member = Member::restore(
+            row.get::<Vec<u8>, _>("mls_state").as_slice(),
+            row.get::<Vec<u8>, _>("signature_key").as_slice(),
+            row.get::<String, _>("name").as_str(),
+        )
+        .map_err(mls_err)?;
+        let s = Arc::new(Mutex::new(Session { handle: handle.to_owned(), member }));
+        sessions.insert(handle.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    async fn lmk_group_row(&self, handle: &str, gid: &str) -> Result<(String, i64, String)> {
+        let row = sqlx::query("SELECT relay, cursor, state FROM lmk_groups WHERE handle = ? AND group_id = ?")
+            .bind(handle)
+            .bind(gid)
+            .fetch_optional(&self.store().pool)
+            .await?
+            .ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
+        Ok((row.get("relay"), row.get("cursor"), row.get("state")))
+    }
+
+    fn require_active(state: &str, gid: &str) -> Result<()> {
+        match state {
+            "active" => Ok(()),
+            "removed" => Err(Error::Forbidden(format!("you were removed from group {gid}"))),
+            "left" => Err(Error::Forbidden(format!("you left group {gid}"))),
+            _ => Err(Error::Forbidden(format!(
+                "group {gid}: this session was offline longer than the relay keeps messages; ask a member to \
+                 re-invite it"
+            ))),
+        }
+    }
+
+    /// Reads the group log after the cursor (holding up to `wait_secs` when nothing is new) and
+    /// processes it; then honours leave requests. Returns how many entries were processed.
+    pub async fn lmk_sync(&self, handle: &str, gid: &str, wait_secs: u64) -> Result<usize> {
+        let session = self.lmk_load(handle).await?;
+        let n = {
+            let mut s = session.lock().await;
+            self.sync_locked(&mut s, gid, wait_secs).await?
+        };
+        self.honour_leaves(handle, gid).await?;
+        Ok(n)
+    }
+
+    async fn sync_locked(&self, s: &mut Session, gid: &str, wait_secs: u64) -> Result<usize> {
+        let (relay, mut cursor, state) = self.lmk_group_row(&s.handle, gid).await?;
+        Self::require_active(&state, gid)?;
+        let client = self.lmk_client(&relay)?;
+        let mut processed = 0;
+        let mut wait = wait_secs.min(MAX_WAIT_SECS);
+        loop {
+            let entries = client.read(gid, u64::try_from(cursor).unwrap_or(0), wait).await?;
+            wait = 0;
+            let Some(first) = entries.first() else { break };
+            if i64::try_from(first.seq).unwrap_or(i64::MAX) > cursor + 1 {
+                let mut tx = self.store().pool.begin().await?;
+                sqlx::query("UPDATE lmk_groups SET state = 'expired' WHERE handle = ? AND group_id = ?")
+                    .bind(&s.handle)
+                    .bind(gid)
+                    .execute(&mut *tx)
+                    .await?;
+                let text = format!(
+                    "messages {}..{} of this group are gone from the relay (offline longer than its retention): \
+                     this session cannot follow the group any more and must be re-invited",
+                    cursor + 1,
+                    first.seq - 1
+                );
+                alert(&mut tx, &s.handle, gid, "expired", text).await?;
+                tx.commit().await?;
+                return Err(Error::Forbidden(format!(
+                    "group {gid}: this session was offline longer than the relay keeps messages; ask a member to \
+                     re-invite it"
+                )));
+            }
+            for entry in entries {
+                let seq = i64::try_from(entry.seq).unwrap_or(i64::MAX);
+                let removed = self.process_entry(s, gid, seq, &entry.data).await?;
+                cursor = seq;
+                processed += 1;
+                if removed {
+                    return Ok(processed);
+                }
+            }
+        }
+        self.report_gaps(&s.handle, gid).await?;
+        Ok(processed)
+    }
+
+    /// Processes one log entry in one transaction; returns whether it removed us.
+    async fn process_entry(&self, s: &mut Session, gid: &str, seq: i64, data: &[u8]) -> Result<bool> {
+        let handle = s.handle.clone();
+        let id = message_id(data);
+        let mut tx = self.store().pool.begin().await?;
+        sqlx::query("UPDATE lmk_groups SET cursor = ? WHERE handle = ? AND group_id = ?")
+            .bind(seq)
+            .bind(&handle)
+            .bind(gid)
+            .execute(&mut *tx)
+            .await?;
+        let own = sqlx::query("SELECT state FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+            .bind(&handle)
+            .bind(gid)
+            .bind(&id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let mut group =
+            s.member.load_group(gid).map_err(mls_err)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+        if let Some(own) = own {
+            // Our own message (we cannot decrypt it): a commit we posted but had not merged
+            // (the runtime stopped between the relay's answer and the merge) is merged now.
+            let state: String = own.get("state");
+            if state == "commit_pending" {
+                s.member.merge_pending(&mut group).map_err(mls_err)?;
+                record_epoch(&mut tx, &handle, gid, &group).await?;
+                save_state(&mut tx, &handle, &s.member).await?;
+            }
+            sqlx::query("UPDATE lmk_messages SET seq = ?, state = 'done' WHERE handle = ? AND group_id = ? AND id = ?")
+                .bind(seq)
+                .bind(&handle)
+                .bind(gid)
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(false);
+        }
+        let our_epoch = group.epoch().as_u64();
+        let msg_epoch = mls::message_epoch(data).unwrap_or(u64::MAX);
+        let outcome = s.member.process(&mut group, data);
+        let mut removed_us = false;
+        match outcome {
+            Ok(Processed::Application { sender, data: plain, epoch }) => {
+                let epoch_i = i64::try_from(epoch).unwrap_or(i64::MAX);
+                match serde_json::from_slice::<Payload>(&plain) {
+                    Ok(p) => {
+                        let ours: Option<Vec<u8>> = sqlx::query_scalar(
+                            "SELECT auth FROM lmk_epoch_auth WHERE handle = ? AND group_id = ? AND epoch = ?",
+                        )
+                        .bind(&handle)
+                        .bind(gid)
+                        .bind(epoch_i)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        if let Some(ours) = ours
+                            && b64u_decode(&p.epoch_auth).as_deref() != Some(ours.as_slice())
+                        {
+                            alert(
+                                &mut tx,
+                                &handle,
+                                gid,
+                                &format!("epoch-auth:{id}"),
+                                format!(
+                                    "epoch-auth mismatch: {} sent message {id} at epoch {epoch} with an epoch \
+                                     authenticator that differs from ours; the relay may be showing members \
+                                     different commits (a split group)",
+                                    who(&sender)
+                                ),
+                            )
+                            .await?;
+                        }
+                        let row = NewRow {
+                            id: id.clone(),
+                            seq,
+                            epoch: epoch_i,
+                            kind: if p.leave { "leave" } else { "message" },
+                            sender_fp: sender.fingerprint.clone(),
+                            sender_name: sender.name.clone(),
+                            to_fp: p.to.as_deref().map(canonical_fp).unwrap_or_default(),
+                            reply_to: p.reply_to.unwrap_or_default(),
+                            after: p.after,
+                            content: p.content,
+                            ..Default::default()
+                        };
+                        insert_row(&mut tx, &handle, gid, row, now_ms()).await?;
+                    }
+                    Err(e) => {
+                        alert(
+                            &mut tx,
+                            &handle,
+                            gid,
+                            &format!("payload:{id}"),
+                            format!(
+                                "{} sent message {id} whose payload is not a letmeknow message ({e}); ignored",
+                                who(&sender)
+                            ),
+                        )
+                        .await?;
+                    }
+                }
+            }
+            Ok(Processed::Commit { committer, added, removed, self_removed }) => {
+                let epoch_i = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
+                let ev = CommitEvent {
+                    id: &id,
+                    seq,
+                    epoch: epoch_i,
+                    committer: &committer,
+                    added: &added,
+                    removed: &removed,
+                    mine: false,
+                };
+                commit_rows(&mut tx, &handle, gid, ev).await?;
+                if self_removed {
+                    removed_us = true;
+                    sqlx::query("UPDATE lmk_groups SET state = 'removed' WHERE handle = ? AND group_id = ?")
+                        .bind(&handle)
+                        .bind(gid)
+                        .execute(&mut *tx)
+                        .await?;
+                } else {
+                    record_epoch(&mut tx, &handle, gid, &group).await?;
+                }
+            }
+            Err(e) => {
+                let why = if msg_epoch == our_epoch {
+                    format!(
+                        "message {id} (log position {seq}) is at our epoch {our_epoch} but does not decrypt ({e}): the \
+                         relay may be showing members different commits (epoch-auth mismatch / split group)"
+                    )
+                } else {
+                    format!(
+                        "message {id} (log position {seq}, epoch {msg_epoch}, ours {our_epoch}) was not processed: {e}"
+                    )
+                };
+                alert(&mut tx, &handle, gid, &format!("undecryptable:{id}"), why).await?;
+            }
+        }
+        save_state(&mut tx, &handle, &s.member).await?;
+        tx.commit().await?;
+        Ok(removed_us)
+    }
+
+    /// Alerts for `after` references that never arrived, once each.
+    async fn report_gaps(&self, handle: &str, gid: &str) -> Result<()> {
+        let rows = sqlx::query(
+            "SELECT id, after FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind IN ('message', 'leave')",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(&self.store().pool)
+        .await?;
+        let known: BTreeSet<String> = rows.iter().map(|r| r.get::<String, _>("id")).collect();
+        let mut missing: BTreeMap<String, String> = BTreeMap::new();
+        for r in &rows {
+            let after: Vec<String> = serde_json::from_str(r.get::<String, _>("after").as_str()).unwrap_or_default();
+            for a in after {
+                if !known.contains(&a) {
+                    missing.entry(a).or_insert_with(|| r.get::<String, _>("id"));
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.store().pool.begin().await?;
+        for (gap, by) in missing {
+            let text = format!(
+                "gap: message {gap}, which {by} says its sender had read, never arrived from the relay (withheld or \
+                 lost)"
+            );
+            alert(&mut tx, handle, gid, &format!("gap:{gap}"), text).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The tips of the session's read frontier in `gid`.
+    async fn frontier(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT id, after FROM lmk_messages WHERE handle = ? AND group_id = ? AND read = 1 \
+             AND kind IN ('message', 'leave') AND state = 'done' ORDER BY rowid_",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(&self.store().pool)
+        .await?;
+        let mut covered = BTreeSet::new();
+        for r in &rows {
+            let after: Vec<String> = serde_json::from_str(r.get::<String, _>("after").as_str()).unwrap_or_default();
+            covered.extend(after);
+        }
+        Ok(rows.iter().map(|r| r.get::<String, _>("id")).filter(|id| !covered.contains(id)).collect())
+    }
+
+    /// Posts a commit the caller staged with `stage`, rebasing when another commit wins the
+    /// epoch. Returns the commit's seq and the Welcome if there is one.
+    async fn commit_with(&self, s: &mut Session, gid: &str, stage: &Stage<'_>) -> Result<(i64, Option<Vec<u8>>)> {
+        let (relay, _, state) = self.lmk_group_row(&s.handle, gid).await?;
+        Self::require_active(&state, gid)?;
+        let client = self.lmk_client(&relay)?;
+        for _ in 0..MAX_REBASES {
+            self.sync_locked(s, gid, 0).await?;
+            let mut group =
+                s.member.load_group(gid).map_err(mls_err)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+            let (commit, welcome) = stage(&s.member, &mut group)?;
+            let id = message_id(&commit);
+            // The pending commit is durable before the relay sees it, so a crash in between is
+            // recovered when the commit comes back from the log.
+            let mut tx = self.store().pool.begin().await?;
+            let row = NewRow {
+                id: id.clone(),
+                kind: "event",
+                state: "commit_pending",
+                outgoing: true,
+                read: true,
+                ..Default::default()
+            };
+            insert_row(&mut tx, &s.handle, gid, row, now_ms()).await?;
+            save_state(&mut tx, &s.handle, &s.member).await?;
+            tx.commit().await?;
+            match client.post(gid, commit).await {
+                Ok(Posted::Stored(seq)) => {
+                    let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+                    let before = mls::members(&group);
+                    s.member.merge_pending(&mut group).map_err(mls_err)?;
+                    let after = mls::members(&group);
+                    let me = mls::MemberInfo {
+                        name: s.member.name().to_owned(),
+                        fingerprint: s.member.fingerprint(),
+                        leaf: group.own_leaf_index().u32(),
+                    };
+                    let added: Vec<_> = after
+                        .iter()
+                        .filter(|m| !before.iter().any(|b| b.fingerprint == m.fingerprint))
+                        .cloned()
+                        .collect();
+                    let removed: Vec<_> = before
+                        .iter()
+                        .filter(|m| !after.iter().any(|a| a.fingerprint == m.fingerprint))
+                        .cloned()
+                        .collect();
+                    let mut tx = self.store().pool.begin().await?;
+                    sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+                        .bind(&s.handle)
+                        .bind(gid)
+                        .bind(&id)
+                        .execute(&mut *tx)
+                        .await?;
+                    let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
+                    let ev = CommitEvent {
+                        id: &id,
+                        seq,
+                        epoch,
+                        committer: &me,
+                        added: &added,
+                        removed: &removed,
+                        mine: true,
+                    };
+                    commit_rows(&mut tx, &s.handle, gid, ev).await?;
+                    record_epoch(&mut tx, &s.handle, gid, &group).await?;
+                    save_state(&mut tx, &s.handle, &s.member).await?;
+                    tx.commit().await?;
+                    return Ok((seq, welcome));
+                }
+                Ok(Posted::WrongEpoch(_)) => {
+                    // Another member's commit won this epoch: drop ours, process theirs, retry.
+                    s.member.discard_pending(&mut group).map_err(mls_err)?;
+                    let mut tx = self.store().pool.begin().await?;
+                    sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+                        .bind(&s.handle)
+                        .bind(gid)
+                        .bind(&id)
+                        .execute(&mut *tx)
+                        .await?;
+                    save_state(&mut tx, &s.handle, &s.member).await?;
+                    tx.commit().await?;
+                }
+                Err(e) => {
+                    s.member.discard_pending(&mut group).map_err(mls_err)?;
+                    let mut tx = self.store().pool.begin().await?;
+                    sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+                        .bind(&s.handle)
+                        .bind(gid)
+                        .bind(&id)
+                        .execute(&mut *tx)
+                        .await?;
+                    save_state(&mut tx, &s.handle, &s.member).await?;
+                    tx.commit().await?;
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(Error::Transport(TransportError::Unreachable(format!(
+            "group {gid}: lost the epoch race {MAX_REBASES} times in a row; try again"
+        ))))
+    }
+
+    /// Creates a group (when `group` is `None`) and an invite; a task of this runtime admits the
+    /// joiner. Returns `{group, link, expires_at, invite}`.
+    pub async fn lmk_invite(&self, handle: &str, group: Option<&str>, ttl_secs: Option<u64>) -> Result<Value> {
+        let session = self.lmk_load(handle).await?;
+        let ttl = ttl_secs.unwrap_or(INVITE_TTL).clamp(1, crate::protocol::letmeknow::MAX_INVITE_TTL);
+        let (gid, relay) = {
+            let s = session.lock().await;
+            match group {
+                Some(gid) => {
+                    let (relay, _, state) = self.lmk_group_row(handle, gid).await?;
+                    Self::require_active(&state, gid)?;
+                    (gid.to_owned(), relay)
+                }
+                None => {
+                    let gid = new_id(&mut OsRng);
+                    let g = s.member.create_group(&gid).map_err(mls_err)?;
+                    let relay = self.inner.relay_url.trim_end_matches('/').to_owned();
+                    let mut tx = self.store().pool.begin().await?;
+                    sqlx::query("INSERT INTO lmk_groups (handle, group_id, relay, joined_at) VALUES (?, ?, ?, ?)")
+                        .bind(handle)
+                        .bind(&gid)
+                        .bind(&relay)
+                        .bind(now_ms())
+                        .execute(&mut *tx)
+                        .await?;
+                    let me = mls::MemberInfo {
+                        name: s.member.name().to_owned(),
+                        fingerprint: s.member.fingerprint(),
+                        leaf: 0,
+                    };
+                    note_member(&mut tx, handle, &gid, &me, "").await?;
+                    record_epoch(&mut tx, handle, &gid, &g).await?;
+                    save_state(&mut tx, handle, &s.member).await?;
+                    tx.commit().await?;
+                    (gid, relay)
+                }
+            }
+        };
+        let client = self.lmk_client(&relay)?;
+        let link = InviteLink::generate(client.base(), &mut OsRng);
+        let owner = new_owner_token(&mut OsRng);
+        client.create_invite(&link.id, ttl, &owner).await?;
+        let expires_at = now_ms() + i64::try_from(ttl * 1000).unwrap_or(i64::MAX);
+        let rt = self.clone();
+        let (h, g, l) = (handle.to_owned(), gid.clone(), link.clone());
+        let task = tokio::spawn(async move { rt.lmk_admit(&h, &g, &l, &owner, expires_at).await });
+        self.inner.groups.admissions.lock().await.insert(link.id.clone(), task);
+        Ok(json!({"group": gid, "link": link.to_link(), "expires_at": expires_at, "invite": link.id}))
+    }
+
+    /// Waits for the admission of an invite this runtime opened to end; its outcome.
+    pub async fn lmk_invite_wait(&self, invite: &str) -> Result<Value> {
+        let task = self
+            .inner
+            .groups
+            .admissions
+            .lock()
+            .await
+            .remove(invite)
+            .ok_or_else(|| Error::Invalid(format!("no invite `{invite}` is waiting in this runtime")))?;
+        task.await.map_err(|e| Error::Bug(e.to_string()))?
+    }
+
+    /// The inviter's side: wait for the join, commit the Add, post the Welcome.
+    async fn lmk_admit(
+        &self,
+        handle: &str,
+        gid: &str,
+        link: &InviteLink,
+        owner: &str,
+        expires_at: i64,
+    ) -> Result<Value> {
+        let (relay, _, _) = self.lmk_group_row(handle, gid).await?;
+        let client = self.lmk_client(&relay)?;
+        let data = loop {
+            let left = (expires_at - now_ms()).max(0) / 1000;
+            if left == 0 {
+                return Err(Error::Invalid("the invite expired before anyone joined".into()));
+            }
+            match client.get_blob(&link.id, false, left.unsigned_abs().min(MAX_WAIT_SECS)).await {
+                Ok(Some(data)) => break data,
+                Ok(None) => {}
+                Err(TransportError::Status { status: 404, .. }) => {
+                    return Err(Error::Invalid("the invite expired before anyone joined".into()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for a join");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        };
+        let key = link.key();
+        let blob = key.open(Role::Join, &data).map_err(|_| {
+            Error::Invalid(
+                "the join request does not decrypt with this invite's secret (a wrong link or tampering); the invite \
+                 is spent"
+                    .into(),
+            )
+        })?;
+        let blob: JoinBlob =
+            serde_json::from_slice(&blob).map_err(|e| Error::Invalid(format!("malformed join request: {e}")))?;
+        let kp_bytes = b64u_decode(&blob.key_package).ok_or_else(|| Error::Invalid("malformed KeyPackage".into()))?;
+        let session = self.lmk_load(handle).await?;
+        let mut s = session.lock().await;
+        let (_, joiner) = s.member.inspect_key_package(&kp_bytes).map_err(mls_err)?;
+        let stage = |m: &Member, g: &mut openmls::group::MlsGroup| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+            let (kp, _) = m.inspect_key_package(&kp_bytes).map_err(mls_err)?;
+            let (commit, welcome) = m.add(g, kp).map_err(mls_err)?;
+            Ok((commit, Some(welcome)))
+        };
+        let (seq, welcome) = self.commit_with(&mut s, gid, &stage).await?;
+        drop(s);
+        let welcome = welcome.ok_or_else(|| Error::Bug("an Add without a Welcome".into()))?;
+        let blob = WelcomeBlob {
+            welcome: b64u(&welcome),
+            group: gid.to_owned(),
+            relay: relay.clone(),
+            seq: seq.max(0).unsigned_abs(),
+        };
+        let sealed = key
+            .seal(Role::Welcome, &serde_json::to_vec(&blob).map_err(|e| Error::Bug(e.to_string()))?, &mut OsRng)
+            .map_err(|e| Error::Bug(e.to_string()))?;
+        client.put_blob(&link.id, true, Some(owner), &sealed).await?;
+        Ok(json!({"group": gid, "joined": {"name": joiner.name, "fingerprint": joiner.fingerprint}}))
+    }
+
+    /// The joiner's side: posts the KeyPackage, waits (up to `timeout_secs`, default 11
+    /// minutes) for the Welcome, joins and reads the log. Returns `{group, members}`.
+    pub async fn lmk_join(&self, handle: &str, link: &str, timeout_secs: Option<u64>) -> Result<Value> {
+        let link = InviteLink::parse(link).map_err(|e| Error::Invalid(e.to_string()))?;
+        let session = self.lmk_load(handle).await?;
+        let client = self.lmk_client(&link.relay)?;
+        let key = link.key();
+        let sealed = {
+            let s = session.lock().await;
+            let kp = s.member.key_package().map_err(mls_err)?;
+            // The KeyPackage's private keys must be durable before anyone can use it.
+            let mut tx = self.store().pool.begin().await?;
+            save_state(&mut tx, handle, &s.member).await?;
+            tx.commit().await?;
+            let blob = JoinBlob { key_package: b64u(&kp), name: s.member.name().to_owned() };
+            key.seal(Role::Join, &serde_json::to_vec(&blob).map_err(|e| Error::Bug(e.to_string()))?, &mut OsRng)
+                .map_err(|e| Error::Bug(e.to_string()))?
+        };
+        match client.put_blob(&link.id, false, None, &sealed).await {
+            Ok(()) => {}
+            Err(TransportError::Status { status: 404, .. }) => {
+                return Err(Error::Invalid("this invite is unknown or expired: ask for a new link".into()));
+            }
+            Err(TransportError::Status { status: 409, .. }) => {
+                return Err(Error::Invalid("this invite was already used: ask for a new link".into()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_secs.unwrap_or(660));
+        let data = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now()).as_secs();
+            if left == 0 {
+                return Err(Error::Invalid("no Welcome arrived: the inviter did not admit this join in time".into()));
+            }
+            match client.get_blob(&link.id, true, left.min(MAX_WAIT_SECS)).await {
+                Ok(Some(data)) => break data,
+                Ok(None) => {}
+                Err(TransportError::Status { status: 404, .. }) => {
+                    return Err(Error::Invalid("the invite expired before the inviter admitted this join".into()));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let blob = key
+            .open(Role::Welcome, &data)
+            .map_err(|_| Error::Invalid("the Welcome does not decrypt with this link's secret (tampering?)".into()))?;
+        let blob: WelcomeBlob =
+            serde_json::from_slice(&blob).map_err(|e| Error::Invalid(format!("malformed Welcome: {e}")))?;
+        if !is_id(&blob.group) {
+            return Err(Error::Invalid("the Welcome names a malformed group id".into()));
+        }
+        let welcome = b64u_decode(&blob.welcome).ok_or_else(|| Error::Invalid("malformed Welcome".into()))?;
+        {
+            let s = session.lock().await;
+            let group = s.member.join(&welcome).map_err(mls_err)?;
+            if group.group_id().as_slice() != blob.group.as_bytes() {
+                return Err(Error::Invalid("the Welcome is for another group than it claims".into()));
+            }
+            let members = mls::members(&group);
+            let mut tx = self.store().pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO lmk_groups (handle, group_id, relay, cursor, joined_at) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT (handle, group_id) DO UPDATE SET relay = excluded.relay, cursor = excluded.cursor, \
+                 state = 'active'",
+            )
+            .bind(handle)
+            .bind(&blob.group)
+            .bind(blob.relay.trim_end_matches('/'))
+            .bind(i64::try_from(blob.seq).unwrap_or(i64::MAX))
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+            for m in &members {
+                note_member(&mut tx, handle, &blob.group, m, "").await?;
+            }
+            let names = members.iter().map(who).collect::<Vec<_>>().join(", ");
+            let row = NewRow {
+                id: format!("joined:{}", blob.seq),
+                seq: i64::try_from(blob.seq).unwrap_or(0),
+                epoch: i64::try_from(group.epoch().as_u64()).unwrap_or(0),
+                kind: "event",
+                content: format!("you joined; members: {names}"),
+                ..Default::default()
+            };
+            insert_row(&mut tx, handle, &blob.group, row, now_ms()).await?;
+            record_epoch(&mut tx, handle, &blob.group, &group).await?;
+            save_state(&mut tx, handle, &s.member).await?;
+            tx.commit().await?;
+        }
+        self.lmk_sync(handle, &blob.group, 0).await?;
+        let members = self.lmk_members(handle, &blob.group).await?;
+        Ok(json!({"group": blob.group, "members": members.get("members").cloned()}))
+    }
+
+    /// Sends `text` to the group (optionally addressed to a member's fingerprint, optionally
+    /// replying to a message, which `after` then covers). Returns `{id, seq}`.
+    pub async fn lmk_send(
+        &self,
+        handle: &str,
+        gid: &str,
+        text: &str,
+        to: Option<&str>,
+        reply_to: Option<&str>,
+    ) -> Result<Value> {
+        self.lmk_post_app(handle, gid, text, to, reply_to, false).await
+    }
+
+    async fn lmk_post_app(
+        &self,
+        handle: &str,
+        gid: &str,
+        text: &str,
+        to: Option<&str>,
+        reply_to: Option<&str>,
+        leave: bool,
+    ) -> Result<Value> {
+        let session = self.lmk_load(handle).await?;
+        let mut s = session.lock().await;
+        let (relay, _, state) = self.lmk_group_row(handle, gid).await?;
+        Self::require_active(&state, gid)?;
+        let client = self.lmk_client(&relay)?;
+        for _ in 0..MAX_REBASES {
+            self.sync_locked(&mut s, gid, 0).await?;
+            let mut group =
+                s.member.load_group(gid).map_err(mls_err)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+            let to = match to {
+                Some(fp) => {
+                    let fp = canonical_fp(fp);
+                    if !mls::members(&group).iter().any(|m| m.fingerprint == fp) {
+                        return Err(Error::Invalid(format!("no member of {gid} has fingerprint {fp}")));
+                    }
+                    Some(fp)
+                }
+                None => None,
+            };
+            let mut after = self.frontier(handle, gid).await?;
+            if let Some(r) = reply_to {
+                let known: Option<i64> = sqlx::query_scalar(
+                    "SELECT rowid_ FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ? AND kind IN ('message', 'leave')",
+                )
+                .bind(handle)
+                .bind(gid)
+                .bind(r)
+                .fetch_optional(&self.store().pool)
+                .await?;
+                let rowid = known.ok_or_else(|| Error::UnknownMessage(r.to_owned()))?;
+                // Replying means it entered our context: it joins the frontier, and `after` covers it.
+                sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?")
+                    .bind(rowid)
+                    .execute(&self.store().pool)
+                    .await?;
+                if !after.iter().any(|a| a == r) {
+                    after = self.frontier(handle, gid).await?;
+                    if !after.iter().any(|a| a == r) {
+                        after.push(r.to_owned());
+                    }
+                }
+            }
+            let payload = Payload {
+                to: to.clone(),
+                reply_to: reply_to.map(str::to_owned),
+                after: after.clone(),
+                epoch_auth: b64u(&mls::epoch_authenticator(&group)),
+                content: text.to_owned(),
+                leave,
+            };
+            let plain = serde_json::to_vec(&payload).map_err(|e| Error::Bug(e.to_string()))?;
+            let bytes = s.member.encrypt(&mut group, &plain).map_err(mls_err)?;
+            let id = message_id(&bytes);
+            let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
+            // The ratchet state and the row are durable before the relay sees the ciphertext, so
+            // a restart never reuses a message key.
+            let mut tx = self.store().pool.begin().await?;
+            let row = NewRow {
+                id: id.clone(),
+                epoch,
+                kind: if leave { "leave" } else { "message" },
+                state: "sending",
+                outgoing: true,
+                sender_fp: s.member.fingerprint(),
+                sender_name: s.member.name().to_owned(),
+                to_fp: to.unwrap_or_default(),
+                reply_to: reply_to.unwrap_or_default().to_owned(),
+                after,
+                content: text.to_owned(),
+                read: true,
+                seq: 0,
+            };
+            insert_row(&mut tx, handle, gid, row, now_ms()).await?;
+            save_state(&mut tx, handle, &s.member).await?;
+            tx.commit().await?;
+            match client.post(gid, bytes).await? {
+                Posted::Stored(seq) => {
+                    sqlx::query(
+                        "UPDATE lmk_messages SET seq = ?, state = 'done' WHERE handle = ? AND group_id = ? AND id = ?",
+                    )
+                    .bind(i64::try_from(seq).unwrap_or(i64::MAX))
+                    .bind(handle)
+                    .bind(gid)
+                    .bind(&id)
+                    .execute(&self.store().pool)
+                    .await?;
+                    return Ok(json!({"group": gid, "id": id, "seq": seq}));
+                }
+                Posted::WrongEpoch(_) => {
+                    sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+                        .bind(handle)
+                        .bind(gid)
+                        .bind(&id)
+                        .execute(&self.store().pool)
+                        .await?;
+                }
+            }
+        }
+        Err(Error::Transport(TransportError::Unreachable(format!("group {gid}: the epoch kept moving; try again"))))
+    }
+
+    /// Members of `gid` as this session sees them: name, fingerprint, who added them.
+    pub async fn lmk_members(&self, handle: &str, gid: &str) -> Result<Value> {
+        let session = self.lmk_load(handle).await?;
+        let s = session.lock().await;
+        let group = s
+            .member
+            .load_group(gid)
+            .map_err(mls_err)?
+            .ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
+        let notes =
+            sqlx::query("SELECT fingerprint, invited_by FROM lmk_member_notes WHERE handle = ? AND group_id = ?")
+                .bind(handle)
+                .bind(gid)
+                .fetch_all(&self.store().pool)
+                .await?;
+        let notes: BTreeMap<String, String> =
+            notes.iter().map(|r| (r.get::<String, _>("fingerprint"), r.get::<String, _>("invited_by"))).collect();
+        let me = s.member.fingerprint();
+        let members: Vec<Value> = mls::members(&group)
+            .iter()
+            .map(|m| {
+                json!({
+                    "name": m.name,
+                    "fingerprint": m.fingerprint,
+                    "invited_by": notes.get(&m.fingerprint).cloned().unwrap_or_default(),
+                    "you": m.fingerprint == me,
+                })
+            })
+            .collect();
+        Ok(json!({"group": gid, "epoch": group.epoch().as_u64(), "members": members}))
+    }
+
+    /// Removes the member with `fp` from `gid` (a commit).
+    pub async fn lmk_remove(&self, handle: &str, gid: &str, fp: &str) -> Result<Value> {
+        let fp = canonical_fp(fp);
+        let session = self.lmk_load(handle).await?;
+        let mut s = session.lock().await;
+        if fp == s.member.fingerprint() {
+            return Err(Error::Invalid("to leave a group use `group leave`".into()));
+        }
+        let target = fp.clone();
+        let stage = move |m: &Member, g: &mut openmls::group::MlsGroup| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+            let leaf = mls::members(g)
+                .into_iter()
+                .find(|x| x.fingerprint == target)
+                .ok_or_else(|| Error::Invalid(format!("no member has fingerprint {target}")))?
+                .leaf;
+            Ok((m.remove(g, &[leaf]).map_err(mls_err)?, None))
+        };
+        let (seq, _) = self.commit_with(&mut s, gid, &stage).await?;
+        Ok(json!({"group": gid, "removed": fp, "seq": seq}))
+    }
+
+    /// Leaves `gid`: asks the other members to commit our removal, then stops following it.
+    pub async fn lmk_leave(&self, handle: &str, gid: &str) -> Result<Value> {
+        let sent = self.lmk_post_app(handle, gid, "(leaving the group)", None, None, true).await?;
+        sqlx::query("UPDATE lmk_groups SET state = 'left' WHERE handle = ? AND group_id = ?")
+            .bind(handle)
+            .bind(gid)
+            .execute(&self.store().pool)
+            .await?;
+        Ok(json!({"group": gid, "left": true, "request": sent.get("id").cloned()}))
+    }
+
+    /// Commits the removal of members who asked to leave and are still in the group.
+    async fn honour_leaves(&self, handle: &str, gid: &str) -> Result<()> {
+        let (_, _, state) = self.lmk_group_row(handle, gid).await?;
+        if state != "active" {
+            return Ok(());
+        }
+        let leavers: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT sender_fp FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind = 'leave' AND outgoing = 0",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(&self.store().pool)
+        .await?;
+        for fp in leavers {
+            let still = {
+                let session = self.lmk_load(handle).await?;
+                let s = session.lock().await;
+                let group = s.member.load_group(gid).map_err(mls_err)?;
+                group.is_some_and(|g| mls::members(&g).iter().any(|m| m.fingerprint == fp))
+            };
+            if still {
+                match self.lmk_remove(handle, gid, &fp).await {
+                    Ok(_) => {}
+                    // Another member removed it first (we rebased onto their commit).
+                    Err(Error::Invalid(m)) if m.starts_with("no member has fingerprint") => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The groups of a session.
+    pub async fn lmk_groups(&self, handle: &str) -> Result<Value> {
+        let rows =
+            sqlx::query("SELECT group_id, relay, state, cursor FROM lmk_groups WHERE handle = ? ORDER BY joined_at")
+                .bind(handle)
+                .fetch_all(&self.store().pool)
+                .await?;
+        let mut out = Vec::new();
+        for r in rows {
+            let gid: String = r.get("group_id");
+            let unread: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM lmk_messages WHERE handle = ? AND group_id = ? AND read = 0")
+                    .bind(handle)
+                    .bind(&gid)
+                    .fetch_one(&self.store().pool)
+                    .await?;
+            out.push(json!({"group": gid, "relay": r.get::<String, _>("relay"), "state": r.get::<String, _>("state"), "unread": unread}));
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// A message and `ancestors` levels of its causal history (`after`); all of it enters the
+    /// session's context (the read frontier).
+    pub async fn lmk_read(&self, handle: &str, id: &str, ancestors: usize) -> Result<Value> {
+        let first = sqlx::query("SELECT * FROM lmk_messages WHERE handle = ? AND id = ?")
+            .bind(handle)
+            .bind(id)
+            .fetch_optional(&self.store().pool)
+            .await?
+            .ok_or_else(|| Error::UnknownMessage(id.to_owned()))?;
+        let gid: String = first.get("group_id");
+        let mut out = vec![row_dto(&first)];
+        let mut rowids = vec![first.get::<i64, _>("rowid_")];
+        let mut seen = BTreeSet::from([id.to_owned()]);
+        let mut queue: VecDeque<(String, usize)> = VecDeque::new();
+        let after: Vec<String> = serde_json::from_str(first.get::<String, _>("after").as_str()).unwrap_or_default();
+        queue.extend(after.into_iter().map(|a| (a, 1)));
+        let mut missing = Vec::new();
+        while let Some((aid, depth)) = queue.pop_front() {
+            if depth > ancestors || !seen.insert(aid.clone()) {
+                continue;
+            }
+            let row = sqlx::query("SELECT * FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+                .bind(handle)
+                .bind(&gid)
+                .bind(&aid)
+                .fetch_optional(&self.store().pool)
+                .await?;
+            match row {
+                Some(row) => {
+                    let after: Vec<String> =
+                        serde_json::from_str(row.get::<String, _>("after").as_str()).unwrap_or_default();
+                    queue.extend(after.into_iter().map(|a| (a, depth + 1)));
+                    rowids.push(row.get("rowid_"));
+                    out.push(row_dto(&row));
+                }
+                None => missing.push(aid),
+            }
+        }
+        let mut tx = self.store().pool.begin().await?;
+        for r in rowids {
+            sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?").bind(r).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(
+            json!({"message": out.first().cloned(), "ancestors": out.get(1..).map(<[Value]>::to_vec), "missing": missing}),
+        )
+    }
+
+    /// What is due to the session: everything unread after its frontier in every group, capped
+    /// at the last [`CATCH_UP`] plus the number omitted; all of it is now read.
+    pub async fn lmk_deliveries(&self, handle: &str) -> Result<Value> {
+        let rows =
+            sqlx::query("SELECT * FROM lmk_messages WHERE handle = ? AND read = 0 AND state = 'done' ORDER BY rowid_")
+                .bind(handle)
+                .fetch_all(&self.store().pool)
+                .await?;
+        let omitted = rows.len().saturating_sub(CATCH_UP);
+        let me = sqlx::query_scalar::<_, Vec<u8>>("SELECT signature_key FROM lmk_sessions WHERE handle = ?")
+            .bind(handle)
+            .fetch_optional(&self.store().pool)
+            .await?
+            .map(|k| fingerprint(&k))
+            .unwrap_or_default();
+        let mut tx = self.store().pool.begin().await?;
+        for r in &rows {
+            sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?")
+                .bind(r.get::<i64, _>("rowid_"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        let items: Vec<Value> = rows
+            .iter()
+            .skip(omitted)
+            .map(|r| {
+                let mut v = row_dto(r);
+                // Steer when addressed to this session, digest otherwise (the delivery policy).
+                let to: String = r.get("to_fp");
+                let mode = if !to.is_empty() && to == me || r.get::<String, _>("kind") == "alert" {
+                    "steer"
+                } else {
+                    "digest"
+                };
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("mode".into(), json!(mode));
+                }
+                v
+            })
+            .collect();
+        Ok(
+            json!({"handle": handle, "omitted": omitted, "note": if omitted > 0 { format!("{omitted} earlier omitted") } else { String::new() }, "items": items}),
+        )
+    }
+}

@@ -1,0 +1,420 @@
+//! The OpenMLS adapter: one [`Member`] per agent session, holding its signing key, its
+//! credential (the display name, an unverified claim) and its OpenMLS state for every group it
+//! is in. Everything is synchronous and does no I/O; the engine persists [`Member::snapshot`]
+//! in the same transaction as the rows an operation produced (see [`storage`]).
+//!
+//! - ciphersuite `MLS_128_DHKEMX25519_AES128GCM_SHA256_Ed25519`;
+//! - every group message is a PrivateMessage (pure-ciphertext wire format policy), so the relay
+//!   sees only group id, epoch and content type;
+//! - Welcomes carry the ratchet tree (no out-of-band tree);
+//! - a few past epochs' secrets are kept, so application messages sent just before a commit
+//!   still decrypt after it.
+
+pub mod storage;
+
+use openmls::prelude::tls_codec::{Deserialize as _, Serialize as _};
+use openmls::prelude::*;
+use openmls_basic_credential::SignatureKeyPair;
+use openmls_memory_storage::MemoryStorage;
+use openmls_rust_crypto::RustCrypto;
+use openmls_traits::OpenMlsProvider;
+
+/// The one ciphersuite letmeknow uses.
+pub const CIPHERSUITE: Ciphersuite = Ciphersuite::MLS_128_DHKEMX25519_AES128GCM_SHA256_Ed25519;
+/// Past epochs whose application secrets are kept.
+pub const PAST_EPOCHS: usize = 8;
+
+/// Why an MLS operation failed; the variant says whose fault it is.
+#[derive(Debug, thiserror::Error)]
+pub enum MlsError {
+    /// Bytes from a peer or the relay are malformed or do not verify (peer's or relay's fault).
+    #[error("invalid MLS input: {0}")]
+    Peer(String),
+    /// A message that cannot be decrypted or applied in our current state: another epoch's
+    /// keys, a fork the relay showed us, or our own message echoed back.
+    #[error("cannot process message: {0}")]
+    Unprocessable(String),
+    /// The local state is damaged (local fault).
+    #[error("MLS state is damaged: {0}")]
+    Corrupt(String),
+    /// An operation OpenMLS refused in our own state (a bug or a misuse, local fault).
+    #[error("MLS operation failed: {0}")]
+    Local(String),
+}
+
+fn local(e: impl std::fmt::Display) -> MlsError {
+    MlsError::Local(e.to_string())
+}
+
+fn peer(e: impl std::fmt::Display) -> MlsError {
+    MlsError::Peer(e.to_string())
+}
+
+/// RustCrypto with an in-memory store that [`storage`] snapshots.
+#[derive(Default)]
+pub struct Provider {
+    crypto: RustCrypto,
+    storage: MemoryStorage,
+}
+
+impl OpenMlsProvider for Provider {
+    type CryptoProvider = RustCrypto;
+    type RandProvider = RustCrypto;
+    type StorageProvider = MemoryStorage;
+
+    fn storage(&self) -> &MemoryStorage {
+        &self.storage
+    }
+
+    fn crypto(&self) -> &RustCrypto {
+        &self.crypto
+    }
+
+    fn rand(&self) -> &RustCrypto {
+        &self.crypto
+    }
+}
+
+/// A group member as others see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberInfo {
+    /// Display name from the credential (an unverified claim).
+    pub name: String,
+    /// [`crate::protocol::letmeknow::fingerprint`] of its signature key.
+    pub fingerprint: String,
+    /// Leaf index in the ratchet tree.
+    pub leaf: u32,
+}
+
+/// What processing one group message did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Processed {
+    /// An application message.
+    Application {
+        /// Its authenticated sender.
+        sender: MemberInfo,
+        /// The plaintext.
+        data: Vec<u8>,
+        /// The epoch it was sent in.
+        epoch: u64,
+    },
+    /// A commit, now merged.
+    Commit {
+        /// Who committed.
+        committer: MemberInfo,
+        /// Members it added.
+        added: Vec<MemberInfo>,
+        /// Members it removed.
+        removed: Vec<MemberInfo>,
+        /// Whether it removed us: the group is over for this member.
+        self_removed: bool,
+    },
+}
+
+fn name_of(credential: &Credential) -> String {
+    BasicCredential::try_from(credential.clone())
+        .map(|c| String::from_utf8_lossy(c.identity()).into_owned())
+        .unwrap_or_else(|_| "(unnamed)".into())
+}
+
+fn info(m: &openmls::group::Member) -> MemberInfo {
+    MemberInfo {
+        name: name_of(&m.credential),
+        fingerprint: crate::protocol::letmeknow::fingerprint(&m.signature_key),
+        leaf: m.index.u32(),
+    }
+}
+
+fn leaf_info(leaf: &LeafNode, index: u32) -> MemberInfo {
+    MemberInfo {
+        name: name_of(leaf.credential()),
+        fingerprint: crate::protocol::letmeknow::fingerprint(leaf.signature_key().as_slice()),
+        leaf: index,
+    }
+}
+
+fn create_config() -> MlsGroupCreateConfig {
+    MlsGroupCreateConfig::builder()
+        .ciphersuite(CIPHERSUITE)
+        .use_ratchet_tree_extension(true)
+        .wire_format_policy(PURE_CIPHERTEXT_WIRE_FORMAT_POLICY)
+        .max_past_epochs(PAST_EPOCHS)
+        .build()
+}
+
+fn join_config() -> MlsGroupJoinConfig {
+    MlsGroupJoinConfig::builder()
+        .use_ratchet_tree_extension(true)
+        .wire_format_policy(PURE_CIPHERTEXT_WIRE_FORMAT_POLICY)
+        .max_past_epochs(PAST_EPOCHS)
+        .build()
+}
+
+/// The members of `group`, in leaf order.
+pub fn members(group: &MlsGroup) -> Vec<MemberInfo> {
+    group.members().map(|m| info(&m)).collect()
+}
+
+/// The current epoch's authenticator (RFC 9420 §8.7).
+pub fn epoch_authenticator(group: &MlsGroup) -> Vec<u8> {
+    group.epoch_authenticator().as_slice().to_vec()
+}
+
+/// One agent session's MLS identity and state.
+pub struct Member {
+    provider: Provider,
+    signer: SignatureKeyPair,
+    credential: CredentialWithKey,
+    name: String,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").field("name", &self.name).field("fingerprint", &self.fingerprint()).finish()
+    }
+}
+
+impl Member {
+    /// A new member with a fresh Ed25519 signing key and `name` as its credential.
+    pub fn generate(name: &str) -> Result<Self, MlsError> {
+        let provider = Provider::default();
+        let signer = SignatureKeyPair::new(CIPHERSUITE.signature_algorithm()).map_err(local)?;
+        signer.store(provider.storage()).map_err(local)?;
+        Ok(Self::assemble(provider, signer, name))
+    }
+
+    fn assemble(provider: Provider, signer: SignatureKeyPair, name: &str) -> Self {
+        let credential = CredentialWithKey {
+            credential: BasicCredential::new(name.as_bytes().to_vec()).into(),
+            signature_key: signer.public().into(),
+        };
+        Self { provider, signer, credential, name: name.to_owned() }
+    }
+
+    /// Restores a member from its [`snapshot`](Self::snapshot), its signature public key and
+    /// name.
+    pub fn restore(snapshot: &[u8], public_key: &[u8], name: &str) -> Result<Self, MlsError> {
+        let provider = Provider { crypto: RustCrypto::default(), storage: storage::restore(snapshot)? };
+        let signer = SignatureKeyPair::read(provider.storage(), public_key, CIPHERSUITE.signature_algorithm())
+            .ok_or_else(|| MlsError::Corrupt("the signing key is missing from the MLS state".into()))?;
+        Ok(Self::assemble(provider, signer, name))
+    }
+
+    /// The whole OpenMLS state, to persist with the rows an operation produced.
+    pub fn snapshot(&self) -> Vec<u8> {
+        storage::snapshot(&self.provider.storage)
+    }
+
+    /// The signature public key.
+    pub fn signature_key(&self) -> &[u8] {
+        self.signer.public()
+    }
+
+    /// This member's fingerprint.
+    pub fn fingerprint(&self) -> String {
+        crate::protocol::letmeknow::fingerprint(self.signer.public())
+    }
+
+    /// The display name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Creates a group whose MLS group id is `gid`'s ASCII (the relay checks it).
+    pub fn create_group(&self, gid: &str) -> Result<MlsGroup, MlsError> {
+        MlsGroup::new_with_group_id(
+            &self.provider,
+            &self.signer,
+            &create_config(),
+            GroupId::from_slice(gid.as_bytes()),
+            self.credential.clone(),
+        )
+        .map_err(local)
+    }
+
+    /// Loads a group this member is in.
+    pub fn load_group(&self, gid: &str) -> Result<Option<MlsGroup>, MlsError> {
+        MlsGroup::load(self.provider.storage(), &GroupId::from_slice(gid.as_bytes())).map_err(local)
+    }
+
+    /// A fresh KeyPackage (serialized MLSMessage) for joining one group.
+    pub fn key_package(&self) -> Result<Vec<u8>, MlsError> {
+        let bundle = KeyPackage::builder()
+            .build(CIPHERSUITE, &self.provider, &self.signer, self.credential.clone())
+            .map_err(local)?;
+        MlsMessageOut::from(bundle.key_package().clone()).to_bytes().map_err(local)
+    }
+
+    /// Parses and verifies a peer's KeyPackage; returns who it names.
+    pub fn inspect_key_package(&self, bytes: &[u8]) -> Result<(KeyPackage, MemberInfo), MlsError> {
+        let msg = MlsMessageIn::tls_deserialize_exact(bytes).map_err(peer)?;
+        let MlsMessageBodyIn::KeyPackage(kp) = msg.extract() else {
+            return Err(MlsError::Peer("not a KeyPackage".into()));
+        };
+        let kp = kp.validate(self.provider.crypto(), ProtocolVersion::Mls10).map_err(peer)?;
+        if kp.ciphersuite() != CIPHERSUITE {
+            return Err(MlsError::Peer("KeyPackage for another ciphersuite".into()));
+        }
+        let who = leaf_info(kp.leaf_node(), u32::MAX);
+        Ok((kp, who))
+    }
+
+    /// Stages a commit adding the member of `key_package`: returns (commit, welcome). The
+    /// commit is pending until [`merge_pending`](Self::merge_pending) (the relay took it) or
+    /// [`discard_pending`](Self::discard_pending) (it lost the epoch race).
+    pub fn add(&self, group: &mut MlsGroup, key_package: KeyPackage) -> Result<(Vec<u8>, Vec<u8>), MlsError> {
+        let (commit, welcome, _) =
+            group.add_members(&self.provider, &self.signer, std::slice::from_ref(&key_package)).map_err(local)?;
+        Ok((commit.to_bytes().map_err(local)?, welcome.to_bytes().map_err(local)?))
+    }
+
+    /// Stages a commit removing the members with these leaf indexes.
+    pub fn remove(&self, group: &mut MlsGroup, leaves: &[u32]) -> Result<Vec<u8>, MlsError> {
+        let leaves: Vec<LeafNodeIndex> = leaves.iter().map(|l| LeafNodeIndex::new(*l)).collect();
+        let (commit, _, _) = group.remove_members(&self.provider, &self.signer, &leaves).map_err(local)?;
+        commit.to_bytes().map_err(local)
+    }
+
+    /// Applies our own pending commit once the relay accepted it.
+    pub fn merge_pending(&self, group: &mut MlsGroup) -> Result<(), MlsError> {
+        group.merge_pending_commit(&self.provider).map_err(local)
+    }
+
+    /// Drops our pending commit after the relay refused it (another commit won the epoch).
+    pub fn discard_pending(&self, group: &mut MlsGroup) -> Result<(), MlsError> {
+        group.clear_pending_commit(self.provider.storage()).map_err(local)
+    }
+
+    /// Joins from a Welcome (serialized MLSMessage).
+    pub fn join(&self, welcome: &[u8]) -> Result<MlsGroup, MlsError> {
+        let msg = MlsMessageIn::tls_deserialize_exact(welcome).map_err(peer)?;
+        let MlsMessageBodyIn::Welcome(welcome) = msg.extract() else {
+            return Err(MlsError::Peer("not a Welcome".into()));
+        };
+        let staged = StagedWelcome::new_from_welcome(&self.provider, &join_config(), welcome, None).map_err(peer)?;
+        staged.into_group(&self.provider).map_err(peer)
+    }
+
+    /// Encrypts an application message (a PrivateMessage) in the current epoch.
+    pub fn encrypt(&self, group: &mut MlsGroup, data: &[u8]) -> Result<Vec<u8>, MlsError> {
+        group.create_message(&self.provider, &self.signer, data).map_err(local)?.to_bytes().map_err(local)
+    }
+
+    /// Decrypts and applies one group message from the log (merging commits at once).
+    pub fn process(&self, group: &mut MlsGroup, bytes: &[u8]) -> Result<Processed, MlsError> {
+        let msg = MlsMessageIn::tls_deserialize_exact(bytes).map_err(peer)?;
+        let protocol = msg.try_into_protocol_message().map_err(peer)?;
+        let processed =
+            group.process_message(&self.provider, protocol).map_err(|e| MlsError::Unprocessable(e.to_string()))?;
+        let sender_leaf = match processed.sender() {
+            Sender::Member(leaf) => *leaf,
+            _ => return Err(MlsError::Peer("sender is not a member".into())),
+        };
+        let epoch = processed.epoch().as_u64();
+        let sender =
+            group.member_at(sender_leaf).map(|m| info(&m)).ok_or_else(|| MlsError::Peer("unknown sender".into()))?;
+        match processed.into_content() {
+            ProcessedMessageContent::ApplicationMessage(app) => {
+                Ok(Processed::Application { sender, data: app.into_bytes(), epoch })
+            }
+            ProcessedMessageContent::StagedCommitMessage(staged) => {
+                let added = staged
+                    .add_proposals()
+                    .map(|p| leaf_info(p.add_proposal().key_package().leaf_node(), u32::MAX))
+                    .collect::<Vec<_>>();
+                let removed = staged
+                    .remove_proposals()
+                    .filter_map(|p| group.member_at(p.remove_proposal().removed()).map(|m| info(&m)))
+                    .collect::<Vec<_>>();
+                let self_removed = staged.self_removed();
+                group.merge_staged_commit(&self.provider, *staged).map_err(local)?;
+                // Leaf indexes of the added members are known only after the merge.
+                let now = members(group);
+                let added = added
+                    .into_iter()
+                    .map(|a| now.iter().find(|m| m.fingerprint == a.fingerprint).cloned().unwrap_or(a))
+                    .collect();
+                Ok(Processed::Commit { committer: sender, added, removed, self_removed })
+            }
+            ProcessedMessageContent::OwnPendingCommit | ProcessedMessageContent::OwnPrivateMessage => {
+                Err(MlsError::Unprocessable("our own message echoed back".into()))
+            }
+            ProcessedMessageContent::ProposalMessage(_) | ProcessedMessageContent::ExternalJoinProposalMessage(_) => {
+                Err(MlsError::Peer("standalone proposals are not used in letmeknow".into()))
+            }
+        }
+    }
+}
+
+/// Reads the epoch of a serialized PrivateMessage without decrypting it.
+pub fn message_epoch(bytes: &[u8]) -> Option<u64> {
+    crate::protocol::letmeknow::header::parse(bytes).ok().map(|h| h.epoch)
+}
+
+/// Serializes for tests and benches that drive bare OpenMLS.
+pub fn serialize(msg: &MlsMessageOut) -> Result<Vec<u8>, MlsError> {
+    let mut out = Vec::new();
+    msg.tls_serialize(&mut out).map_err(local)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const G: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn two_members_join_talk_and_a_removed_member_cannot_read_on() {
+        let alice = Member::generate("alice's agent").unwrap();
+        let bob = Member::generate("bob's agent").unwrap();
+        let carol = Member::generate("carol's agent").unwrap();
+        let mut ga = alice.create_group(G).unwrap();
+        let (kp, who) = alice.inspect_key_package(&bob.key_package().unwrap()).unwrap();
+        assert_eq!(who.name, "bob's agent");
+        let (_commit, welcome) = alice.add(&mut ga, kp).unwrap();
+        alice.merge_pending(&mut ga).unwrap();
+        let mut gb = bob.join(&welcome).unwrap();
+        let (kp, _) = alice.inspect_key_package(&carol.key_package().unwrap()).unwrap();
+        let (commit, welcome) = alice.add(&mut ga, kp).unwrap();
+        alice.merge_pending(&mut ga).unwrap();
+        let mut gc = carol.join(&welcome).unwrap();
+        match bob.process(&mut gb, &commit).unwrap() {
+            Processed::Commit { committer, added, .. } => {
+                assert_eq!(committer.fingerprint, alice.fingerprint());
+                assert_eq!(added[0].fingerprint, carol.fingerprint());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(epoch_authenticator(&ga), epoch_authenticator(&gb));
+        let hello = alice.encrypt(&mut ga, b"hello").unwrap();
+        assert_eq!(crate::protocol::letmeknow::header::parse(&hello).unwrap().group_id, G.as_bytes());
+        for (m, g) in [(&bob, &mut gb), (&carol, &mut gc)] {
+            match m.process(g, &hello).unwrap() {
+                Processed::Application { data, sender, .. } => {
+                    assert_eq!(data, b"hello");
+                    assert_eq!(sender.name, "alice's agent");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // Restored from a snapshot, bob carries on.
+        let bob = Member::restore(&bob.snapshot(), bob.signature_key(), bob.name()).unwrap();
+        let mut gb = bob.load_group(G).unwrap().unwrap();
+        let carol_leaf = members(&ga).iter().find(|m| m.fingerprint == carol.fingerprint()).unwrap().leaf;
+        let remove = bob.remove(&mut gb, &[carol_leaf]).unwrap();
+        bob.merge_pending(&mut gb).unwrap();
+        assert!(
+            matches!(alice.process(&mut ga, &remove).unwrap(), Processed::Commit { removed, .. } if removed.len() == 1)
+        );
+        match carol.process(&mut gc, &remove).unwrap() {
+            Processed::Commit { self_removed, .. } => assert!(self_removed),
+            other => panic!("{other:?}"),
+        }
+        let secret = alice.encrypt(&mut ga, b"after carol left").unwrap();
+        assert!(matches!(bob.process(&mut gb, &secret).unwrap(), Processed::Application { .. }));
+        assert!(carol.process(&mut gc, &secret).is_err(), "the removed member cannot decrypt");
+        assert_eq!(members(&ga).len(), 2);
+    }
+}
