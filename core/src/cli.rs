@@ -108,6 +108,8 @@ pub enum Command {
     Topic(TopicCmd),
     /// Rotate the Stringcup API token now (the runtime also rotates it before it expires).
     RotateToken,
+    /// Replace the Agent Mail card key now (the runtime also renews the card before it expires).
+    RotateMailKey,
     /// Run the profile's runtime headless.
     Daemon,
     /// Run a stdio MCP server for one agent session (starts the runtime if none runs).
@@ -386,6 +388,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Topic(TopicCmd::Create { members }) => Request::TopicCreate { members },
         Command::Topic(TopicCmd::Send { topic, text }) => Request::TopicSend { topic, text },
         Command::RotateToken => Request::TokenRotate,
+        Command::RotateMailKey => Request::MailRotate,
         Command::Review(ReviewCmd::List) => Request::ReviewList,
         Command::Review(ReviewCmd::Approve { id }) => Request::ReviewApprove { id },
         Command::Review(ReviewCmd::Reject { id }) => Request::ReviewReject { id },

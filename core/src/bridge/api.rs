@@ -169,6 +169,8 @@ pub enum Request {
     },
     /// Stringcup: rotate the API token now.
     TokenRotate,
+    /// Agent Mail: a new card key now (higher nonce, published; the old key stays retained).
+    MailRotate,
     /// Opens an agent session (owner only): registers the agent in the roster and returns a
     /// token bound to its name. Requests made with that token act as that agent and no other.
     SessionOpen {

@@ -349,6 +349,16 @@ impl Runtime {
         Err(TransportError::Malformed("relay kept refusing our card nonce".into()).into())
     }
 
+    /// A new card key now: a card with a higher nonce, published; the old key stays retained
+    /// (until its card's `receive_until`) so mail already queued under it still opens.
+    pub(super) async fn agent_mail_rotate(&self) -> Result<Value> {
+        let st = self.am_state().await?;
+        let st = self.new_card(st).await?;
+        *self.inner.am.lock().await = Some(st);
+        self.agent_mail_publish().await?;
+        Ok(self.agent_mail_whoami().await)
+    }
+
     /// Our contact address (stable address + our relay as route).
     fn address_of(st: &AmState) -> String {
         MailAddress { owner: st.id, mailbox_id: st.mailbox, routes: vec![st.origin.clone()] }.to_string()

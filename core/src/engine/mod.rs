@@ -623,6 +623,7 @@ impl Runtime {
                 Ok(v)
             }
             Request::TokenRotate => self.stringcup_rotate_if_due(true).await,
+            Request::MailRotate => self.agent_mail_rotate().await,
             Request::SessionOpen { .. }
             | Request::SessionClose
             | Request::Read { .. }
