@@ -706,7 +706,16 @@ impl Runtime {
         if let Err(e) = self.agent_mail_publish().await {
             tracing::debug!("agent mail publish: {e}");
         }
-        Ok(self.agent_mail_drain().await?.0)
+        match self.agent_mail_drain().await {
+            Ok((n, _)) => Ok(n),
+            // A relay that is down or does not serve Agent Mail must not stop the other
+            // protocols' sync; the mail stays queued at the relay.
+            Err(Error::Transport(e)) => {
+                tracing::info!("agent mail: {e}");
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Polls the mailbox forever (daemon), or until something showable arrives.
@@ -734,7 +743,9 @@ impl Runtime {
                     }
                     self.am_pause(POLL_INTERVAL_MS, &mut stop).await;
                 }
-                Err(Error::Transport(TransportError::Status { status: 404 | 405, code, .. })) if code.is_empty() => {
+                Err(Error::Transport(TransportError::Status { status: 404 | 405, code, .. }))
+                    if code != "mailbox_unavailable" =>
+                {
                     tracing::info!("the relay does not serve Agent Mail (/v1/mailboxes)");
                     return Ok(());
                 }
