@@ -7,6 +7,7 @@ packages=(
   build-essential pkg-config curl ca-certificates   # C toolchain for ring and the bundled SQLite
   dbus dbus-user-session gnome-keyring libsecret-tools  # a real Secret Service for keyring tests
   procps psmisc                                      # pgrep/pkill in scripts
+  chromium                                           # the UI's end-to-end test (ui/e2e, playwright-core)
 )
 
 missing=()
@@ -70,3 +71,17 @@ if [ "$(uname -m)" = x86_64 ] && [ ! -x "$codex_dir/package/vendor/x86_64-unknow
   (cd "$codex_dir" && npm pack --silent "@openai/codex@$codex_version-linux-x64" >/dev/null \
     && tar xzf "openai-codex-$codex_version-linux-x64.tgz" && rm -f "openai-codex-$codex_version-linux-x64.tgz")
 fi
+
+# The UI (ui/): `npm ci` from the committed lockfile, then the build that the bridge serves and the
+# Tauri app embeds (ui/dist; `generate_context!` needs it). Each step is skipped when done already.
+(
+  cd "$(dirname "$0")/../ui"
+  if [ ! -d node_modules ] || ! cmp -s package-lock.json node_modules/.switchboard-lock; then
+    npm ci --no-audit --no-fund --loglevel=error
+    cp package-lock.json node_modules/.switchboard-lock
+  fi
+  if [ ! -f dist/index.html ] || [ -n "$(find src index.html package-lock.json vite.config.ts tsconfig.json \
+      -newer dist/index.html -print -quit)" ]; then
+    npm run build --silent >/dev/null
+  fi
+)

@@ -111,7 +111,21 @@ pub enum Command {
     /// Replace the Agent Mail card key now (the runtime also renews the card before it expires).
     RotateMailKey,
     /// Run the profile's runtime headless.
-    Daemon,
+    Daemon {
+        /// Also serve this UI build (ui/dist) to browsers signed in with `switchboard ui`.
+        #[arg(long, value_name = "DIR", env = "SWITCHBOARD_UI_DIR")]
+        ui: Option<PathBuf>,
+    },
+    /// Print a single-use link that opens the UI in a browser (becomes the runtime if none runs;
+    /// shows the first-run screen for a new profile).
+    Ui {
+        /// The UI build to serve (default: the checkout's ui/dist).
+        #[arg(long, value_name = "DIR", env = "SWITCHBOARD_UI_DIR")]
+        ui: Option<PathBuf>,
+        /// Where a new profile keeps its secret keys: auto, os-keyring, file.
+        #[arg(long, env = "SWITCHBOARD_KEYSTORE", default_value = "auto")]
+        keystore: crate::identity::keystore::KeystorePreference,
+    },
     /// Run a stdio MCP server for one agent session (starts the runtime if none runs).
     Mcp {
         /// The agent's name (as contacts see it in the roster).
@@ -395,7 +409,8 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Policy { review, loop_limit, digest } => Request::Policy { review, loop_limit, digest_secs: digest },
         Command::Resume { contact } => Request::Resume { contact },
         Command::Init { .. }
-        | Command::Daemon
+        | Command::Daemon { .. }
+        | Command::Ui { .. }
         | Command::Pair { .. }
         | Command::Mcp { .. }
         | Command::Listen { .. }
@@ -550,7 +565,11 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
             }
             Ok(())
         }
-        Command::Daemon => daemon(profile).await,
+        Command::Daemon { ui } => daemon(profile, ui).await,
+        Command::Ui { ui, keystore } => {
+            crate::bridge::web::run_ui(profile, crate::bridge::web::UiOptions { dir: ui, keystore, json: cli.json })
+                .await
+        }
         Command::Mcp { agent, harness } => crate::bridge::mcp::serve_stdio(profile, &agent, &harness).await,
         Command::Listen { agent, harness, once, timeout } => listen(profile, &agent, &harness, once, timeout).await,
         Command::Hook { agent, event } => hook(profile, &agent, &event).await,
@@ -684,7 +703,7 @@ async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError
     Ok(())
 }
 
-async fn daemon(profile: Profile) -> Result<(), ApiError> {
+async fn daemon(profile: Profile, ui: Option<PathBuf>) -> Result<(), ApiError> {
     let e = |code: &str, m: String| ApiError { code: code.into(), message: m };
     let _lock = profile
         .try_lock()
@@ -694,7 +713,8 @@ async fn daemon(profile: Profile) -> Result<(), ApiError> {
     // Listen for SIGTERM before the bridge files announce us: a client may signal at once.
     #[cfg(unix)]
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let bridge = crate::bridge::serve(rt.clone()).await.map_err(|x| e("bridge", x.to_string()))?;
+    let ui = ui.map(|dir| crate::bridge::web::WebUi { dir: Some(dir), ..Default::default() });
+    let bridge = crate::bridge::serve_with(rt.clone(), ui).await.map_err(|x| e("bridge", x.to_string()))?;
     let tasks = rt.start_background();
     println!("switchboard daemon: profile {} bridge http://{}", profile.dir.display(), bridge.addr);
     let term = async {

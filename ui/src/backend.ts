@@ -128,6 +128,8 @@ export interface Backend {
   readonly kind: 'tauri' | 'http';
   /** Whether the profile has an identity yet (false: show first run). */
   initialized(): Promise<boolean>;
+  /** Whether this page load follows the first-run screen (true once: show the new addresses). */
+  justInitialized(): boolean;
   init(opts: InitOptions): Promise<Whoami>;
   whoami(): Promise<Whoami>;
   status(): Promise<Status>;
@@ -159,6 +161,9 @@ abstract class RequestBackend implements Backend {
   abstract readonly kind: 'tauri' | 'http';
   protected abstract rpc<T>(req: Json): Promise<T>;
   abstract initialized(): Promise<boolean>;
+  justInitialized() {
+    return false;
+  }
   abstract init(opts: InitOptions): Promise<Whoami>;
   abstract onEvent(cb: (e: UiEvent) => void): () => void;
   abstract settings(): Promise<Record<string, boolean> | null>;
@@ -227,6 +232,7 @@ function toBackendError(e: unknown): BackendError {
 export class HttpBackend extends RequestBackend {
   readonly kind = 'http' as const;
   private ready: Promise<void>;
+  private welcome = false;
 
   constructor(private base = '') {
     super();
@@ -237,6 +243,7 @@ export class HttpBackend extends RequestBackend {
   private async exchangeCode() {
     const m = /(?:^#|&)code=([A-Za-z0-9_-]+)/.exec(location.hash);
     if (!m) return;
+    this.welcome = /(?:^#|&)welcome=1/.test(location.hash);
     history.replaceState(null, '', location.pathname + location.search);
     await this.post('/v1/session', { code: m[1] });
   }
@@ -275,9 +282,19 @@ export class HttpBackend extends RequestBackend {
     }
   }
 
+  justInitialized() {
+    const w = this.welcome;
+    this.welcome = false;
+    return w;
+  }
+
   async init(opts: InitOptions) {
     await this.ready;
-    return this.post<Whoami>('/v1/setup', { name: opts.name, relay: opts.relay });
+    // The first-run host creates the identity, starts the runtime's bridge and answers with a
+    // single-use sign-in link to it: the page moves there.
+    const r = await this.post<{ url: string; whoami: Whoami }>('/v1/setup', { name: opts.name, relay: opts.relay });
+    location.assign(r.url);
+    return r.whoami;
   }
 
   onEvent(cb: (e: UiEvent) => void) {

@@ -139,8 +139,6 @@ function go(hash: string) {
 const main = h('main', { id: 'main', tabindex: '-1' });
 let me: Whoami | null = null;
 let rendering = 0;
-/** Set while the user is typing, so background refreshes do not replace their input. */
-let refreshPaused = false;
 
 function navLink(hash: string, label: string, current: boolean) {
   return h('a', { href: hash, 'aria-current': current ? 'page' : null }, label);
@@ -198,12 +196,19 @@ async function render(background = false) {
     view = h('p', { class: 'error', role: 'alert' }, errorText(e));
   }
   if (token !== rendering) return; // a newer render won
-  if (background && main.contains(document.activeElement) && document.activeElement !== main) {
-    // Keep focus where it was: only replace the parts that do not hold it.
-    const keep = document.activeElement as HTMLElement | null;
-    const keepId = keep?.id;
+  if (background) {
+    // A refresh keeps what the person was typing and where the focus was.
+    const typed = new Map<string, string>();
+    main.querySelectorAll<HTMLInputElement | HTMLTextAreaElement>('input[id], textarea[id]').forEach((el) => {
+      if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
+    });
+    const focused = main.contains(document.activeElement) ? (document.activeElement as HTMLElement).id : '';
     mount(main, view);
-    if (keepId) document.getElementById(keepId)?.focus();
+    for (const [id, value] of typed) {
+      const el = document.getElementById(id) as HTMLInputElement | HTMLTextAreaElement | null;
+      if (el && !el.disabled) el.value = value;
+    }
+    if (focused) document.getElementById(focused)?.focus();
     return;
   }
   mount(main, view);
@@ -237,7 +242,7 @@ function firstRun() {
         try {
           const who = await backend.init({ name: name.value.trim(), relay: host.checked ? null : relayUrl.value.trim() });
           me = who;
-          firstRunDone(who);
+          if (backend.kind === 'tauri') firstRunDone(who);
         } catch (x) {
           err.textContent = errorText(x);
           err.hidden = false;
@@ -513,8 +518,6 @@ async function conversationView(name: string) {
   );
   const replyNote = h('p', { class: 'reply-note', hidden: !replyTo }, replyTo ? S.conversation.replyTo(replyTo) : '');
   const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
-  text.addEventListener('focus', () => (refreshPaused = true));
-  text.addEventListener('blur', () => (refreshPaused = false));
   text.addEventListener('keydown', (e: KeyboardEvent) => {
     if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) (text.form as HTMLFormElement | null)?.requestSubmit();
   });
@@ -601,7 +604,6 @@ async function conversationView(name: string) {
             });
             replyTo = null;
             text.value = '';
-            refreshPaused = false;
             await render(true);
             document.getElementById('compose')?.focus();
           } catch (x) {
@@ -930,6 +932,10 @@ async function start() {
       return;
     }
     me = await backend.whoami();
+    if (backend.justInitialized()) {
+      firstRunDone(me);
+      return;
+    }
   } catch (e) {
     mount(root, h('main', { id: 'main' }, h('p', { class: 'error', role: 'alert' }, errorText(e))));
     return;
@@ -941,7 +947,7 @@ async function start() {
   await render();
   unsubscribe?.();
   unsubscribe = backend.onEvent(() => {
-    if (!refreshPaused && !document.querySelector('dialog[open]')) void render(true);
+    if (!document.querySelector('dialog[open]')) void render(true);
   });
   document.body.dataset.ready = 'true';
 }

@@ -116,6 +116,14 @@ pub enum Request {
         /// Message id.
         id: String,
     },
+    /// Every message with one contact, both directions, oldest first (a UI's conversation view).
+    Conversation {
+        /// Contact name.
+        contact: String,
+        /// Most messages (the newest are kept; default 500).
+        #[serde(default)]
+        limit: Option<i64>,
+    },
     /// The audit log.
     Log {
         /// Substring filter.

@@ -1,7 +1,8 @@
 //! The localhost bridge: the running runtime's HTTP API for the CLI, agents and the UI. Bound to
 //! 127.0.0.1 only, on a port recorded with a random owner token in the profile (0600). Requests
 //! with a wrong or missing token, a `Host` that is not this loopback address and port, or any
-//! browser `Origin` are refused (DNS rebinding and CSRF).
+//! browser `Origin` are refused (DNS rebinding and CSRF), except, when the bridge serves the UI,
+//! requests from its own pages: same origin `http://127.0.0.1:PORT` and a session cookie (`web`).
 //!
 //! Two kinds of bearer token are accepted: the owner's (the person, from the 0600 file) and agent
 //! session tokens, each bound to one agent name (see `engine::agents`). The caller found here is
@@ -12,6 +13,7 @@ pub mod client;
 pub mod codex;
 pub mod mcp;
 pub mod session;
+pub mod web;
 
 use std::net::SocketAddr;
 
@@ -32,6 +34,7 @@ struct BridgeState {
     rt: Runtime,
     token: String,
     port: u16,
+    ui: Option<web::WebUi>,
 }
 
 /// The authenticated caller of one request.
@@ -81,6 +84,11 @@ fn check_origin_host(headers: &HeaderMap, port: u16) -> Option<Response> {
     if headers.contains_key(header::ORIGIN) {
         return Some(refuse(StatusCode::FORBIDDEN, "origin_refused", "browser origins may not call the bridge"));
     }
+    check_host(headers, port)
+}
+
+/// Why a request's `Host` is refused, if it is.
+fn check_host(headers: &HeaderMap, port: u16) -> Option<Response> {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     let allowed = [format!("127.0.0.1:{port}"), format!("localhost:{port}")];
     if !allowed.iter().any(|a| a == host) {
@@ -106,6 +114,19 @@ fn check_headers(headers: &HeaderMap, port: u16, token: &str) -> Option<Response
 }
 
 async fn guard(State(s): State<BridgeState>, mut req: HttpRequest, next: Next) -> Response {
+    // A page this bridge served: its session cookie is the only credential it may use.
+    if let Some(ui) = &s.ui
+        && (req.headers().contains_key(header::ORIGIN) || bearer(req.headers()).is_empty())
+        && web::session_cookie(req.headers(), s.port).is_some()
+    {
+        if let Some(refusal) =
+            check_host(req.headers(), s.port).or_else(|| web::browser_refusal(ui, req.headers(), s.port))
+        {
+            return refusal;
+        }
+        req.extensions_mut().insert(Auth { caller: Caller::Owner, token: String::new() });
+        return next.run(req).await;
+    }
     if let Some(refusal) = check_origin_host(req.headers(), s.port) {
         return refusal;
     }
@@ -148,19 +169,68 @@ async fn rpc(State(s): State<BridgeState>, Extension(auth): Extension<Auth>, Jso
     }
 }
 
+/// `POST /v1/ui-code` (owner's bearer token only): a single-use login URL for the UI.
+async fn ui_code(State(s): State<BridgeState>, Extension(auth): Extension<Auth>) -> Response {
+    match (&s.ui, &auth.caller) {
+        (Some(ui), Caller::Owner) if !auth.token.is_empty() => {
+            let code = ui.sessions.mint_code();
+            Json(serde_json::json!({"url": web::login_url(s.port, &code), "ui": ui.dir.is_some()})).into_response()
+        }
+        (None, _) => refuse(StatusCode::NOT_FOUND, "no_ui", "this runtime serves no UI: start it with --ui DIR"),
+        _ => refuse(StatusCode::FORBIDDEN, "forbidden", "only the owner's token may sign a browser in"),
+    }
+}
+
+/// `GET /v1/events` (owner only): the runtime's events as server-sent events.
+async fn events(State(s): State<BridgeState>, Extension(auth): Extension<Auth>) -> Response {
+    match auth.caller {
+        Caller::Owner => web::event_stream(&s.rt).into_response(),
+        Caller::Agent(_) => refuse(StatusCode::FORBIDDEN, "forbidden", "agent sessions read their own queue"),
+    }
+}
+
+/// Pages and sign-in: `Host` checked, no token (the pages are public; the API is not).
+async fn public(State(s): State<BridgeState>, req: HttpRequest) -> Response {
+    if let Some(refusal) = check_host(req.headers(), s.port) {
+        return refusal;
+    }
+    let Some(ui) = &s.ui else {
+        return refuse(StatusCode::NOT_FOUND, "not_found", "no such endpoint");
+    };
+    let path = req.uri().path().to_owned();
+    if req.method() == axum::http::Method::POST && path == "/v1/session" {
+        let headers = req.headers().clone();
+        let body = axum::body::to_bytes(req.into_body(), 4096).await.unwrap_or_default();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        return web::redeem_response(ui, &headers, s.port, &body);
+    }
+    match (&ui.dir, req.method()) {
+        (Some(dir), &axum::http::Method::GET) if !web::is_api_path(&path) => web::static_file(dir, &path).await,
+        _ => refuse(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
+    }
+}
+
 /// Serves the bridge for `rt` on 127.0.0.1 (an OS-chosen port) and records port and token.
 pub async fn serve(rt: Runtime) -> std::io::Result<Bridge> {
+    serve_with(rt, None).await
+}
+
+/// Like [`serve`], and with `ui` also serves the UI's pages, sign-in codes and browser sessions.
+pub async fn serve_with(rt: Runtime, ui: Option<web::WebUi>) -> std::io::Result<Bridge> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let token = random_token();
     // Agent sessions of an earlier runtime end with it.
     rt.revoke_agent_tokens().await.map_err(|e| std::io::Error::other(e.to_string()))?;
     rt.profile().write_bridge_files(addr.port(), &token).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let state = BridgeState { rt, token: token.clone(), port: addr.port() };
+    let state = BridgeState { rt, token: token.clone(), port: addr.port(), ui };
     let app = Router::new()
         .route("/v1/rpc", post(rpc))
         .route("/v1/ping", get(|| async { Json(serde_json::json!({"ok": true})) }))
+        .route("/v1/ui-code", post(ui_code))
+        .route("/v1/events", get(events))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .fallback(public)
         .with_state(state);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {

@@ -587,6 +587,7 @@ impl Runtime {
             }
             Request::Inbox { all, wait_secs } => self.inbox(all, wait_secs, one_shot).await,
             Request::Message { id } => self.message_view(&id).await,
+            Request::Conversation { contact, limit } => self.conversation(&contact, limit).await,
             Request::Log { search, limit } => {
                 let rows = self.store().audit_log(search.as_deref(), limit.unwrap_or(200).clamp(1, 10_000)).await?;
                 Ok(serde_json::to_value(rows).map_err(|e| Error::Bug(e.to_string()))?)
@@ -683,6 +684,19 @@ impl Runtime {
         self.agent_mail_decorate(&mut view).await?;
         let [view] = view;
         Ok(view)
+    }
+
+    async fn conversation(&self, name: &str, limit: Option<i64>) -> Result<Value> {
+        let c = self.contact(name).await?;
+        let rows: Vec<store::MessageRow> = sqlx::query_as(
+            "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 AND kind NOT IN ('receipt', 'roster') \
+             ORDER BY rowid_ DESC LIMIT ?2) ORDER BY rowid_",
+        )
+        .bind(c.id)
+        .bind(limit.unwrap_or(500).clamp(1, 10_000))
+        .fetch_all(&self.store().pool)
+        .await?;
+        Ok(Value::Array(rows.iter().map(|m| message_dto(m, Some(&c.name))).collect()))
     }
 
     async fn contact_name(&self, id: Option<i64>) -> Result<Option<String>> {

@@ -1,0 +1,223 @@
+//! The UI end to end in headless Chromium: `switchboard ui` serves the built ui/dist and runs the
+//! runtime for a new profile; `ui/e2e/app.e2e.mjs` (playwright-core, Debian's chromium) walks
+//! first run, paste-to-add, a conversation with a second profile, a hello request, verification
+//! and a key change, asking this test to act as the other parties. Nothing is built here:
+//! scripts/install-deps.sh installs chromium, runs `npm ci` and builds ui/dist; a missing piece
+//! fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchboard_core::bridge::api::Request;
+use switchboard_core::identity::DeviceIdentity;
+use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
+use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
+use switchboard_core::util::{OsRng, now_ms};
+use switchboard_tests::{Peer, TestRelay};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
+}
+
+fn ui_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui")
+}
+
+fn require(path: &Path, what: &str) {
+    assert!(path.exists(), "{} is missing ({what}): run scripts/install-deps.sh", path.display());
+}
+
+fn send(contact: &str, text: &str, kind: &str, reply_to: Option<&str>) -> Request {
+    Request::Send {
+        contact: contact.into(),
+        text: text.into(),
+        kind: Some(kind.into()),
+        reply_to: reply_to.map(Into::into),
+        from_agent: None,
+        to_agent: None,
+    }
+}
+
+/// The other parties the browser talks to.
+struct World {
+    bob: Peer,
+    carol: Peer,
+    /// Mallory after changing her box key (same signing key).
+    mallory_rekeyed: DeviceIdentity,
+    relay: RelayClient,
+    bob_calls_alice: Option<String>,
+}
+
+impl World {
+    async fn handle(&mut self, req: &Value) -> Result<Value, String> {
+        match req["op"].as_str().unwrap_or("") {
+            "bob_accept" => {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                loop {
+                    let pending = self.bob.call(Request::ContactRequests).await;
+                    if let Some(c) = pending.as_array().and_then(|a| a.first()) {
+                        let name = c["name"].as_str().unwrap().to_owned();
+                        if c["address"] != req["from"] {
+                            return Err(format!("bob's request is from someone else: {c}"));
+                        }
+                        self.bob.call(Request::ContactAccept { name: name.clone() }).await;
+                        self.bob_calls_alice = Some(name);
+                        return Ok(json!(true));
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err("no hello from alice reached bob".into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            "bob_wait_for" => {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                loop {
+                    for m in self.bob.inbox(2).await {
+                        if m["body"] == req["text"] {
+                            return Ok(m);
+                        }
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!("bob never got {}", req["text"]));
+                    }
+                }
+            }
+            "bob_send" => {
+                let alice = self.bob_calls_alice.clone().ok_or("bob has not accepted alice")?;
+                let kind = req["kind"].as_str().unwrap_or("send");
+                self.bob.try_call(send(&alice, req["text"].as_str().unwrap(), kind, None)).await
+            }
+            "carol_hello" => {
+                self.carol
+                    .try_call(Request::ContactAdd {
+                        address: req["to"].as_str().unwrap().into(),
+                        name: Some("alice".into()),
+                        allow: None,
+                        relay: None,
+                        no_hello: false,
+                    })
+                    .await
+            }
+            "mallory_rekey" => {
+                // Same signing key, a new box key: a reinstalled (or compromised) device.
+                let alice = la::Address::parse(req["to"].as_str().unwrap()).map_err(|e| e.to_string())?;
+                let inner = Inner::new(
+                    &self.mallory_rekeyed.keys(),
+                    &alice.keys.mailbox_id(),
+                    now_ms(),
+                    uuid::Uuid::new_v4(),
+                    Kind::Send,
+                    json!("new key, who dis"),
+                );
+                let env = la::seal(
+                    &self.mallory_rekeyed.sig,
+                    &alice.keys,
+                    &serde_json::to_string(&inner).unwrap(),
+                    &mut OsRng,
+                )
+                .unwrap();
+                match self.relay.send(&alice.keys.mailbox_id(), &alice.drop.unwrap(), env).await {
+                    SendOutcome::Accepted => Ok(json!(true)),
+                    other => Err(format!("relay refused mallory's envelope: {other:?}")),
+                }
+            }
+            "mallory_new_safety" => Ok(json!(self.mallory_rekeyed.keys().safety_number())),
+            other => Err(format!("unknown driver op {other}")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ui_in_chromium_first_run_paste_converse_approve_verify_and_key_change() {
+    let ui = ui_dir();
+    require(&ui.join("dist/index.html"), "the UI build");
+    require(&ui.join("node_modules/playwright-core"), "npm ci in ui/");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    require(Path::new(&chromium), "Debian's chromium");
+
+    let relay = TestRelay::start().await;
+    let bob = Peer::live("bob", &relay.url()).await;
+    let carol = Peer::live("carol", &relay.url()).await;
+    let mallory = DeviceIdentity::generate(&mut OsRng);
+    let relay_client = RelayClient::new(&relay.url(), None).unwrap();
+    // Log in once so Mallory's mailbox exists for Alice's hello.
+    relay_client.inbox(&mallory.sig, &mallory.drop).await.unwrap();
+    let mallory_rekeyed = DeviceIdentity {
+        sig: ed25519_dalek::SigningKey::from_bytes(&mallory.sig.to_bytes()),
+        boxs: x25519_dalek::StaticSecret::from([42u8; 32]),
+        drop: mallory.drop,
+    };
+    let bob_who = bob.call(Request::Whoami).await;
+    let mallory_address = mallory.address().to_string();
+    let mut world = World { bob, carol, mallory_rekeyed, relay: relay_client, bob_calls_alice: None };
+
+    // Alice: a new profile, its runtime and UI served by `switchboard ui`.
+    let home = tempfile::tempdir().unwrap();
+    let mut ui_proc = Command::new(bin())
+        .arg("--home")
+        .arg(home.path().join("alice"))
+        .arg("ui")
+        .arg("--ui")
+        .arg(ui.join("dist"))
+        .env("SWITCHBOARD_KEYSTORE", "file")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ui_out = BufReader::new(ui_proc.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), ui_out.next_line()).await.unwrap().unwrap().unwrap();
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/#code="), "{url}");
+
+    // Under the build output: <target>/debug/deps/ui_e2e-* -> <target>/screenshots/ui-e2e.
+    let exe = std::env::current_exe().unwrap();
+    let shots = exe.ancestors().nth(3).unwrap().join("screenshots/ui-e2e");
+    let mut node = Command::new("node")
+        .arg(ui.join("e2e/app.e2e.mjs"))
+        .current_dir(&ui)
+        .env("UI_URL", &url)
+        .env("RELAY_URL", relay.url())
+        .env("BOB_ADDRESS", bob_who["letagents"]["address"].as_str().unwrap())
+        .env("BOB_SAFETY", bob_who["letagents"]["safety_number"].as_str().unwrap())
+        .env("CAROL_NAME", "carol")
+        .env("MALLORY_ADDRESS", &mallory_address)
+        .env("CHROMIUM", &chromium)
+        .env("SHOT_DIR", &shots)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut to_node = node.stdin.take().unwrap();
+    let mut from_node = BufReader::new(node.stdout.take().unwrap()).lines();
+    let mut passed = false;
+    let run = async {
+        while let Some(line) = from_node.next_line().await.unwrap() {
+            if let Some(req) = line.strip_prefix("REQ ") {
+                let req: Value = serde_json::from_str(req).unwrap();
+                let res = match world.handle(&req).await {
+                    Ok(v) => json!({"ok": v}),
+                    Err(e) => json!({"error": e}),
+                };
+                to_node.write_all(format!("RES {res}\n").as_bytes()).await.unwrap();
+                to_node.flush().await.unwrap();
+            } else if line == "E2E OK" {
+                passed = true;
+            } else {
+                eprintln!("node: {line}");
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(240), run).await.expect("the browser scenario timed out");
+    let status = node.wait().await.unwrap();
+    assert!(status.success() && passed, "the browser scenario failed ({status}); screenshots in {}", shots.display());
+    assert!(shots.join("07-key-changed.png").is_file());
+    ui_proc.start_kill().unwrap();
+}

@@ -1,0 +1,247 @@
+// End-to-end: the real UI, served by a real `switchboard ui` runtime, in headless Chromium.
+// Driven by tests/tests/ui_e2e.rs, which runs relay-lite and the other profiles and answers this
+// script's requests: a line `REQ <json>` on stdout gets one line `RES <json>` on stdin.
+//
+// Environment: UI_URL (the single-use first-run link), RELAY_URL, BOB_ADDRESS, BOB_SAFETY,
+// CAROL_NAME, MALLORY_ADDRESS, SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
+
+import { createInterface } from 'node:readline';
+import { mkdirSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`missing ${k}`);
+  return v;
+};
+const UI_URL = env('UI_URL');
+const RELAY_URL = env('RELAY_URL');
+const BOB_ADDRESS = env('BOB_ADDRESS');
+const BOB_SAFETY = env('BOB_SAFETY');
+const CAROL_NAME = env('CAROL_NAME');
+const MALLORY_ADDRESS = env('MALLORY_ADDRESS');
+const SHOT_DIR = process.env.SHOT_DIR || '';
+const TIMEOUT = 20_000;
+
+// ----- requests to the Rust driver -----------------------------------------------------------
+
+const lines = createInterface({ input: process.stdin });
+const pending = [];
+lines.on('line', (l) => {
+  if (!l.startsWith('RES ')) return;
+  const next = pending.shift();
+  if (next) next(JSON.parse(l.slice(4)));
+});
+function driver(req) {
+  return new Promise((resolve, reject) => {
+    pending.push((res) => (res.error ? reject(new Error(`driver: ${res.error}`)) : resolve(res.ok)));
+    process.stdout.write(`REQ ${JSON.stringify(req)}\n`);
+  });
+}
+
+function step(name) {
+  process.stderr.write(`e2e: ${name}\n`);
+}
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+async function shot(page, name) {
+  if (!SHOT_DIR) return;
+  mkdirSync(SHOT_DIR, { recursive: true });
+  await page.screenshot({ path: `${SHOT_DIR}/${name}.png`, fullPage: true });
+}
+
+/** A link of the main navigation. */
+function nav(page, name) {
+  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
+}
+
+/** Dispatches a real paste event with `text` on the page body (paste anywhere). */
+async function pasteAnywhere(page, text) {
+  await page.evaluate((t) => {
+    const dt = new DataTransfer();
+    dt.setData('text/plain', t);
+    document.body.dispatchEvent(new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }));
+  }, text);
+}
+
+// ----- the scenario ---------------------------------------------------------------------------
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: [
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+  ],
+});
+let page;
+try {
+  const context = await browser.newContext();
+  page = await context.newPage();
+  page.setDefaultTimeout(TIMEOUT);
+  const consoleErrors = [];
+  // Network statuses are asserted where they matter (a 400 `not_initialized` before first run
+  // and the deliberate 409 `key_changed` are expected); anything else logged as an error is not.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
+  });
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+
+  step('first run');
+  await page.goto(UI_URL);
+  await page.getByRole('heading', { name: 'Welcome to Switchboard' }).waitFor();
+  assert(!page.url().includes('code='), 'the sign-in code is erased from the address bar');
+  await page.getByLabel('Your name, as contacts see it').fill('Alice');
+  await page.getByLabel('Use a relay at this URL').check();
+  await page.getByLabel('Relay URL').fill(RELAY_URL);
+  await shot(page, '01-first-run');
+  await page.getByRole('button', { name: 'Create identity' }).click();
+  await page.getByRole('heading', { name: 'Your identity is ready' }).waitFor();
+  assert(!page.url().includes('code='), 'the second sign-in code is erased too');
+  const card = page.locator('.identity[data-protocol="letagents"]');
+  const aliceAddress = (await card.locator('code.address').textContent()).trim();
+  const aliceSafety = (await card.locator('.safety').textContent()).trim();
+  assert(/^la1\.[A-Za-z0-9_-]{43}\.[A-Za-z0-9_-]{43}\.[A-Za-z0-9_-]{22}$/.test(aliceAddress), `address ${aliceAddress}`);
+  assert(/^([A-Z2-7]{4} ){7}[A-Z2-7]{4}$/.test(aliceSafety), `safety number ${aliceSafety}`);
+  await card.getByRole('img', { name: 'QR code of your letagents address' }).waitFor();
+  const qrOk = await card.locator('img.qr').evaluate((img) => img.complete && img.naturalWidth > 0);
+  assert(qrOk, 'the address QR code renders');
+  await shot(page, '02-identity-ready');
+  await page.getByRole('button', { name: 'Continue' }).click();
+  await page.getByRole('navigation', { name: 'Main' }).waitFor();
+
+  step('add a contact by pasting its address anywhere');
+  await page.locator('h2', { hasText: 'Contacts' }).waitFor();
+  await pasteAnywhere(page, BOB_ADDRESS);
+  const dialog = page.getByRole('dialog', { name: 'Add this contact?' });
+  await dialog.waitFor();
+  await dialog.getByText('letagents address', { exact: true }).waitFor();
+  await page.waitForFunction(
+    (n) => document.getElementById('preview-fingerprint')?.textContent === n,
+    BOB_SAFETY,
+  );
+  await shot(page, '03-paste-preview');
+  await dialog.getByLabel('Name for this contact').fill('bob');
+  await dialog.getByRole('button', { name: 'Add contact' }).click();
+  await page.getByRole('link', { name: 'Open conversation with bob' }).waitFor();
+
+  step('exchange messages with a second profile');
+  await driver({ op: 'bob_accept', from: aliceAddress });
+  await page.getByRole('link', { name: 'Open conversation with bob' }).click();
+  await page.getByLabel('Message').fill('hello bob, from the browser');
+  await page.getByRole('button', { name: 'Send' }).click();
+  const got = await driver({ op: 'bob_wait_for', text: 'hello bob, from the browser' });
+  assert(got.from, 'bob received the message');
+  await page.locator('.msg.out[data-state="delivered"]').first().waitFor({ timeout: 30_000 });
+  await driver({ op: 'bob_send', text: 'hi alice, bob here', kind: 'ask' });
+  const incoming = page.locator('.msg.in', { hasText: 'hi alice, bob here' });
+  await incoming.waitFor({ timeout: 30_000 });
+  step('reply in a thread');
+  await incoming.getByRole('button', { name: /^Reply/ }).click();
+  await page.getByLabel('Message').fill('answering your question');
+  await page.getByRole('button', { name: 'Send' }).click();
+  const reply = await driver({ op: 'bob_wait_for', text: 'answering your question' });
+  assert(reply.kind === 'reply' && reply.reply_to, `bob got a reply in the thread: ${JSON.stringify(reply)}`);
+  await page.locator('.msg.out blockquote.parent', { hasText: 'hi alice, bob here' }).waitFor();
+  await shot(page, '04-conversation');
+
+  step('approve a hello request');
+  await driver({ op: 'carol_hello', to: aliceAddress });
+  await nav(page, 'Contacts').click();
+  const approve = page.getByRole('button', { name: `Approve ${CAROL_NAME}` });
+  await approve.waitFor({ timeout: 30_000 });
+  await shot(page, '05-request');
+  await approve.click();
+  await page.getByRole('link', { name: `Open conversation with ${CAROL_NAME}` }).waitFor();
+  assert((await page.getByRole('button', { name: `Approve ${CAROL_NAME}` }).count()) === 0, 'request gone');
+
+  step('verify a safety number');
+  await page.getByRole('link', { name: 'Open conversation with bob' }).click();
+  await page.getByRole('link', { name: 'Verify' }).click();
+  await page.getByRole('heading', { name: 'Verify bob' }).waitFor();
+  const mine = (await page.locator('.safety[data-who="me"]').textContent()).trim();
+  const theirs = (await page.locator('.safety[data-who="them"]').textContent()).trim();
+  assert(mine === aliceSafety, `my safety number shown: ${mine}`);
+  assert(theirs === BOB_SAFETY, `bob's safety number shown: ${theirs}`);
+  assert((await page.locator('.verify img.qr').count()) === 2, 'both numbers as QR codes');
+  await shot(page, '06-verify');
+  await page.getByRole('button', { name: 'Mark verified' }).click();
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  await page.locator('.conversation .badge.ok', { hasText: 'Verified' }).waitFor();
+
+  step('a key change shows a banner and blocks sending');
+  await nav(page, 'Contacts').click();
+  await page.getByLabel('Address to add').fill(MALLORY_ADDRESS);
+  await page.getByRole('button', { name: 'Preview' }).click();
+  await dialog.waitFor();
+  await dialog.getByLabel('Name for this contact').fill('mallory');
+  await dialog.getByRole('button', { name: 'Add contact' }).click();
+  await page.getByRole('link', { name: 'Open conversation with mallory' }).click();
+  await page.getByRole('heading', { name: /Conversation with mallory/ }).waitFor();
+  await driver({ op: 'mallory_rekey', to: aliceAddress });
+  const banner = page.getByRole('alert').filter({ hasText: 'key changed' });
+  await banner.waitFor({ timeout: 30_000 });
+  assert(await page.getByRole('button', { name: 'Send' }).isDisabled(), 'send button disabled');
+  assert(await page.getByLabel('Message').isDisabled(), 'compose disabled');
+  // The runtime refuses too, not just the button.
+  const refused = await page.evaluate(async () => {
+    const r = await fetch('/v1/rpc', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ op: 'send', contact: 'mallory', text: 'sneaky' }),
+    });
+    return { status: r.status, body: await r.json() };
+  });
+  assert(refused.status === 409 && refused.body.code === 'key_changed', `runtime refuses: ${JSON.stringify(refused)}`);
+  await shot(page, '07-key-changed');
+  await banner.getByRole('link', { name: 'Compare and re-verify' }).click();
+  await page.getByRole('heading', { name: 'Verify mallory' }).waitFor();
+  const newNumber = (await page.locator('.safety[data-who="them"]').textContent()).trim();
+  const expected = await driver({ op: 'mallory_new_safety' });
+  assert(newNumber === expected, `new safety number shown: ${newNumber}`);
+  await page.getByRole('button', { name: 'Mark verified' }).click();
+  await page.getByRole('heading', { name: 'Conversation with mallory' }).waitFor();
+  assert((await page.getByRole('alert').filter({ hasText: 'key changed' }).count()) === 0, 'banner gone');
+  assert(!(await page.getByRole('button', { name: 'Send' }).isDisabled()), 'sending allowed again');
+
+  step('activity log search');
+  await nav(page, 'Activity').click();
+  await page.locator('table.log tbody tr').first().waitFor();
+  await shot(page, '08-log');
+  await page.getByLabel('Search the log').fill('no-such-activity-anywhere');
+  await page.getByText('No activity matches.').waitFor();
+  await page.getByLabel('Search the log').fill('');
+  await page.locator('table.log tbody tr').first().waitFor();
+
+  step('a browser without the cookie, or from another origin, is refused');
+  const other = await browser.newContext();
+  const stranger = await other.newPage();
+  const base = new URL(page.url()).origin;
+  await stranger.goto(base + '/');
+  const anon = await stranger.evaluate(async () => (await fetch('/v1/rpc', { method: 'POST', body: '{"op":"whoami"}', headers: { 'content-type': 'application/json' } })).status);
+  assert(anon === 401 || anon === 403, `no cookie: ${anon}`);
+  const reused = await stranger.evaluate(async (u) => {
+    const code = /code=([^&]+)/.exec(u)?.[1];
+    const r = await fetch('/v1/session', { method: 'POST', body: JSON.stringify({ code }), headers: { 'content-type': 'application/json' } });
+    return r.status;
+  }, UI_URL);
+  assert(reused === 401, `a used code is refused: ${reused}`);
+  await other.close();
+
+  assert(consoleErrors.length === 0, `no console errors: ${consoleErrors.join(' | ')}`);
+  step('all passed');
+  process.stdout.write('E2E OK\n');
+} catch (e) {
+  if (page) await shot(page, 'failure').catch(() => {});
+  process.stderr.write(`e2e failed: ${e.stack || e}\n`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+  lines.close();
+}
