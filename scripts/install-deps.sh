@@ -85,3 +85,15 @@ fi
     npm run build --silent >/dev/null
   fi
 )
+
+# Claude Code (tests/tests/claude_code.rs loads adapters/claude-code into `claude -p`): npm's Linux
+# x64 build of @anthropic-ai/claude-code, unpacked outside the clone; the test looks for
+# $SWITCHBOARD_CLAUDE_BIN, then this path, and fails (never skips) under SWITCHBOARD_REQUIRE_CLAUDE=1.
+claude_version=2.1.332
+claude_dir=/var/tmp/switchboard-claude/$claude_version
+if [ "$(uname -m)" = x86_64 ] && [ ! -x "$claude_dir/package/claude" ]; then
+  rm -rf "$claude_dir" && mkdir -p "$claude_dir"
+  (cd "$claude_dir" && npm pack --silent "@anthropic-ai/claude-code-linux-x64@$claude_version" >/dev/null \
+    && tar xzf "anthropic-ai-claude-code-linux-x64-$claude_version.tgz" \
+    && rm -f "anthropic-ai-claude-code-linux-x64-$claude_version.tgz")
+fi

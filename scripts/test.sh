@@ -18,6 +18,7 @@ dbus-run-session -- bash -c '
   echo -n switchboard-ci | HOME="$0" gnome-keyring-daemon --unlock --components=secrets >/dev/null
   export SWITCHBOARD_TEST_KEYRING=1
   export SWITCHBOARD_REQUIRE_CODEX=1  # tests/tests/codex.rs fails instead of skipping without codex
+  export SWITCHBOARD_REQUIRE_CLAUDE=1  # tests/tests/claude_code.rs likewise without Claude Code
   cargo test --workspace --no-fail-fast
 ' "$keyring_home"
 rm -rf "$keyring_home"

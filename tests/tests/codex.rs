@@ -194,14 +194,19 @@ struct Adapter {
 
 impl Adapter {
     fn start(bob: &Path, codex: &Path, codex_home: &Path, workdir: &Path) -> Self {
+        let cwd = workdir.display().to_string();
+        Self::start_with(bob, codex_home, &["--cwd", &cwd], &[codex.to_str().unwrap(), "app-server"])
+    }
+
+    /// `switchboard codex --agent codex ARGS -- COMMAND`.
+    fn start_with(bob: &Path, codex_home: &Path, args: &[&str], command: &[&str]) -> Self {
         let mut child = Command::new(bin())
             .arg("--home")
             .arg(bob)
-            .args(["codex", "--agent", "codex", "--cwd"])
-            .arg(workdir)
+            .args(["codex", "--agent", "codex"])
+            .args(args)
             .arg("--")
-            .arg(codex)
-            .arg("app-server")
+            .args(command)
             .env("SWITCHBOARD_KEYSTORE", "file")
             .env("CODEX_HOME", codex_home)
             .env("SB_TEST_MODEL_KEY", "dummy-key")
