@@ -1,0 +1,333 @@
+//! relay-lite's Agent Mail packet acceptance under load on loopback, against the bare insert
+//! baseline measured in the same process run (alternating rounds, medians).
+//!
+//! - Relay: `AM_LOAD_CLIENTS` (32) keep-alive HTTP/1.1 clients post distinct, real sealed packets
+//!   (a 1 KiB text message: one 2 KiB padded block, sealed before the clock starts) to
+//!   `POST /v1/mailboxes/{id}/packets` across `AM_LOAD_MAILBOXES` (8) mailboxes whose cards were
+//!   published first; only `202`s of new packets count. Every packet is fresh (a repeat would be
+//!   answered from accepted history, which is cheaper). Each acceptance is the full §7.1 path:
+//!   strict parse, event hash and Ed25519 verification, the history, card, quota and admission
+//!   checks, sequence allocation and storage, committed before the answer.
+//! - Baseline: a bare axum route doing one sqlx `INSERT` of the body per request (pool 10, WAL,
+//!   `synchronous=FULL`), same clients, bodies and URLs.
+//!
+//! `cargo bench -p relay-lite --bench agent_mail_load`; `AM_LOAD_SCALE=0.2` for a quick run,
+//! `AM_LOAD_ROUNDS` (3) rounds.
+
+// A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use ed25519_dalek::SigningKey;
+use relay_lite::{Config, RunningRelay};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use switchboard_core::protocol::agent_identity::{AgentId, Origin};
+use switchboard_core::protocol::agent_mail::card::CardPayload;
+use switchboard_core::protocol::agent_mail::packet::{SealRequest, seal};
+use switchboard_core::protocol::agent_mail::{DAY_MS, Id16, MailboxCard, Message, Part};
+use switchboard_core::util::{OsRng, now_ms, random_array};
+use tokio::task::{JoinHandle, JoinSet};
+use x25519_dalek::{PublicKey, StaticSecret};
+
+/// The origin cards name; requests carry it as `Host` (relay-lite's origin is `https://` + Host).
+const HOST: &str = "relay.example";
+/// Characters of message text.
+const TEXT_CHARS: usize = 1024;
+
+#[derive(Debug, Clone)]
+struct Settings {
+    scale: f64,
+    rounds: usize,
+    clients: usize,
+    mailboxes: usize,
+    warmup: Duration,
+    measure: Duration,
+    packets_per_client: usize,
+}
+
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        let scale: f64 = env_or("AM_LOAD_SCALE", 1.0_f64).clamp(0.01, 100.0);
+        let scaled = |n: f64, min: f64| (n * scale).max(min);
+        Self {
+            scale,
+            rounds: env_or("AM_LOAD_ROUNDS", 3_usize).max(1),
+            clients: env_or("AM_LOAD_CLIENTS", 32_usize).max(1),
+            mailboxes: env_or("AM_LOAD_MAILBOXES", 8_usize).max(1),
+            warmup: Duration::from_secs_f64(scaled(1.0, 0.2)),
+            measure: Duration::from_secs_f64(scaled(4.0, 0.5)),
+            packets_per_client: scaled(1000.0, 40.0) as usize,
+        }
+    }
+
+    fn command(&self) -> String {
+        let mut vars: Vec<String> =
+            std::env::vars().filter(|(k, _)| k.starts_with("AM_LOAD_")).map(|(k, v)| format!("{k}={v} ")).collect();
+        vars.sort();
+        format!("{}cargo bench -p relay-lite --bench agent_mail_load", vars.concat())
+    }
+}
+
+/// One client's mailbox path and its own distinct packets.
+struct Work {
+    path: String,
+    packets: Vec<Bytes>,
+}
+
+fn card_for(owner: &SigningKey, mailbox: Id16, origin: &Origin) -> MailboxCard {
+    let now = now_ms();
+    let secret = StaticSecret::from(random_array::<32>());
+    MailboxCard::sign(
+        owner,
+        now,
+        1,
+        CardPayload {
+            mailbox_id: mailbox,
+            expires_at: now + DAY_MS,
+            receive_until: now + 2 * DAY_MS,
+            public_key: PublicKey::from(&secret).to_bytes(),
+            routes: vec![origin.clone()],
+            max_packet_bytes: 65536,
+        },
+    )
+    .unwrap()
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().http1_only().tcp_nodelay(true).timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+async fn start_relay(dir: &Path) -> RunningRelay {
+    let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir);
+    config.limits.ip_requests_per_minute = 0;
+    config.limits.agent_mail.mailbox_max_packets = u32::MAX;
+    config.limits.agent_mail.mailbox_max_bytes = u64::MAX;
+    relay_lite::spawn(config).await.unwrap()
+}
+
+async fn start_insert_baseline(dir: &Path) -> (SocketAddr, JoinHandle<()>, SqlitePool) {
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join("baseline.sqlite3"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(10));
+    let pool = SqlitePoolOptions::new().max_connections(10).connect_with(options).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE packet (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
+         body BLOB NOT NULL) STRICT",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    async fn insert(
+        State(pool): State<SqlitePool>,
+        UrlPath(id): UrlPath<String>,
+        body: Bytes,
+    ) -> (StatusCode, &'static str) {
+        let done = sqlx::query("INSERT INTO packet (mailbox, received_ms, body) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(now_ms())
+            .bind(body.as_ref())
+            .execute(&pool)
+            .await;
+        match done {
+            Ok(_) => (StatusCode::ACCEPTED, "{}"),
+            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+        }
+    }
+    let router = Router::new().route("/v1/mailboxes/{id}/packets", post(insert)).with_state(pool.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (addr, task, pool)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    per_sec: f64,
+    failed: u64,
+    exhausted: usize,
+}
+
+async fn post_load(base: &str, work: &[Arc<Work>], s: &Settings) -> Load {
+    let start = Instant::now() + s.warmup;
+    let end = start + s.measure;
+    let mut tasks = JoinSet::new();
+    for w in work {
+        let w = w.clone();
+        let url = format!("{base}{}", w.path);
+        tasks.spawn(async move {
+            let http = http_client();
+            let (mut accepted, mut failed) = (0_u64, 0_u64);
+            let mut next = 0;
+            while Instant::now() < end {
+                let Some(body) = w.packets.get(next).cloned() else { return (accepted, failed, true) };
+                next += 1;
+                let sent = http
+                    .post(&url)
+                    .header(reqwest::header::HOST, HOST)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                let ok = match sent {
+                    Ok(r) => r.status() == StatusCode::ACCEPTED && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                let done = Instant::now();
+                if !ok {
+                    failed += 1;
+                } else if done >= start && done < end {
+                    accepted += 1;
+                }
+            }
+            (accepted, failed, false)
+        });
+    }
+    let (mut accepted, mut failed, mut exhausted) = (0, 0, 0);
+    while let Some(joined) = tasks.join_next().await {
+        let (a, f, e) = joined.unwrap();
+        accepted += a;
+        failed += f;
+        exhausted += usize::from(e);
+    }
+    assert!(accepted > 0, "no packet was accepted");
+    Load { per_sec: accepted as f64 / s.measure.as_secs_f64(), failed, exhausted }
+}
+
+async fn relay_throughput(cards: &[MailboxCard], work: &[Arc<Work>], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start_relay(dir.path()).await;
+    let http = http_client();
+    for card in cards {
+        let r = http
+            .post(format!("{}/v1/mailboxes", relay.url()))
+            .header(reqwest::header::HOST, HOST)
+            .body(card.to_jcs())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    }
+    let load = post_load(&relay.url(), work, s).await;
+    relay.shutdown().await.unwrap();
+    load
+}
+
+async fn baseline_throughput(work: &[Arc<Work>], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task, pool) = start_insert_baseline(dir.path()).await;
+    let load = post_load(&format!("http://{addr}"), work, s).await;
+    task.abort();
+    pool.close().await;
+    load
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    relay_lite::tls::install_default_provider();
+    let s = Settings::from_env();
+    let origin = Origin::parse(&format!("https://{HOST}")).unwrap();
+    let sender = SigningKey::from_bytes(&random_array::<32>());
+    let owners: Vec<SigningKey> = (0..s.mailboxes).map(|_| SigningKey::from_bytes(&random_array::<32>())).collect();
+    let cards: Vec<MailboxCard> = owners.iter().map(|o| card_for(o, Id16(random_array::<16>()), &origin)).collect();
+    let sealing = Instant::now();
+    let mut nonce = 1000;
+    let text = "x".repeat(TEXT_CHARS);
+    let work: Vec<Arc<Work>> = (0..s.clients)
+        .map(|c| {
+            let card = &cards[c % cards.len()];
+            let packets = (0..s.packets_per_client)
+                .map(|_| {
+                    let now = now_ms();
+                    nonce += 1;
+                    let m = Message::new(
+                        &mut OsRng,
+                        AgentId::of(&sender),
+                        *card.owner(),
+                        now,
+                        now + DAY_MS / 2,
+                        vec![Part::text(&text)],
+                    );
+                    let req = SealRequest { sender: &sender, card, message: &m, created_at: now, nonce };
+                    Bytes::from(seal(&req, now, &mut OsRng).unwrap().to_jcs())
+                })
+                .collect();
+            Arc::new(Work { path: format!("/v1/mailboxes/{}/packets", card.mailbox_id()), packets })
+        })
+        .collect();
+    let size = work[0].packets[0].len();
+    println!(
+        "agent_mail_load: {} rounds, {} clients over {} mailboxes, {} distinct {size}-byte packets per client \
+         (sealed in {:.1} s), {:?} warm-up + {:?} per run",
+        s.rounds,
+        s.clients,
+        s.mailboxes,
+        s.packets_per_client,
+        sealing.elapsed().as_secs_f64(),
+        s.warmup,
+        s.measure
+    );
+
+    let (mut relay_rates, mut base_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..s.rounds {
+        let (relay, base) = if round % 2 == 0 {
+            let b = baseline_throughput(&work, &s).await;
+            (relay_throughput(&cards, &work, &s).await, b)
+        } else {
+            let r = relay_throughput(&cards, &work, &s).await;
+            (r, baseline_throughput(&work, &s).await)
+        };
+        println!(
+            "  round {}: relay-lite {:>7.0}/s ({} failed, {} clients ran out), baseline {:>7.0}/s ({} failed)",
+            round + 1,
+            relay.per_sec,
+            relay.failed,
+            relay.exhausted,
+            base.per_sec,
+            base.failed
+        );
+        assert_eq!(relay.exhausted, 0, "clients ran out of fresh packets: raise AM_LOAD_SCALE");
+        relay_rates.push(relay.per_sec);
+        base_rates.push(base.per_sec);
+        ratios.push(relay.per_sec / base.per_sec);
+    }
+    println!();
+    println!("| figure | relay-lite | baseline | ratio |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| Agent Mail packet acceptance, {} clients, {} mailboxes, {size}-byte packets (new 202/s; baseline: \
+         axum + one sqlx INSERT per request, pool 10, WAL, synchronous=FULL) | {:.0} | {:.0} | {:.2}x |",
+        s.clients,
+        s.mailboxes,
+        median(&relay_rates),
+        median(&base_rates),
+        median(&ratios)
+    );
+    println!();
+    println!("Reproduce: {} (scale {})", s.command(), s.scale);
+}
