@@ -149,6 +149,10 @@ export interface Backend {
   reviewDecide(id: number, approve: boolean): Promise<void>;
   /** Subscribes to runtime events; returns an unsubscribe function. */
   onEvent(cb: (e: UiEvent) => void): () => void;
+  /** Links (`switchboard:...`) the desktop shell was asked to open. */
+  onLink(cb: (text: string) => void): void;
+  /** Tells the shell the first screen is painted. */
+  painted(): void;
   /** Desktop-only settings (tray, notifications); null in a browser. */
   settings(): Promise<Record<string, boolean> | null>;
   setSetting(key: string, value: boolean): Promise<void>;
@@ -166,6 +170,8 @@ abstract class RequestBackend implements Backend {
   }
   abstract init(opts: InitOptions): Promise<Whoami>;
   abstract onEvent(cb: (e: UiEvent) => void): () => void;
+  onLink(_cb: (text: string) => void) {}
+  painted() {}
   abstract settings(): Promise<Record<string, boolean> | null>;
   abstract setSetting(key: string, value: boolean): Promise<void>;
 
@@ -359,6 +365,12 @@ export class TauriBackend extends RequestBackend {
       un?.();
       clearInterval(tick);
     };
+  }
+  onLink(cb: (text: string) => void) {
+    void listen<string>('open-link', (e) => cb(e.payload));
+  }
+  painted() {
+    void invoke('app_painted').catch(() => {});
   }
   async settings() {
     try {

@@ -925,10 +925,29 @@ async function meView() {
 
 let unsubscribe: (() => void) | null = null;
 
+let shellHooked = false;
+function hookShell() {
+  if (shellHooked) return;
+  shellHooked = true;
+  backend.onLink((text) => {
+    if (me) openPreview(text);
+  });
+}
+
+/** After the first real screen (first run or the app) is on screen, once. */
+let paintReported = false;
+function reportPaint() {
+  if (paintReported) return;
+  paintReported = true;
+  requestAnimationFrame(() => requestAnimationFrame(() => backend.painted()));
+}
+
 async function start() {
+  hookShell();
   try {
     if (!(await backend.initialized())) {
       firstRun();
+      reportPaint();
       return;
     }
     me = await backend.whoami();
@@ -945,6 +964,7 @@ async function start() {
     main.focus();
   };
   await render();
+  reportPaint();
   unsubscribe?.();
   unsubscribe = backend.onEvent(() => {
     if (!document.querySelector('dialog[open]')) void render(true);
