@@ -135,6 +135,26 @@ pub enum Command {
         #[arg(long, default_value = "mcp")]
         harness: String,
     },
+    /// letmeknow: an invite link to GROUP (a new group without one); waits for the join when no
+    /// runtime is running. JSON: {"group", "link", "expires_at"}.
+    Invite {
+        /// The group (none creates one).
+        group: Option<String>,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// letmeknow: join a group with an invite link. JSON: {"group", "members"}.
+    Join {
+        /// The link, including the part after '#'.
+        link: String,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// letmeknow groups.
+    #[command(subcommand)]
+    Group(GroupCmd),
     /// Print an agent's deliveries as JSON lines as they become due (a harness monitor).
     Listen {
         /// The agent's name.
@@ -149,6 +169,13 @@ pub enum Command {
         /// With --once: longest wait in seconds.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// Run a letmeknow group session with this handle (created if new; restarting with it
+        /// resumes its groups); prints its group deliveries too.
+        #[arg(long)]
+        handle: Option<String>,
+        /// Display name for a new group session.
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Keep a Codex thread woken by deliveries (app-server: turn/start when idle, turn/steer mid-turn).
     Codex {
@@ -343,6 +370,70 @@ pub enum AgentCmd {
     List,
 }
 
+/// letmeknow group commands.
+#[derive(Debug, Subcommand)]
+pub enum GroupCmd {
+    /// The session's groups.
+    List {
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// Send to a group.
+    Send {
+        /// The group.
+        group: String,
+        /// The text.
+        text: String,
+        /// Address one member (fingerprint).
+        #[arg(long)]
+        to: Option<String>,
+        /// The message id this answers.
+        #[arg(long)]
+        reply_to: Option<String>,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// A message and N levels of its causal history.
+    Read {
+        /// The message id.
+        id: String,
+        /// Levels of history.
+        #[arg(long, default_value_t = 0)]
+        ancestors: u32,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// Members: name, fingerprint, who invited them.
+    Members {
+        /// The group.
+        group: String,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// Leave a group (the others commit your removal).
+    Leave {
+        /// The group.
+        group: String,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// Remove a member (by fingerprint).
+    Remove {
+        /// The group.
+        group: String,
+        /// The member's fingerprint.
+        fingerprint: String,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+}
+
 fn to_request(cmd: Command) -> Result<Request, ApiError> {
     Ok(match cmd {
         Command::Whoami => Request::Whoami,
@@ -408,12 +499,24 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Review(ReviewCmd::Reject { id }) => Request::ReviewReject { id },
         Command::Policy { review, loop_limit, digest } => Request::Policy { review, loop_limit, digest_secs: digest },
         Command::Resume { contact } => Request::Resume { contact },
+        Command::Join { link, handle } => Request::GroupJoin { handle, link, timeout_secs: None },
+        Command::Group(g) => match g {
+            GroupCmd::List { handle } => Request::GroupList { handle },
+            GroupCmd::Send { group, text, to, reply_to, handle } => {
+                Request::GroupSend { handle, group, text, to, reply_to }
+            }
+            GroupCmd::Read { id, ancestors, handle } => Request::GroupRead { handle, id, ancestors: Some(ancestors) },
+            GroupCmd::Members { group, handle } => Request::GroupMembers { handle, group },
+            GroupCmd::Leave { group, handle } => Request::GroupLeave { handle, group },
+            GroupCmd::Remove { group, fingerprint, handle } => Request::GroupRemove { handle, group, fingerprint },
+        },
         Command::Init { .. }
         | Command::Daemon { .. }
         | Command::Ui { .. }
         | Command::Pair { .. }
         | Command::Mcp { .. }
         | Command::Listen { .. }
+        | Command::Invite { .. }
         | Command::Codex { .. }
         | Command::Hook { .. } => {
             return Err(ApiError { code: "internal".into(), message: "not a runtime request".into() });
@@ -571,7 +674,31 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
                 .await
         }
         Command::Mcp { agent, harness } => crate::bridge::mcp::serve_stdio(profile, &agent, &harness).await,
-        Command::Listen { agent, harness, once, timeout } => listen(profile, &agent, &harness, once, timeout).await,
+        Command::Listen { agent, harness, once, timeout, handle: None, name: None } => {
+            listen(profile, &agent, &harness, once, timeout).await
+        }
+        Command::Listen { harness, once, timeout, handle, name, .. } => {
+            listen_group(profile, handle, name, &harness, once, timeout).await
+        }
+        Command::Invite { group, handle } => {
+            let conn = Conn::open(&profile).await?;
+            let v = conn.call(Request::GroupInvite { handle, group, ttl_secs: None }).await?;
+            let out = serde_json::json!({"group": v["group"], "link": v["link"], "expires_at": v["expires_at"]});
+            if cli.json {
+                println!("{out}");
+            } else {
+                println!("{}", s(&v, "link"));
+                println!("group {}; single use, expires in 10 minutes", s(&v, "group"));
+            }
+            // With no runtime running, this process is the inviter's runtime: admit the join.
+            if conn.is_local() {
+                let admitted = conn.call(Request::GroupInviteWait { invite: s(&v, "invite").to_owned() }).await?;
+                if !cli.json {
+                    println!("admitted {} ({})", s(&admitted["joined"], "name"), s(&admitted["joined"], "fingerprint"));
+                }
+            }
+            Ok(())
+        }
         Command::Hook { agent, event } => hook(profile, &agent, &event).await,
         Command::Codex { agent, thread, cwd, command } => {
             let opts = crate::bridge::codex::CodexOptions { agent, thread, cwd, command };
@@ -654,6 +781,61 @@ async fn listen(profile: Profile, agent: &str, harness: &str, once: bool, timeou
             let mut out = std::io::stdout().lock();
             for d in &list {
                 let mut line = serde_json::json!({"type": "message", "agent": agent, "unread": v["unread"]});
+                if let (Some(o), Some(d)) = (line.as_object_mut(), d.as_object()) {
+                    o.extend(d.clone());
+                }
+                if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                    return Ok(());
+                }
+            }
+            drop(out);
+            if once {
+                return Ok(());
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = run => r,
+        _ = stop_signal() => Ok(()),
+    };
+    session.close().await;
+    result
+}
+
+/// `listen --handle/--name`: an agent session that is also a letmeknow member; prints its
+/// session line, then its group deliveries (fenced peer text, steer or digest) as JSON lines.
+async fn listen_group(
+    profile: Profile,
+    handle: Option<String>,
+    name: Option<String>,
+    harness: &str,
+    once: bool,
+    timeout: u64,
+) -> Result<(), ApiError> {
+    use std::io::Write;
+    let handle = handle.unwrap_or_else(crate::engine::random_handle);
+    let session = crate::bridge::session::AgentSession::open(profile, &handle, harness).await?;
+    let run = async {
+        let me = session.call(Request::GroupSession { handle: None, name }).await?;
+        let line = serde_json::json!({"type": "session", "handle": me["handle"], "name": me["name"], "fingerprint": me["fingerprint"]});
+        println!("{line}");
+        loop {
+            let wait = if once { timeout.min(30) } else { 30 };
+            let v = session.call(Request::GroupDeliveries { handle: None, wait_secs: wait }).await?;
+            let items = v["items"].as_array().cloned().unwrap_or_default();
+            let mut out = std::io::stdout().lock();
+            if v["omitted"].as_u64().unwrap_or(0) > 0
+                && writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"type": "omitted", "handle": handle, "count": v["omitted"], "note": v["note"]})
+                )
+                .is_err()
+            {
+                return Ok(());
+            }
+            for d in &items {
+                let mut line = serde_json::json!({"type": "group", "handle": handle});
                 if let (Some(o), Some(d)) = (line.as_object_mut(), d.as_object()) {
                     o.extend(d.clone());
                 }

@@ -256,6 +256,114 @@ pub enum Request {
         /// Contact name.
         contact: String,
     },
+    /// letmeknow: opens (or creates, with a random two-word handle) a group session; `name` is
+    /// the display name its credential carries. Agent sessions always act as their own handle.
+    GroupSession {
+        /// The session's handle (default: the profile's only one, or a new one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// Display name for a new session.
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// letmeknow: an invite link to `group` (a new group when none is given); this runtime admits
+    /// the joiner. Answers `{group, link, expires_at, invite}`.
+    GroupInvite {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group; none creates one.
+        #[serde(default)]
+        group: Option<String>,
+        /// Invite lifetime (default 600 s).
+        #[serde(default)]
+        ttl_secs: Option<u64>,
+    },
+    /// letmeknow: waits for the admission of an invite this runtime opened.
+    GroupInviteWait {
+        /// The invite id (from `GroupInvite`).
+        invite: String,
+    },
+    /// letmeknow: joins with an invite link. Answers `{group, members}`.
+    GroupJoin {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The link, secret fragment included.
+        link: String,
+        /// Longest wait for the Welcome (default 660 s).
+        #[serde(default)]
+        timeout_secs: Option<u64>,
+    },
+    /// letmeknow: the session's groups.
+    GroupList {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+    },
+    /// letmeknow: sends to a group; `after` is filled from the read frontier.
+    GroupSend {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group.
+        group: String,
+        /// The text.
+        text: String,
+        /// A member's fingerprint to address.
+        #[serde(default)]
+        to: Option<String>,
+        /// The message id answered (covered by `after`).
+        #[serde(default)]
+        reply_to: Option<String>,
+    },
+    /// letmeknow: a message and `ancestors` levels of its causal history.
+    GroupRead {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The message id.
+        id: String,
+        /// Levels of `after` history.
+        #[serde(default)]
+        ancestors: Option<u32>,
+    },
+    /// letmeknow: members as this session sees them (name, fingerprint, who invited them).
+    GroupMembers {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group.
+        group: String,
+    },
+    /// letmeknow: removes a member (a commit).
+    GroupRemove {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group.
+        group: String,
+        /// The member's fingerprint.
+        fingerprint: String,
+    },
+    /// letmeknow: leaves a group (asks the others to commit the removal).
+    GroupLeave {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group.
+        group: String,
+    },
+    /// letmeknow: reads every group's log, waiting up to `wait_secs` for something new, and
+    /// returns what is due to the session (the last 20 plus how many earlier were omitted).
+    GroupDeliveries {
+        /// The session (owner callers; default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// Longest wait; 0 only looks.
+        #[serde(default)]
+        wait_secs: u64,
+    },
 }
 
 fn default_pair_timeout() -> u64 {

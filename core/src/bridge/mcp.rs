@@ -5,7 +5,8 @@
 //! - Peer text only ever appears fenced and attributed (built by the runtime's delivery module).
 //! - Every tool result ends with the session's unread count; `wait` long-polls for harnesses that
 //!   cannot be woken.
-//! - Groups (letmeknow: invite, join, leave, members) do not exist yet, so neither do their tools.
+//! - Groups (letmeknow): `group_invite`, `group_join`, `group_send`, `group_read`, `group_members`,
+//!   `group_leave`; the session is its own group member (its agent name is its handle).
 
 // serde_json::Value indexing returns Null for missing keys; it cannot panic.
 #![allow(clippy::indexing_slicing)]
@@ -106,6 +107,47 @@ pub fn tools() -> Vec<Tool> {
             "Ask a contact's device which agents are online there; the answer updates that contact's roster in `contacts`.",
             schema(json!({"type": "object", "properties": {"contact": contact}, "required": ["contact"]})),
         ),
+        Tool::new(
+            "group_invite",
+            "letmeknow: an invite link (single use, 10 minutes) to a group of agents, end-to-end encrypted; without `group` a new group is created. Share the link only over a channel that already authenticates the person.",
+            schema(json!({"type": "object", "properties": {"group": string_prop("Optional group id.")}})),
+        ),
+        Tool::new(
+            "group_join",
+            "letmeknow: join a group with an invite link (including the part after '#'). Returns the group id and its members.",
+            schema(
+                json!({"type": "object", "properties": {"link": string_prop("The invite link.")}, "required": ["link"]}),
+            ),
+        ),
+        Tool::new(
+            "group_send",
+            "letmeknow: send to a group. Every member reads it; `to` (a member fingerprint) directs attention. Your read frontier is attached.",
+            schema(json!({"type": "object", "properties": {
+                "group": string_prop("Group id."),
+                "text": text,
+                "to": string_prop("Optional: a member's fingerprint."),
+                "reply_to": string_prop("Optional: the message id you answer."),
+            }, "required": ["group", "text"]})),
+        ),
+        Tool::new(
+            "group_read",
+            "letmeknow: without id, reads every group and returns what is new for you (the last 20, plus how many earlier were omitted); with id, that message and `ancestors` levels of its causal history.",
+            schema(json!({"type": "object", "properties": {
+                "id": string_prop("Optional message id."),
+                "ancestors": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Levels of history with id."},
+                "timeout_secs": {"type": "integer", "minimum": 0, "maximum": 30, "description": "Without id: longest wait for something new (default 0)."},
+            }})),
+        ),
+        Tool::new(
+            "group_members",
+            "letmeknow: a group's members: display name (their claim), fingerprint, who invited them.",
+            schema(json!({"type": "object", "properties": {"group": string_prop("Group id.")}, "required": ["group"]})),
+        ),
+        Tool::new(
+            "group_leave",
+            "letmeknow: leave a group (the other members commit your removal).",
+            schema(json!({"type": "object", "properties": {"group": string_prop("Group id.")}, "required": ["group"]})),
+        ),
     ]
 }
 
@@ -130,6 +172,34 @@ impl std::fmt::Debug for McpServer {
 
 /// Renders a runtime answer for the model: fenced messages as they are, anything else as JSON.
 fn render(v: &Value) -> String {
+    // letmeknow deliveries and reads: peer text only as the runtime fenced it.
+    let group_items = v.get("items").and_then(Value::as_array).cloned().or_else(|| {
+        v.get("message").filter(|m| m.is_object()).map(|m| {
+            let mut all = vec![m.clone()];
+            all.extend(v.get("ancestors").and_then(Value::as_array).cloned().unwrap_or_default());
+            all
+        })
+    });
+    if let Some(list) = group_items {
+        let mut out = match v.get("note").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            Some(note) => format!("{} group item(s) ({note}):", list.len()),
+            None if list.is_empty() => "No new group messages.".to_owned(),
+            None => format!("{} group item(s):", list.len()),
+        };
+        for m in list {
+            out.push_str("\n\n");
+            match m.get("fenced").and_then(Value::as_str) {
+                Some(f) => out.push_str(f),
+                None => out.push_str(&format!(
+                    "[{} in group {}] {}",
+                    m["kind"].as_str().unwrap_or(""),
+                    m["group"].as_str().unwrap_or(""),
+                    m["content"].as_str().unwrap_or("")
+                )),
+            }
+        }
+        return out;
+    }
     let messages = v.get("deliveries").or_else(|| v.get("messages")).and_then(Value::as_array);
     match messages {
         Some(list) => {
@@ -206,6 +276,28 @@ impl McpServer {
                 timeout_secs: args.get("timeout_secs").and_then(Value::as_u64).unwrap_or(60).min(MAX_WAIT_SECS),
             },
             "who_is_online" => Request::List { contact: required(args, "contact")? },
+            "group_invite" => Request::GroupInvite { handle: None, group: arg_str(args, "group"), ttl_secs: None },
+            "group_join" => Request::GroupJoin { handle: None, link: required(args, "link")?, timeout_secs: None },
+            "group_send" => Request::GroupSend {
+                handle: None,
+                group: required(args, "group")?,
+                text: required(args, "text")?,
+                to: arg_str(args, "to"),
+                reply_to: arg_str(args, "reply_to"),
+            },
+            "group_read" => match arg_str(args, "id") {
+                Some(id) => Request::GroupRead {
+                    handle: None,
+                    id,
+                    ancestors: args.get("ancestors").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()),
+                },
+                None => Request::GroupDeliveries {
+                    handle: None,
+                    wait_secs: args.get("timeout_secs").and_then(Value::as_u64).unwrap_or(0).min(30),
+                },
+            },
+            "group_members" => Request::GroupMembers { handle: None, group: required(args, "group")? },
+            "group_leave" => Request::GroupLeave { handle: None, group: required(args, "group")? },
             other => {
                 return Err(ApiError { code: "unknown_tool".into(), message: format!("no tool named `{other}`") });
             }

@@ -236,6 +236,17 @@ impl Runtime {
                 self.require_agent(me).await?;
                 Ok(json!({"agent": me, "unread": self.unread(me).await?}))
             }
+            // letmeknow: the session is its own group member, its handle is its agent name.
+            group @ (Request::GroupSession { .. }
+            | Request::GroupInvite { .. }
+            | Request::GroupInviteWait { .. }
+            | Request::GroupJoin { .. }
+            | Request::GroupList { .. }
+            | Request::GroupSend { .. }
+            | Request::GroupRead { .. }
+            | Request::GroupMembers { .. }
+            | Request::GroupLeave { .. }
+            | Request::GroupDeliveries { .. }) => self.handle_group(Some(me), group).await,
             other => Err(Error::Forbidden(format!(
                 "agent sessions may not `{}`: that is your operator's decision",
                 op_name(&other)

@@ -28,7 +28,9 @@ use serde_json::{Value, json};
 use sqlx::Row as _;
 use tokio::sync::Mutex;
 
+use super::delivery::{Label, fence};
 use super::{Error, Result, Runtime};
+use crate::bridge::api::Request;
 use crate::mls::{self, Member, MlsError, Processed};
 use crate::protocol::letmeknow::invite::{InviteLink, Role, new_owner_token};
 use crate::protocol::letmeknow::wire::{JoinBlob, WelcomeBlob};
@@ -52,7 +54,8 @@ const NOUNS: &[&str] = &[
     "beacon", "fjord", "quartz", "sparrow", "thistle", "walrus", "yarrow", "zephyr", "canyon", "ember",
 ];
 
-fn random_handle() -> String {
+/// A random two-word handle for a new group session.
+pub fn random_handle() -> String {
     let r: [u8; 2] = crate::util::random_array();
     let a = ADJECTIVES.get(usize::from(r[0]) % ADJECTIVES.len()).copied().unwrap_or("calm");
     let n = NOUNS.get(usize::from(r[1]) % NOUNS.len()).copied().unwrap_or("otter");
@@ -90,6 +93,8 @@ type Stage<'a> = dyn Fn(&Member, &mut openmls::group::MlsGroup) -> Result<(Vec<u
 pub(crate) struct Groups {
     sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
     admissions: Mutex<HashMap<String, tokio::task::JoinHandle<Result<Value>>>>,
+    /// Posts that lost the epoch race and were redone on the winner's epoch.
+    rebases: std::sync::atomic::AtomicU64,
 }
 
 fn mls_err(e: MlsError) -> Error {
@@ -107,7 +112,25 @@ fn canonical_fp(text: &str) -> String {
 /// A row of the local log as clients see it.
 fn row_dto(r: &sqlx::sqlite::SqliteRow) -> Value {
     let after: Vec<String> = serde_json::from_str(r.get::<String, _>("after").as_str()).unwrap_or_default();
+    let kind: String = r.get("kind");
+    // Peers are not operators: their text reaches an agent only fenced and attributed.
+    let fenced = (r.get::<i64, _>("outgoing") == 0 && (kind == "message" || kind == "leave")).then(|| {
+        let (gid, id, fp, name, reply): (String, String, String, String, String) =
+            (r.get("group_id"), r.get("id"), r.get("sender_fp"), r.get("sender_name"), r.get("reply_to"));
+        let label = Label {
+            protocol: "letmeknow",
+            contact: &gid,
+            from_agent: Some(&name),
+            fingerprint: &fp,
+            verified: false,
+            kind: &kind,
+            id: &id,
+            reply_to: (!reply.is_empty()).then_some(reply.as_str()),
+        };
+        fence(&label, r.get::<String, _>("content").as_str())
+    });
     json!({
+        "fenced": fenced,
         "group": r.get::<String, _>("group_id"),
         "id": r.get::<String, _>("id"),
         "seq": r.get::<i64, _>("seq"),
@@ -273,6 +296,130 @@ async fn commit_rows(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str,
 }
 
 impl Runtime {
+    /// The letmeknow requests. `agent` is the calling agent session's name, which is its handle
+    /// (an owner caller names the handle, or uses the profile's only session).
+    pub(crate) async fn handle_group(&self, agent: Option<&str>, req: Request) -> Result<Value> {
+        let pick = |given: Option<String>| -> Option<String> {
+            match agent {
+                Some(me) => Some(me.to_owned()),
+                None => given,
+            }
+        };
+        match req {
+            Request::GroupSession { handle, name } => {
+                let handle = pick(handle);
+                self.lmk_session(handle.as_deref(), name.as_deref()).await
+            }
+            Request::GroupInvite { handle, group, ttl_secs } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_invite(&h, group.as_deref(), ttl_secs).await
+            }
+            Request::GroupInviteWait { invite } => self.lmk_invite_wait(&invite).await,
+            Request::GroupJoin { handle, link, timeout_secs } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_join(&h, &link, timeout_secs).await
+            }
+            Request::GroupList { handle } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_groups(&h).await
+            }
+            Request::GroupSend { handle, group, text, to, reply_to } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await
+            }
+            Request::GroupRead { handle, id, ancestors } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_read(&h, &id, usize::try_from(ancestors.unwrap_or(0)).unwrap_or(usize::MAX)).await
+            }
+            Request::GroupMembers { handle, group } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_sync_best_effort(&h, &group).await;
+                self.lmk_members(&h, &group).await
+            }
+            Request::GroupRemove { handle, group, fingerprint } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_remove(&h, &group, &fingerprint).await
+            }
+            Request::GroupLeave { handle, group } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_leave(&h, &group).await
+            }
+            Request::GroupDeliveries { handle, wait_secs } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_wait(&h, wait_secs).await
+            }
+            other => Err(Error::Bug(format!("not a group request: {other:?}"))),
+        }
+    }
+
+    /// How many posts of this runtime lost the epoch race and were redone on the winner's epoch.
+    pub fn lmk_rebases(&self) -> u64 {
+        self.inner.groups.rebases.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The handle named, else the profile's only session.
+    async fn resolve_handle(&self, handle: Option<String>) -> Result<String> {
+        if let Some(h) = handle {
+            return Ok(h);
+        }
+        let all: Vec<String> = sqlx::query_scalar("SELECT handle FROM lmk_sessions ORDER BY created_at")
+            .fetch_all(&self.store().pool)
+            .await?;
+        match all.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(Error::Invalid("no group session yet: start one with `switchboard listen --handle NAME`".into())),
+            many => {
+                Err(Error::Invalid(format!("several group sessions ({}): name one with --handle", many.join(", "))))
+            }
+        }
+    }
+
+    async fn lmk_sync_best_effort(&self, handle: &str, gid: &str) {
+        if let Err(e) = self.lmk_sync(handle, gid, 0).await {
+            tracing::debug!(error = %e, group = gid, "group sync");
+        }
+    }
+
+    /// Reads every active group (waiting up to `wait_secs`, without holding the session, for
+    /// any of them to have something new) and returns the session's deliveries.
+    pub async fn lmk_wait(&self, handle: &str, wait_secs: u64) -> Result<Value> {
+        let groups: Vec<(String, String, i64)> =
+            sqlx::query("SELECT group_id, relay, cursor FROM lmk_groups WHERE handle = ? AND state = 'active'")
+                .bind(handle)
+                .fetch_all(&self.store().pool)
+                .await?
+                .iter()
+                .map(|r| (r.get("group_id"), r.get("relay"), r.get("cursor")))
+                .collect();
+        for (gid, _, _) in &groups {
+            self.lmk_sync_best_effort(handle, gid).await;
+        }
+        let unread: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM lmk_messages WHERE handle = ? AND read = 0")
+            .bind(handle)
+            .fetch_one(&self.store().pool)
+            .await?;
+        if unread == 0 && wait_secs > 0 && !groups.is_empty() {
+            let mut peeks = Vec::new();
+            for (gid, relay, _) in &groups {
+                let client = self.lmk_client(relay)?;
+                let gid = gid.clone();
+                let cursor =
+                    sqlx::query_scalar::<_, i64>("SELECT cursor FROM lmk_groups WHERE handle = ? AND group_id = ?")
+                        .bind(handle)
+                        .bind(&gid)
+                        .fetch_one(&self.store().pool)
+                        .await?;
+                let wait = wait_secs.min(MAX_WAIT_SECS);
+                peeks.push(Box::pin(async move { client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await }));
+            }
+            let _ = futures_util::future::select_all(peeks).await;
+            for (gid, _, _) in &groups {
+                self.lmk_sync_best_effort(handle, gid).await;
+            }
+        }
+        self.lmk_deliveries(handle).await
+    }
+
     fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
         if relay.trim_end_matches('/') == self.inner.relay_url.trim_end_matches('/') {
             return Ok(LetmeknowClient::new(&self.inner.relay));
@@ -686,6 +833,7 @@ impl Runtime {
                 }
                 Ok(Posted::WrongEpoch(_)) => {
                     // Another member's commit won this epoch: drop ours, process theirs, retry.
+                    self.inner.groups.rebases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     s.member.discard_pending(&mut group).map_err(mls_err)?;
                     let mut tx = self.store().pool.begin().await?;
                     sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
@@ -1048,6 +1196,7 @@ impl Runtime {
                     return Ok(json!({"group": gid, "id": id, "seq": seq}));
                 }
                 Posted::WrongEpoch(_) => {
+                    self.inner.groups.rebases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
                         .bind(handle)
                         .bind(gid)

@@ -40,6 +40,7 @@ mod stringcup;
 
 pub use agents::Caller;
 pub use delivery::fence;
+pub use groups::random_handle;
 
 const SC: &str = "stringcup";
 use agent_mail::AM;
@@ -636,6 +637,17 @@ impl Runtime {
             | Request::Policy { .. }
             | Request::ContactReview { .. }
             | Request::Resume { .. } => Err(Error::Bug("agent and policy requests are routed by handle_as".into())),
+            group @ (Request::GroupSession { .. }
+            | Request::GroupInvite { .. }
+            | Request::GroupInviteWait { .. }
+            | Request::GroupJoin { .. }
+            | Request::GroupList { .. }
+            | Request::GroupSend { .. }
+            | Request::GroupRead { .. }
+            | Request::GroupMembers { .. }
+            | Request::GroupRemove { .. }
+            | Request::GroupLeave { .. }
+            | Request::GroupDeliveries { .. }) => self.handle_group(None, group).await,
         }
     }
 
