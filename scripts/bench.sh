@@ -41,4 +41,5 @@ fi
 
 if [ "$what" = all ] || [ "$what" = relay ]; then
   cargo bench -p relay-lite --bench relay_load
+  cargo bench -p relay-lite --bench agent_mail_load
 fi
