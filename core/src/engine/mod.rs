@@ -43,8 +43,8 @@ pub use delivery::fence;
 pub use groups::random_handle;
 
 const SC: &str = "stringcup";
-use agent_mail::AM;
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms, random_array};
+use agent_mail::AM;
 
 const PROTO: &str = "letagents";
 const DEFAULT_ALLOW: &str = "send,ask,reply,list";
@@ -976,7 +976,10 @@ impl Runtime {
         if c.protocol == AM {
             let text = body.as_str().ok_or_else(|| Error::Invalid("Agent Mail carries text here".into()))?;
             if !matches!(kind, Kind::Send | Kind::Ask | Kind::Reply) {
-                return Err(Error::Invalid(format!("`{}` is a letagents kind; Agent Mail carries text", kind.as_str())));
+                return Err(Error::Invalid(format!(
+                    "`{}` is a letagents kind; Agent Mail carries text",
+                    kind.as_str()
+                )));
             }
             return self.agent_mail_send(&c, kind.as_str(), text, reply_to, None, from_agent, to_agent).await;
         }
