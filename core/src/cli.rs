@@ -188,8 +188,11 @@ pub enum Command {
         /// Working directory for a new thread.
         #[arg(long)]
         cwd: Option<String>,
-        /// The app-server command after `--` (default: codex app-server; `codex app-server proxy`
-        /// attaches to a running app-server daemon).
+        /// Attach to the app-server listening on this Unix socket (`codex app-server --listen
+        /// unix://PATH`) instead of running one.
+        #[arg(long, value_name = "PATH", conflicts_with = "command")]
+        socket: Option<std::path::PathBuf>,
+        /// The app-server command after `--` (default: codex app-server).
         #[arg(last = true)]
         command: Vec<String>,
     },
@@ -700,8 +703,8 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
             Ok(())
         }
         Command::Hook { agent, event } => hook(profile, &agent, &event).await,
-        Command::Codex { agent, thread, cwd, command } => {
-            let opts = crate::bridge::codex::CodexOptions { agent, thread, cwd, command };
+        Command::Codex { agent, thread, cwd, socket, command } => {
+            let opts = crate::bridge::codex::CodexOptions { agent, thread, cwd, command, socket };
             crate::bridge::codex::run(profile, opts, stop_signal()).await
         }
         Command::Pair { token, name, timeout } => {

@@ -200,13 +200,12 @@ impl Adapter {
 
     /// `switchboard codex --agent codex ARGS -- COMMAND`.
     fn start_with(bob: &Path, codex_home: &Path, args: &[&str], command: &[&str]) -> Self {
-        let mut child = Command::new(bin())
-            .arg("--home")
-            .arg(bob)
-            .args(["codex", "--agent", "codex"])
-            .args(args)
-            .arg("--")
-            .args(command)
+        let mut cmd = Command::new(bin());
+        cmd.arg("--home").arg(bob).args(["codex", "--agent", "codex"]).args(args);
+        if !command.is_empty() {
+            cmd.arg("--").args(command);
+        }
+        let mut child = cmd
             .env("SWITCHBOARD_KEYSTORE", "file")
             .env("CODEX_HOME", codex_home)
             .env("SB_TEST_MODEL_KEY", "dummy-key")
@@ -533,4 +532,57 @@ async fn codex_replies_are_held_for_review_and_the_loop_guard_stops_waking_it() 
     adapter.wait_event("loop_guard", 30, |e| e["type"] == "loop_guard" && e["paused"] == 0).await;
     assert!(!adapter.events().iter().any(|e| e["type"] == "error"), "{:?}", adapter.events());
     adapter.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_adapter_attaches_to_a_running_app_server_and_resumes_its_thread() {
+    let Some(codex) = codex_bin() else { return };
+    let s = setup().await;
+    // The person's own app-server, listening on a Unix socket (as the IDE or TUI would use it).
+    let sock = s.work.join("app-server.sock");
+    let mut server = Command::new(&codex)
+        .args(["app-server", "--listen"])
+        .arg(format!("unix://{}", sock.display()))
+        .current_dir(&s.work)
+        .env("CODEX_HOME", &s.codex_home)
+        .env("SB_TEST_MODEL_KEY", "dummy-key")
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    while !sock.exists() {
+        assert!(Instant::now() < end, "the app-server never opened its socket");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let socket = sock.to_str().unwrap();
+    let cwd = s.work.display().to_string();
+
+    // First attachment: a new thread, woken by a peer.
+    let first = Adapter::start_with(&s.bob, &s.codex_home, &["--cwd", &cwd, "--socket", socket], &[]);
+    let ready = first.wait_event("ready", 90, |e| e["type"] == "ready").await;
+    let thread = ready["threadId"].as_str().unwrap().to_owned();
+    s.alice.send("First question, over the socket.", "ask", Some("codex")).await;
+    let reqs = s.model.wait_requests(1, 60).await;
+    assert_eq!(reqs[0]["client_metadata"]["thread_id"], thread.as_str());
+    first.wait_event("turn_completed", 30, |e| e["type"] == "turn_completed").await;
+    first.stop();
+
+    // Second attachment resumes the same thread: the next peer message lands in it, after the first.
+    // The app-server kept running after the first adapter left.
+    assert!(server.try_wait().unwrap().is_none(), "the person's app-server is still running");
+    let second = Adapter::start_with(&s.bob, &s.codex_home, &["--thread", &thread, "--socket", socket], &[]);
+    let ready = second.wait_event("ready", 90, |e| e["type"] == "ready").await;
+    assert_eq!(ready["threadId"], thread.as_str());
+    s.alice.send("Second question, same thread.", "ask", Some("codex")).await;
+    let reqs = s.model.wait_requests(2, 60).await;
+    assert_eq!(reqs[1]["client_metadata"]["thread_id"], thread.as_str());
+    let texts = user_texts(&reqs[1]);
+    assert!(texts.last().unwrap().contains("Second question, same thread."), "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("First question, over the socket.")), "the thread's history is kept");
+    second.stop();
+    assert!(server.try_wait().unwrap().is_none(), "detaching leaves the app-server running");
+    let _ = server.kill();
+    let _ = server.wait();
 }

@@ -1,9 +1,11 @@
 //! `switchboard codex`: keeps a Codex thread woken by Switchboard deliveries, over the Codex
 //! app-server protocol (JSON-RPC, one JSON object per line on the child's stdin/stdout).
 //!
-//! - It runs `codex app-server` (or any command speaking that protocol on stdio, such as
-//!   `codex app-server proxy` to attach to a running app-server daemon), sends `initialize` and the
-//!   `initialized` notification, then `thread/start` (or `thread/resume` with `--thread`).
+//! - It runs `codex app-server` (or any command speaking that protocol on stdio), or attaches to a
+//!   running `codex app-server --listen unix://PATH` (`--socket PATH`: WebSocket frames over the
+//!   Unix socket, as that transport expects), sends `initialize` and the `initialized`
+//!   notification, then `thread/start` (or `thread/resume` with `--thread`, which rejoins a thread
+//!   the app-server is running for another client).
 //! - Deliveries come from the runtime's queue for the agent (the `wait` long-poll), so the delivery
 //!   policy is the runtime's: messages addressed to the agent are due at once (steer), the rest at
 //!   the next digest tick, paused conversations (loop guard) wake nobody.
@@ -26,10 +28,12 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::api::{ApiError, Request};
 use super::session::AgentSession;
@@ -46,6 +50,8 @@ pub struct CodexOptions {
     pub cwd: Option<String>,
     /// The app-server command and its arguments (default `codex app-server`).
     pub command: Vec<String>,
+    /// Attach to the app-server listening on this Unix socket instead of running one.
+    pub socket: Option<std::path::PathBuf>,
 }
 
 fn err(code: &str, message: impl std::fmt::Display) -> ApiError {
@@ -94,7 +100,7 @@ enum Pending {
 
 struct Adapter {
     agent: String,
-    stdin: ChildStdin,
+    out: mpsc::Sender<String>,
     next_id: u64,
     thread: String,
     /// The active turn, if any.
@@ -112,10 +118,7 @@ struct Adapter {
 
 impl Adapter {
     async fn write(&mut self, v: &Value) -> Result<(), ApiError> {
-        let mut line = v.to_string();
-        line.push('\n');
-        self.stdin.write_all(line.as_bytes()).await.map_err(|e| err("codex_io", e))?;
-        self.stdin.flush().await.map_err(|e| err("codex_io", e))
+        self.out.send(v.to_string()).await.map_err(|_| err("codex_io", "the app-server connection is closed"))
     }
 
     async fn request(&mut self, method: &str, params: Value) -> Result<u64, ApiError> {
@@ -271,23 +274,99 @@ impl Adapter {
     }
 }
 
-/// Reads Codex's stdout into a channel of JSON messages.
-fn read_lines(stdout: tokio::process::ChildStdout) -> mpsc::Receiver<Value> {
-    let (tx, rx) = mpsc::channel(256);
+/// A connection to an app-server: JSON messages in, JSON text out.
+struct Link {
+    out: mpsc::Sender<String>,
+    incoming: mpsc::Receiver<Value>,
+    /// The app-server this adapter runs, if it runs one.
+    child: Option<Child>,
+}
+
+fn parse(line: &str) -> Option<Value> {
+    match serde_json::from_str::<Value>(line) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!("the codex app-server sent something that is not JSON: {e}");
+            None
+        }
+    }
+}
+
+/// Runs the app-server command and speaks JSON lines on its stdin and stdout.
+fn spawn(command: &[String]) -> Result<Link, ApiError> {
+    let (program, args) = match command.split_first() {
+        Some((p, a)) => (p.clone(), a.to_vec()),
+        None => ("codex".to_owned(), vec!["app-server".to_owned()]),
+    };
+    let mut child = Command::new(&program)
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| err("codex_spawn", format!("cannot run {program}: {e}")))?;
+    let mut stdin = child.stdin.take().ok_or_else(|| err("codex_io", "no stdin"))?;
+    let stdout = child.stdout.take().ok_or_else(|| err("codex_io", "no stdout"))?;
+    let (out, mut out_rx) = mpsc::channel::<String>(64);
+    let (in_tx, incoming) = mpsc::channel(256);
     tokio::spawn(async move {
-        let mut lines = BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            match serde_json::from_str::<Value>(&line) {
-                Ok(v) => {
-                    if tx.send(v).await.is_err() {
-                        return;
-                    }
-                }
-                Err(e) => tracing::warn!("codex app-server sent a line that is not JSON: {e}"),
+        while let Some(mut line) = out_rx.recv().await {
+            line.push('\n');
+            if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                return;
             }
         }
     });
-    rx
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(v) = parse(&line)
+                && in_tx.send(v).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    Ok(Link { out, incoming, child: Some(child) })
+}
+
+/// Attaches to `codex app-server --listen unix://PATH`: a WebSocket over the Unix socket, one
+/// JSON-RPC message per text frame.
+async fn attach(path: &std::path::Path) -> Result<Link, ApiError> {
+    let stream = tokio::net::UnixStream::connect(path)
+        .await
+        .map_err(|e| err("codex_unreachable", format!("cannot connect to {}: {e}", path.display())))?;
+    let (ws, _) = tokio_tungstenite::client_async("ws://localhost/", stream)
+        .await
+        .map_err(|e| err("codex_unreachable", format!("WebSocket handshake on {}: {e}", path.display())))?;
+    let (mut sink, mut frames) = ws.split();
+    let (out, mut out_rx) = mpsc::channel::<String>(64);
+    let (in_tx, incoming) = mpsc::channel(256);
+    tokio::spawn(async move {
+        while let Some(text) = out_rx.recv().await {
+            if sink.send(WsMessage::text(text)).await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    tokio::spawn(async move {
+        while let Some(Ok(frame)) = frames.next().await {
+            let v = match frame {
+                WsMessage::Text(t) => parse(t.as_str()),
+                WsMessage::Binary(b) => std::str::from_utf8(&b).ok().and_then(parse),
+                WsMessage::Close(_) => return,
+                _ => None,
+            };
+            if let Some(v) = v
+                && in_tx.send(v).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    Ok(Link { out, incoming, child: None })
 }
 
 /// Long-polls the agent's queue and passes every batch on.
@@ -317,16 +396,10 @@ fn poll_queue(session: Arc<AgentSession>) -> mpsc::Receiver<Batch> {
 }
 
 /// Sends one request and waits for its answer, answering nothing else meanwhile (setup only).
-async fn call(
-    stdin: &mut ChildStdin,
-    lines: &mut mpsc::Receiver<Value>,
-    id: u64,
-    method: &str,
-    params: Value,
-) -> Result<Value, ApiError> {
-    let line = format!("{}\n", json!({"id": id, "method": method, "params": params}));
-    stdin.write_all(line.as_bytes()).await.map_err(|e| err("codex_io", e))?;
-    stdin.flush().await.map_err(|e| err("codex_io", e))?;
+async fn call(link: &mut Link, id: u64, method: &str, params: Value) -> Result<Value, ApiError> {
+    let lines = &mut link.incoming;
+    let msg = json!({"id": id, "method": method, "params": params}).to_string();
+    link.out.send(msg).await.map_err(|_| err("codex_io", "the app-server connection is closed"))?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let m = tokio::time::timeout_at(deadline, lines.recv())
@@ -342,21 +415,6 @@ async fn call(
     }
 }
 
-fn spawn(command: &[String]) -> Result<Child, ApiError> {
-    let (program, args) = match command.split_first() {
-        Some((p, a)) => (p.clone(), a.to_vec()),
-        None => ("codex".to_owned(), vec!["app-server".to_owned()]),
-    };
-    Command::new(&program)
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| err("codex_spawn", format!("cannot run {program}: {e}")))
-}
-
 /// Runs the adapter for `opts.agent` on `profile` until `stop` resolves or Codex exits.
 pub async fn run(profile: Profile, opts: CodexOptions, stop: impl Future<Output = ()>) -> Result<(), ApiError> {
     let session = Arc::new(AgentSession::open(profile, &opts.agent, "codex").await?);
@@ -370,26 +428,26 @@ async fn drive(
     opts: &CodexOptions,
     stop: impl Future<Output = ()>,
 ) -> Result<(), ApiError> {
-    let mut child = spawn(&opts.command)?;
-    let mut stdin = child.stdin.take().ok_or_else(|| err("codex_io", "no stdin"))?;
-    let stdout = child.stdout.take().ok_or_else(|| err("codex_io", "no stdout"))?;
-    let mut lines = read_lines(stdout);
+    let mut link = match &opts.socket {
+        Some(path) => attach(path).await?,
+        None => spawn(&opts.command)?,
+    };
 
     let info = json!({
         "clientInfo": {"name": "switchboard", "title": "Switchboard", "version": env!("CARGO_PKG_VERSION")},
         "capabilities": {"experimentalApi": false, "requestAttestation": false},
     });
-    call(&mut stdin, &mut lines, 1, "initialize", info).await?;
-    let note = format!("{}\n", json!({"method": "initialized"}));
-    stdin.write_all(note.as_bytes()).await.map_err(|e| err("codex_io", e))?;
+    call(&mut link, 1, "initialize", info).await?;
+    let note = json!({"method": "initialized"}).to_string();
+    link.out.send(note).await.map_err(|_| err("codex_io", "the app-server connection is closed"))?;
     let thread = match &opts.thread {
-        Some(id) => call(&mut stdin, &mut lines, 2, "thread/resume", json!({"threadId": id})).await?,
+        Some(id) => call(&mut link, 2, "thread/resume", json!({"threadId": id})).await?,
         None => {
             let mut p = json!({"developerInstructions": super::mcp::INSTRUCTIONS});
             if let (Some(cwd), Some(o)) = (&opts.cwd, p.as_object_mut()) {
                 o.insert("cwd".into(), Value::String(cwd.clone()));
             }
-            call(&mut stdin, &mut lines, 2, "thread/start", p).await?
+            call(&mut link, 2, "thread/start", p).await?
         }
     };
     let thread_id = thread["thread"]["id"]
@@ -407,7 +465,7 @@ async fn drive(
 
     let mut a = Adapter {
         agent: opts.agent.clone(),
-        stdin,
+        out: link.out.clone(),
         next_id: 2,
         thread: thread_id,
         active,
@@ -424,11 +482,14 @@ async fn drive(
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            m = lines.recv() => match m {
+            m = link.incoming.recv() => match m {
                 Some(m) => a.on_message(m).await?,
                 None => {
-                    let status = child.wait().await.map(|s| s.to_string()).unwrap_or_default();
-                    return Err(err("codex_exited", format!("the app-server exited ({status})")));
+                    let status = match link.child.as_mut() {
+                        Some(c) => c.wait().await.map(|s| format!("exited, {s}")).unwrap_or_default(),
+                        None => "closed the connection".to_owned(),
+                    };
+                    return Err(err("codex_exited", format!("the app-server {status}")));
                 }
             },
             b = batches.recv() => match b {
@@ -439,7 +500,14 @@ async fn drive(
         }
     }
     drop(a);
-    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-    let _ = child.kill().await;
+    let Link { out, child, .. } = link;
+    // Closing our side ends the child's stdin (it exits) or the WebSocket (the server keeps running).
+    drop(out);
+    if let Some(mut child) = child {
+        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        let _ = child.kill().await;
+    } else {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
 }
