@@ -38,7 +38,11 @@ impl Bare {
     }
 
     fn key_package(&self) -> KeyPackage {
-        KeyPackage::builder().build(CIPHERSUITE, &self.provider, &self.signer, self.cred.clone()).unwrap().key_package().clone()
+        KeyPackage::builder()
+            .build(CIPHERSUITE, &self.provider, &self.signer, self.cred.clone())
+            .unwrap()
+            .key_package()
+            .clone()
     }
 
     fn create(&self) -> MlsGroup {
@@ -47,8 +51,14 @@ impl Bare {
             .use_ratchet_tree_extension(true)
             .wire_format_policy(PURE_CIPHERTEXT_WIRE_FORMAT_POLICY)
             .build();
-        MlsGroup::new_with_group_id(&self.provider, &self.signer, &config, GroupId::from_slice(G.as_bytes()), self.cred.clone())
-            .unwrap()
+        MlsGroup::new_with_group_id(
+            &self.provider,
+            &self.signer,
+            &config,
+            GroupId::from_slice(G.as_bytes()),
+            self.cred.clone(),
+        )
+        .unwrap()
     }
 
     fn join(&self, welcome: &[u8]) -> MlsGroup {
@@ -97,7 +107,8 @@ fn bare_group(n: usize) -> (Bare, Bare) {
 fn copy_bare(b: &Bare) -> Bare {
     let provider = OpenMlsRustCrypto::default();
     *provider.storage().values.write().unwrap() = b.provider.storage().values.read().unwrap().clone();
-    let signer = SignatureKeyPair::read(provider.storage(), b.signer.public(), CIPHERSUITE.signature_algorithm()).unwrap();
+    let signer =
+        SignatureKeyPair::read(provider.storage(), b.signer.public(), CIPHERSUITE.signature_algorithm()).unwrap();
     Bare { provider, signer, cred: b.cred.clone() }
 }
 
@@ -160,8 +171,11 @@ fn bench_groups(c: &mut Criterion) {
                     (copy_bare(&bc), j, kp)
                 },
                 |(creator, joiner, kp)| {
-                    let mut g = MlsGroup::load(creator.provider.storage(), &GroupId::from_slice(G.as_bytes())).unwrap().unwrap();
-                    let MlsMessageBodyIn::KeyPackage(kp) = MlsMessageIn::tls_deserialize_exact(&kp).unwrap().extract() else {
+                    let mut g = MlsGroup::load(creator.provider.storage(), &GroupId::from_slice(G.as_bytes()))
+                        .unwrap()
+                        .unwrap();
+                    let MlsMessageBodyIn::KeyPackage(kp) = MlsMessageIn::tls_deserialize_exact(&kp).unwrap().extract()
+                    else {
                         panic!()
                     };
                     let kp = kp.validate(creator.provider.crypto(), ProtocolVersion::Mls10).unwrap();
