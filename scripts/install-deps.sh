@@ -8,6 +8,8 @@ packages=(
   dbus dbus-user-session gnome-keyring libsecret-tools  # a real Secret Service for keyring tests
   procps psmisc                                      # pgrep/pkill in scripts
   chromium                                           # the UI's end-to-end test (ui/e2e, playwright-core)
+  libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev  # the Tauri app
+  xvfb xauth x11-utils xdotool imagemagick           # the app's window test (src-tauri/tests/window.rs)
 )
 
 missing=()

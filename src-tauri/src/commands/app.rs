@@ -1,0 +1,19 @@
+//! App commands: the window tells the shell it painted (start-up figure, unread reset).
+
+use tauri::State;
+
+use crate::error::CommandError;
+use crate::host::AppState;
+
+/// The UI's first render is on screen: prints the start-to-first-paint time once (BENCHMARKS.md
+/// reads it) and returns it in milliseconds.
+#[tauri::command]
+pub fn app_painted(state: State<'_, AppState>) -> Result<u128, CommandError> {
+    let ms = state.started.elapsed().as_millis();
+    let mut painted = state.painted.lock().map_err(|_| CommandError::new("internal", "paint lock"))?;
+    if !*painted {
+        *painted = true;
+        println!("switchboard-app: first paint {ms} ms after start");
+    }
+    Ok(ms)
+}

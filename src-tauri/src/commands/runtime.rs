@@ -1,0 +1,16 @@
+//! Runtime commands: the bridge's request vocabulary (core/src/bridge/api.rs), as the owner.
+
+use serde_json::Value;
+use switchboard_core::bridge::api::Request;
+use tauri::State;
+
+use crate::error::CommandError;
+use crate::host::AppState;
+
+/// One runtime request (`{"op": ...}`), answered with the runtime's DTO.
+#[tauri::command]
+pub async fn runtime_request(state: State<'_, AppState>, request: Value) -> Result<Value, CommandError> {
+    let req: Request =
+        serde_json::from_value(request).map_err(|e| CommandError::new("invalid_input", format!("bad request: {e}")))?;
+    Ok(state.request(req).await?)
+}
