@@ -210,10 +210,22 @@ try {
   assert((await page.getByRole('alert').filter({ hasText: 'key changed' }).count()) === 0, 'banner gone');
   assert(!(await page.getByRole('button', { name: 'Send' }).isDisabled()), 'sending allowed again');
 
+  step('groups: a new group with an invite link counting down, members with fingerprints');
+  await nav(page, 'Groups').click();
+  await page.getByRole('heading', { name: 'Groups' }).waitFor();
+  const startSession = page.getByRole('button', { name: 'Start a group session' });
+  if (await startSession.count()) await startSession.click();
+  await page.getByRole('button', { name: 'New group and invite link' }).click();
+  await page.getByText(/expires in \d+:\d\d/).waitFor();
+  const link = (await page.getByRole('region', { name: 'Invite link' }).locator('code').textContent()).trim();
+  assert(/^https?:\/\/[^/]+\/i\/[A-Za-z0-9_-]+#.+/.test(link), `invite link ${link}`);
+  await page.getByRole('cell', { name: 'Alice (you)' }).waitFor();
+  await shot(page, '08-groups');
+
   step('activity log search');
   await nav(page, 'Activity').click();
   await page.locator('table.log tbody tr').first().waitFor();
-  await shot(page, '08-log');
+  await shot(page, '09-log');
   await page.getByLabel('Search the log').fill('no-such-activity-anywhere');
   await page.getByText('No activity matches.').waitFor();
   await page.getByLabel('Search the log').fill('');

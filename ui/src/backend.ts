@@ -105,6 +105,34 @@ export interface ReviewItem {
   [k: string]: unknown;
 }
 
+export interface GroupSummary {
+  group: string;
+  relay: string;
+  state: string;
+  unread: number;
+}
+
+export interface GroupMember {
+  name: string;
+  fingerprint: string;
+  invited_by: string;
+  you: boolean;
+}
+
+export interface GroupMembers {
+  group: string;
+  epoch: number;
+  members: GroupMember[];
+}
+
+export interface GroupInvite {
+  group: string;
+  link: string;
+  /** Unix time in milliseconds. */
+  expires_at: number;
+  invite: string;
+}
+
 export interface InitOptions {
   name: string;
   /** A relay URL, or null to host one on this machine. */
@@ -146,6 +174,11 @@ export interface Backend {
   log(search?: string, limit?: number): Promise<AuditRow[]>;
   agents(): Promise<Agent[]>;
   reviewList(): Promise<ReviewItem[]>;
+  groups(): Promise<GroupSummary[]>;
+  groupSession(name: string): Promise<unknown>;
+  groupMembers(group: string): Promise<GroupMembers>;
+  groupInvite(group?: string): Promise<GroupInvite>;
+  groupJoin(link: string): Promise<unknown>;
   reviewDecide(id: number, approve: boolean): Promise<void>;
   /** Subscribes to runtime events; returns an unsubscribe function. */
   onEvent(cb: (e: UiEvent) => void): () => void;
@@ -219,6 +252,21 @@ abstract class RequestBackend implements Backend {
   }
   reviewList() {
     return this.rpc<ReviewItem[]>({ op: 'review_list' });
+  }
+  groups() {
+    return this.rpc<GroupSummary[]>({ op: 'group_list' });
+  }
+  groupSession(name: string) {
+    return this.rpc({ op: 'group_session', name });
+  }
+  groupMembers(group: string) {
+    return this.rpc<GroupMembers>({ op: 'group_members', group });
+  }
+  groupInvite(group?: string) {
+    return this.rpc<GroupInvite>({ op: 'group_invite', group: group ?? null });
+  }
+  groupJoin(link: string) {
+    return this.rpc({ op: 'group_join', link });
   }
   async reviewDecide(id: number, approve: boolean) {
     await this.rpc({ op: approve ? 'review_approve' : 'review_reject', id });

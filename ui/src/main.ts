@@ -109,6 +109,7 @@ type Route =
   | { name: 'verify'; contact: string }
   | { name: 'agents' }
   | { name: 'review' }
+  | { name: 'groups' }
   | { name: 'log' }
   | { name: 'settings' }
   | { name: 'me' };
@@ -122,6 +123,7 @@ function parseRoute(): Route {
       return b ? { name: 'verify', contact: b } : { name: 'contacts' };
     case 'agents':
     case 'review':
+    case 'groups':
     case 'log':
     case 'settings':
     case 'me':
@@ -151,6 +153,7 @@ function shell(route: Route) {
     h('ul', null, [
       h('li', null, navLink('#/contacts', S.nav.contacts, route.name === 'contacts' || route.name === 'conversation')),
       h('li', null, navLink('#/agents', S.nav.agents, route.name === 'agents')),
+      h('li', null, navLink('#/groups', S.nav.groups, route.name === 'groups')),
       h('li', null, navLink('#/review', S.nav.review, route.name === 'review')),
       h('li', null, navLink('#/log', S.nav.log, route.name === 'log')),
       h('li', null, navLink('#/settings', S.nav.settings, route.name === 'settings')),
@@ -181,6 +184,9 @@ async function render(background = false) {
         break;
       case 'review':
         view = await reviewView();
+        break;
+      case 'groups':
+        view = await groupsView();
         break;
       case 'log':
         view = await logView();
@@ -432,7 +438,14 @@ function showPreview(rec: Recognised) {
             let c: Contact;
             if (rec.action === 'pair') c = await backend.pair(rec.value, name.value.trim() || undefined);
             else if (rec.action === 'add') c = await backend.contactAdd(rec.value, name.value.trim() || undefined);
-            else throw new BackendError('unsupported', S.preview.unsupported(rec.protocol));
+            else {
+              await backend.groupJoin(rec.value);
+              d.close();
+              d.remove();
+              say(S.groups.joined);
+              go('#/groups');
+              return;
+            }
             d.close();
             d.remove();
             say(S.preview.added(c.name));
@@ -741,6 +754,90 @@ async function agentsView() {
       h('dt', null, S.status.bridge),
       h('dd', null, st.bridge ?? '—'),
     ),
+  );
+}
+
+/** The invite link shown with its expiry counting down (kept across refreshes). */
+let lastInvite: { link: string; expires_at: number } | null = null;
+let countdown: ReturnType<typeof setInterval> | undefined;
+
+function inviteBox() {
+  if (!lastInvite) return null;
+  const inv = lastInvite;
+  const left = h('span', { class: 'countdown', 'aria-live': 'off' });
+  const tick = () => (left.textContent = S.groups.expiresIn(Math.max(0, Math.round((inv.expires_at - Date.now()) / 1000))));
+  tick();
+  clearInterval(countdown);
+  countdown = setInterval(tick, 1000);
+  return h(
+    'section',
+    { class: 'card', 'aria-label': S.groups.invite },
+    h('h3', null, S.groups.invite),
+    h('code', { class: 'address' }, inv.link),
+    ' ',
+    copyButton(inv.link),
+    h('p', null, left),
+    qr(inv.link, S.groups.invite),
+  );
+}
+
+async function groupsView() {
+  let groups;
+  try {
+    groups = await backend.groups();
+  } catch (e) {
+    return h(
+      'div',
+      null,
+      h('h2', null, S.groups.title),
+      h('p', { class: 'muted' }, errorText(e)),
+      h('button', { type: 'button', onclick: () => act(() => backend.groupSession(me?.name ?? 'me')) }, S.groups.startSession),
+    );
+  }
+  const members = await Promise.all(groups.map((g) => backend.groupMembers(g.group).catch(() => null)));
+  const invite = async (group?: string) => {
+    const inv = await backend.groupInvite(group);
+    lastInvite = { link: inv.link, expires_at: inv.expires_at };
+  };
+  return h(
+    'div',
+    null,
+    h('h2', null, S.groups.title),
+    h('p', null, S.groups.intro),
+    h('button', { type: 'button', onclick: () => act(() => invite()) }, S.groups.newInvite),
+    inviteBox(),
+    groups.length === 0
+      ? h('p', { class: 'muted' }, S.groups.empty)
+      : groups.map((g, i) =>
+          h(
+            'section',
+            { class: 'card', 'aria-label': g.group },
+            h('h3', null, protocolBadge('letmeknow'), ' ', h('code', null, g.group)),
+            h('p', null, `${S.groups.state}: ${g.state} · ${S.groups.unread}: ${g.unread} · ${g.relay}`),
+            h('button', { type: 'button', class: 'secondary', onclick: () => act(() => invite(g.group)) }, S.groups.inviteTo),
+            members[i]
+              ? h(
+                  'table',
+                  null,
+                  h('caption', null, S.groups.members),
+                  h('thead', null, h('tr', null, [S.groups.name, S.groups.fingerprint, S.groups.invitedBy].map((t) => h('th', { scope: 'col' }, t)))),
+                  h(
+                    'tbody',
+                    null,
+                    (members[i]?.members ?? []).map((m) =>
+                      h(
+                        'tr',
+                        null,
+                        h('td', null, m.name, m.you ? ` ${S.groups.you}` : ''),
+                        h('td', { class: 'safety' }, m.fingerprint),
+                        h('td', null, m.invited_by || '—'),
+                      ),
+                    ),
+                  ),
+                )
+              : null,
+          ),
+        ),
   );
 }
 
