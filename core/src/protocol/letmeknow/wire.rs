@@ -9,9 +9,12 @@ pub fn b64(bytes: &[u8]) -> String {
     BASE64.encode(bytes)
 }
 
-/// Decodes standard base64 with padding.
+/// Decodes canonical standard base64 with padding. The decoder alone also takes concatenated
+/// padded blocks (`GVs=Gb8=`); only the text [`b64`] prints for the bytes is accepted, so each
+/// byte string has exactly one encoding.
 pub fn b64_decode(text: &str) -> Option<Vec<u8>> {
-    BASE64.decode(text.as_bytes()).ok()
+    let bytes = BASE64.decode(text.as_bytes()).ok()?;
+    (BASE64.encode(&bytes) == text).then_some(bytes)
 }
 
 /// `200` answer to `POST /g/{gid}/messages`: the message's position in the group log.
@@ -73,4 +76,21 @@ pub struct WelcomeBlob {
     pub relay: String,
     /// The log position of the commit that added the joiner: the joiner reads after it.
     pub seq: u64,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_canonical_only() {
+        assert_eq!(b64_decode("aGVsbG8="), Some(b"hello".to_vec()));
+        assert_eq!(b64_decode(""), Some(vec![]));
+        // Concatenated padded blocks (found by the letmeknow_wire fuzz target).
+        assert_eq!(b64_decode("GVs=Gb8="), None);
+        assert_eq!(b64_decode("aGVsbG8"), None);
+        assert_eq!(b64_decode("aGVsbG9="), None);
+        assert_eq!(b64(&b64_decode("GVsZvw==").unwrap()), "GVsZvw==");
+    }
 }
