@@ -146,6 +146,33 @@ async fn three_sessions_invite_join_talk_remove_and_leave() {
     assert_eq!(bob.rt().lmk_send(&bob.handle, &g, "still here?", None, None).await.unwrap_err().code(), "forbidden");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_hosted_member_honours_a_leave_request_with_no_command_run() {
+    let relay = TestRelay::start().await;
+    let alice = Agent::new("alice", &relay).await;
+    let bob = Agent::new("bob", &relay).await;
+    let g = admit(&alice, None, &bob).await;
+    // Alice's runtime now runs as a daemon does (`switchboard daemon`, the desktop app).
+    alice.rt().start_background();
+    bob.send(&g, "bye soon").await;
+    bob.rt().lmk_leave(&bob.handle, &g).await.unwrap();
+    // No sync, send or listen on alice's side: her group follower reads the request and commits
+    // bob's removal, and queues bob's message for her agent.
+    let mut out = false;
+    for _ in 0..150 {
+        if fps(&alice.members(&g).await) == vec![alice.fp.clone()] {
+            out = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(out, "bob is still a member: {:?}", alice.members(&g).await);
+    assert!(alice.contents().await.iter().any(|c| c == "bye soon"));
+    // The removal commit reached the relay: bob learns he is out.
+    assert_eq!(bob.rt().lmk_send(&bob.handle, &g, "still here?", None, None).await.unwrap_err().code(), "forbidden");
+    alice.rt().shutdown();
+}
+
 #[tokio::test]
 async fn five_sessions_talk_and_a_removed_member_reads_nothing_after() {
     let relay = TestRelay::start().await;

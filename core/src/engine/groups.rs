@@ -44,6 +44,8 @@ use crate::util::{OsRng, b64u, b64u_decode, now_ms};
 pub const CATCH_UP: usize = 20;
 /// How often a commit or send is retried after losing the epoch race.
 const MAX_REBASES: usize = 8;
+/// How often the daemon looks for groups joined since its last look.
+const FOLLOW_SCAN: Duration = Duration::from_secs(2);
 
 const ADJECTIVES: &[&str] = &[
     "amber", "brave", "calm", "deft", "eager", "fair", "gentle", "hardy", "ivory", "jolly", "keen", "lucid", "mellow",
@@ -506,6 +508,93 @@ impl Runtime {
                 "group {gid}: this session was offline longer than the relay keeps messages; ask a member to \
                  re-invite it"
             ))),
+        }
+    }
+
+    /// Daemon loop: follows every active (session, group) pair, starting a follower for groups
+    /// joined since the last scan, so commits are processed, deliveries queued and leave
+    /// requests honoured with no command run.
+    pub(super) async fn lmk_background_loop(self) {
+        let mut stop = self.inner.shutdown.subscribe();
+        let mut followers: HashMap<(String, String), tokio::task::JoinHandle<()>> = HashMap::new();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            followers.retain(|_, t| !t.is_finished());
+            let active =
+                sqlx::query_as::<_, (String, String)>("SELECT handle, group_id FROM lmk_groups WHERE state = 'active'")
+                    .fetch_all(&self.store().pool)
+                    .await;
+            match active {
+                Ok(rows) => {
+                    for (handle, gid) in rows {
+                        if followers.contains_key(&(handle.clone(), gid.clone())) {
+                            continue;
+                        }
+                        let rt = self.clone();
+                        let (h, g) = (handle.clone(), gid.clone());
+                        followers.insert((handle, gid), tokio::spawn(async move { rt.lmk_follow(&h, &g).await }));
+                    }
+                }
+                Err(e) => tracing::warn!("letmeknow: listing groups: {e}"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(FOLLOW_SCAN) => {}
+                _ = stop.changed() => break,
+            }
+        }
+        for t in followers.values() {
+            t.abort();
+        }
+    }
+
+    /// Follows one group until the runtime stops or the session is no longer an active member:
+    /// long-polls the log outside the session lock (commands on the session are not held up),
+    /// and syncs under the lock when something is new (and once at the start, for leave requests
+    /// read earlier but not yet honoured).
+    async fn lmk_follow(&self, handle: &str, gid: &str) {
+        let mut stop = self.inner.shutdown.subscribe();
+        let mut failures = 0u32;
+        let mut first = true;
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let round = async {
+                let (relay, cursor, state) = self.lmk_group_row(handle, gid).await?;
+                if state != "active" {
+                    return Ok(false);
+                }
+                if !first {
+                    let client = self.lmk_client(&relay)?;
+                    if client.read(gid, u64::try_from(cursor).unwrap_or(0), MAX_WAIT_SECS).await?.is_empty() {
+                        return Ok(true);
+                    }
+                }
+                self.lmk_sync(handle, gid, 0).await?;
+                Ok::<bool, Error>(true)
+            };
+            let result = tokio::select! {
+                r = round => r,
+                _ = stop.changed() => return,
+            };
+            match result {
+                Ok(true) => {
+                    first = false;
+                    failures = 0;
+                }
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::info!("letmeknow group {gid} ({handle}): {e}");
+                    failures = failures.saturating_add(1);
+                    let pause = Duration::from_millis(u64::try_from(super::backoff_ms(failures)).unwrap_or(1000));
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            }
         }
     }
 

@@ -1603,7 +1603,8 @@ impl Runtime {
         }
     }
 
-    /// Starts the long-lived loops (websocket receiver, outbox worker, housekeeping).
+    /// Starts the long-lived loops (websocket receiver, outbox worker, housekeeping, letmeknow
+    /// group followers).
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
         vec![
             tokio::spawn(self.clone().receiver_loop()),
@@ -1621,6 +1622,7 @@ impl Runtime {
             }),
             tokio::spawn(self.clone().outbox_loop()),
             tokio::spawn(self.clone().housekeeping_loop()),
+            tokio::spawn(self.clone().lmk_background_loop()),
         ]
     }
 
