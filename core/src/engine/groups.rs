@@ -115,15 +115,17 @@ fn canonical_fp(text: &str) -> String {
 fn row_dto(r: &sqlx::sqlite::SqliteRow) -> Value {
     let after: Vec<String> = serde_json::from_str(r.get::<String, _>("after").as_str()).unwrap_or_default();
     let kind: String = r.get("kind");
-    // Peers are not operators: their text reaches an agent only fenced and attributed.
-    let fenced = (r.get::<i64, _>("outgoing") == 0 && (kind == "message" || kind == "leave")).then(|| {
+    // Peers are not operators: their text reaches an agent only fenced and attributed. Membership
+    // events are local text but quote display names members claimed, so they are fenced too.
+    let peer_text = kind == "message" || kind == "leave" || kind == "event";
+    let fenced = (r.get::<i64, _>("outgoing") == 0 && peer_text).then(|| {
         let (gid, id, fp, name, reply): (String, String, String, String, String) =
             (r.get("group_id"), r.get("id"), r.get("sender_fp"), r.get("sender_name"), r.get("reply_to"));
         let label = Label {
             protocol: "letmeknow",
             contact: &gid,
-            from_agent: Some(&name),
-            fingerprint: &fp,
+            from_agent: (!name.is_empty()).then_some(name.as_str()),
+            fingerprint: if fp.is_empty() { "(none: a local event)" } else { &fp },
             verified: false,
             kind: &kind,
             id: &id,
