@@ -205,6 +205,25 @@ async fn membership_events_quoting_claimed_names_are_fenced() {
 }
 
 #[tokio::test]
+async fn an_at_mention_of_handle_or_name_steers_and_the_rest_is_digest() {
+    let relay = TestRelay::start().await;
+    let alice = Agent::new("alice", &relay).await;
+    let bob = Agent::new("bob", &relay).await;
+    let g = admit(&alice, None, &bob).await;
+    let by_handle = alice.send(&g, &format!("@{} can you check the build?", bob.handle)).await;
+    let by_name = alice.send(&g, "thanks @Bob's Agent.").await;
+    let other = alice.send(&g, &format!("@{}x is not you", bob.handle)).await;
+    let plain = alice.send(&g, "status: green").await;
+    bob.sync(&g).await;
+    let got = bob.deliveries().await;
+    let mode = |id: &str| got.iter().find(|d| d["id"] == id).unwrap()["mode"].as_str().unwrap().to_owned();
+    assert_eq!(mode(&by_handle), "steer");
+    assert_eq!(mode(&by_name), "steer");
+    assert_eq!(mode(&other), "digest");
+    assert_eq!(mode(&plain), "digest");
+}
+
+#[tokio::test]
 async fn five_sessions_talk_and_a_removed_member_reads_nothing_after() {
     let relay = TestRelay::start().await;
     let mut agents = Vec::new();

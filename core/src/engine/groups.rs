@@ -111,6 +111,21 @@ fn canonical_fp(text: &str) -> String {
     hex.as_bytes().chunks(4).filter_map(|c| std::str::from_utf8(c).ok()).collect::<Vec<_>>().join(" ")
 }
 
+/// Whether `text` mentions one of `names` as `@name` (case-insensitive), not as the start of a
+/// longer word (`@bob` does not mention `bo`).
+fn mentions(text: &str, names: &[&str]) -> bool {
+    let lower = text.to_lowercase();
+    names.iter().filter(|n| !n.trim().is_empty()).any(|name| {
+        let needle = format!("@{}", name.to_lowercase());
+        lower.match_indices(&needle).any(|(at, m)| {
+            lower
+                .get(at + m.len()..)
+                .and_then(|rest| rest.chars().next())
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '-' || c == '_'))
+        })
+    })
+}
+
 /// A row of the local log as clients see it.
 fn row_dto(r: &sqlx::sqlite::SqliteRow) -> Value {
     let after: Vec<String> = serde_json::from_str(r.get::<String, _>("after").as_str()).unwrap_or_default();
@@ -1474,12 +1489,13 @@ impl Runtime {
                 .fetch_all(&self.store().pool)
                 .await?;
         let omitted = rows.len().saturating_sub(CATCH_UP);
-        let me = sqlx::query_scalar::<_, Vec<u8>>("SELECT signature_key FROM lmk_sessions WHERE handle = ?")
-            .bind(handle)
-            .fetch_optional(&self.store().pool)
-            .await?
-            .map(|k| fingerprint(&k))
-            .unwrap_or_default();
+        let (me, my_name) =
+            sqlx::query_as::<_, (Vec<u8>, String)>("SELECT signature_key, name FROM lmk_sessions WHERE handle = ?")
+                .bind(handle)
+                .fetch_optional(&self.store().pool)
+                .await?
+                .map(|(k, name)| (fingerprint(&k), name))
+                .unwrap_or_default();
         let mut tx = self.store().pool.begin().await?;
         for r in &rows {
             sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?")
@@ -1494,12 +1510,14 @@ impl Runtime {
             .map(|r| {
                 let mut v = row_dto(r);
                 // Steer when addressed to this session, digest otherwise (the delivery policy).
+                // An @mention of the session's handle or name in a peer's message counts as
+                // addressed, like `to`.
                 let to: String = r.get("to_fp");
-                let mode = if !to.is_empty() && to == me || r.get::<String, _>("kind") == "alert" {
-                    "steer"
-                } else {
-                    "digest"
-                };
+                let kind: String = r.get("kind");
+                let mentioned = kind == "message"
+                    && r.get::<i64, _>("outgoing") == 0
+                    && mentions(r.get::<String, _>("content").as_str(), &[handle, &my_name]);
+                let mode = if !to.is_empty() && to == me || kind == "alert" || mentioned { "steer" } else { "digest" };
                 if let Some(o) = v.as_object_mut() {
                     o.insert("mode".into(), json!(mode));
                 }
@@ -1509,5 +1527,20 @@ impl Runtime {
         Ok(
             json!({"handle": handle, "omitted": omitted, "note": if omitted > 0 { format!("{omitted} earlier omitted") } else { String::new() }, "items": items}),
         )
+    }
+}
+
+#[cfg(test)]
+mod mention_tests {
+    use super::mentions;
+
+    #[test]
+    fn mentions_need_the_at_sign_and_a_word_end() {
+        assert!(mentions("@quiet-otter can you look?", &["quiet-otter", "alice's agent"]));
+        assert!(mentions("thanks @Alice's Agent.", &["quiet-otter", "alice's agent"]));
+        assert!(!mentions("quiet-otter can you look?", &["quiet-otter"]));
+        assert!(!mentions("@quiet-otters", &["quiet-otter"]));
+        assert!(!mentions("@quiet-otter-2", &["quiet-otter"]));
+        assert!(!mentions("@ anyone", &["", " "]));
     }
 }
