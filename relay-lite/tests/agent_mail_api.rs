@@ -502,3 +502,104 @@ async fn the_sweep_keeps_tombstones_through_packet_expiry_then_forgets_the_mailb
     let (status, body) = relay.get(&format!("/v1/mailboxes/{MAILBOX}/card"), None).await;
     assert_eq!((status, code(&body)), (404, "mailbox_unavailable"));
 }
+
+/// A packet whose message (and so the packet) expires `ttl` ms after now.
+fn packet_ttl(card: &MailboxCard, nonce: u64, text: &str, ttl: i64) -> Packet {
+    let now = now_ms();
+    let mut rng = SeededRng::new([nonce as u8; 32]);
+    let message = Message::new(&mut rng, AgentId::of(&alice()), *card.owner(), now, now + ttl, vec![Part::text(text)]);
+    let req = SealRequest { sender: &alice(), card, message: &message, created_at: now, nonce };
+    seal(&req, now, &mut rng).unwrap()
+}
+
+/// The stored per-mailbox counters (packets, bytes), read from the relay's database file.
+async fn counters(dir: &std::path::Path) -> (i64, i64) {
+    use sqlx::ConnectOptions as _;
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.join(relay_lite::store::DB_FILE))
+        .read_only(true)
+        .connect()
+        .await
+        .unwrap();
+    let row: (i64, i64) = sqlx::query_as("SELECT stored_packets, stored_bytes FROM am_mailboxes WHERE mailbox_id = ?")
+        .bind(MAILBOX.to_string())
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    row
+}
+
+#[tokio::test]
+async fn the_quota_counters_stay_right_across_delete_sweep_and_restart() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    const HOUR_MS: i64 = 3_600_000;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(AtomicI64::new(now_ms()));
+    let config = |clock: &Arc<AtomicI64>| {
+        let mut c = Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
+        c.limits.agent_mail.mailbox_max_packets = 3;
+        c.agent_mail_clock = Some(clock.clone());
+        c
+    };
+    let mut relay = relay_lite::spawn(config(&clock)).await.unwrap();
+    let http = reqwest::Client::new();
+    let origin = Origin::parse(&format!("https://{}", relay.addr)).unwrap();
+    let current = card(&bob(), 100, std::slice::from_ref(&origin));
+    let post = |relay: &RunningRelay, path: String, body: Vec<u8>| {
+        let req = http.post(format!("{}{path}", relay.url())).body(body);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(post(&relay, "/v1/mailboxes".into(), current.to_jcs()).await, 200);
+    assert_eq!(counters(dir.path()).await, (0, 0));
+
+    let short = packet_ttl(&current, 1, "short", HOUR_MS);
+    let long: Vec<Packet> = (2..=6).map(|n| packet_ttl(&current, n, "long", DAY_MS / 2)).collect();
+    let size = |p: &Packet| p.size() as i64;
+    for p in [&short, &long[0], &long[1]] {
+        assert_eq!(post(&relay, packets_path(), p.to_jcs()).await, 202);
+    }
+    assert_eq!(counters(dir.path()).await, (3, size(&short) + size(&long[0]) + size(&long[1])));
+    assert_eq!(post(&relay, packets_path(), long[2].to_jcs()).await, 429);
+
+    // Delete frees one packet, once; the tombstone's retry changes nothing.
+    let token = {
+        let now = now_ms() / 1000;
+        sign_request_jwt(&bob(), &origin, now - 5, now + 120, None)
+    };
+    for _ in 0..2 {
+        let url = format!("{}{}/{}", relay.url(), packets_path(), long[0].id());
+        assert_eq!(http.delete(url).bearer_auth(&token).send().await.unwrap().status().as_u16(), 204);
+    }
+    assert_eq!(post(&relay, packets_path(), long[0].to_jcs()).await, 202);
+    assert_eq!(counters(dir.path()).await, (2, size(&short) + size(&long[1])));
+    assert_eq!(post(&relay, packets_path(), long[2].to_jcs()).await, 202);
+    assert_eq!(counters(dir.path()).await, (3, size(&short) + size(&long[1]) + size(&long[2])));
+
+    // Past the short packet's expiry, before any sweep: the counters still hold it, and the
+    // quota counts exactly (only two live packets), so one more fits.
+    clock.store(short.header().expires_at + 1, Ordering::SeqCst);
+    assert_eq!(post(&relay, packets_path(), long[3].to_jcs()).await, 202);
+    assert_eq!(counters(dir.path()).await.0, 4);
+    assert_eq!(post(&relay, packets_path(), long[4].to_jcs()).await, 429);
+
+    // The sweep reclaims the expired packet and recounts.
+    relay.state().sweep_now().await.unwrap();
+    let live = size(&long[1]) + size(&long[2]) + size(&long[3]);
+    assert_eq!(counters(dir.path()).await, (3, live));
+
+    // A restart keeps them: still full, and a delete still frees exactly one.
+    relay.shutdown().await.unwrap();
+    relay = relay_lite::spawn(config(&clock)).await.unwrap();
+    let origin2 = Origin::parse(&format!("https://{}", relay.addr)).unwrap();
+    assert_eq!(counters(dir.path()).await, (3, live));
+    let token = {
+        let now = clock.load(Ordering::SeqCst) / 1000;
+        sign_request_jwt(&bob(), &origin2, now - 5, now + 120, None)
+    };
+    let url = format!("{}{}/{}", relay.url(), packets_path(), long[1].id());
+    assert_eq!(http.delete(url).bearer_auth(&token).send().await.unwrap().status().as_u16(), 204);
+    assert_eq!(counters(dir.path()).await, (2, live - size(&long[1])));
+    relay.shutdown().await.unwrap();
+}

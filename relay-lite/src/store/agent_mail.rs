@@ -7,6 +7,9 @@
 //! transaction, so the decision, sequence allocation and storage are one atomic step, and the
 //! caller is answered only after the commit.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
 use sqlx::{Row as _, SqliteConnection, SqlitePool};
 use switchboard_core::protocol::agent_identity::live_write::{DEFAULT_WINDOW_MS, LiveWrite, NonceCacheEntry};
 use switchboard_core::protocol::agent_identity::{AgentId, Hash32, Origin};
@@ -172,6 +175,40 @@ where
     Ok(Some(CurrentCard { card, accepted_at: row.try_get("accepted_at")? }))
 }
 
+/// Verified cards by mailbox with the stored bytes they were parsed from: delivery reads the
+/// current card's bytes in its transaction and reuses the verified card only when they are
+/// byte-identical, so a changed (or another store's) card is always parsed and verified afresh.
+type CardCache = HashMap<String, (Vec<u8>, MailboxCard)>;
+
+/// Entries kept before the cache starts over (each holds one card, at most a few KiB).
+const CARD_CACHE_MAX: usize = 4096;
+
+fn card_cache() -> MutexGuard<'static, CardCache> {
+    static CARDS: OnceLock<Mutex<CardCache>> = OnceLock::new();
+    CARDS.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The current card of `mailbox` for a delivery, verified once per distinct stored card.
+async fn delivery_card(conn: &mut SqliteConnection, mailbox: &str) -> Result<Option<MailboxCard>, sqlx::Error> {
+    let bytes: Option<Vec<u8>> = sqlx::query_scalar("SELECT card FROM am_mailboxes WHERE mailbox_id = ?")
+        .bind(mailbox)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(bytes) = bytes else { return Ok(None) };
+    if let Some((cached, card)) = card_cache().get(mailbox)
+        && *cached == bytes
+    {
+        return Ok(Some(card.clone()));
+    }
+    let card = MailboxCard::parse(&bytes).map_err(|_| corrupt("card"))?;
+    let mut cache = card_cache();
+    if cache.len() >= CARD_CACHE_MAX {
+        cache.clear();
+    }
+    cache.insert(mailbox.to_owned(), (bytes, card.clone()));
+    Ok(Some(card))
+}
+
 async fn publish(conn: &mut SqliteConnection, req: &Publish) -> Result<Decided<Published>, sqlx::Error> {
     let mailbox = req.card.mailbox_id();
     let current = current_card(&mut *conn, &mailbox).await?;
@@ -233,45 +270,62 @@ where
     Ok(at.map(|accepted_at| DeliveryResult { packet_id: *packet_id, accepted_at }))
 }
 
+/// Whether one more packet of `size` bytes fits `mailbox`'s quota at `now`. The stored counters
+/// include expired packets the sweep has not reclaimed yet, so they bound the exact figures from
+/// above: fitting by the counters means fitting exactly; otherwise count the unexpired packets.
+async fn within_quota(
+    conn: &mut SqliteConnection,
+    mailbox: &str,
+    size: i64,
+    quota: Quota,
+    now: i64,
+) -> Result<bool, sqlx::Error> {
+    let fits = |count: i64, bytes: i64| count < quota.packets && bytes.saturating_add(size) <= quota.bytes;
+    let (count, bytes): (i64, i64) =
+        sqlx::query_as("SELECT stored_packets, stored_bytes FROM am_mailboxes WHERE mailbox_id = ?")
+            .bind(mailbox)
+            .fetch_one(&mut *conn)
+            .await?;
+    if fits(count, bytes) {
+        return Ok(true);
+    }
+    let (count, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM am_packets \
+         WHERE mailbox_id = ? AND body IS NOT NULL AND expires_at > ?",
+    )
+    .bind(mailbox)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(fits(count, bytes))
+}
+
 async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<DeliveryResult>, sqlx::Error> {
     let id = req.packet.id();
     let seen = history(&mut *conn, &id).await?;
-    let current = current_card(&mut *conn, &req.path).await?;
+    let current = delivery_card(conn, &req.path.to_string()).await?;
     let blocked: Option<i64> = sqlx::query_scalar("SELECT 1 FROM am_blocked WHERE mailbox_id = ? AND sender = ?")
         .bind(req.path.to_string())
         .bind(req.packet.sender().to_string())
         .fetch_optional(&mut *conn)
         .await?;
     let admission = if blocked.is_some() { Admission::Deny } else { Admission::Allow };
-    let decision = relay::check_delivery(
-        &req.packet,
-        &req.path,
-        &req.origin,
-        current.as_ref().map(|c| &c.card),
-        seen.as_ref(),
-        admission,
-        req.now,
-    );
+    let decision =
+        relay::check_delivery(&req.packet, &req.path, &req.origin, current.as_ref(), seen.as_ref(), admission, req.now);
     match decision {
         Err(e) => Ok(Err(e.into())),
         Ok(Delivery::Resubmission(result)) => Ok(Ok(result)),
         Ok(Delivery::Accept) => {
             let mailbox = req.path.to_string();
             let size = i64::try_from(req.packet.size()).unwrap_or(i64::MAX);
-            let (count, bytes): (i64, i64) = sqlx::query_as(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM am_packets \
-                 WHERE mailbox_id = ? AND body IS NOT NULL AND expires_at > ?",
-            )
-            .bind(&mailbox)
-            .bind(req.now)
-            .fetch_one(&mut *conn)
-            .await?;
-            if count >= req.quota.packets || bytes.saturating_add(size) > req.quota.bytes {
+            if !within_quota(conn, &mailbox, size, req.quota, req.now).await? {
                 return Ok(Err(Refusal::Quota));
             }
             let seq: i64 = sqlx::query_scalar(
-                "UPDATE am_mailboxes SET next_seq = next_seq + 1 WHERE mailbox_id = ? RETURNING next_seq - 1",
+                "UPDATE am_mailboxes SET next_seq = next_seq + 1, stored_packets = stored_packets + 1, \
+                 stored_bytes = stored_bytes + ? WHERE mailbox_id = ? RETURNING next_seq - 1",
             )
+            .bind(size)
             .bind(&mailbox)
             .fetch_one(&mut *conn)
             .await?;
@@ -295,11 +349,24 @@ async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<D
 
 async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<Decided<()>, sqlx::Error> {
     // The row stays as the acceptance tombstone; only the ciphertext goes.
-    sqlx::query("UPDATE am_packets SET body = NULL WHERE packet_id = ? AND mailbox_id = ?")
-        .bind(req.packet_id.to_string())
-        .bind(req.mailbox.to_string())
+    let mailbox = req.mailbox.to_string();
+    let freed: Option<i64> = sqlx::query_scalar(
+        "UPDATE am_packets SET body = NULL WHERE packet_id = ? AND mailbox_id = ? AND body IS NOT NULL RETURNING size",
+    )
+    .bind(req.packet_id.to_string())
+    .bind(&mailbox)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(size) = freed {
+        sqlx::query(
+            "UPDATE am_mailboxes SET stored_packets = stored_packets - 1, stored_bytes = stored_bytes - ? \
+             WHERE mailbox_id = ?",
+        )
+        .bind(size)
+        .bind(&mailbox)
         .execute(&mut *conn)
         .await?;
+    }
     Ok(Ok(()))
 }
 
@@ -323,6 +390,16 @@ async fn sweep(conn: &mut SqliteConnection, req: &Sweep) -> Result<AmSweepReport
     .await?;
     let mailboxes =
         sqlx::query("DELETE FROM am_mailboxes WHERE receive_until <= ?").bind(req.now).execute(&mut *conn).await?;
+    // Recount what the sweep reclaimed (it already scans the packets; this also heals counters).
+    sqlx::query(
+        "UPDATE am_mailboxes SET \
+         stored_packets = (SELECT COUNT(*) FROM am_packets p \
+                           WHERE p.mailbox_id = am_mailboxes.mailbox_id AND p.body IS NOT NULL), \
+         stored_bytes = (SELECT COALESCE(SUM(p.size), 0) FROM am_packets p \
+                         WHERE p.mailbox_id = am_mailboxes.mailbox_id AND p.body IS NOT NULL)",
+    )
+    .execute(&mut *conn)
+    .await?;
     let nonces = sqlx::query("DELETE FROM am_nonces WHERE valid_until <= ?").bind(req.now).execute(&mut *conn).await?;
     Ok(AmSweepReport {
         packets: packets.rows_affected(),
