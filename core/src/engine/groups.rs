@@ -867,6 +867,28 @@ impl Runtime {
         Ok(rows.iter().map(|r| r.get::<String, _>("id")).filter(|id| !covered.contains(id)).collect())
     }
 
+    /// Forgets a send the log did not take: the pending MLS state and its message row, committed
+    /// with the member's state.
+    async fn drop_pending_send(
+        &self,
+        s: &Session,
+        group: &mut openmls::group::MlsGroup,
+        gid: &str,
+        id: &str,
+    ) -> Result<()> {
+        s.member.discard_pending(group).map_err(mls_err)?;
+        let mut tx = self.store().pool.begin().await?;
+        sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+            .bind(&s.handle)
+            .bind(gid)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        save_state(&mut tx, &s.handle, &s.member).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Posts a commit the caller staged with `stage`, rebasing when another commit wins the
     /// epoch. Returns the commit's seq and the Welcome if there is one.
     async fn commit_with(&self, s: &mut Session, gid: &str, stage: &Stage<'_>) -> Result<(i64, Option<Vec<u8>>)> {
@@ -940,28 +962,10 @@ impl Runtime {
                 Ok(Posted::WrongEpoch(_)) => {
                     // Another member's commit won this epoch: drop ours, process theirs, retry.
                     self.inner.groups.rebases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    s.member.discard_pending(&mut group).map_err(mls_err)?;
-                    let mut tx = self.store().pool.begin().await?;
-                    sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
-                        .bind(&s.handle)
-                        .bind(gid)
-                        .bind(&id)
-                        .execute(&mut *tx)
-                        .await?;
-                    save_state(&mut tx, &s.handle, &s.member).await?;
-                    tx.commit().await?;
+                    self.drop_pending_send(s, &mut group, gid, &id).await?;
                 }
                 Err(e) => {
-                    s.member.discard_pending(&mut group).map_err(mls_err)?;
-                    let mut tx = self.store().pool.begin().await?;
-                    sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
-                        .bind(&s.handle)
-                        .bind(gid)
-                        .bind(&id)
-                        .execute(&mut *tx)
-                        .await?;
-                    save_state(&mut tx, &s.handle, &s.member).await?;
-                    tx.commit().await?;
+                    self.drop_pending_send(s, &mut group, gid, &id).await?;
                     return Err(e.into());
                 }
             }
