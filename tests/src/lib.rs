@@ -15,6 +15,8 @@ use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::{Profile, ProfileLock};
 use tempfile::TempDir;
 
+pub mod model;
+
 /// A relay-lite serving on loopback, restartable on the same port and data.
 pub struct TestRelay {
     relay: Option<RunningRelay>,
@@ -354,4 +356,20 @@ pub fn befriend_cli(bin: &Path, alice: &Path, bob: &Path, relay: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("bob never saw alice's request");
+}
+
+/// Opens an agent session for `agent` on the bridge at `url` with the owner token; returns the
+/// session's token.
+pub async fn open_session(http: &reqwest::Client, url: &str, owner: &str, agent: &str) -> String {
+    let opened: Value = http
+        .post(url)
+        .bearer_auth(owner)
+        .json(&serde_json::json!({"op": "session_open", "agent": agent}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    opened["token"].as_str().unwrap_or_else(|| panic!("session_open failed: {opened}")).to_owned()
 }

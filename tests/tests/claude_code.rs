@@ -8,9 +8,8 @@
 //! (scripts/test.sh sets it, so CI can never skip silently).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -18,6 +17,7 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
+use switchboard_tests::model::{ModelLog, ModelServer, event_stream, external_bin, sse};
 use switchboard_tests::{DaemonProcess, TestRelay, befriend_cli, bridge_of, home, switchboard};
 use tokio::sync::Notify;
 
@@ -29,20 +29,12 @@ fn bin() -> PathBuf {
 
 /// The Claude Code binary, or None when it is missing and the test may skip.
 fn claude_bin() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var("SWITCHBOARD_CLAUDE_BIN").ok().map(PathBuf::from),
-        Some(PathBuf::from(format!("/var/tmp/switchboard-claude/{CLAUDE_VERSION}/package/claude"))),
-    ];
-    let found = candidates.into_iter().flatten().find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("SWITCHBOARD_REQUIRE_CLAUDE").is_none(),
-            "Claude Code is missing and SWITCHBOARD_REQUIRE_CLAUDE is set: run scripts/install-deps.sh \
-             (or point SWITCHBOARD_CLAUDE_BIN at a claude {CLAUDE_VERSION} binary)"
-        );
-        eprintln!("skipping: no claude binary (run scripts/install-deps.sh)");
-    }
-    found
+    external_bin(
+        &format!("Claude Code {CLAUDE_VERSION}"),
+        "SWITCHBOARD_CLAUDE_BIN",
+        PathBuf::from(format!("/var/tmp/switchboard-claude/{CLAUDE_VERSION}/package/claude")),
+        "SWITCHBOARD_REQUIRE_CLAUDE",
+    )
 }
 
 /// How the model answers one streaming request.
@@ -53,22 +45,13 @@ enum Reply {
     HeldBash(String, Arc<Notify>),
 }
 
-#[derive(Default)]
-struct ModelState {
-    /// Streaming /v1/messages requests (the conversation turns).
-    requests: Mutex<Vec<Value>>,
-    script: Mutex<VecDeque<Reply>>,
-}
-
-fn sse(event: &Value) -> Bytes {
-    Bytes::from(format!("event: {}\ndata: {event}\n\n", event["type"].as_str().unwrap()))
-}
+type Model = ModelServer<Reply>;
 
 fn json_response(v: &Value) -> Response {
     Response::builder().header("content-type", "application/json").body(Body::from(v.to_string())).unwrap()
 }
 
-async fn messages(State(st): State<Arc<ModelState>>, body: Bytes) -> Response {
+async fn messages(State(st): State<Arc<ModelLog<Reply>>>, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let model = body["model"].as_str().unwrap_or("scripted").to_owned();
     let usage = json!({"input_tokens": 1, "output_tokens": 1});
@@ -78,14 +61,9 @@ async fn messages(State(st): State<Arc<ModelState>>, body: Bytes) -> Response {
             "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "stop_sequence": null,
             "usage": usage}));
     }
-    let n = {
-        let mut r = st.requests.lock().unwrap();
-        r.push(body.clone());
-        r.len()
-    };
-    let reply = st.script.lock().unwrap().pop_front().unwrap_or_else(|| Reply::Text("Noted.".into()));
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    tokio::spawn(async move {
+    let n = st.record(&body);
+    let reply = st.next().unwrap_or_else(|| Reply::Text("Noted.".into()));
+    event_stream(move |tx| async move {
         let start = json!({"type": "message_start", "message": {"id": format!("msg_{n}"), "type": "message",
             "role": "assistant", "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": usage}});
@@ -122,50 +100,20 @@ async fn messages(State(st): State<Arc<ModelState>>, body: Bytes) -> Response {
                 "usage": {"output_tokens": 1}})))
             .await;
         let _ = tx.send(sse(&json!({"type": "message_stop"}))).await;
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
-    });
-    Response::builder().header("content-type", "text/event-stream").body(Body::from_stream(stream)).unwrap()
+    })
 }
 
 async fn count_tokens() -> Response {
     json_response(&json!({"input_tokens": 10}))
 }
 
-struct Model {
-    port: u16,
-    state: Arc<ModelState>,
-}
-
-impl Model {
-    async fn start() -> Self {
-        let state = Arc::new(ModelState::default());
-        let app = axum::Router::new()
+async fn start_model() -> Model {
+    Model::start(
+        axum::Router::new()
             .route("/v1/messages", post(messages))
-            .route("/v1/messages/count_tokens", post(count_tokens))
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { port, state }
-    }
-
-    fn requests(&self) -> Vec<Value> {
-        self.state.requests.lock().unwrap().clone()
-    }
-
-    async fn wait_requests(&self, n: usize, secs: u64) -> Vec<Value> {
-        let end = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let r = self.requests();
-            if r.len() >= n {
-                return r;
-            }
-            assert!(Instant::now() < end, "the model saw {} request(s), expected {n}", r.len());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+            .route("/v1/messages/count_tokens", post(count_tokens)),
+    )
+    .await
 }
 
 /// Every text the messages after the model's last answer carry (text blocks, tool results, hook context).
@@ -275,10 +223,10 @@ async fn the_claude_code_plugin_hooks_deliver_fenced_peer_messages_into_the_sess
     alice_rpc.call(&planner, send(evil)).await;
     wait_unread(1).await;
 
-    let model = Model::start().await;
+    let model = start_model().await;
     let gate = Arc::new(Notify::new());
-    model.state.script.lock().unwrap().push_back(Reply::HeldBash("echo checked".into(), gate.clone()));
-    model.state.script.lock().unwrap().push_back(Reply::Text("Done.".into()));
+    model.script(Reply::HeldBash("echo checked".into(), gate.clone()));
+    model.script(Reply::Text("Done.".into()));
 
     let tmp = tempfile::tempdir().unwrap();
     let claude_home = tmp.path().join("home");

@@ -8,19 +8,19 @@
 //! (scripts/test.sh sets it, so CI can never skip silently).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::collections::VecDeque;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
-use switchboard_tests::{DaemonProcess, TestRelay, befriend_cli, bridge_of, home, switchboard};
+use switchboard_tests::model::{ModelLog, ModelServer, event_stream, external_bin, sse};
+use switchboard_tests::{DaemonProcess, TestRelay, befriend_cli, bridge_of, home, open_session, switchboard};
 use tokio::sync::Notify;
 
 const CODEX_VERSION: &str = "0.171.0";
@@ -31,22 +31,14 @@ fn bin() -> PathBuf {
 
 /// The Codex binary, or None when it is missing and the test may skip.
 fn codex_bin() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var("SWITCHBOARD_CODEX_BIN").ok().map(PathBuf::from),
-        Some(PathBuf::from(format!(
+    external_bin(
+        &format!("the Codex CLI {CODEX_VERSION}"),
+        "SWITCHBOARD_CODEX_BIN",
+        PathBuf::from(format!(
             "/var/tmp/switchboard-codex/{CODEX_VERSION}/package/vendor/x86_64-unknown-linux-musl/bin/codex"
-        ))),
-    ];
-    let found = candidates.into_iter().flatten().find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("SWITCHBOARD_REQUIRE_CODEX").is_none(),
-            "the Codex CLI is missing and SWITCHBOARD_REQUIRE_CODEX is set: run scripts/install-deps.sh \
-             (or point SWITCHBOARD_CODEX_BIN at a codex {CODEX_VERSION} binary)"
-        );
-        eprintln!("skipping: no codex binary (run scripts/install-deps.sh)");
-    }
-    found
+        )),
+        "SWITCHBOARD_REQUIRE_CODEX",
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -62,20 +54,7 @@ enum Reply {
     Call(&'static str, &'static str, Value),
 }
 
-#[derive(Default)]
-struct ModelState {
-    requests: Mutex<Vec<Value>>,
-    script: Mutex<VecDeque<Reply>>,
-}
-
-struct Model {
-    port: u16,
-    state: Arc<ModelState>,
-}
-
-fn sse(event: &Value) -> Bytes {
-    Bytes::from(format!("event: {}\ndata: {event}\n\n", event["type"].as_str().unwrap()))
-}
+type Model = ModelServer<Reply>;
 
 /// Checks that Codex offers the MCP tool `name` of server `server` to the model; returns
 /// (function name, namespace) as Codex names them (MCP servers are namespaces `mcp__SERVER`).
@@ -90,16 +69,11 @@ fn find_tool(body: &Value, server: &str, name: &str) -> (String, String) {
     (name.to_owned(), ns)
 }
 
-async fn respond(State(st): State<Arc<ModelState>>, body: Bytes) -> Response {
+async fn respond(State(st): State<Arc<ModelLog<Reply>>>, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap();
-    let n = {
-        let mut r = st.requests.lock().unwrap();
-        r.push(body.clone());
-        r.len()
-    };
-    let reply = st.script.lock().unwrap().pop_front().unwrap_or_else(|| Reply::Text("Noted.".into()));
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    tokio::spawn(async move {
+    let n = st.record(&body);
+    let reply = st.next().unwrap_or_else(|| Reply::Text("Noted.".into()));
+    event_stream(move |tx| async move {
         let id = format!("resp_{n}");
         let _ = tx.send(sse(&json!({"type": "response.created", "response": {"id": id}}))).await;
         let item = match reply {
@@ -120,43 +94,11 @@ async fn respond(State(st): State<Arc<ModelState>>, body: Bytes) -> Response {
         let usage = json!({"input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
             "output_tokens_details": null, "total_tokens": 2});
         let _ = tx.send(sse(&json!({"type": "response.completed", "response": {"id": id, "usage": usage}}))).await;
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
-    });
-    Response::builder().header("content-type", "text/event-stream").body(Body::from_stream(stream)).unwrap()
+    })
 }
 
-impl Model {
-    async fn start() -> Self {
-        let state = Arc::new(ModelState::default());
-        let app = axum::Router::new().route("/v1/responses", post(respond)).with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { port, state }
-    }
-
-    fn script(&self, r: Reply) {
-        self.state.script.lock().unwrap().push_back(r);
-    }
-
-    fn requests(&self) -> Vec<Value> {
-        self.state.requests.lock().unwrap().clone()
-    }
-
-    /// Waits until the model has seen `n` requests; returns them.
-    async fn wait_requests(&self, n: usize, secs: u64) -> Vec<Value> {
-        let end = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let r = self.requests();
-            if r.len() >= n {
-                return r;
-            }
-            assert!(Instant::now() < end, "the model saw {} request(s), expected {n}", r.len());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+async fn start_model() -> Model {
+    Model::start(axum::Router::new().route("/v1/responses", post(respond))).await
 }
 
 /// The text of every user message in a request's input, in order.
@@ -307,17 +249,8 @@ impl Alice {
         let daemon = DaemonProcess::start(&bin(), home);
         let (url, _, owner) = bridge_of(home);
         let http = reqwest::Client::new();
-        let opened: Value = http
-            .post(&url)
-            .bearer_auth(&owner)
-            .json(&json!({"op": "session_open", "agent": "planner"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        Self { _daemon: daemon, url, token: opened["token"].as_str().unwrap().to_owned(), http }
+        let token = open_session(&http, &url, &owner, "planner").await;
+        Self { _daemon: daemon, url, token, http }
     }
 
     /// Sends as agent `planner` to bob (to agent `to`, if any); returns the message id.
@@ -373,7 +306,7 @@ async fn setup() -> Setup {
     let (a, alice) = home();
     let (b, bob) = home();
     befriend_cli(&bin(), &alice, &bob, &relay.url());
-    let model = Model::start().await;
+    let model = start_model().await;
     let codex_home = codex_home(dir.path(), &model, &bob);
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();

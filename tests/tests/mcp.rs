@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{Value, json};
-use switchboard_tests::{DaemonProcess, TestRelay, befriend_cli, bridge_of, home};
+use switchboard_tests::{DaemonProcess, TestRelay, befriend_cli, bridge_of, home, open_session};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
@@ -107,17 +107,7 @@ async fn two_agents_talk_through_switchboard_mcp_and_leave_no_secret_behind() {
     let daemon = DaemonProcess::start(&bin(), &alice);
     let (url, _, owner) = bridge_of(&alice);
     let http = reqwest::Client::new();
-    let opened: Value = http
-        .post(&url)
-        .bearer_auth(&owner)
-        .json(&json!({"op": "session_open", "agent": "scanner"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let agent_token = opened["token"].as_str().unwrap().to_owned();
+    let agent_token = open_session(&http, &url, &owner, "scanner").await;
     let sent = http
         .post(&url)
         .bearer_auth(&agent_token)
