@@ -36,7 +36,7 @@ use crate::protocol::agent_mail::recipient::{
 };
 use crate::protocol::agent_mail::relay::PacketRecord;
 use crate::protocol::agent_mail::{DAY_MS, Id16, MAX_TTL_MS, MailAddress, MailboxCard, Message, Part, Pin};
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow};
+use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Queued};
 use crate::transport::TransportError;
 use crate::transport::agent_mail::{Delivered, MailClient, Published};
 use crate::transport::letagents::{RelayClient, SendOutcome};
@@ -565,17 +565,18 @@ impl Runtime {
         .await?;
         insert_am_message(&mut tx, "out", &message, &card.mailbox_id().to_string(), now).await?;
         let mailbox = card.mailbox_id().to_string();
-        store::enqueue(&mut tx, &id, AM, kind, route.as_str(), &mailbox, &[], &packet.to_jcs(), now).await?;
-        let audit = Audit {
-            direction: "out",
-            protocol: AM,
-            peer: &c.peer_id,
+        let payload = packet.to_jcs();
+        let out = Queued {
             message_id: &id,
+            protocol: AM,
             kind,
-            state: "queued",
-            detail: "",
+            relay_url: route.as_str(),
+            target: &mailbox,
+            peer: &c.peer_id,
+            drop_code: &[],
+            payload: &payload,
         };
-        store::audit(&mut tx, now, audit).await?;
+        store::enqueue(&mut tx, out, now).await?;
         tx.commit().await?;
         self.inner.outbox_wake.notify_one();
         Ok(id)

@@ -1046,17 +1046,17 @@ impl Runtime {
             },
         )
         .await?;
-        store::enqueue(tx, &inner.id, PROTO, kind.as_str(), &relay, &c.peer_id, drop, &envelope, now).await?;
-        let audit = Audit {
-            direction: "out",
-            protocol: PROTO,
-            peer: &c.peer_id,
+        let out = store::Queued {
             message_id: &inner.id,
+            protocol: PROTO,
             kind: kind.as_str(),
-            state: "queued",
-            detail: "",
+            relay_url: &relay,
+            target: &c.peer_id,
+            peer: &c.peer_id,
+            drop_code: drop,
+            payload: &envelope,
         };
-        store::audit(tx, now, audit).await?;
+        store::enqueue(tx, out, now).await?;
         Ok(())
     }
 

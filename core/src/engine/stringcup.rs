@@ -18,7 +18,7 @@ use crate::identity::keystore::Keystore;
 use crate::protocol::letagents::Kind;
 use crate::protocol::stringcup::crypto::{self, fingerprint, fingerprint_short};
 use crate::protocol::stringcup::wire::{InboxMessageIn, Outgoing, is_identity_id, is_rendezvous_token};
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Store};
+use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Queued, Store};
 use crate::transport::TransportError;
 use crate::transport::letagents::SendOutcome;
 use crate::transport::stringcup::{self as sct, LongPoll};
@@ -266,17 +266,17 @@ impl Runtime {
             },
         )
         .await?;
-        store::enqueue(&mut tx, &id, SC, kind.as_str(), &self.inner.relay_url, &c.peer_id, &[], &body, now).await?;
-        let audit = Audit {
-            direction: "out",
-            protocol: SC,
-            peer: &c.peer_id,
+        let out = Queued {
             message_id: &id,
+            protocol: SC,
             kind: kind.as_str(),
-            state: "queued",
-            detail: "",
+            relay_url: &self.inner.relay_url,
+            target: &c.peer_id,
+            peer: &c.peer_id,
+            drop_code: &[],
+            payload: &body,
         };
-        store::audit(&mut tx, now, audit).await?;
+        store::enqueue(&mut tx, out, now).await?;
         tx.commit().await?;
         self.inner.outbox_wake.notify_one();
         Ok(id)

@@ -574,35 +574,55 @@ pub async fn insert_message(conn: &mut SqliteConnection, m: &NewMessage<'_>) -> 
     .last_insert_rowid())
 }
 
-/// Queues a payload for sending.
-#[allow(clippy::too_many_arguments)]
-pub async fn enqueue(
-    conn: &mut SqliteConnection,
-    message_id: &str,
-    protocol: &str,
-    kind: &str,
-    relay_url: &str,
-    target: &str,
-    drop_code: &[u8],
-    payload: &[u8],
-    now: i64,
-) -> Result<()> {
+/// A payload to queue for sending.
+#[derive(Debug, Clone, Copy)]
+pub struct Queued<'a> {
+    /// The message it carries.
+    pub message_id: &'a str,
+    /// Its protocol.
+    pub protocol: &'a str,
+    /// Its kind (for the audit log).
+    pub kind: &'a str,
+    /// Where it is posted.
+    pub relay_url: &'a str,
+    /// The relay's name for the recipient (peer id, mailbox).
+    pub target: &'a str,
+    /// The peer, as the audit log names it.
+    pub peer: &'a str,
+    /// letagents drop code, else empty.
+    pub drop_code: &'a [u8],
+    /// The exact bytes every attempt posts.
+    pub payload: &'a [u8],
+}
+
+/// Queues a payload for sending and records it as queued in the audit log, in `conn`'s
+/// transaction; the caller commits and then wakes the outbox.
+pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, next_attempt_at, created_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
-    .bind(message_id)
-    .bind(protocol)
-    .bind(kind)
-    .bind(relay_url)
-    .bind(target)
-    .bind(drop_code)
-    .bind(payload)
+    .bind(o.message_id)
+    .bind(o.protocol)
+    .bind(o.kind)
+    .bind(o.relay_url)
+    .bind(o.target)
+    .bind(o.drop_code)
+    .bind(o.payload)
     .bind(now)
     .bind(now)
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(())
+    let queued = Audit {
+        direction: "out",
+        protocol: o.protocol,
+        peer: o.peer,
+        message_id: o.message_id,
+        kind: o.kind,
+        state: "queued",
+        detail: "",
+    };
+    audit(conn, now, queued).await
 }
 
 /// Sets an outgoing message's state from a receipt. Returns the previous state if it existed.
