@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use serde_json::Value;
+use switchboard_core::bridge::api::Request;
 use switchboard_core::engine::Runtime;
 use switchboard_core::protocol::letmeknow::invite::{InviteLink, new_owner_token};
 use switchboard_core::transport::TransportError;
@@ -27,6 +28,9 @@ impl Agent {
 
     async fn new_at(name: &str, relay: &str) -> Self {
         let peer = Peer::offline(name, relay).await;
+        // These tests are about the group mechanics: every item is due at once and no loop guard
+        // intervenes (the delivery policy has its own tests in letmeknow_policy.rs).
+        peer.call(Request::Policy { review: None, loop_limit: Some(10_000), digest_secs: Some(0) }).await;
         let s = peer.rt.lmk_session(None, Some(&format!("{name}'s agent"))).await.unwrap();
         let handle = s["handle"].as_str().unwrap().to_owned();
         assert!(handle.contains('-'), "a two-word handle: {handle}");
@@ -67,8 +71,9 @@ async fn admit(inviter: &Agent, group: Option<&str>, joiner: &Agent) -> String {
         joiner.rt().lmk_join(&joiner.handle, link, Some(60)),
         inviter.rt().lmk_invite_wait(inv["invite"].as_str().unwrap())
     );
-    let joined = joined.unwrap();
+    // The admission's error first: it explains a join that saw no Welcome.
     let admitted = admitted.unwrap();
+    let joined = joined.unwrap();
     assert_eq!(admitted["joined"]["fingerprint"], joiner.fp.as_str());
     assert_eq!(joined["group"], inv["group"]);
     inv["group"].as_str().unwrap().to_owned()
@@ -365,6 +370,7 @@ mod cli {
         let (_b, bob) = home();
         for (h, name) in [(&alice, "alice"), (&bob, "bob")] {
             ok(h, &["init", "--name", name, "--relay", &relay.url(), "--keystore", "file"]);
+            ok(h, &["policy", "--digest", "0"]);
         }
         // A group session is an agent session run by `listen`.
         let line =
@@ -706,7 +712,8 @@ async fn a_session_offline_past_retention_must_be_re_invited_and_a_brief_absence
     let items = caught["items"].as_array().unwrap();
     assert_eq!(items.len(), 20);
     assert_eq!(items[0]["content"], "m5");
-    // Bob stays away longer than the relay keeps messages.
+    // Bob stays away longer than the relay keeps messages, and misses a commit.
+    alice.rt().lmk_remove(&alice.handle, &g, &carol.fp).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     alice.send(&g, "after the retention").await;
     let err = bob.rt().lmk_sync(&bob.handle, &g, 0).await.unwrap_err();
@@ -714,4 +721,179 @@ async fn a_session_offline_past_retention_must_be_re_invited_and_a_brief_absence
     assert!(alerts(&bob).await.iter().any(|a| a.contains("must be re-invited")));
     assert_eq!(bob.rt().lmk_groups(&bob.handle).await.unwrap()[0]["state"], "expired");
     running.shutdown().await.unwrap();
+}
+
+/// What `agent`'s local log holds, whatever the delivery policy has made due yet.
+async fn log_contents(agent: &Agent) -> Vec<String> {
+    sqlx::query_scalar("SELECT content FROM lmk_messages WHERE handle = ?")
+        .bind(&agent.handle)
+        .fetch_all(&agent.rt().store().pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_session_offline_past_retention_is_re_invited_reads_and_sends_with_one_leaf() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = relay_lite::Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
+    config.limits.ip_requests_per_minute = 0;
+    config.limits.letmeknow.retention_ms = 2_000;
+    config.sweep_interval = std::time::Duration::from_millis(100);
+    let running = relay_lite::spawn(config).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let (alice, bob, carol, dave) = (
+        Agent::new_at("alice", &url).await,
+        Agent::new_at("bob", &url).await,
+        Agent::new_at("carol", &url).await,
+        Agent::new_at("dave", &url).await,
+    );
+    let g = admit(&alice, None, &bob).await;
+    admit(&alice, Some(&g), &carol).await;
+    bob.sync(&g).await;
+    let before = bob.send(&g, "bob before the absence").await;
+    // Bob goes away; the group moves on (dave joins) and the relay forgets that commit.
+    admit(&alice, Some(&g), &dave).await;
+    carol.sync(&g).await;
+    let unread = alice.send(&g, "carol never reads this").await;
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let missed = alice.send(&g, "while bob was away").await;
+    assert!(bob.rt().lmk_sync(&bob.handle, &g, 0).await.unwrap_err().to_string().contains("re-invite"));
+    assert_eq!(bob.rt().lmk_groups(&bob.handle).await.unwrap()[0]["state"], "expired");
+    // Carol was idle as long, but what the relay forgot held no commit: she is told what she
+    // lost (the range, and the message alice's next one says she had read) and reads on.
+    carol.sync(&g).await;
+    assert!(log_contents(&carol).await.iter().any(|c| c == "while bob was away"));
+    let told = alerts(&carol).await;
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(told.iter().any(|a| a.starts_with("messages ") && a.ends_with("so the session reads on")), "{told:?}");
+    assert!(told.iter().any(|a| a.starts_with(&format!("gap: message {unread}"))), "{told:?}");
+
+    // Alice re-invites the same session (same handle, same signature key): one commit replaces
+    // its stale leaf with the new KeyPackage.
+    let epoch_before = alice.rt().lmk_members(&alice.handle, &g).await.unwrap()["epoch"].as_u64().unwrap();
+    let again = admit(&alice, Some(&g), &bob).await;
+    assert_eq!(again, g);
+    assert_eq!(bob.rt().lmk_groups(&bob.handle).await.unwrap()[0]["state"], "active");
+    let readded = format!("alice's agent re-added bob's agent ({})", bob.fp);
+    for a in [&alice, &carol, &dave] {
+        a.sync(&g).await;
+        let seen = log_contents(a).await;
+        assert!(seen.contains(&readded), "{}: {seen:?}", a.peer.name);
+        assert!(!seen.iter().any(|c| c.contains("removed bob")), "a re-add, not a removal: {seen:?}");
+    }
+    for a in [&alice, &bob, &carol, &dave] {
+        let m = a.rt().lmk_members(&a.handle, &g).await.unwrap();
+        assert_eq!(m["epoch"].as_u64(), Some(epoch_before + 1), "one commit");
+        let m = m["members"].as_array().unwrap().clone();
+        assert_eq!(m.len(), 4, "one leaf for bob: {m:?}");
+        assert_eq!(m.iter().filter(|x| x["fingerprint"] == bob.fp.as_str()).count(), 1);
+    }
+
+    // Bob reads what follows and his sends reach everyone.
+    let hello = alice.send(&g, "welcome back, bob").await;
+    bob.sync(&g).await;
+    assert_eq!(bob.rt().lmk_read(&bob.handle, &hello, 0).await.unwrap()["message"]["content"], "welcome back, bob");
+    let reply = bob.send(&g, "glad to be back").await;
+    for a in [&alice, &carol, &dave] {
+        a.sync(&g).await;
+        let r = a.rt().lmk_read(&a.handle, &reply, 0).await.unwrap()["message"].clone();
+        assert_eq!(r["content"], "glad to be back");
+        assert_eq!(r["from"]["fingerprint"], bob.fp.as_str());
+        // His frontier restarted at the Welcome: it claims what he read since, not his old log.
+        assert_eq!(r["after"], serde_json::json!([hello]));
+        let expected = if a.fp == alice.fp { 0 } else { 2 }; // carol and dave lost `unread`
+        assert_eq!(alerts(a).await.len(), expected, "{}: {:?}", a.peer.name, alerts(a).await);
+    }
+    // His old rows are kept as history; what was lost never reached him.
+    let ids: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM lmk_messages").fetch_all(&bob.rt().store().pool).await.unwrap();
+    assert!(ids.contains(&before));
+    assert!(!ids.contains(&missed));
+    assert!(alerts(&bob).await.iter().any(|a| a.contains("must be re-invited")));
+
+    // A new session key with the same display name is a new member: a plain Add, and the old
+    // leaf stays until someone removes it.
+    let s = bob.rt().lmk_session(Some("second-bob"), Some("bob's agent")).await.unwrap();
+    let bob2 = s["fingerprint"].as_str().unwrap().to_owned();
+    let inv = carol.rt().lmk_invite(&carol.handle, Some(&g), None).await.unwrap();
+    let (joined, admitted) = tokio::join!(
+        bob.rt().lmk_join("second-bob", inv["link"].as_str().unwrap(), Some(60)),
+        carol.rt().lmk_invite_wait(inv["invite"].as_str().unwrap())
+    );
+    assert_eq!(admitted.unwrap()["joined"]["fingerprint"], bob2.as_str());
+    joined.unwrap();
+    alice.sync(&g).await;
+    let m = alice.members(&g).await;
+    assert_eq!(m.len(), 5);
+    assert_eq!(m.iter().filter(|x| x["name"] == "bob's agent").count(), 2, "two members, one name: {m:?}");
+    assert!(log_contents(&alice).await.contains(&format!("carol's agent added bob's agent ({bob2})")));
+    alice.rt().lmk_remove(&alice.handle, &g, &bob.fp).await.unwrap();
+    let mut left = vec![alice.fp.clone(), carol.fp.clone(), dave.fp.clone(), bob2];
+    left.sort();
+    assert_eq!(fps(&alice.members(&g).await), left);
+    running.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_message_with_a_forged_epoch_auth_is_reported_and_not_delivered() {
+    use switchboard_core::mls::{self, Member};
+    use switchboard_core::util::b64u;
+    let relay = TestRelay::start().await;
+    let (alice, bob, mallory) =
+        (Agent::new("alice", &relay).await, Agent::new("bob", &relay).await, Agent::new("mallory", &relay).await);
+    let g = admit(&alice, None, &bob).await;
+    admit(&alice, Some(&g), &mallory).await;
+    bob.sync(&g).await;
+    // Mallory is honest at the MLS layer (her own key, the group's current epoch) but writes the
+    // payload herself, with the library's encryption and whatever epoch-auth she likes.
+    let (name, key, state): (String, Vec<u8>, Vec<u8>) =
+        sqlx::query_as("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
+            .bind(&mallory.handle)
+            .fetch_one(&mallory.rt().store().pool)
+            .await
+            .unwrap();
+    let member = Member::restore(&state, &key, &name).unwrap();
+    let mut group = member.load_group(&g).unwrap().unwrap();
+    let upstream = LetmeknowClient::new(&RelayClient::new(&relay.url(), None).unwrap());
+    let payload = |auth: &[u8], content: &str, leave: bool| {
+        let mut p = serde_json::json!({"after": [], "epoch-auth": b64u(auth), "content": content});
+        if leave {
+            p["leave"] = true.into();
+        }
+        serde_json::to_vec(&p).unwrap()
+    };
+    // Control: with the right authenticator her message is delivered, so what is refused below
+    // is refused for the authenticator alone.
+    let right = mls::epoch_authenticator(&group);
+    let honest = member.encrypt(&mut group, &payload(&right, "honest payload", false)).unwrap();
+    let honest_id = switchboard_core::protocol::letmeknow::message_id(&honest);
+    upstream.post(&g, honest).await.unwrap();
+    let mut wrong = right.clone();
+    wrong[0] ^= 1;
+    let forged = member.encrypt(&mut group, &payload(&wrong, "forged payload", false)).unwrap();
+    let forged_id = switchboard_core::protocol::letmeknow::message_id(&forged);
+    upstream.post(&g, forged).await.unwrap();
+    // A leave request under a wrong authenticator is not honoured either.
+    let leave = member.encrypt(&mut group, &payload(&[0; 32], "(leaving)", true)).unwrap();
+    upstream.post(&g, leave).await.unwrap();
+
+    for a in [&alice, &bob] {
+        a.sync(&g).await;
+        let log = log_contents(a).await;
+        assert!(log.iter().any(|c| c == "honest payload"), "{log:?}");
+        assert!(!log.iter().any(|c| c == "forged payload" || c == "(leaving)"), "{log:?}");
+        let honest = a.rt().lmk_read(&a.handle, &honest_id, 0).await.unwrap();
+        assert_eq!(honest["message"]["from"]["fingerprint"], mallory.fp.as_str());
+        assert!(a.rt().lmk_read(&a.handle, &forged_id, 0).await.is_err(), "not in the log as a message");
+        let got = a.deliveries().await;
+        let alert = got
+            .iter()
+            .find(|d| d["kind"] == "alert" && d["content"].as_str().unwrap().contains(&forged_id))
+            .unwrap_or_else(|| panic!("the alert is delivered at once: {got:?}"));
+        let text = alert["content"].as_str().unwrap();
+        assert!(text.starts_with("epoch-auth mismatch") && text.contains(&mallory.fp), "{text}");
+        assert_eq!(alert["mode"], "steer");
+        assert_eq!(alerts(a).await.iter().filter(|t| t.starts_with("epoch-auth mismatch")).count(), 2);
+    }
+    assert_eq!(alice.members(&g).await.len(), 3, "mallory's forged leave request was not honoured");
 }

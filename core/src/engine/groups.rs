@@ -28,8 +28,8 @@ use serde_json::{Value, json};
 use sqlx::Row as _;
 use tokio::sync::Mutex;
 
-use super::delivery::{Label, fence};
-use super::{Error, Result, Runtime};
+use super::delivery::{Label, digest_due, fence};
+use super::{Error, Event, Result, Runtime};
 use crate::bridge::api::Request;
 use crate::mls::{self, Member, MlsError, Processed};
 use crate::protocol::letmeknow::invite::{InviteLink, Role, new_owner_token};
@@ -289,11 +289,14 @@ struct CommitEvent<'a> {
 async fn commit_rows(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str, ev: CommitEvent<'_>) -> Result<()> {
     let CommitEvent { id, seq, epoch, committer, added, removed, mine } = ev;
     let mut lines = Vec::new();
+    // A member in both lists was re-invited: its stale leaf replaced by a new one (same key).
+    let readded = |fp: &str| added.iter().any(|a| a.fingerprint == fp) && removed.iter().any(|r| r.fingerprint == fp);
     for a in added {
         note_member(conn, handle, gid, a, &who(committer)).await?;
-        lines.push(format!("{} added {}", committer.name, who(a)));
+        let verb = if readded(&a.fingerprint) { "re-added" } else { "added" };
+        lines.push(format!("{} {verb} {}", committer.name, who(a)));
     }
-    for r in removed {
+    for r in removed.iter().filter(|r| !readded(&r.fingerprint)) {
         lines.push(format!("{} removed {}", committer.name, who(r)));
     }
     if lines.is_empty() {
@@ -399,44 +402,81 @@ impl Runtime {
         }
     }
 
-    /// Reads every active group (waiting up to `wait_secs`, without holding the session, for
-    /// any of them to have something new) and returns the session's deliveries.
+    /// Reads every active group and returns what the delivery policy makes due to the session,
+    /// waiting up to `wait_secs` while nothing is: woken by new entries in any group's log
+    /// (long-polled without holding the session), by the next digest tick, and by operator
+    /// input (do-not-disturb off, a group resumed).
     pub async fn lmk_wait(&self, handle: &str, wait_secs: u64) -> Result<Value> {
-        let groups: Vec<(String, String, i64)> =
-            sqlx::query("SELECT group_id, relay, cursor FROM lmk_groups WHERE handle = ? AND state = 'active'")
-                .bind(handle)
-                .fetch_all(&self.store().pool)
-                .await?
-                .iter()
-                .map(|r| (r.get("group_id"), r.get("relay"), r.get("cursor")))
-                .collect();
-        for (gid, _, _) in &groups {
-            self.lmk_sync_best_effort(handle, gid).await;
-        }
-        let unread: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM lmk_messages WHERE handle = ? AND read = 0")
-            .bind(handle)
-            .fetch_one(&self.store().pool)
-            .await?;
-        if unread == 0 && wait_secs > 0 && !groups.is_empty() {
+        let mut events = self.subscribe();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_secs.min(3600));
+        loop {
+            let groups: Vec<(String, String)> =
+                sqlx::query("SELECT group_id, relay FROM lmk_groups WHERE handle = ? AND state = 'active'")
+                    .bind(handle)
+                    .fetch_all(&self.store().pool)
+                    .await?
+                    .iter()
+                    .map(|r| (r.get("group_id"), r.get("relay")))
+                    .collect();
+            // A group whose sync fails is not long-polled this round (its log would answer at
+            // once, every time): it is retried on the next wake.
+            let mut healthy = Vec::new();
+            for (gid, relay) in groups {
+                match self.lmk_sync(handle, &gid, 0).await {
+                    Ok(_) => healthy.push((gid, relay)),
+                    Err(e) => tracing::debug!(error = %e, group = gid, "group sync"),
+                }
+            }
+            // Cursors before the policy look: whatever a follower adds after it wakes the poll.
+            let mut cursors = Vec::new();
+            for (gid, relay) in &healthy {
+                let (_, cursor, _) = self.lmk_group_row(handle, gid).await?;
+                cursors.push((gid.clone(), relay.clone(), cursor));
+            }
+            let pending = self.lmk_pending(handle).await?;
+            let now_i = tokio::time::Instant::now();
+            if !pending.due.is_empty() || now_i >= deadline {
+                return self.lmk_deliveries(handle).await;
+            }
+            let mut until = deadline;
+            if let Some(t) = pending.next_due.filter(|_| !pending.dnd) {
+                until = until.min(now_i + Duration::from_millis(u64::try_from(t - now_ms()).unwrap_or(0)));
+            }
+            let wait = until.saturating_duration_since(now_i).as_secs().clamp(1, MAX_WAIT_SECS);
             let mut peeks = Vec::new();
-            for (gid, relay, _) in &groups {
-                let client = self.lmk_client(relay)?;
-                let gid = gid.clone();
-                let cursor =
-                    sqlx::query_scalar::<_, i64>("SELECT cursor FROM lmk_groups WHERE handle = ? AND group_id = ?")
-                        .bind(handle)
-                        .bind(&gid)
-                        .fetch_one(&self.store().pool)
-                        .await?;
-                let wait = wait_secs.min(MAX_WAIT_SECS);
-                peeks.push(Box::pin(async move { client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await }));
+            for (gid, relay, cursor) in cursors {
+                let client = self.lmk_client(&relay)?;
+                peeks.push(Box::pin(async move {
+                    let got = client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await;
+                    if got.is_err() {
+                        // A relay that fails at once must not turn this loop into a spin.
+                        tokio::time::sleep(Duration::from_secs(wait)).await;
+                    }
+                }));
             }
-            let _ = futures_util::future::select_all(peeks).await;
-            for (gid, _, _) in &groups {
-                self.lmk_sync_best_effort(handle, gid).await;
+            let relay_news = async {
+                if peeks.is_empty() {
+                    std::future::pending::<()>().await;
+                } else {
+                    let _ = futures_util::future::select_all(peeks).await;
+                }
+            };
+            let operator = async {
+                loop {
+                    match events.recv().await {
+                        Ok(Event::Dnd { .. } | Event::GroupResumed { .. })
+                        | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                    }
+                }
+            };
+            tokio::select! {
+                () = relay_news => {}
+                () = operator => {}
+                () = tokio::time::sleep_until(until) => {}
             }
         }
-        self.lmk_deliveries(handle).await
     }
 
     fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
@@ -637,7 +677,35 @@ impl Runtime {
             let entries = client.read(gid, u64::try_from(cursor).unwrap_or(0), wait).await?;
             wait = 0;
             let Some(first) = entries.first() else { break };
-            if i64::try_from(first.seq).unwrap_or(i64::MAX) > cursor + 1 {
+            let first_seq = i64::try_from(first.seq).unwrap_or(i64::MAX);
+            // Our own posts in the missing range are not lost: we have them (and merged our
+            // commits when the relay took them).
+            let ours: i64 = sqlx::query_scalar(
+                "SELECT COUNT(DISTINCT seq) FROM lmk_messages WHERE handle = ? AND group_id = ? AND outgoing = 1 \
+                 AND state = 'done' AND seq > ? AND seq < ?",
+            )
+            .bind(&s.handle)
+            .bind(gid)
+            .bind(cursor)
+            .bind(first_seq)
+            .fetch_one(&self.store().pool)
+            .await?;
+            let lost = first_seq.saturating_sub(cursor + 1) > ours;
+            // Entries gone from the relay (retention) that held no commit: the first one left is
+            // still at our epoch (epochs only grow, one per commit), so our MLS state can go on;
+            // the session is told what it lost and reads on.
+            let our_epoch = s.member.load_group(gid).map_err(mls_err)?.map(|g| g.epoch().as_u64());
+            if lost && our_epoch.is_some() && our_epoch == mls::message_epoch(&first.data) {
+                let text = format!(
+                    "messages {}..{} of this group are gone from the relay before this session read them (offline \
+                     longer than its retention); no membership change was among them, so the session reads on",
+                    cursor + 1,
+                    first.seq - 1
+                );
+                let mut tx = self.store().pool.begin().await?;
+                alert(&mut tx, &s.handle, gid, &format!("lost:{cursor}"), text).await?;
+                tx.commit().await?;
+            } else if lost {
                 let mut tx = self.store().pool.begin().await?;
                 sqlx::query("UPDATE lmk_groups SET state = 'expired' WHERE handle = ? AND group_id = ?")
                     .bind(&s.handle)
@@ -650,7 +718,8 @@ impl Runtime {
                     cursor + 1,
                     first.seq - 1
                 );
-                alert(&mut tx, &s.handle, gid, "expired", text).await?;
+                // Keyed by the lost range: a session re-invited and later lost again is told again.
+                alert(&mut tx, &s.handle, gid, &format!("expired:{cursor}"), text).await?;
                 tx.commit().await?;
                 return Err(Error::Forbidden(format!(
                     "group {gid}: this session was offline longer than the relay keeps messages; ask a member to \
@@ -726,9 +795,12 @@ impl Runtime {
                         .bind(epoch_i)
                         .fetch_optional(&mut *tx)
                         .await?;
-                        if let Some(ours) = ours
-                            && b64u_decode(&p.epoch_auth).as_deref() != Some(ours.as_slice())
-                        {
+                        // Every epoch this session is in has its authenticator recorded (create,
+                        // join, each merged commit), so a missing one counts as a mismatch too.
+                        // A message that fails the check is not delivered: its sender's view of
+                        // the group differs from ours, and what it says (a leave request
+                        // included) is not acted on.
+                        if ours.is_none_or(|ours| b64u_decode(&p.epoch_auth).as_deref() != Some(ours.as_slice())) {
                             alert(
                                 &mut tx,
                                 &handle,
@@ -737,11 +809,14 @@ impl Runtime {
                                 format!(
                                     "epoch-auth mismatch: {} sent message {id} at epoch {epoch} with an epoch \
                                      authenticator that differs from ours; the relay may be showing members \
-                                     different commits (a split group)",
+                                     different commits (a split group). The message was not delivered",
                                     who(&sender)
                                 ),
                             )
                             .await?;
+                            save_state(&mut tx, &handle, &s.member).await?;
+                            tx.commit().await?;
+                            return Ok(false);
                         }
                         let row = NewRow {
                             id: id.clone(),
@@ -851,10 +926,16 @@ impl Runtime {
 
     /// The tips of the session's read frontier in `gid`.
     async fn frontier(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
+        // Only since the session's latest join: after a re-invite, what it read in its old
+        // membership is history, not a claim about the group it is in now.
         let rows = sqlx::query(
             "SELECT id, after FROM lmk_messages WHERE handle = ? AND group_id = ? AND read = 1 \
-             AND kind IN ('message', 'leave') AND state = 'done' ORDER BY rowid_",
+             AND kind IN ('message', 'leave') AND state = 'done' AND rowid_ > COALESCE((SELECT MAX(rowid_) \
+             FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind = 'event' AND id LIKE 'joined:%'), 0) \
+             ORDER BY rowid_",
         )
+        .bind(handle)
+        .bind(gid)
         .bind(handle)
         .bind(gid)
         .fetch_all(&self.store().pool)
@@ -918,7 +999,9 @@ impl Runtime {
             match client.post(gid, commit).await {
                 Ok(Posted::Stored(seq)) => {
                     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-                    let before = mls::members(&group);
+                    // From the staged commit, not a before/after diff: a re-add keeps the
+                    // member's fingerprint (and usually its leaf) but is still a remove and an add.
+                    let (added, removed) = Member::pending_changes(&group);
                     s.member.merge_pending(&mut group).map_err(mls_err)?;
                     let after = mls::members(&group);
                     let me = mls::MemberInfo {
@@ -926,15 +1009,9 @@ impl Runtime {
                         fingerprint: s.member.fingerprint(),
                         leaf: group.own_leaf_index().u32(),
                     };
-                    let added: Vec<_> = after
-                        .iter()
-                        .filter(|m| !before.iter().any(|b| b.fingerprint == m.fingerprint))
-                        .cloned()
-                        .collect();
-                    let removed: Vec<_> = before
-                        .iter()
-                        .filter(|m| !after.iter().any(|a| a.fingerprint == m.fingerprint))
-                        .cloned()
+                    let added: Vec<_> = added
+                        .into_iter()
+                        .map(|a| after.iter().find(|m| m.fingerprint == a.fingerprint).cloned().unwrap_or(a))
                         .collect();
                     let mut tx = self.store().pool.begin().await?;
                     sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
@@ -1081,8 +1158,19 @@ impl Runtime {
         let mut s = session.lock().await;
         let (_, joiner) = s.member.inspect_key_package(&kp_bytes).map_err(mls_err)?;
         let stage = |m: &Member, g: &mut openmls::group::MlsGroup| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
-            let (kp, _) = m.inspect_key_package(&kp_bytes).map_err(mls_err)?;
-            let (commit, welcome) = m.add(g, kp).map_err(mls_err)?;
+            let (kp, who) = m.inspect_key_package(&kp_bytes).map_err(mls_err)?;
+            // The same session (same signature key) already has a leaf: its state fell behind
+            // (offline past the relay's retention). One commit removes the stale leaf and adds
+            // the new KeyPackage, so members see it re-added, once. A new session key with the
+            // same display name is a new member: a plain Add.
+            let stale = mls::members(g).into_iter().find(|x| x.fingerprint == who.fingerprint);
+            let (commit, welcome) = match stale {
+                Some(old) if old.leaf == g.own_leaf_index().u32() => {
+                    return Err(Error::Invalid("a session cannot join a group through its own invite".into()));
+                }
+                Some(old) => m.readd(g, old.leaf, kp).map_err(mls_err)?,
+                None => m.add(g, kp).map_err(mls_err)?,
+            };
             Ok((commit, Some(welcome)))
         };
         let (seq, welcome) = self.commit_with(&mut s, gid, &stage).await?;
@@ -1176,6 +1264,16 @@ impl Runtime {
             for m in &members {
                 note_member(&mut tx, handle, &blob.group, m, "").await?;
             }
+            // Joining a group this session was in before (re-invited after falling behind the
+            // relay's retention, or after a removal): its old rows stay as history, the cursor
+            // and state were reset above, and authenticators it recorded for epochs from this
+            // one on belong to the old membership (perhaps a fork): the Welcome's replace them.
+            sqlx::query("DELETE FROM lmk_epoch_auth WHERE handle = ? AND group_id = ? AND epoch >= ?")
+                .bind(handle)
+                .bind(&blob.group)
+                .bind(i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX))
+                .execute(&mut *tx)
+                .await?;
             let names = members.iter().map(who).collect::<Vec<_>>().join(", ");
             let row = NewRow {
                 id: format!("joined:{}", blob.seq),
@@ -1484,15 +1582,15 @@ impl Runtime {
         )
     }
 
-    /// What is due to the session: everything unread after its frontier in every group, capped
-    /// at the last [`CATCH_UP`] plus the number omitted; all of it is now read.
-    pub async fn lmk_deliveries(&self, handle: &str) -> Result<Value> {
+    /// What the delivery policy makes of the session's unread rows now (see the module doc).
+    async fn lmk_pending(&self, handle: &str) -> Result<Pending> {
+        let policy = self.policy().await?;
+        let dnd = self.dnd().await?;
         let rows =
             sqlx::query("SELECT * FROM lmk_messages WHERE handle = ? AND read = 0 AND state = 'done' ORDER BY rowid_")
                 .bind(handle)
                 .fetch_all(&self.store().pool)
                 .await?;
-        let omitted = rows.len().saturating_sub(CATCH_UP);
         let (me, my_name) =
             sqlx::query_as::<_, (Vec<u8>, String)>("SELECT signature_key, name FROM lmk_sessions WHERE handle = ?")
                 .bind(handle)
@@ -1500,38 +1598,121 @@ impl Runtime {
                 .await?
                 .map(|(k, name)| (fingerprint(&k), name))
                 .unwrap_or_default();
+        // The loop guard's hops: every group message, in or out, after the group's last operator
+        // input, by rowid; a row is paused when more than the limit precede it (itself included).
+        let counted: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT m.group_id, m.rowid_ FROM lmk_messages m WHERE m.handle = ?1 AND m.kind = 'message' \
+             AND m.state = 'done' AND m.rowid_ > COALESCE((SELECT p.reset_rowid FROM lmk_policy p \
+             WHERE p.handle = ?1 AND p.group_id = m.group_id), 0) ORDER BY m.rowid_",
+        )
+        .bind(handle)
+        .fetch_all(&self.store().pool)
+        .await?;
+        let mut hops: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for (gid, rowid) in counted {
+            hops.entry(gid).or_default().push(rowid);
+        }
+        let now = now_ms();
+        let mut out = Pending { dnd, ..Default::default() };
+        for r in rows {
+            let rowid: i64 = r.get("rowid_");
+            let gid: String = r.get("group_id");
+            let to: String = r.get("to_fp");
+            let kind: String = r.get("kind");
+            // Steer when addressed to this session (`to`, or an @mention of its handle or name
+            // in a peer's message) and for alerts; digest otherwise.
+            let mentioned = kind == "message"
+                && r.get::<i64, _>("outgoing") == 0
+                && mentions(r.get::<String, _>("content").as_str(), &[handle, &my_name]);
+            let steer = !to.is_empty() && to == me || kind == "alert" || mentioned;
+            let before = hops.get(&gid).map_or(0, |v| v.partition_point(|x| *x <= rowid));
+            let paused = kind == "message" && i64::try_from(before).unwrap_or(i64::MAX) > policy.loop_limit;
+            let due_at = if steer { r.get("created_at") } else { digest_due(r.get("created_at"), policy.digest_ms) };
+            if paused {
+                *out.paused.entry(gid).or_default() += 1;
+            } else if dnd {
+                out.dnd_held += 1;
+            } else if due_at > now {
+                out.next_due = Some(out.next_due.map_or(due_at, |t| t.min(due_at)));
+                out.early.push(r);
+            } else {
+                out.due.push((r, if steer { "steer" } else { "digest" }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Hands the session what is due now (the policy in the module doc), capped at the last
+    /// [`CATCH_UP`] plus the number omitted; all of it is now read. What is not due stays
+    /// unread, outside the read frontier, and is counted under `held`.
+    pub async fn lmk_deliveries(&self, handle: &str) -> Result<Value> {
+        let pending = self.lmk_pending(handle).await?;
+        // Once something is due the session is woken anyway: waiting digest rows ride along (as
+        // in the 1:1 queue), in log order.
+        let waiting = pending.early.len();
+        let mut batch: Vec<(&sqlx::sqlite::SqliteRow, &str)> = pending.due.iter().map(|(r, m)| (r, *m)).collect();
+        if !batch.is_empty() {
+            batch.extend(pending.early.iter().map(|r| (r, "digest")));
+            batch.sort_by_key(|(r, _)| r.get::<i64, _>("rowid_"));
+        }
+        let mut taken = Vec::with_capacity(batch.len());
         let mut tx = self.store().pool.begin().await?;
-        for r in &rows {
-            sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?")
+        for (r, mode) in batch {
+            // A concurrent caller may have taken it: each row is handed over once.
+            let n = sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ? AND read = 0")
                 .bind(r.get::<i64, _>("rowid_"))
                 .execute(&mut *tx)
-                .await?;
+                .await?
+                .rows_affected();
+            if n > 0 {
+                taken.push((r, mode));
+            }
         }
         tx.commit().await?;
-        let items: Vec<Value> = rows
+        let omitted = taken.len().saturating_sub(CATCH_UP);
+        let items: Vec<Value> = taken
             .iter()
             .skip(omitted)
-            .map(|r| {
+            .map(|(r, mode)| {
                 let mut v = row_dto(r);
-                // Steer when addressed to this session, digest otherwise (the delivery policy).
-                // An @mention of the session's handle or name in a peer's message counts as
-                // addressed, like `to`.
-                let to: String = r.get("to_fp");
-                let kind: String = r.get("kind");
-                let mentioned = kind == "message"
-                    && r.get::<i64, _>("outgoing") == 0
-                    && mentions(r.get::<String, _>("content").as_str(), &[handle, &my_name]);
-                let mode = if !to.is_empty() && to == me || kind == "alert" || mentioned { "steer" } else { "digest" };
                 if let Some(o) = v.as_object_mut() {
                     o.insert("mode".into(), json!(mode));
                 }
                 v
             })
             .collect();
-        Ok(
-            json!({"handle": handle, "omitted": omitted, "note": if omitted > 0 { format!("{omitted} earlier omitted") } else { String::new() }, "items": items}),
-        )
+        let paused: usize = pending.paused.values().sum();
+        Ok(json!({
+            "handle": handle,
+            "omitted": omitted,
+            "note": if omitted > 0 { format!("{omitted} earlier omitted") } else { String::new() },
+            "items": items,
+            "dnd": pending.dnd,
+            "held": {
+                "digest": if taken.is_empty() { waiting } else { 0 },
+                "paused_by_loop_guard": paused,
+                "dnd": pending.dnd_held,
+            },
+            "next_digest_at": if taken.is_empty() { pending.next_due } else { None },
+        }))
     }
+}
+
+/// The delivery policy's view of a session's unread group rows at one moment.
+#[derive(Default)]
+struct Pending {
+    /// Due now, oldest first, with their mode (steer or digest).
+    due: Vec<(sqlx::sqlite::SqliteRow, &'static str)>,
+    /// Digest rows waiting for their tick (they ride along with anything due).
+    early: Vec<sqlx::sqlite::SqliteRow>,
+    /// The earliest tick a waiting digest row is due at.
+    next_due: Option<i64>,
+    /// Rows the loop guard holds, per group.
+    paused: BTreeMap<String, usize>,
+    /// Due rows held only by do-not-disturb.
+    dnd_held: usize,
+    /// Whether do-not-disturb is on.
+    dnd: bool,
 }
 
 #[cfg(test)]

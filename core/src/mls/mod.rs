@@ -268,6 +268,24 @@ impl Member {
         Ok((commit.to_bytes().map_err(local)?, welcome.to_bytes().map_err(local)?))
     }
 
+    /// Stages one commit that removes the stale leaf `leaf` and adds the member of
+    /// `key_package` (a re-invite of a member whose state fell behind): returns (commit,
+    /// welcome). Members see one leaf for it afterwards, not a duplicate.
+    pub fn readd(
+        &self,
+        group: &mut MlsGroup,
+        leaf: u32,
+        key_package: KeyPackage,
+    ) -> Result<(Vec<u8>, Vec<u8>), MlsError> {
+        if leaf == group.own_leaf_index().u32() {
+            return Err(MlsError::Local("a member cannot re-add itself".into()));
+        }
+        let out = group
+            .swap_members(&self.provider, &self.signer, &[LeafNodeIndex::new(leaf)], std::slice::from_ref(&key_package))
+            .map_err(local)?;
+        Ok((out.commit.to_bytes().map_err(local)?, out.welcome.to_bytes().map_err(local)?))
+    }
+
     /// Stages a commit removing the members with these leaf indexes.
     pub fn remove(&self, group: &mut MlsGroup, leaves: &[u32]) -> Result<Vec<u8>, MlsError> {
         let leaves: Vec<LeafNodeIndex> = leaves.iter().map(|l| LeafNodeIndex::new(*l)).collect();
@@ -285,14 +303,36 @@ impl Member {
         group.clear_pending_commit(self.provider.storage()).map_err(local)
     }
 
-    /// Joins from a Welcome (serialized MLSMessage).
+    /// Joins from a Welcome (serialized MLSMessage). State this member still holds for the same
+    /// group (it was removed, left, or fell behind the relay's retention and was re-invited) is
+    /// replaced: the old epoch's keys and group state are deleted once the Welcome has been
+    /// validated, so a Welcome that does not verify leaves the old state as it was.
     pub fn join(&self, welcome: &[u8]) -> Result<MlsGroup, MlsError> {
         let msg = MlsMessageIn::tls_deserialize_exact(welcome).map_err(peer)?;
         let MlsMessageBodyIn::Welcome(welcome) = msg.extract() else {
             return Err(MlsError::Peer("not a Welcome".into()));
         };
-        let staged = StagedWelcome::new_from_welcome(&self.provider, &join_config(), welcome, None).map_err(peer)?;
+        let staged = StagedWelcome::build_from_welcome(&self.provider, &join_config(), welcome)
+            .map_err(peer)?
+            .replace_old_group()
+            .build()
+            .map_err(peer)?;
+        let gid = staged.group_context().group_id().clone();
+        if let Some(mut old) = MlsGroup::load(self.provider.storage(), &gid).map_err(local)? {
+            use openmls_traits::storage::StorageProvider as _;
+            self.provider
+                .storage()
+                .delete_encryption_epoch_key_pairs(old.group_id(), &old.epoch(), old.own_leaf_index().u32())
+                .map_err(local)?;
+            old.delete(self.provider.storage()).map_err(local)?;
+        }
         staged.into_group(&self.provider).map_err(peer)
+    }
+
+    /// What our pending commit (staged, not yet merged) adds and removes; added members carry
+    /// leaf `u32::MAX` until the merge places them.
+    pub fn pending_changes(group: &MlsGroup) -> (Vec<MemberInfo>, Vec<MemberInfo>) {
+        group.pending_commit().map(|staged| changes(group, staged)).unwrap_or_default()
     }
 
     /// Encrypts an application message (a PrivateMessage) in the current epoch.
@@ -318,14 +358,7 @@ impl Member {
                 Ok(Processed::Application { sender, data: app.into_bytes(), epoch })
             }
             ProcessedMessageContent::StagedCommitMessage(staged) => {
-                let added = staged
-                    .add_proposals()
-                    .map(|p| leaf_info(p.add_proposal().key_package().leaf_node(), u32::MAX))
-                    .collect::<Vec<_>>();
-                let removed = staged
-                    .remove_proposals()
-                    .filter_map(|p| group.member_at(p.remove_proposal().removed()).map(|m| info(&m)))
-                    .collect::<Vec<_>>();
+                let (added, removed) = changes(group, &staged);
                 let self_removed = staged.self_removed();
                 group.merge_staged_commit(&self.provider, *staged).map_err(local)?;
                 // Leaf indexes of the added members are known only after the merge.
@@ -344,6 +377,18 @@ impl Member {
             }
         }
     }
+}
+
+/// The members a staged commit adds (leaf `u32::MAX`: placed only by the merge) and removes
+/// (as they are in `group` before the merge). A re-add names the same member in both.
+fn changes(group: &MlsGroup, staged: &StagedCommit) -> (Vec<MemberInfo>, Vec<MemberInfo>) {
+    let added =
+        staged.add_proposals().map(|p| leaf_info(p.add_proposal().key_package().leaf_node(), u32::MAX)).collect();
+    let removed = staged
+        .remove_proposals()
+        .filter_map(|p| group.member_at(p.remove_proposal().removed()).map(|m| info(&m)))
+        .collect();
+    (added, removed)
 }
 
 /// Reads the epoch of a serialized PrivateMessage without decrypting it.
@@ -416,5 +461,60 @@ mod tests {
         assert!(matches!(bob.process(&mut gb, &secret).unwrap(), Processed::Application { .. }));
         assert!(carol.process(&mut gc, &secret).is_err(), "the removed member cannot decrypt");
         assert_eq!(members(&ga).len(), 2);
+    }
+
+    #[test]
+    fn a_stale_member_is_re_added_in_one_commit_and_its_new_state_replaces_the_old() {
+        let alice = Member::generate("alice's agent").unwrap();
+        let bob = Member::generate("bob's agent").unwrap();
+        let carol = Member::generate("carol's agent").unwrap();
+        let mut ga = alice.create_group(G).unwrap();
+        let (kp, _) = alice.inspect_key_package(&bob.key_package().unwrap()).unwrap();
+        let (_, welcome) = alice.add(&mut ga, kp).unwrap();
+        alice.merge_pending(&mut ga).unwrap();
+        let mut gb_old = bob.join(&welcome).unwrap();
+        let (kp, _) = alice.inspect_key_package(&carol.key_package().unwrap()).unwrap();
+        let (_, welcome) = alice.add(&mut ga, kp).unwrap();
+        alice.merge_pending(&mut ga).unwrap();
+        let mut gc = carol.join(&welcome).unwrap();
+        // Bob never sees the commit that added carol: his state is a stale epoch.
+        let bob_leaf = members(&ga).iter().find(|m| m.fingerprint == bob.fingerprint()).unwrap().leaf;
+        let (kp, who) = alice.inspect_key_package(&bob.key_package().unwrap()).unwrap();
+        assert_eq!(who.fingerprint, bob.fingerprint(), "same session, same signature key");
+        assert!(alice.add(&mut ga, kp.clone()).is_err(), "a plain Add of a key already in the tree is refused");
+        alice.discard_pending(&mut ga).unwrap();
+        let (commit, welcome) = alice.readd(&mut ga, bob_leaf, kp).unwrap();
+        let (added, removed) = Member::pending_changes(&ga);
+        assert_eq!(
+            (added[0].fingerprint.as_str(), removed[0].fingerprint.as_str()),
+            (who.fingerprint.as_str(), who.fingerprint.as_str())
+        );
+        alice.merge_pending(&mut ga).unwrap();
+        match carol.process(&mut gc, &commit).unwrap() {
+            Processed::Commit { added, removed, .. } => {
+                assert_eq!(added.len(), 1);
+                assert_eq!(removed.len(), 1);
+                assert_eq!(added[0].fingerprint, bob.fingerprint());
+                assert_eq!(removed[0].fingerprint, bob.fingerprint());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(members(&gc).iter().filter(|m| m.fingerprint == bob.fingerprint()).count(), 1, "one leaf");
+        assert_eq!(members(&gc).len(), 3);
+        // The stale state cannot read the new epoch; the Welcome replaces it.
+        let hello = alice.encrypt(&mut ga, b"welcome back").unwrap();
+        assert!(bob.process(&mut gb_old, &hello).is_err());
+        let mut gb = bob.join(&welcome).unwrap();
+        assert_eq!(gb.epoch(), ga.epoch());
+        match bob.process(&mut gb, &hello).unwrap() {
+            Processed::Application { data, .. } => assert_eq!(data, b"welcome back"),
+            other => panic!("{other:?}"),
+        }
+        let back = bob.encrypt(&mut gb, b"glad to be back").unwrap();
+        assert!(matches!(carol.process(&mut gc, &back).unwrap(), Processed::Application { .. }));
+        // What persists is the new state only: restored, bob is at the new epoch.
+        let bob = Member::restore(&bob.snapshot(), bob.signature_key(), bob.name()).unwrap();
+        assert_eq!(bob.load_group(G).unwrap().unwrap().epoch(), ga.epoch());
+        assert!(alice.readd(&mut ga, 0, alice.inspect_key_package(&alice.key_package().unwrap()).unwrap().0).is_err());
     }
 }
