@@ -224,6 +224,13 @@ pub enum Command {
         /// Contact name.
         contact: String,
     },
+    /// Do-not-disturb for the whole runtime: while on, no agent is woken (everything is kept and
+    /// handed over when it goes off).
+    Dnd {
+        /// on, off, or status.
+        #[arg(value_parser = ["on", "off", "status"], default_value = "status")]
+        state: String,
+    },
 }
 
 /// `review` subcommands.
@@ -502,6 +509,13 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Review(ReviewCmd::Reject { id }) => Request::ReviewReject { id },
         Command::Policy { review, loop_limit, digest } => Request::Policy { review, loop_limit, digest_secs: digest },
         Command::Resume { contact } => Request::Resume { contact },
+        Command::Dnd { state } => Request::Dnd {
+            on: match state.as_str() {
+                "on" => Some(true),
+                "off" => Some(false),
+                _ => None,
+            },
+        },
         Command::Join { link, handle } => Request::GroupJoin { handle, link, timeout_secs: None },
         Command::Group(g) => match g {
             GroupCmd::List { handle } => Request::GroupList { handle },
@@ -623,6 +637,7 @@ fn print_text(kind: &str, v: &Value) {
                 );
             }
         }
+        "dnd" => println!("do-not-disturb: {}", if v["dnd"].as_bool() == Some(true) { "on" } else { "off" }),
         _ => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
     }
 }
@@ -637,6 +652,7 @@ fn output_kind(cmd: &Command) -> &'static str {
         Command::Send(_) | Command::List { .. } => "message",
         Command::Inbox { .. } => "inbox",
         Command::Log { .. } => "log",
+        Command::Dnd { .. } => "dnd",
         _ => "json",
     }
 }

@@ -256,6 +256,14 @@ pub enum Request {
         /// Contact name.
         contact: String,
     },
+    /// Do-not-disturb, runtime-wide (owner only): with `on` sets it, without reads it. While on,
+    /// no agent is woken (agent queues and group deliveries hand over nothing new); everything
+    /// is kept and handed over once it is off. Answers `{"dnd": bool}`.
+    Dnd {
+        /// On or off; absent: only report.
+        #[serde(default)]
+        on: Option<bool>,
+    },
     /// letmeknow: opens (or creates, with a random two-word handle) a group session; `name` is
     /// the display name its credential carries. Agent sessions always act as their own handle.
     GroupSession {

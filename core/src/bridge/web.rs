@@ -252,6 +252,8 @@ pub fn ui_event(e: &Event) -> Value {
         Event::Delivery { id, state } => json!({"type": "delivery", "id": id, "state": state}),
         Event::KeyChanged { name } => json!({"type": "key_changed", "name": name}),
         Event::Resumed { .. } => json!({"type": "changed"}),
+        Event::Dnd { on } => json!({"type": "dnd", "on": on}),
+        Event::GroupResumed { .. } => json!({"type": "changed"}),
     }
 }
 

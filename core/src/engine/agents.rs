@@ -9,6 +9,7 @@
 //! - Agent send: `from_agent` comes from the session, never from the request; the loop guard may
 //!   refuse it; review mode holds it in the approval queue instead of sending.
 //! - Owner send: operator input, which resets the conversation's loop guard.
+//! - Do-not-disturb is the owner's switch too: an agent session cannot wake itself through it.
 
 // serde_json::Value indexing returns Null for missing keys; it cannot panic.
 #![allow(clippy::indexing_slicing)]
@@ -162,6 +163,10 @@ impl Runtime {
                 .await?;
                 Ok(json!({"contact": name, "outbound": mode}))
             }
+            Request::Dnd { on } => match on {
+                Some(on) => self.set_dnd(on).await,
+                None => Ok(json!({"dnd": self.dnd().await?})),
+            },
             Request::Resume { contact } => {
                 let c = self.contact(&contact).await?;
                 let released = self.operator_input(c.id).await?;

@@ -7,6 +7,8 @@
 //! - The **loop guard** counts agent-to-agent hops per conversation (a contact) since the last
 //!   operator input. Past the limit, incoming messages are paused (no agent is woken) and agent
 //!   sends are refused until the operator resumes the conversation.
+//! - **Do-not-disturb** (runtime-wide, `meta.dnd`): while on, queues hand over nothing (no agent
+//!   is woken, `wait` keeps waiting); everything stays queued and is handed over once it is off.
 //! - Peer text reaches an agent only inside a fence whose marker is random per message and absent
 //!   from the text, under a label with the sender's protocol, name, fingerprint and verified
 //!   state. Every adapter (MCP, `listen`, hooks) gets the same fenced text from here.
@@ -108,7 +110,7 @@ pub struct Policy {
 }
 
 /// When a digest item that arrived at `at` is due.
-fn digest_due(at: i64, digest_ms: i64) -> i64 {
+pub(super) fn digest_due(at: i64, digest_ms: i64) -> i64 {
     if digest_ms <= 0 { at } else { (at / digest_ms + 1) * digest_ms }
 }
 
@@ -118,6 +120,18 @@ fn names(to_agent: &str, agent: &str) -> bool {
 }
 
 impl Runtime {
+    /// Whether do-not-disturb is on (no agent is woken; deliveries wait until it is off).
+    pub(super) async fn dnd(&self) -> Result<bool> {
+        Ok(self.store().meta("dnd").await?.is_some_and(|v| v == "on"))
+    }
+
+    /// Switches do-not-disturb; waiting agents re-check at once. Answers `{"dnd": on}`.
+    pub(super) async fn set_dnd(&self, on: bool) -> Result<Value> {
+        self.store().set_meta("dnd", if on { "on" } else { "off" }).await?;
+        self.emit(Event::Dnd { on });
+        Ok(json!({"dnd": on}))
+    }
+
     /// The delivery policy in force.
     pub(super) async fn policy(&self) -> Result<Policy> {
         let get = |k: &'static str| async move { self.store().meta(k).await };
@@ -349,7 +363,15 @@ impl Runtime {
     /// delivered.
     pub(super) async fn take_queue(&self, agent: &str, due_only: bool) -> Result<Value> {
         self.refresh_queue(agent).await?;
-        let until = if due_only { now_ms() } else { i64::MAX };
+        let dnd = self.dnd().await?;
+        // Do-not-disturb: nothing is handed over; it stays queued for when it is off.
+        let until = if dnd {
+            i64::MIN
+        } else if due_only {
+            now_ms()
+        } else {
+            i64::MAX
+        };
         let rows = sqlx::query(
             "SELECT d.message, d.mode FROM agent_deliveries d WHERE d.agent = ? AND d.state = 'queued' \
              AND d.due_at <= ? ORDER BY d.message LIMIT 200",
@@ -380,7 +402,7 @@ impl Runtime {
             .await?;
         }
         let unread = self.unread(agent).await?;
-        let mut v = json!({"agent": agent, "deliveries": out, "unread": unread});
+        let mut v = json!({"agent": agent, "deliveries": out, "unread": unread, "dnd": dnd});
         if let (Some(o), Value::Object(extra)) = (v.as_object_mut(), self.queue_counts(agent).await?) {
             o.extend(extra);
         }
@@ -450,6 +472,9 @@ impl Runtime {
                     .fetch_one(&self.store().pool)
                     .await?;
             let now = now_ms();
+            // Do-not-disturb: keep waiting (an `Event::Dnd` wakes this loop when it goes off).
+            let dnd = self.dnd().await?;
+            let next = if dnd { None } else { next };
             if next.is_some_and(|t| t <= now) {
                 return self.take_queue(agent, false).await;
             }

@@ -28,8 +28,8 @@ use serde_json::{Value, json};
 use sqlx::Row as _;
 use tokio::sync::Mutex;
 
-use super::delivery::{Label, fence};
-use super::{Error, Result, Runtime};
+use super::delivery::{Label, digest_due, fence};
+use super::{Error, Event, Result, Runtime};
 use crate::bridge::api::Request;
 use crate::mls::{self, Member, MlsError, Processed};
 use crate::protocol::letmeknow::invite::{InviteLink, Role, new_owner_token};
@@ -402,44 +402,81 @@ impl Runtime {
         }
     }
 
-    /// Reads every active group (waiting up to `wait_secs`, without holding the session, for
-    /// any of them to have something new) and returns the session's deliveries.
+    /// Reads every active group and returns what the delivery policy makes due to the session,
+    /// waiting up to `wait_secs` while nothing is: woken by new entries in any group's log
+    /// (long-polled without holding the session), by the next digest tick, and by operator
+    /// input (do-not-disturb off, a group resumed).
     pub async fn lmk_wait(&self, handle: &str, wait_secs: u64) -> Result<Value> {
-        let groups: Vec<(String, String, i64)> =
-            sqlx::query("SELECT group_id, relay, cursor FROM lmk_groups WHERE handle = ? AND state = 'active'")
-                .bind(handle)
-                .fetch_all(&self.store().pool)
-                .await?
-                .iter()
-                .map(|r| (r.get("group_id"), r.get("relay"), r.get("cursor")))
-                .collect();
-        for (gid, _, _) in &groups {
-            self.lmk_sync_best_effort(handle, gid).await;
-        }
-        let unread: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM lmk_messages WHERE handle = ? AND read = 0")
-            .bind(handle)
-            .fetch_one(&self.store().pool)
-            .await?;
-        if unread == 0 && wait_secs > 0 && !groups.is_empty() {
+        let mut events = self.subscribe();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_secs.min(3600));
+        loop {
+            let groups: Vec<(String, String)> =
+                sqlx::query("SELECT group_id, relay FROM lmk_groups WHERE handle = ? AND state = 'active'")
+                    .bind(handle)
+                    .fetch_all(&self.store().pool)
+                    .await?
+                    .iter()
+                    .map(|r| (r.get("group_id"), r.get("relay")))
+                    .collect();
+            // A group whose sync fails is not long-polled this round (its log would answer at
+            // once, every time): it is retried on the next wake.
+            let mut healthy = Vec::new();
+            for (gid, relay) in groups {
+                match self.lmk_sync(handle, &gid, 0).await {
+                    Ok(_) => healthy.push((gid, relay)),
+                    Err(e) => tracing::debug!(error = %e, group = gid, "group sync"),
+                }
+            }
+            // Cursors before the policy look: whatever a follower adds after it wakes the poll.
+            let mut cursors = Vec::new();
+            for (gid, relay) in &healthy {
+                let (_, cursor, _) = self.lmk_group_row(handle, gid).await?;
+                cursors.push((gid.clone(), relay.clone(), cursor));
+            }
+            let pending = self.lmk_pending(handle).await?;
+            let now_i = tokio::time::Instant::now();
+            if !pending.due.is_empty() || now_i >= deadline {
+                return self.lmk_deliveries(handle).await;
+            }
+            let mut until = deadline;
+            if let Some(t) = pending.next_due.filter(|_| !pending.dnd) {
+                until = until.min(now_i + Duration::from_millis(u64::try_from(t - now_ms()).unwrap_or(0)));
+            }
+            let wait = until.saturating_duration_since(now_i).as_secs().clamp(1, MAX_WAIT_SECS);
             let mut peeks = Vec::new();
-            for (gid, relay, _) in &groups {
-                let client = self.lmk_client(relay)?;
-                let gid = gid.clone();
-                let cursor =
-                    sqlx::query_scalar::<_, i64>("SELECT cursor FROM lmk_groups WHERE handle = ? AND group_id = ?")
-                        .bind(handle)
-                        .bind(&gid)
-                        .fetch_one(&self.store().pool)
-                        .await?;
-                let wait = wait_secs.min(MAX_WAIT_SECS);
-                peeks.push(Box::pin(async move { client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await }));
+            for (gid, relay, cursor) in cursors {
+                let client = self.lmk_client(&relay)?;
+                peeks.push(Box::pin(async move {
+                    let got = client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await;
+                    if got.is_err() {
+                        // A relay that fails at once must not turn this loop into a spin.
+                        tokio::time::sleep(Duration::from_secs(wait)).await;
+                    }
+                }));
             }
-            let _ = futures_util::future::select_all(peeks).await;
-            for (gid, _, _) in &groups {
-                self.lmk_sync_best_effort(handle, gid).await;
+            let relay_news = async {
+                if peeks.is_empty() {
+                    std::future::pending::<()>().await;
+                } else {
+                    let _ = futures_util::future::select_all(peeks).await;
+                }
+            };
+            let operator = async {
+                loop {
+                    match events.recv().await {
+                        Ok(Event::Dnd { .. } | Event::GroupResumed { .. })
+                        | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                    }
+                }
+            };
+            tokio::select! {
+                () = relay_news => {}
+                () = operator => {}
+                () = tokio::time::sleep_until(until) => {}
             }
         }
-        self.lmk_deliveries(handle).await
     }
 
     fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
@@ -1545,15 +1582,15 @@ impl Runtime {
         )
     }
 
-    /// What is due to the session: everything unread after its frontier in every group, capped
-    /// at the last [`CATCH_UP`] plus the number omitted; all of it is now read.
-    pub async fn lmk_deliveries(&self, handle: &str) -> Result<Value> {
+    /// What the delivery policy makes of the session's unread rows now (see the module doc).
+    async fn lmk_pending(&self, handle: &str) -> Result<Pending> {
+        let policy = self.policy().await?;
+        let dnd = self.dnd().await?;
         let rows =
             sqlx::query("SELECT * FROM lmk_messages WHERE handle = ? AND read = 0 AND state = 'done' ORDER BY rowid_")
                 .bind(handle)
                 .fetch_all(&self.store().pool)
                 .await?;
-        let omitted = rows.len().saturating_sub(CATCH_UP);
         let (me, my_name) =
             sqlx::query_as::<_, (Vec<u8>, String)>("SELECT signature_key, name FROM lmk_sessions WHERE handle = ?")
                 .bind(handle)
@@ -1561,38 +1598,121 @@ impl Runtime {
                 .await?
                 .map(|(k, name)| (fingerprint(&k), name))
                 .unwrap_or_default();
+        // The loop guard's hops: every group message, in or out, after the group's last operator
+        // input, by rowid; a row is paused when more than the limit precede it (itself included).
+        let counted: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT m.group_id, m.rowid_ FROM lmk_messages m WHERE m.handle = ?1 AND m.kind = 'message' \
+             AND m.state = 'done' AND m.rowid_ > COALESCE((SELECT p.reset_rowid FROM lmk_policy p \
+             WHERE p.handle = ?1 AND p.group_id = m.group_id), 0) ORDER BY m.rowid_",
+        )
+        .bind(handle)
+        .fetch_all(&self.store().pool)
+        .await?;
+        let mut hops: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for (gid, rowid) in counted {
+            hops.entry(gid).or_default().push(rowid);
+        }
+        let now = now_ms();
+        let mut out = Pending { dnd, ..Default::default() };
+        for r in rows {
+            let rowid: i64 = r.get("rowid_");
+            let gid: String = r.get("group_id");
+            let to: String = r.get("to_fp");
+            let kind: String = r.get("kind");
+            // Steer when addressed to this session (`to`, or an @mention of its handle or name
+            // in a peer's message) and for alerts; digest otherwise.
+            let mentioned = kind == "message"
+                && r.get::<i64, _>("outgoing") == 0
+                && mentions(r.get::<String, _>("content").as_str(), &[handle, &my_name]);
+            let steer = !to.is_empty() && to == me || kind == "alert" || mentioned;
+            let before = hops.get(&gid).map_or(0, |v| v.partition_point(|x| *x <= rowid));
+            let paused = kind == "message" && i64::try_from(before).unwrap_or(i64::MAX) > policy.loop_limit;
+            let due_at = if steer { r.get("created_at") } else { digest_due(r.get("created_at"), policy.digest_ms) };
+            if paused {
+                *out.paused.entry(gid).or_default() += 1;
+            } else if dnd {
+                out.dnd_held += 1;
+            } else if due_at > now {
+                out.next_due = Some(out.next_due.map_or(due_at, |t| t.min(due_at)));
+                out.early.push(r);
+            } else {
+                out.due.push((r, if steer { "steer" } else { "digest" }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Hands the session what is due now (the policy in the module doc), capped at the last
+    /// [`CATCH_UP`] plus the number omitted; all of it is now read. What is not due stays
+    /// unread, outside the read frontier, and is counted under `held`.
+    pub async fn lmk_deliveries(&self, handle: &str) -> Result<Value> {
+        let pending = self.lmk_pending(handle).await?;
+        // Once something is due the session is woken anyway: waiting digest rows ride along (as
+        // in the 1:1 queue), in log order.
+        let waiting = pending.early.len();
+        let mut batch: Vec<(&sqlx::sqlite::SqliteRow, &str)> = pending.due.iter().map(|(r, m)| (r, *m)).collect();
+        if !batch.is_empty() {
+            batch.extend(pending.early.iter().map(|r| (r, "digest")));
+            batch.sort_by_key(|(r, _)| r.get::<i64, _>("rowid_"));
+        }
+        let mut taken = Vec::with_capacity(batch.len());
         let mut tx = self.store().pool.begin().await?;
-        for r in &rows {
-            sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?")
+        for (r, mode) in batch {
+            // A concurrent caller may have taken it: each row is handed over once.
+            let n = sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ? AND read = 0")
                 .bind(r.get::<i64, _>("rowid_"))
                 .execute(&mut *tx)
-                .await?;
+                .await?
+                .rows_affected();
+            if n > 0 {
+                taken.push((r, mode));
+            }
         }
         tx.commit().await?;
-        let items: Vec<Value> = rows
+        let omitted = taken.len().saturating_sub(CATCH_UP);
+        let items: Vec<Value> = taken
             .iter()
             .skip(omitted)
-            .map(|r| {
+            .map(|(r, mode)| {
                 let mut v = row_dto(r);
-                // Steer when addressed to this session, digest otherwise (the delivery policy).
-                // An @mention of the session's handle or name in a peer's message counts as
-                // addressed, like `to`.
-                let to: String = r.get("to_fp");
-                let kind: String = r.get("kind");
-                let mentioned = kind == "message"
-                    && r.get::<i64, _>("outgoing") == 0
-                    && mentions(r.get::<String, _>("content").as_str(), &[handle, &my_name]);
-                let mode = if !to.is_empty() && to == me || kind == "alert" || mentioned { "steer" } else { "digest" };
                 if let Some(o) = v.as_object_mut() {
                     o.insert("mode".into(), json!(mode));
                 }
                 v
             })
             .collect();
-        Ok(
-            json!({"handle": handle, "omitted": omitted, "note": if omitted > 0 { format!("{omitted} earlier omitted") } else { String::new() }, "items": items}),
-        )
+        let paused: usize = pending.paused.values().sum();
+        Ok(json!({
+            "handle": handle,
+            "omitted": omitted,
+            "note": if omitted > 0 { format!("{omitted} earlier omitted") } else { String::new() },
+            "items": items,
+            "dnd": pending.dnd,
+            "held": {
+                "digest": if taken.is_empty() { waiting } else { 0 },
+                "paused_by_loop_guard": paused,
+                "dnd": pending.dnd_held,
+            },
+            "next_digest_at": if taken.is_empty() { pending.next_due } else { None },
+        }))
     }
+}
+
+/// The delivery policy's view of a session's unread group rows at one moment.
+#[derive(Default)]
+struct Pending {
+    /// Due now, oldest first, with their mode (steer or digest).
+    due: Vec<(sqlx::sqlite::SqliteRow, &'static str)>,
+    /// Digest rows waiting for their tick (they ride along with anything due).
+    early: Vec<sqlx::sqlite::SqliteRow>,
+    /// The earliest tick a waiting digest row is due at.
+    next_due: Option<i64>,
+    /// Rows the loop guard holds, per group.
+    paused: BTreeMap<String, usize>,
+    /// Due rows held only by do-not-disturb.
+    dnd_held: usize,
+    /// Whether do-not-disturb is on.
+    dnd: bool,
 }
 
 #[cfg(test)]

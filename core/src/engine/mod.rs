@@ -172,6 +172,19 @@ pub enum Event {
         /// The contact's row id.
         contact_id: i64,
     },
+    /// Do-not-disturb was switched on or off.
+    Dnd {
+        /// Whether it is on now.
+        on: bool,
+    },
+    /// Operator input in a letmeknow group (the owner sent, resumed, or approved a held send):
+    /// the loop guard counts from here and releases what it paused.
+    GroupResumed {
+        /// The group session.
+        handle: String,
+        /// The group.
+        group: String,
+    },
 }
 
 /// The relay connection as `status` reports it.
@@ -636,7 +649,8 @@ impl Runtime {
             | Request::ReviewReject { .. }
             | Request::Policy { .. }
             | Request::ContactReview { .. }
-            | Request::Resume { .. } => Err(Error::Bug("agent and policy requests are routed by handle_as".into())),
+            | Request::Resume { .. }
+            | Request::Dnd { .. } => Err(Error::Bug("agent and policy requests are routed by handle_as".into())),
             group @ (Request::GroupSession { .. }
             | Request::GroupInvite { .. }
             | Request::GroupInviteWait { .. }
@@ -679,6 +693,7 @@ impl Runtime {
             "outbox": self.store().outbox_len().await?,
             "agent_mail": self.agent_mail_whoami().await,
             "agents": self.store().agents().await?,
+            "dnd": self.dnd().await?,
         }))
     }
 
