@@ -10,6 +10,7 @@ packages=(
   chromium                                           # the UI's end-to-end test (ui/e2e, playwright-core)
   libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev  # the Tauri app
   xvfb xauth x11-utils xdotool imagemagick           # the app's window test (src-tauri/tests/window.rs)
+  webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
 )
 
 missing=()
@@ -29,6 +30,14 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+
+# tauri-driver (src-tauri/tests/webview.rs drives the real app's webview over WebDriver through it
+# and WebKitWebDriver), skipped when this exact version is installed; the test fails, never skips,
+# under SWITCHBOARD_REQUIRE_WEBDRIVER=1 when it is missing.
+tauri_driver_version=2.0.6
+if ! cargo install --list 2>/dev/null | grep -qx "tauri-driver v$tauri_driver_version:"; then
+  (cd / && env -u CARGO_TARGET_DIR cargo install tauri-driver --version "$tauri_driver_version" --locked --quiet)
+fi
 
 
 # Python packages the interop tests drive, pip-installed into the python3 first on PATH (the one

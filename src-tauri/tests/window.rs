@@ -1,76 +1,45 @@
 //! The real app under Xvfb: its window appears (found by X11 window name and checked mapped with
-//! xwininfo), the UI paints (the app prints its start-to-first-paint time), a screenshot of the
-//! screen is saved under the build output, and the app's idle memory is measured.
-//! Needs xvfb-run, xdotool, xwininfo and ImageMagick (scripts/install-deps.sh).
+//! xwininfo), the UI paints (the app prints its first-paint line), a screenshot of the screen is
+//! saved under the build output, and the app's start-up time and idle memory are measured against
+//! a same-run baseline: a bare Tauri window on a trivial page (examples/bare_window.rs), launched
+//! and measured the same way, so BENCHMARKS.md can give the app as ratios of it.
+//! Needs xvfb-run, dbus-run-session, xdotool, xwininfo and ImageMagick (scripts/install-deps.sh),
+//! and the example built (`cargo build --workspace --examples`; a plain `cargo test` builds it).
+//! `SWITCHBOARD_APP_BENCH_ROUNDS=N` (default 1) alternates N baseline and N app launches.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+mod support;
+
+use std::time::Duration;
 
 use switchboard_core::engine::{InitOptions, Runtime};
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::Profile;
 
-const SCRIPT: &str = r#"
-set -u
-"$APP" --home "$PROFILE" > "$OUT/app.log" 2>&1 &
-pid=$!
-echo "$pid" > "$OUT/app.pid"
-id=""
-for _ in $(seq 1 240); do
-  id=$(xdotool search --onlyvisible --name '^Switchboard$' 2>/dev/null | head -n 1)
-  [ -n "$id" ] && break
-  kill -0 "$pid" 2>/dev/null || { echo "app exited" >&2; exit 3; }
-  sleep 0.25
-done
-[ -n "$id" ] || { echo "no window" >&2; kill "$pid"; exit 4; }
-for _ in $(seq 1 240); do
-  grep -q "first paint" "$OUT/app.log" && break
-  sleep 0.25
-done
-sleep 1
-xwininfo -id "$id" > "$OUT/xwininfo.txt"
-import -window root "$OUT/app.png"
-sleep 5
-ps -e -o pid=,ppid=,rss= > "$OUT/ps.txt"
-kill "$pid"
-wait "$pid"
-exit 0
-"#;
+use support::{Display, Figures};
 
-fn out_dir() -> PathBuf {
-    // <target>/debug/deps/window-* -> <target>/screenshots
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors().nth(3).unwrap().join("screenshots")
+const IDLE: Duration = Duration::from_secs(5);
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }
 
-/// RSS in KiB of `root` and all its descendants, from `ps -e -o pid=,ppid=,rss=`.
-fn tree_rss(ps: &str, root: u32) -> u64 {
-    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    let mut rss = BTreeMap::new();
-    for line in ps.lines() {
-        let f: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-        if f.len() == 3 {
-            children.entry(f[1] as u32).or_default().push(f[0] as u32);
-            rss.insert(f[0] as u32, f[2]);
-        }
-    }
-    let mut total = 0;
-    let mut stack = vec![root];
-    while let Some(p) = stack.pop() {
-        total += rss.get(&p).copied().unwrap_or(0);
-        stack.extend(children.get(&p).cloned().unwrap_or_default());
-    }
-    total
+fn summary(name: &str, runs: &[Figures]) -> (u128, u64) {
+    let paint = support::median(runs.iter().map(|f| f.spawn_to_paint_ms).collect());
+    let rss = support::median(runs.iter().map(|f| u128::from(f.idle_rss_kib)).collect()) as u64;
+    let each: Vec<String> = runs
+        .iter()
+        .map(|f| format!("{} ms / {:.0} MiB ({} processes)", f.spawn_to_paint_ms, mib(f.idle_rss_kib), f.processes))
+        .collect();
+    println!("{name}: spawn to first paint, idle RSS: {}", each.join("; "));
+    (paint, rss)
 }
 
 #[test]
 fn the_app_window_appears_under_xvfb_and_is_screenshotted() {
-    for tool in ["xvfb-run", "xdotool", "xwininfo", "import"] {
-        let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).status().unwrap().success();
-        assert!(found, "{tool} is missing: run scripts/install-deps.sh");
-    }
+    support::require_tools(&["xvfb-run", "dbus-run-session", "xdotool", "xwininfo", "import", "identify"]);
+    let bare = support::example_bin("bare_window");
+    let rounds: usize = std::env::var("SWITCHBOARD_APP_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1);
     let home = tempfile::tempdir().unwrap();
     let profile = Profile { dir: home.path().join("profile") };
     // An initialised profile, so the window shows the app rather than the first-run screen.
@@ -86,36 +55,64 @@ fn the_app_window_appears_under_xvfb_and_is_screenshotted() {
     });
     drop(rt);
 
-    let out = out_dir();
-    std::fs::create_dir_all(&out).unwrap();
-    let _ = std::fs::remove_file(out.join("app.png"));
-    let status = Command::new("xvfb-run")
-        .args(["-a", "-s", "-screen 0 1280x800x24", "bash", "-c", SCRIPT])
-        .env("APP", env!("CARGO_BIN_EXE_switchboard-app"))
-        .env("PROFILE", &profile.dir)
-        .env("OUT", &out)
-        .env("SWITCHBOARD_KEYSTORE", "file")
-        .status()
-        .unwrap();
-    let log = std::fs::read_to_string(out.join("app.log")).unwrap_or_default();
-    assert!(status.success(), "the app did not show its window ({status}); its log:\n{log}");
+    let out = support::out_dir("");
+    let display = Display::start();
+    let app = || {
+        let mut app = display.command(env!("CARGO_BIN_EXE_switchboard-app"));
+        app.arg("--home").arg(&profile.dir).env("SWITCHBOARD_KEYSTORE", "file");
+        app
+    };
+    let base_shot = out.join("bare-window.png");
+    let app_shot = out.join("app.png");
+    // One unmeasured launch of each first (the first WebKit start on a machine reads its libraries
+    // from disk), then rounds in alternating order, so neither side always goes first.
+    support::measure(&display, display.command(&bare), "Switchboard", &base_shot, Duration::ZERO);
+    support::measure(&display, app(), "Switchboard", &app_shot, Duration::ZERO);
+    let (mut base_runs, mut app_runs) = (Vec::new(), Vec::new());
+    for round in 0..rounds.max(1) {
+        if round % 2 == 1 {
+            app_runs.push(support::measure(&display, app(), "Switchboard", &app_shot, IDLE));
+        }
+        base_runs.push(support::measure(&display, display.command(&bare), "Switchboard", &base_shot, IDLE));
+        if round % 2 == 0 {
+            app_runs.push(support::measure(&display, app(), "Switchboard", &app_shot, IDLE));
+        }
+    }
+    drop(display);
 
-    let info = std::fs::read_to_string(out.join("xwininfo.txt")).unwrap();
+    let last = app_runs.last().unwrap();
+    let info = &last.xwininfo;
     assert!(info.contains("Map State: IsViewable"), "{info}");
     let width: u32 = info.lines().find_map(|l| l.trim().strip_prefix("Width: ")).unwrap().parse().unwrap();
     assert!(width >= 480, "{info}");
-
-    let paint = log.lines().find(|l| l.contains("first paint")).expect("the UI never reported its first paint");
     let shot = out.join("app.png");
-    assert!(shot.is_file());
-    let colors = Command::new("identify").args(["-format", "%k"]).arg(&shot).output().unwrap();
-    let colors: u32 = String::from_utf8_lossy(&colors.stdout).trim().parse().unwrap();
-    assert!(colors > 50, "the screenshot looks blank ({colors} colours)");
+    let colours = support::colours(&shot);
+    assert!(colours > 50, "the screenshot looks blank ({colours} colours)");
+    assert!(support::colours(&out.join("bare-window.png")) > 2, "the baseline's screenshot looks blank");
+    assert!(last.processes >= 2, "the app's WebKit processes were not found under it: {last:?}");
 
-    let pid: u32 = std::fs::read_to_string(out.join("app.pid")).unwrap().trim().parse().unwrap();
-    let rss = tree_rss(&std::fs::read_to_string(out.join("ps.txt")).unwrap(), pid);
-    println!("{paint}; idle RSS (app and its WebKit processes) {} MiB; screenshot {}", rss / 1024, shot.display());
-    let figures = format!("{paint}\nidle_rss_kib {rss}\n");
-    std::fs::write(out.join("app-figures.txt"), figures).unwrap();
-    assert!(rss > 0);
+    let (base_paint, base_rss) = summary("bare window", &base_runs);
+    let (app_paint, app_rss) = summary("app", &app_runs);
+    let app_own = support::median(app_runs.iter().map(|f| u128::from(f.own_rss_kib)).collect()) as u64;
+    let base_own = support::median(base_runs.iter().map(|f| u128::from(f.own_rss_kib)).collect()) as u64;
+    let paint_ratio = app_paint as f64 / base_paint.max(1) as f64;
+    let rss_ratio = app_rss as f64 / base_rss.max(1) as f64;
+    println!(
+        "medians of {rounds} round(s): spawn to first paint app {app_paint} ms vs bare window {base_paint} ms ({paint_ratio:.2}x); \
+         idle RSS (process tree) app {:.0} MiB vs bare window {:.0} MiB ({rss_ratio:.2}x); own process {:.0} vs {:.0} MiB; \
+         app's own line: {}; screenshots {}",
+        mib(app_rss),
+        mib(base_rss),
+        mib(app_own),
+        mib(base_own),
+        last.paint_line,
+        out.display()
+    );
+    let figures = format!(
+        "{}\nrounds {rounds}\napp_spawn_to_paint_ms {app_paint}\nbare_spawn_to_paint_ms {base_paint}\npaint_ratio {paint_ratio:.2}\n\
+         app_idle_rss_kib {app_rss}\nbare_idle_rss_kib {base_rss}\nrss_ratio {rss_ratio:.2}\napp_own_rss_kib {app_own}\nbare_own_rss_kib {base_own}\n",
+        last.paint_line
+    );
+    support::write(&out.join("app-figures.txt"), &figures);
+    assert!(app_rss > 0 && base_rss > 0);
 }

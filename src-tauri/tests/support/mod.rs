@@ -1,0 +1,309 @@
+//! Shared by the real-app tests (window.rs, webview.rs): a private X display (Xvfb) with its own
+//! D-Bus session, launching a window process in it and measuring it the same way for the app and
+//! for the bare-window baseline (spawn to first paint, idle RSS of the process tree), screenshots.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Panics naming the missing tool unless every one is on PATH.
+pub fn require_tools(tools: &[&str]) {
+    for tool in tools {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}"))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(found, "{tool} is missing: run scripts/install-deps.sh");
+    }
+}
+
+/// `<target>/screenshots/<sub>` (created), from this test binary's path `<target>/debug/deps/x`.
+pub fn out_dir(sub: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.ancestors().nth(3).unwrap().join("screenshots").join(sub);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `<target>/debug/examples/NAME` (built by `cargo build --workspace --examples`, and by a plain
+/// `cargo test --workspace`, which scripts/test.sh runs after `cargo build --all-targets`).
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.ancestors().nth(2).unwrap().join("examples").join(name);
+    assert!(bin.is_file(), "{} is missing: run `cargo build --workspace --examples` first", bin.display());
+    bin
+}
+
+/// An Xvfb display with a D-Bus session of its own (so the app's single-instance name and
+/// anything else on the bus are private to the test), alive until dropped.
+pub struct Display {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// DISPLAY, XAUTHORITY and DBUS_SESSION_BUS_ADDRESS inside it.
+    pub env: Vec<(String, String)>,
+}
+
+impl Display {
+    /// Starts `xvfb-run -a` (1280x800x24) with `dbus-run-session` inside; it ends when dropped.
+    pub fn start() -> Self {
+        let script = r#"printf 'DISPLAY=%s\nXAUTHORITY=%s\nDBUS_SESSION_BUS_ADDRESS=%s\n\n' \
+            "$DISPLAY" "${XAUTHORITY:-}" "$DBUS_SESSION_BUS_ADDRESS"; cat >/dev/null"#;
+        let mut child = Command::new("xvfb-run")
+            .args(["-a", "-s", "-screen 0 1280x800x24", "dbus-run-session", "--", "bash", "-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut env = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = out.read_line(&mut line).unwrap();
+            let line = line.trim_end();
+            if n == 0 || line.is_empty() {
+                break;
+            }
+            let (k, v) = line.split_once('=').unwrap();
+            env.push((k.to_owned(), v.to_owned()));
+        }
+        assert!(
+            env.iter().any(|(k, v)| k == "DISPLAY" && !v.is_empty()),
+            "xvfb-run with dbus-run-session did not start: {env:?}"
+        );
+        let stdin = child.stdin.take();
+        Self { child, stdin, env }
+    }
+
+    /// A command that runs on this display and bus.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd
+    }
+
+    /// A screenshot of the whole screen.
+    pub fn screenshot(&self, path: &Path) {
+        let _ = std::fs::remove_file(path);
+        let ok = self.command("import").args(["-window", "root"]).arg(path).status().unwrap().success();
+        assert!(ok && path.is_file(), "import could not take {}", path.display());
+    }
+
+    /// The ids of visible windows named exactly `name`.
+    pub fn visible_windows(&self, name: &str) -> Vec<String> {
+        let out = self.command("xdotool").args(["search", "--onlyvisible", "--name"]).arg(format!("^{name}$")).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect()).unwrap_or_default()
+    }
+}
+
+impl Drop for Display {
+    fn drop(&mut self) {
+        drop(self.stdin.take()); // the script's `cat` sees EOF; xvfb-run then stops Xvfb
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The number of distinct colours in a PNG (ImageMagick), to tell a painted screen from a blank one.
+pub fn colours(png: &Path) -> u32 {
+    let out = Command::new("identify").args(["-format", "%k"]).arg(png).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+/// `ps -e -o pid=,ppid=,rss=` now.
+pub fn ps_snapshot() -> String {
+    let out = Command::new("ps").args(["-e", "-o", "pid=,ppid=,rss="]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `root` and all its descendants in a `ps -e -o pid=,ppid=,rss=` snapshot, with their RSS (KiB).
+pub fn tree(ps: &str, root: u32) -> Vec<(u32, u64)> {
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut rss = BTreeMap::new();
+    for line in ps.lines() {
+        let f: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if f.len() == 3 {
+            children.entry(f[1] as u32).or_default().push(f[0] as u32);
+            rss.insert(f[0] as u32, f[2]);
+        }
+    }
+    let mut found = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        if let Some(r) = rss.get(&p) {
+            found.push((p, *r));
+        }
+        stack.extend(children.get(&p).cloned().unwrap_or_default());
+    }
+    found
+}
+
+/// RSS in KiB of `root` and all its descendants (a sum: shared pages count once per process).
+pub fn tree_rss(ps: &str, root: u32) -> u64 {
+    tree(ps, root).iter().map(|(_, r)| r).sum()
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .unwrap_or(false)
+}
+
+/// A window process launched by [`launch`]: its stdout lines as they arrive, stamped.
+pub struct Launched {
+    /// The process.
+    pub child: Child,
+    /// When it was spawned.
+    pub spawned: Instant,
+    lines: mpsc::Receiver<(Instant, String)>,
+    /// Everything it wrote so far (stdout and stderr), for failure messages.
+    pub log: Arc<Mutex<String>>,
+}
+
+/// Spawns `cmd` with its output captured (stdout lines stamped on arrival).
+pub fn launch(mut cmd: Command) -> Launched {
+    let spawned = Instant::now();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let out_log = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let at = Instant::now();
+            out_log.lock().unwrap().push_str(&format!("{line}\n"));
+            let _ = tx.send((at, line));
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    let err_log = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            err_log.lock().unwrap().push_str(&format!("{line}\n"));
+        }
+    });
+    Launched { child, spawned, lines, log }
+}
+
+impl Launched {
+    /// Waits up to `secs` for a stdout line containing `needle`; returns it with its arrival time.
+    pub fn wait_line(&mut self, needle: &str, secs: u64) -> (Instant, String) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok((at, line)) if line.contains(needle) => return (at, line),
+                Ok(_) => {}
+                Err(_) => {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        panic!("the process exited ({status}) before printing {needle:?}:\n{}", self.log());
+                    }
+                    assert!(Instant::now() < deadline, "no {needle:?} within {secs} s:\n{}", self.log());
+                }
+            }
+        }
+    }
+
+    /// Its output so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGTERM (a clean shutdown), then SIGKILL after 10 s; waits for it.
+    pub fn stop(mut self) -> String {
+        let pid = self.child.id();
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return self.log();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log()
+    }
+}
+
+/// What one launch of a window process measured.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    /// From spawn to the "first paint" line reaching us.
+    pub spawn_to_paint_ms: u128,
+    /// The line itself (the process's own figure, measured from its `main`).
+    pub paint_line: String,
+    /// RSS of the process and its descendants (the WebKit processes) after `idle` seconds.
+    pub idle_rss_kib: u64,
+    /// Of which the process itself.
+    pub own_rss_kib: u64,
+    /// How many processes the tree had.
+    pub processes: usize,
+    /// `xwininfo` of its window.
+    pub xwininfo: String,
+}
+
+/// Launches `cmd` on `display`, waits for its window (named `title`, visible) and its first-paint
+/// line, screenshots the screen to `shot`, waits `idle` seconds and measures the process tree's
+/// RSS, then stops it. The app and the baseline go through exactly this.
+pub fn measure(display: &Display, cmd: Command, title: &str, shot: &Path, idle: Duration) -> Figures {
+    let mut run = launch(cmd);
+    let (at, paint_line) = run.wait_line("first paint", 60);
+    let spawn_to_paint_ms = at.duration_since(run.spawned).as_millis();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        if let Some(id) = display.visible_windows(title).into_iter().next() {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no visible window named {title}:\n{}", run.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let xwininfo = display.command("xwininfo").args(["-id", &id]).output().unwrap();
+    let xwininfo = String::from_utf8_lossy(&xwininfo.stdout).into_owned();
+    display.screenshot(shot);
+    std::thread::sleep(idle);
+    let ps = ps_snapshot();
+    let pid = run.child.id();
+    let procs = tree(&ps, pid);
+    let own_rss_kib = procs.iter().find(|(p, _)| *p == pid).map(|(_, r)| *r).unwrap_or(0);
+    let idle_rss_kib = procs.iter().map(|(_, r)| r).sum();
+    let processes = procs.len();
+    let children: Vec<u32> = procs.iter().map(|(p, _)| *p).filter(|p| *p != pid).collect();
+    run.stop();
+    // Its WebKit processes go with it; wait so the next launch starts on a quiet machine.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while children.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Figures { spawn_to_paint_ms, paint_line, idle_rss_kib, own_rss_kib, processes, xwininfo }
+}
+
+/// The median of `xs` (the lower middle for an even count).
+pub fn median(mut xs: Vec<u128>) -> u128 {
+    xs.sort_unstable();
+    xs.get(xs.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+}
+
+/// Writes `text` to `path`, creating parents.
+pub fn write(path: &Path, text: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}

@@ -1,0 +1,428 @@
+//! The real app in its real webview (WebKitGTK), driven over W3C WebDriver: `tauri-driver` in
+//! front of Debian's `WebKitWebDriver`, on a private Xvfb display and D-Bus session, with a real
+//! relay-lite and a second profile (an in-process runtime). The scenario: first run (name and
+//! relay URL) shows the addresses; bob's letagents address pasted into the window (a real
+//! keyboard paste through the X clipboard) shows a preview with his safety number, and adding it
+//! sends him a hello; a message typed and sent in the conversation reaches bob, and his answer
+//! appears in it; closing the window (the WM_DELETE_WINDOW a window manager sends) leaves the app
+//! running with its window hidden (close-to-tray is the default); launching the binary again with
+//! a `switchboard:` link (single instance) shows the window with that link's preview.
+//! Screenshots go to `<target>/screenshots/webview/`.
+//!
+//! Needs tauri-driver (`cargo install tauri-driver`, or `$SWITCHBOARD_TAURI_DRIVER`), Debian's
+//! webkit2gtk-driver, xvfb-run, dbus-run-session, xdotool, ImageMagick and python3 (all from
+//! scripts/install-deps.sh). Without the drivers the test skips, unless
+//! SWITCHBOARD_REQUIRE_WEBDRIVER is set (scripts/test.sh sets it), which makes it fail.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use switchboard_core::bridge::api::Request;
+use switchboard_tests::{Peer, TestRelay};
+
+use support::Display;
+
+/// The W3C name of an element reference in JSON.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A WebDriver session over plain HTTP (tauri-driver on loopback).
+struct WebDriver {
+    http: reqwest::Client,
+    base: String,
+    session: String,
+    shots: PathBuf,
+}
+
+impl WebDriver {
+    /// Opens a session that launches `app` with `args`.
+    async fn start(port: u16, app: &Path, args: &[String], shots: PathBuf) -> Self {
+        let tls = switchboard_core::transport::tls::client_config(None).unwrap();
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .no_proxy()
+            .timeout(Duration::from_secs(90))
+            .build()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http.get(format!("{base}/status")).send().await.is_err() {
+            assert!(Instant::now() < deadline, "tauri-driver never answered on {base}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "wry",
+            "tauri:options": {"application": app, "args": args},
+        }}});
+        let res: Value = http.post(format!("{base}/session")).json(&caps).send().await.unwrap().json().await.unwrap();
+        let session = res["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {res}")).to_owned();
+        Self { http, base, session, shots }
+    }
+
+    /// One command; panics with the driver's error.
+    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        self.try_cmd(method, path, body).await.unwrap_or_else(|e| panic!("WebDriver {path}: {e}"))
+    }
+
+    async fn try_cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let mut req = self.http.request(method, url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.map_err(|e| e.to_string())?;
+        let ok = res.status().is_success();
+        let v: Value = res.json().await.map_err(|e| e.to_string())?;
+        if ok { Ok(v["value"].clone()) } else { Err(v["value"].to_string()) }
+    }
+
+    /// Runs `script` (a function body; `arguments` are `args`) in the page.
+    async fn js(&self, script: &str, args: Value) -> Value {
+        self.cmd(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": args}))).await
+    }
+
+    /// Waits up to `secs` for `script` to return something truthy; returns it.
+    async fn until(&self, what: &str, secs: u64, script: &str, args: Value) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let v = self
+                .try_cmd(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": args})))
+                .await;
+            match v {
+                Ok(v) if !(v.is_null() || v == json!(false) || v == json!("")) => return v,
+                _ if Instant::now() > deadline => {
+                    let text = self.js("return document.body ? document.body.innerText : ''", json!([])).await;
+                    self.shot(&format!("failed-{}", what.replace(' ', "-"))).await;
+                    panic!("timed out waiting for {what}; the page says:\n{text}");
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// Waits for the element matching the CSS `selector` (visible); returns its reference.
+    async fn element(&self, selector: &str) -> Value {
+        let script = "const e = document.querySelector(arguments[0]); \
+                      return e && e.getClientRects().length > 0 ? e : null;";
+        self.until(selector, 30, script, json!([selector])).await
+    }
+
+    fn id(el: &Value) -> String {
+        el[ELEMENT].as_str().unwrap_or_else(|| panic!("not an element: {el}")).to_owned()
+    }
+
+    async fn click(&self, selector: &str) {
+        let el = self.element(selector).await;
+        self.cmd(reqwest::Method::POST, &format!("/element/{}/click", Self::id(&el)), Some(json!({}))).await;
+    }
+
+    /// Clears the field and types `text` into it (real key events).
+    async fn type_into(&self, selector: &str, text: &str) {
+        let el = Self::id(&self.element(selector).await);
+        self.cmd(reqwest::Method::POST, &format!("/element/{el}/clear"), Some(json!({}))).await;
+        self.cmd(reqwest::Method::POST, &format!("/element/{el}/value"), Some(json!({"text": text}))).await;
+    }
+
+    /// The trimmed text of the element matching `selector`.
+    async fn text(&self, selector: &str) -> String {
+        let el = Self::id(&self.element(selector).await);
+        let v = self.cmd(reqwest::Method::GET, &format!("/element/{el}/text"), None).await;
+        v.as_str().unwrap_or("").trim().to_owned()
+    }
+
+    /// Presses `modifier`+`key` (WebDriver key codes) with the keyboard.
+    async fn chord(&self, modifier: &str, key: &str) {
+        let actions = json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+            {"type": "keyDown", "value": modifier}, {"type": "keyDown", "value": key},
+            {"type": "keyUp", "value": key}, {"type": "keyUp", "value": modifier},
+        ]}]});
+        self.cmd(reqwest::Method::POST, "/actions", Some(actions)).await;
+        let _ = self.try_cmd(reqwest::Method::DELETE, "/actions", None).await;
+    }
+
+    /// The webview's own screenshot, saved as `<shots>/<name>.png`.
+    async fn shot(&self, name: &str) -> PathBuf {
+        let b64 = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
+        let png = data_encoding::BASE64.decode(b64.as_str().unwrap_or("").as_bytes()).unwrap();
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        path
+    }
+
+    /// Ends the session (the driver stops the app it launched).
+    async fn quit(&self) {
+        let _ = self.try_cmd(reqwest::Method::DELETE, "", None).await;
+    }
+}
+
+/// Sends WM_DELETE_WINDOW to X window `id`: what a window manager does when its close button is
+/// clicked (Xvfb has no window manager, and xdotool's windowclose destroys the window instead).
+const WM_DELETE: &str = r#"
+import ctypes, sys
+x = ctypes.cdll.LoadLibrary("libX11.so.6")
+x.XOpenDisplay.restype = ctypes.c_void_p
+x.XOpenDisplay.argtypes = [ctypes.c_char_p]
+x.XInternAtom.restype = ctypes.c_ulong
+x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+class ClientMessage(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
+                ("display", ctypes.c_void_p), ("window", ctypes.c_ulong), ("message_type", ctypes.c_ulong),
+                ("format", ctypes.c_int), ("data", ctypes.c_long * 5)]
+class Event(ctypes.Union):
+    _fields_ = [("xclient", ClientMessage), ("pad", ctypes.c_long * 24)]
+x.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long, ctypes.POINTER(Event)]
+x.XFlush.argtypes = [ctypes.c_void_p]
+x.XCloseDisplay.argtypes = [ctypes.c_void_p]
+d = x.XOpenDisplay(None)
+if not d:
+    sys.exit("cannot open the display")
+win = int(sys.argv[1])
+ev = Event()
+ev.xclient.type = 33  # ClientMessage
+ev.xclient.window = win
+ev.xclient.message_type = x.XInternAtom(d, b"WM_PROTOCOLS", 0)
+ev.xclient.format = 32
+ev.xclient.data[0] = x.XInternAtom(d, b"WM_DELETE_WINDOW", 0)
+ev.xclient.data[1] = 0  # CurrentTime
+if not x.XSendEvent(d, win, 0, 0, ctypes.byref(ev)):
+    sys.exit("XSendEvent failed")
+x.XFlush(d)
+x.XCloseDisplay(d)
+"#;
+
+/// tauri-driver: `$SWITCHBOARD_TAURI_DRIVER`, else on PATH, else `~/.cargo/bin`; `None` (skip)
+/// when missing, unless SWITCHBOARD_REQUIRE_WEBDRIVER is set.
+fn tauri_driver() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("tauri-driver")).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let candidates = std::env::var_os("SWITCHBOARD_TAURI_DRIVER")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(on_path)
+        .chain(cargo_home.map(|c| c.join("bin/tauri-driver")));
+    let found = candidates.into_iter().find(|p| p.is_file());
+    let native = Path::new("/usr/bin/WebKitWebDriver").is_file();
+    if found.is_none() || !native {
+        assert!(
+            std::env::var_os("SWITCHBOARD_REQUIRE_WEBDRIVER").is_none(),
+            "tauri-driver ({found:?}) or WebKitWebDriver (present: {native}) is missing and \
+             SWITCHBOARD_REQUIRE_WEBDRIVER is set: run scripts/install-deps.sh"
+        );
+        eprintln!("skipping: no tauri-driver or WebKitWebDriver (run scripts/install-deps.sh)");
+        return None;
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The pid of the switchboard-app process under `root` (the driver launched it).
+fn app_pid_under(root: u32) -> Option<u32> {
+    let ps = support::ps_snapshot();
+    support::tree(&ps, root).into_iter().map(|(p, _)| p).find(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/comm")).map(|c| c.trim() == "switchboard-app").unwrap_or(false)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_and_opens_links() {
+    let Some(driver_bin) = tauri_driver() else { return };
+    support::require_tools(&["xvfb-run", "dbus-run-session", "xdotool", "import", "identify", "python3"]);
+    let app = PathBuf::from(env!("CARGO_BIN_EXE_switchboard-app"));
+    let shots = support::out_dir("webview");
+    for old in std::fs::read_dir(&shots).unwrap().flatten() {
+        let _ = std::fs::remove_file(old.path());
+    }
+
+    let relay = TestRelay::start().await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let carol = Peer::offline("carol", &relay.url()).await;
+    let bob_who = bob.call(Request::Whoami).await;
+    let bob_address = bob_who["letagents"]["address"].as_str().unwrap().to_owned();
+    let bob_safety = bob_who["letagents"]["safety_number"].as_str().unwrap().to_owned();
+    let carol_who = carol.call(Request::Whoami).await;
+    let carol_address = carol_who["letagents"]["address"].as_str().unwrap().to_owned();
+    let carol_safety = carol_who["letagents"]["safety_number"].as_str().unwrap().to_owned();
+
+    let home = tempfile::tempdir().unwrap();
+    let profile = home.path().join("alice");
+    let display = Display::start();
+    let port = free_port();
+    let driver = support::launch({
+        let mut cmd = display.command(&driver_bin);
+        cmd.args(["--port", &port.to_string(), "--native-port", &free_port().to_string()])
+            .env("SWITCHBOARD_KEYSTORE", "file")
+            // The webview's own data (WebKit caches) in the test's directory, not the user's.
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .env("XDG_CACHE_HOME", home.path().join("cache"));
+        cmd
+    });
+    let args = vec!["--home".to_owned(), profile.display().to_string()];
+    let wd = WebDriver::start(port, &app, &args, shots.clone()).await;
+
+    // ---- first run: name and relay URL, then the addresses with safety numbers.
+    wd.element("#fr-name").await;
+    wd.type_into("#fr-name", "Alice").await;
+    wd.click("#fr-mode-url").await;
+    wd.type_into("#fr-relay", &relay.url()).await;
+    wd.shot("01-first-run").await;
+    wd.click("form[aria-labelledby=fr-title] button[type=submit]").await;
+    let card = ".identity[data-protocol=letagents]";
+    wd.element(&format!("{card} code.address")).await;
+    let alice_address = wd.text(&format!("{card} code.address")).await;
+    let alice_safety = wd.text(&format!("{card} .safety")).await;
+    assert!(alice_address.starts_with("la1."), "first run shows the letagents address: {alice_address}");
+    assert_eq!(alice_safety.len(), 39, "first run shows the safety number: {alice_safety}");
+    wd.shot("02-identity-ready").await;
+    let cont = "return [...document.querySelectorAll('main button')].find(b => b.textContent.trim() === 'Continue')";
+    let cont = wd.until("the Continue button", 10, cont, json!([])).await;
+    wd.cmd(reqwest::Method::POST, &format!("/element/{}/click", WebDriver::id(&cont)), Some(json!({}))).await;
+    wd.until("the app's ready screen", 30, "return document.body.dataset.ready === 'true'", json!([])).await;
+
+    // ---- paste bob's address into the window: the text goes to the X clipboard by a real cut in
+    // the paste field, then Ctrl+V outside any field is the paste-anywhere path.
+    wd.type_into("#paste-field", &bob_address).await;
+    wd.chord("\u{E009}", "a").await;
+    wd.chord("\u{E009}", "x").await;
+    let field_now = wd.js("return document.getElementById('paste-field').value", json!([])).await;
+    assert_eq!(field_now, json!(""), "the cut emptied the field");
+    wd.click("main h2").await;
+    wd.chord("\u{E009}", "v").await;
+    let fp = wd
+        .until(
+            "the preview with bob's fingerprint",
+            20,
+            "const d = document.querySelector('dialog[open].preview'); \
+             const f = document.getElementById('preview-fingerprint'); \
+             return d && f && f.textContent !== '…' ? f.textContent : null;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(fp, json!(bob_safety), "the preview shows bob's safety number");
+    let kind = wd.text("dialog[open].preview dl").await;
+    assert!(kind.contains("letagents"), "the preview names the protocol: {kind}");
+    wd.shot("03-paste-preview").await;
+    wd.type_into("#preview-name", "bob").await;
+    wd.click("dialog[open].preview button[type=submit]").await;
+    wd.element("a[aria-label='Open conversation with bob']").await;
+
+    // bob sees alice's hello and accepts it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let alice_at_bob = loop {
+        let reqs = bob.call(Request::ContactRequests).await;
+        if let Some(r) = reqs.as_array().and_then(|a| a.first()) {
+            assert_eq!(r["address"], json!(alice_address), "bob's request is from alice");
+            break r["name"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "alice's hello never reached bob");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    bob.call(Request::ContactAccept { name: alice_at_bob.clone() }).await;
+
+    // ---- send from the window; bob receives it.
+    wd.click("a[aria-label='Open conversation with bob']").await;
+    wd.type_into("#compose", "hello bob, from the real webview").await;
+    wd.click("form.compose button[type=submit]").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'got: loop {
+        for m in bob.inbox(2).await {
+            if m["body"] == "hello bob, from the real webview" {
+                break 'got;
+            }
+        }
+        assert!(Instant::now() < deadline, "bob never received alice's message");
+    }
+    wd.until("the message delivered", 30, "return document.querySelector('.msg.out[data-state=delivered]')", json!([]))
+        .await;
+
+    // ---- bob answers; it appears in the open conversation.
+    bob.call(Request::Send {
+        contact: alice_at_bob.clone(),
+        text: "hi alice, bob here".into(),
+        kind: None,
+        reply_to: None,
+        from_agent: None,
+        to_agent: None,
+    })
+    .await;
+    wd.until(
+        "bob's answer in the conversation",
+        30,
+        "return [...document.querySelectorAll('.msg.in .body')].some(b => b.textContent === 'hi alice, bob here')",
+        json!([]),
+    )
+    .await;
+    wd.shot("04-conversation").await;
+
+    // ---- close the window: the app keeps running, its window hidden.
+    let driver_pid = driver.child.id();
+    let app_pid = app_pid_under(driver_pid).expect("the app process under tauri-driver");
+    let windows = display.visible_windows("Switchboard");
+    assert_eq!(windows.len(), 1, "one visible app window: {windows:?}");
+    let closed = display.command("python3").args(["-c", WM_DELETE, &windows[0]]).status().unwrap();
+    assert!(closed.success(), "could not send WM_DELETE_WINDOW");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !display.visible_windows("Switchboard").is_empty() {
+        assert!(Instant::now() < deadline, "the window did not close");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(support::alive(app_pid), "closing the window quit the app (close-to-tray is the default)");
+    display.screenshot(&shots.join("05-closed-to-tray.png"));
+
+    // ---- a second launch with a switchboard: link hands it to the first instance and exits.
+    let link = format!("switchboard:{carol_address}");
+    let mut second = display.command(&app);
+    second.args(["--home", &profile.display().to_string(), &link]).env("SWITCHBOARD_KEYSTORE", "file");
+    let mut second = support::launch(second);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let log = second.stop();
+            panic!("the second launch kept running (no single instance):\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "the second launch failed ({status}):\n{}", second.log());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while display.visible_windows("Switchboard").is_empty() {
+        assert!(Instant::now() < deadline, "the second launch did not bring the window back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fp = wd
+        .until(
+            "the link's preview in the first instance",
+            20,
+            "const d = document.querySelector('dialog[open].preview'); \
+             const f = document.getElementById('preview-fingerprint'); \
+             return d && f && f.textContent !== '…' ? f.textContent : null;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(fp, json!(carol_safety), "the preview shows carol's safety number");
+    assert!(support::alive(app_pid), "still the first instance");
+    assert_eq!(app_pid_under(driver_pid), Some(app_pid), "no second app process stayed");
+    wd.shot("06-link-preview").await;
+    display.screenshot(&shots.join("07-link-preview-screen.png"));
+    assert!(support::colours(&shots.join("07-link-preview-screen.png")) > 50, "the window is painted again");
+
+    wd.quit().await;
+    if support::alive(app_pid) {
+        let _ = std::process::Command::new("kill").arg(app_pid.to_string()).status();
+    }
+    let log = driver.stop();
+    drop(display);
+    println!("screenshots in {}\ntauri-driver log:\n{log}", shots.display());
+}
