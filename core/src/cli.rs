@@ -442,6 +442,26 @@ pub enum GroupCmd {
         #[arg(long)]
         handle: Option<String>,
     },
+    /// Outbound mode of the agent's sends to a group: auto (sent at once), review (held for
+    /// `review approve`), or default (the `policy --review` setting).
+    Mode {
+        /// The group.
+        group: String,
+        /// auto, review or default.
+        #[arg(value_parser = ["auto", "review", "default"])]
+        mode: String,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// Resume a group the loop guard paused (releases what it held).
+    Resume {
+        /// The group.
+        group: String,
+        /// The group session (default: the only one).
+        #[arg(long)]
+        handle: Option<String>,
+    },
 }
 
 fn to_request(cmd: Command) -> Result<Request, ApiError> {
@@ -526,6 +546,8 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             GroupCmd::Members { group, handle } => Request::GroupMembers { handle, group },
             GroupCmd::Leave { group, handle } => Request::GroupLeave { handle, group },
             GroupCmd::Remove { group, fingerprint, handle } => Request::GroupRemove { handle, group, fingerprint },
+            GroupCmd::Mode { group, mode, handle } => Request::GroupMode { handle, group, mode },
+            GroupCmd::Resume { group, handle } => Request::GroupResume { handle, group },
         },
         Command::Init { .. }
         | Command::Daemon { .. }

@@ -42,6 +42,22 @@ impl Member {
         self.rt().lmk_deliveries(&self.handle).await.unwrap()
     }
 
+    /// A group send as the agent session (under the policy); the error code on refusal.
+    async fn agent_says(&self, group: &str, text: &str) -> Result<Value, String> {
+        let req = Request::GroupSend { handle: None, group: group.into(), text: text.into(), to: None, reply_to: None };
+        self.peer.as_agent(&self.handle, req).await
+    }
+
+    /// A group send by the owner through the bridge vocabulary (operator input).
+    async fn owner_says(&self, group: &str, text: &str) -> Value {
+        let req = Request::GroupSend { handle: None, group: group.into(), text: text.into(), to: None, reply_to: None };
+        self.peer.call(req).await
+    }
+
+    async fn group_list(&self) -> Value {
+        self.peer.call(Request::GroupList { handle: None }).await[0].clone()
+    }
+
     /// A plain group message from the owner's side of this runtime (no policy involved).
     async fn say(&self, group: &str, text: &str) -> String {
         self.rt().lmk_send(&self.handle, group, text, None, None).await.unwrap()["id"].as_str().unwrap().to_owned()
@@ -179,12 +195,160 @@ async fn group_steer_is_delivered_at_once_and_digest_waits_for_the_tick() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_session_cannot_switch_do_not_disturb() {
+async fn the_group_loop_guard_pauses_after_n_hops_and_operator_input_releases() {
     let relay = TestRelay::start().await;
-    let bob = Member::new("bob", "brave-heron", &relay).await;
+    let (alice, bob, g) = pair(&relay).await;
+    bob.policy(Some(3), None).await;
+
+    for m in ["m1", "m2", "m3"] {
+        alice.say(&g, m).await;
+    }
+    bob.sync(&g).await;
+    assert_eq!(contents(&bob.take().await), ["m1", "m2", "m3"], "up to the limit, delivered");
+    // Three hops and no operator input: the agent's sends are refused...
+    assert_eq!(bob.agent_says(&g, "and another thing").await.unwrap_err(), "loop_guard");
+    // ...and what arrives is paused: kept unread, no agent woken.
+    alice.say(&g, "m4").await;
+    bob.sync(&g).await;
+    let t = Instant::now();
+    let got = bob.rt().lmk_wait(&bob.handle, 1).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(900), "a paused message wakes nobody: {:?}", t.elapsed());
+    assert_eq!(contents(&got), Vec::<String>::new());
+    assert_eq!(got["held"]["paused_by_loop_guard"], 1);
+    let list = bob.group_list().await;
+    assert_eq!(list["loop_guard"]["paused"], true, "{list}");
+    assert_eq!(list["loop_guard"]["held"], 1);
+    // Alerts still go through (an alert row as the runtime writes one for a gap).
+    sqlx::query(
+        "INSERT INTO lmk_messages (handle, group_id, id, kind, content, created_at) VALUES (?, ?, 'alert:t', 'alert', \
+         'gap: test', 0)",
+    )
+    .bind(&bob.handle)
+    .bind(&g)
+    .execute(&bob.rt().store().pool)
+    .await
+    .unwrap();
+    let got = bob.take().await;
+    assert_eq!(contents(&got), ["gap: test"]);
+    assert_eq!(got["items"][0]["mode"], "steer");
+
+    // The owner resumes the group: what was paused is released, the agent may send again.
+    let r = bob.peer.call(Request::GroupResume { handle: None, group: g.clone() }).await;
+    assert_eq!((r["resumed"].as_bool(), r["released"].as_u64()), (Some(true), Some(1)));
+    assert_eq!(contents(&bob.take().await), ["m4"]);
+    assert_eq!(bob.group_list().await["loop_guard"]["paused"], false);
+    let sent = bob.agent_says(&g, "agent back at work").await.unwrap();
+    assert!(sent["id"].is_string() && sent["seq"].is_u64(), "{sent}");
+    alice.sync(&g).await;
+    assert_eq!(contents(&alice.take().await), ["agent back at work"]);
+
+    // Past the limit again (bob's own message counts); an owner send is operator input too.
+    for m in ["m5", "m6", "m7"] {
+        alice.say(&g, m).await;
+    }
+    bob.sync(&g).await;
+    assert_eq!(contents(&bob.take().await), ["m5", "m6"]);
+    assert_eq!(bob.agent_says(&g, "refused").await.unwrap_err(), "loop_guard");
+    bob.owner_says(&g, "operator here: carry on").await;
+    assert_eq!(contents(&bob.take().await), ["m7"]);
+    assert!(bob.agent_says(&g, "carrying on").await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_mode_holds_an_agent_group_send_until_the_owner_approves_or_denies_it() {
+    let relay = TestRelay::start().await;
+    let (alice, bob, g) = pair(&relay).await;
+    let m = bob.peer.call(Request::GroupMode { handle: None, group: g.clone(), mode: "review".into() }).await;
+    assert_eq!(m["mode"], "review");
+    assert_eq!(bob.group_list().await["mode"], "review");
+
+    let held = bob.agent_says(&g, "may I share the plan?").await.unwrap();
+    assert_eq!(held["state"], "held_for_review");
+    assert!(held["id"].is_null());
+    let review_id = held["review_id"].as_i64().unwrap();
+    alice.sync(&g).await;
+    assert_eq!(contents(&alice.take().await), Vec::<String>::new(), "nothing reached the group");
+    let list = bob.peer.call(Request::ReviewList).await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["group"], g.as_str());
+    assert_eq!(list[0]["agent"], bob.handle.as_str());
+    assert_eq!(list[0]["text"], "may I share the plan?");
+    assert!(list[0]["contact"].is_null());
+
+    // Approved: sent to the group as the session wrote it.
+    let sent = bob.peer.call(Request::ReviewApprove { id: review_id }).await;
+    assert_eq!(sent["state"], "approved");
+    assert!(sent["id"].is_string(), "{sent}");
+    alice.sync(&g).await;
+    let got = alice.take().await;
+    assert_eq!(contents(&got), ["may I share the plan?"]);
+    assert_eq!(got["items"][0]["from"]["fingerprint"], bob.fp.as_str());
+    assert_eq!(got["items"][0]["id"], sent["id"]);
+
+    // Denied: dropped, never sent.
+    let held = bob.agent_says(&g, "the secret plan").await.unwrap();
+    let denied = bob.peer.call(Request::ReviewReject { id: held["review_id"].as_i64().unwrap() }).await;
+    assert_eq!(denied["state"], "rejected");
+    assert_eq!(bob.peer.call(Request::ReviewList).await, serde_json::json!([]));
+    let rows: Vec<String> =
+        sqlx::query_scalar("SELECT content FROM lmk_messages").fetch_all(&bob.rt().store().pool).await.unwrap();
+    assert!(!rows.iter().any(|c| c == "the secret plan"), "{rows:?}");
+
+    // The owner's own sends are not reviewed.
+    let own = bob.owner_says(&g, "from the operator").await;
+    assert!(own["id"].is_string() && own.get("review_id").is_none(), "{own}");
+    alice.sync(&g).await;
+    assert_eq!(contents(&alice.take().await), ["from the operator"], "the denied message never arrived");
+
+    // `default` follows the profile-wide review policy; an explicit `auto` overrides it.
+    bob.peer.call(Request::GroupMode { handle: None, group: g.clone(), mode: "default".into() }).await;
+    bob.peer.call(Request::Policy { review: Some("review".into()), loop_limit: None, digest_secs: None }).await;
+    assert_eq!(bob.agent_says(&g, "held by the profile policy").await.unwrap()["state"], "held_for_review");
+    bob.peer.call(Request::GroupMode { handle: None, group: g.clone(), mode: "auto".into() }).await;
+    assert!(bob.agent_says(&g, "sent: this group is auto").await.unwrap()["id"].is_string());
+    alice.sync(&g).await;
+    assert_eq!(contents(&alice.take().await), ["sent: this group is auto"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_session_cannot_switch_do_not_disturb_group_mode_or_resume() {
+    let relay = TestRelay::start().await;
+    let (_alice, bob, g) = pair(&relay).await;
     bob.peer.open_session(&bob.handle).await;
     for on in [Some(false), Some(true), None] {
         assert_eq!(bob.peer.as_agent(&bob.handle, Request::Dnd { on }).await.unwrap_err(), "forbidden");
     }
+    let mode = Request::GroupMode { handle: None, group: g.clone(), mode: "auto".into() };
+    assert_eq!(bob.peer.as_agent(&bob.handle, mode).await.unwrap_err(), "forbidden");
+    let resume = Request::GroupResume { handle: None, group: g.clone() };
+    assert_eq!(bob.peer.as_agent(&bob.handle, resume).await.unwrap_err(), "forbidden");
+    assert_eq!(bob.peer.as_agent(&bob.handle, Request::ReviewApprove { id: 1 }).await.unwrap_err(), "forbidden");
     assert_eq!(bob.peer.call(Request::Dnd { on: None }).await["dnd"], false);
+    assert_eq!(bob.group_list().await["mode"], "default");
+}
+
+mod cli {
+    use std::path::PathBuf;
+
+    use switchboard_tests::{TestRelay, home, switchboard};
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn dnd_on_off_and_status_from_the_command_line() {
+        let relay = TestRelay::start().await;
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"));
+        let (_d, h) = home();
+        let run = |args: &[&str]| {
+            let (ok, out, err) = switchboard(&bin, &h, args);
+            assert!(ok, "switchboard {args:?}: {err}");
+            out
+        };
+        run(&["init", "--name", "carol", "--relay", &relay.url(), "--keystore", "file"]);
+        assert_eq!(run(&["dnd"]).trim(), "do-not-disturb: off");
+        assert_eq!(run(&["dnd", "on"]).trim(), "do-not-disturb: on");
+        assert_eq!(run(&["dnd", "status", "--json"]).trim(), r#"{"dnd":true}"#);
+        assert!(run(&["status", "--json"]).contains(r#""dnd":true"#));
+        assert_eq!(run(&["dnd", "off", "--json"]).trim(), r#"{"dnd":false}"#);
+        let (ok, _, err) = switchboard(&bin, &h, &["dnd", "maybe"]);
+        assert!(!ok && err.contains("possible values"), "{err}");
+    }
 }

@@ -362,6 +362,27 @@ pub enum Request {
         /// The group.
         group: String,
     },
+    /// letmeknow (owner only): the outbound mode of the session's agent sends to `group`: auto
+    /// (sent at once), review (held in the review queue for approval) or default (the profile's
+    /// `policy --review`). Answers `{group, handle, mode}`.
+    GroupMode {
+        /// The session (default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group.
+        group: String,
+        /// auto | review | default.
+        mode: String,
+    },
+    /// letmeknow (owner only): operator input in `group`: the loop guard counts from here and
+    /// releases what it paused. Answers `{group, handle, resumed, released}`.
+    GroupResume {
+        /// The session (default: the only one).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group.
+        group: String,
+    },
     /// letmeknow: reads every group's log, waiting up to `wait_secs` for something new, and
     /// returns what is due to the session (the last 20 plus how many earlier were omitted).
     GroupDeliveries {

@@ -327,9 +327,10 @@ impl Runtime {
     }
 
     async fn review_list(&self) -> Result<Value> {
+        // A held message is for a contact (1:1) or for a letmeknow group (`group`, `to`).
         let rows = sqlx::query(
-            "SELECT r.id, r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, r.created_at FROM review_queue r \
-             JOIN contacts c ON c.id = r.contact_id WHERE r.state = 'pending' ORDER BY r.id",
+            "SELECT r.id, r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, r.created_at, r.group_id, r.to_fp \
+             FROM review_queue r LEFT JOIN contacts c ON c.id = r.contact_id WHERE r.state = 'pending' ORDER BY r.id",
         )
         .fetch_all(&self.store().pool)
         .await?;
@@ -339,7 +340,9 @@ impl Runtime {
                     json!({
                         "id": r.get::<i64, _>(0),
                         "agent": r.get::<String, _>(1),
-                        "contact": r.get::<String, _>(2),
+                        "contact": r.get::<Option<String>, _>(2),
+                        "group": r.get::<Option<String>, _>(8),
+                        "to": r.get::<Option<String>, _>(9),
                         "kind": r.get::<String, _>(3),
                         "text": r.get::<String, _>(4),
                         "reply_to": r.get::<Option<String>, _>(5),
@@ -352,6 +355,33 @@ impl Runtime {
     }
 
     async fn review_approve(&self, id: i64) -> Result<Value> {
+        let group = sqlx::query(
+            "SELECT agent, group_id, body, to_fp, reply_to FROM review_queue \
+             WHERE id = ? AND state = 'pending' AND group_id IS NOT NULL",
+        )
+        .bind(id)
+        .fetch_optional(&self.store().pool)
+        .await?;
+        if let Some(g) = group {
+            // A group send: sent as the session that wrote it; approving is operator input.
+            let (handle, gid): (String, String) = (g.get(0), g.get(1));
+            let sent = self
+                .lmk_send(
+                    &handle,
+                    &gid,
+                    g.get::<String, _>(2).as_str(),
+                    g.get::<Option<String>, _>(3).as_deref(),
+                    g.get::<Option<String>, _>(4).as_deref(),
+                )
+                .await?;
+            self.lmk_operator_input(&handle, &gid).await?;
+            let decided = self.review_decide(id, "approved", sent["id"].as_str()).await?;
+            let mut v = sent;
+            if let (Some(o), Value::Object(d)) = (v.as_object_mut(), decided) {
+                o.extend(d);
+            }
+            return Ok(v);
+        }
         let row = sqlx::query(
             "SELECT r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, c.id FROM review_queue r \
              JOIN contacts c ON c.id = r.contact_id WHERE r.id = ? AND r.state = 'pending'",

@@ -347,7 +347,14 @@ impl Runtime {
             }
             Request::GroupSend { handle, group, text, to, reply_to } => {
                 let h = self.resolve_handle(pick(handle)).await?;
-                self.lmk_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await
+                if agent.is_some() {
+                    // An agent session: under the loop guard and the group's outbound mode.
+                    return self.lmk_agent_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await;
+                }
+                // The owner: operator input, which resets the group's loop guard.
+                let v = self.lmk_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await?;
+                self.lmk_operator_input(&h, &group).await?;
+                Ok(v)
             }
             Request::GroupRead { handle, id, ancestors } => {
                 let h = self.resolve_handle(pick(handle)).await?;
@@ -370,6 +377,18 @@ impl Runtime {
                 let h = self.resolve_handle(pick(handle)).await?;
                 self.lmk_wait(&h, wait_secs).await
             }
+            Request::GroupMode { handle, group, mode } if agent.is_none() => {
+                let h = self.resolve_handle(handle).await?;
+                self.lmk_set_mode(&h, &group, &mode).await
+            }
+            Request::GroupResume { handle, group } if agent.is_none() => {
+                let h = self.resolve_handle(handle).await?;
+                let released = self.lmk_operator_input(&h, &group).await?;
+                Ok(json!({"group": group, "handle": h, "resumed": true, "released": released}))
+            }
+            Request::GroupMode { .. } | Request::GroupResume { .. } => Err(Error::Forbidden(
+                "agent sessions may not change a group's policy: that is your operator's decision".into(),
+            )),
             other => Err(Error::Bug(format!("not a group request: {other:?}"))),
         }
     }
@@ -1520,16 +1539,34 @@ impl Runtime {
                 .bind(handle)
                 .fetch_all(&self.store().pool)
                 .await?;
+        let policy = self.policy().await?;
+        let pending = self.lmk_pending(handle).await?;
         let mut out = Vec::new();
         for r in rows {
             let gid: String = r.get("group_id");
+            let hops = self.lmk_hops(handle, &gid).await?;
+            let held = pending.paused.get(&gid).copied().unwrap_or(0);
+            let loop_guard = json!({
+                "hops": hops,
+                "limit": policy.loop_limit,
+                "paused": hops >= policy.loop_limit || held > 0,
+                "held": held,
+            });
+            let outbound = self.lmk_outbound(handle, &gid).await?;
             let unread: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM lmk_messages WHERE handle = ? AND group_id = ? AND read = 0")
                     .bind(handle)
                     .bind(&gid)
                     .fetch_one(&self.store().pool)
                     .await?;
-            out.push(json!({"group": gid, "relay": r.get::<String, _>("relay"), "state": r.get::<String, _>("state"), "unread": unread}));
+            out.push(json!({
+                "group": gid,
+                "relay": r.get::<String, _>("relay"),
+                "state": r.get::<String, _>("state"),
+                "unread": unread,
+                "mode": outbound,
+                "loop_guard": loop_guard,
+            }));
         }
         Ok(Value::Array(out))
     }
@@ -1694,6 +1731,121 @@ impl Runtime {
                 "dnd": pending.dnd_held,
             },
             "next_digest_at": if taken.is_empty() { pending.next_due } else { None },
+        }))
+    }
+}
+
+/// The delivery policy's send side and operator input.
+impl Runtime {
+    /// Agent-to-agent hops in `gid` since the session's last operator input there: every group
+    /// message, in or out.
+    async fn lmk_hops(&self, handle: &str, gid: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND kind = 'message' \
+             AND state = 'done' AND rowid_ > COALESCE((SELECT reset_rowid FROM lmk_policy \
+             WHERE handle = ?1 AND group_id = ?2), 0)",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_one(&self.store().pool)
+        .await?)
+    }
+
+    /// Operator input in `gid` (the owner sent there, resumed it, or approved a held send): the
+    /// loop guard counts from here, and what it paused is released. Returns how many messages
+    /// were released.
+    pub(super) async fn lmk_operator_input(&self, handle: &str, gid: &str) -> Result<u64> {
+        self.lmk_group_row(handle, gid).await?;
+        let before = self.lmk_pending(handle).await?.paused.get(gid).copied().unwrap_or(0);
+        sqlx::query(
+            "INSERT INTO lmk_policy (handle, group_id, reset_rowid) VALUES (?1, ?2, \
+             (SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages)) \
+             ON CONFLICT (handle, group_id) DO UPDATE SET reset_rowid = excluded.reset_rowid",
+        )
+        .bind(handle)
+        .bind(gid)
+        .execute(&self.store().pool)
+        .await?;
+        self.emit(Event::GroupResumed { handle: handle.to_owned(), group: gid.to_owned() });
+        Ok(u64::try_from(before).unwrap_or(0))
+    }
+
+    /// The group's outbound mode as set (`default`: the profile-wide review policy).
+    async fn lmk_outbound(&self, handle: &str, gid: &str) -> Result<String> {
+        Ok(sqlx::query_scalar("SELECT outbound FROM lmk_policy WHERE handle = ? AND group_id = ?")
+            .bind(handle)
+            .bind(gid)
+            .fetch_optional(&self.store().pool)
+            .await?
+            .unwrap_or_else(|| "default".to_owned()))
+    }
+
+    /// Sets the outbound mode of the session's agent sends to `gid`.
+    async fn lmk_set_mode(&self, handle: &str, gid: &str, mode: &str) -> Result<Value> {
+        if !matches!(mode, "auto" | "review" | "default") {
+            return Err(Error::Invalid("mode must be auto, review or default".into()));
+        }
+        self.lmk_group_row(handle, gid).await?;
+        sqlx::query(
+            "INSERT INTO lmk_policy (handle, group_id, outbound) VALUES (?, ?, ?) \
+             ON CONFLICT (handle, group_id) DO UPDATE SET outbound = excluded.outbound",
+        )
+        .bind(handle)
+        .bind(gid)
+        .bind(mode)
+        .execute(&self.store().pool)
+        .await?;
+        Ok(json!({"group": gid, "handle": handle, "mode": mode}))
+    }
+
+    /// An agent session's send to `gid`: refused by the loop guard past the limit, held in the
+    /// review queue in review mode, sent otherwise.
+    async fn lmk_agent_send(
+        &self,
+        me: &str,
+        gid: &str,
+        text: &str,
+        to: Option<&str>,
+        reply_to: Option<&str>,
+    ) -> Result<Value> {
+        let (_, _, state) = self.lmk_group_row(me, gid).await?;
+        Self::require_active(&state, gid)?;
+        let policy = self.policy().await?;
+        let hops = self.lmk_hops(me, gid).await?;
+        if hops >= policy.loop_limit {
+            return Err(Error::LoopGuard(format!(
+                "loop guard: {hops} agent-to-agent messages in group {gid} since your operator last took part \
+                 (limit {}); this group is paused until your operator runs `switchboard group resume {gid}`",
+                policy.loop_limit
+            )));
+        }
+        let review = match self.lmk_outbound(me, gid).await?.as_str() {
+            "review" => true,
+            "auto" => false,
+            _ => policy.review,
+        };
+        if !review {
+            return self.lmk_send(me, gid, text, to, reply_to).await;
+        }
+        let id = sqlx::query(
+            "INSERT INTO review_queue (agent, group_id, to_fp, kind, body, reply_to, created_at) \
+             VALUES (?, ?, ?, 'send', ?, ?, ?)",
+        )
+        .bind(me)
+        .bind(gid)
+        .bind(to.map(canonical_fp))
+        .bind(text)
+        .bind(reply_to)
+        .bind(now_ms())
+        .execute(&self.store().pool)
+        .await?
+        .last_insert_rowid();
+        Ok(json!({
+            "group": gid,
+            "id": Value::Null,
+            "review_id": id,
+            "state": "held_for_review",
+            "detail": format!("held until your operator approves it (switchboard review approve {id})"),
         }))
     }
 }

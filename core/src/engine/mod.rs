@@ -661,7 +661,9 @@ impl Runtime {
             | Request::GroupMembers { .. }
             | Request::GroupRemove { .. }
             | Request::GroupLeave { .. }
-            | Request::GroupDeliveries { .. }) => self.handle_group(None, group).await,
+            | Request::GroupDeliveries { .. }
+            | Request::GroupMode { .. }
+            | Request::GroupResume { .. }) => self.handle_group(None, group).await,
         }
     }
 
