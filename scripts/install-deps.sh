@@ -10,6 +10,7 @@ packages=(
   chromium                                           # the UI's end-to-end test (ui/e2e, playwright-core)
   libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev  # the Tauri app
   xvfb xauth x11-utils xdotool imagemagick           # the app's window test (src-tauri/tests/window.rs)
+  dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
 )
 

@@ -8,6 +8,9 @@ fn main() {
         "runtime_request",
         "settings_get",
         "settings_set",
+        "mute_get",
+        "mute_set",
+        "relay_hosted",
         "app_painted",
     ]));
     if let Err(e) = tauri_build::try_build(attrs) {

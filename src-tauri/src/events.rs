@@ -1,8 +1,8 @@
 //! Core events become UI events here, and only here: each runtime event is emitted to the window
 //! as `runtime-event` (the same JSON the bridge streams to browsers), counted for the tray's
-//! unread badge, and turned into a system notification when the settings allow it.
-
-use std::hash::{Hash, Hasher};
+//! unread badge, and turned into a system notification when `notify::decide` allows it; the
+//! runtime's do-not-disturb (switched from anywhere: the CLI, another client) is mirrored into
+//! the app's switch and the tray.
 
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
@@ -34,6 +34,12 @@ pub fn forward<R: Runtime>(app: AppHandle<R>, core: Core) {
 
 async fn handle<R: Runtime>(app: &AppHandle<R>, core: &Core, e: &Event) {
     let _ = app.emit(RUNTIME_EVENT, ui_event(e));
+    if let Event::Dnd { on } = e {
+        if let Some(s) = app.state::<AppState>().remember_dnd(*on) {
+            crate::tray::settings_changed(app, &s);
+        }
+        return;
+    }
     let Event::Message { id } = e else { return };
     let Ok(m) = core.handle_as(&Caller::Owner, Request::Message { id: id.clone() }, false).await else { return };
     // One's own messages neither count nor notify.
@@ -51,37 +57,22 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, core: &Core, e: &Event) {
             crate::tray::set_unread(app, n);
         }
     }
-    let allowed =
-        app.state::<AppState>().settings.lock().map(|s| s.notifications && !s.do_not_disturb).unwrap_or(false);
-    if allowed && !focused {
-        notify(&m);
-    }
-}
-
-/// Shows a notification for message `m`, one per conversation (a newer one replaces the older).
-/// Without a notification daemon this fails, which is not an error for the app.
-fn notify(m: &Value) {
-    let from = m.get("from").and_then(Value::as_str).unwrap_or("someone").to_owned();
-    let body = match m.get("body") {
-        Some(Value::String(s)) => s.chars().take(200).collect(),
-        Some(other) => other.to_string(),
-        None => String::new(),
+    let decision = match app.state::<AppState>().settings.lock() {
+        Ok(s) => crate::notify::decide(&s, &m, focused),
+        Err(_) => return,
     };
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    from.hash(&mut h);
-    let id = (h.finish() & 0x7fff_ffff) as u32;
-    tauri::async_runtime::spawn_blocking(move || {
-        let shown = notify_rust::Notification::new().appname("Switchboard").summary(&from).body(&body).id(id).show();
-        if let Err(e) = shown {
-            tracing::debug!("notification not shown: {e}");
-        }
-    });
+    match decision {
+        crate::notify::Decision::Show(p) => crate::notify::show(app, p),
+        crate::notify::Decision::Skip(why) => tracing::debug!("no notification for {id}: {why}"),
+    }
 }
 
 /// The window gained focus: everything is seen.
 pub fn seen<R: Runtime>(app: &AppHandle<R>) {
-    if let Ok(mut u) = app.state::<AppState>().unread.lock() {
+    let state = app.state::<AppState>();
+    if let Ok(mut u) = state.unread.lock() {
         *u = 0;
     }
+    state.notifications.seen_all();
     crate::tray::set_unread(app, 0);
 }

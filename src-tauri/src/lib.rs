@@ -6,6 +6,8 @@ pub mod commands;
 pub mod error;
 pub mod events;
 pub mod host;
+pub mod hosted;
+pub mod notify;
 pub mod settings;
 pub mod tray;
 
@@ -26,6 +28,9 @@ pub fn with_commands<R: tauri::Runtime>(builder: tauri::Builder<R>) -> tauri::Bu
         commands::runtime::runtime_request,
         commands::settings::settings_get,
         commands::settings::settings_set,
+        commands::settings::mute_get,
+        commands::settings::mute_set,
+        commands::settings::relay_hosted,
         commands::app::app_painted,
     ])
 }
@@ -80,10 +85,21 @@ pub fn run() -> Result<(), String> {
             if let Some(rt) = tauri::async_runtime::block_on(app.state::<AppState>().runtime()) {
                 events::forward(handle.clone(), rt);
             }
-            if let Err(e) = tray::build(&handle) {
-                tracing::warn!("no tray icon: {e}");
-            }
-            if start_in_tray && let Some(w) = app.get_webview_window("main") {
+            let tray = match tray::build(&handle) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("no tray icon: {e}");
+                    false
+                }
+            };
+            // Start hidden only where the tray can bring the window back, and never before the
+            // first-run screen was answered.
+            let initialized = tauri::async_runtime::block_on(app.state::<AppState>().initialized());
+            if start_in_tray
+                && tray
+                && initialized
+                && let Some(w) = app.get_webview_window("main")
+            {
                 let _ = w.hide();
             }
             if let Some(link) = first_link.clone() {

@@ -1,11 +1,14 @@
-//! The app's own settings (tray, notifications), kept as JSON next to the profile's data.
+//! The app's own settings (tray, notifications, muted conversations, the hosted relay), kept as
+//! JSON next to the profile's data.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::CommandError;
+use crate::hosted::HostedRelayConfig;
 
 /// Desktop settings.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -13,17 +16,28 @@ use crate::error::CommandError;
 pub struct Settings {
     /// Show system notifications for new messages.
     pub notifications: bool,
-    /// Pause notifications.
+    /// Pause notifications and agent wakes (the runtime's do-not-disturb follows this).
     pub do_not_disturb: bool,
     /// Closing the window hides it to the tray.
     pub close_to_tray: bool,
     /// Start hidden in the tray.
     pub start_in_tray: bool,
+    /// Conversations that never notify (`crate::notify::conversation_key`).
+    pub muted: BTreeSet<String>,
+    /// The relay this app hosts, started again at every launch (none: the profile uses another).
+    pub hosted_relay: Option<HostedRelayConfig>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { notifications: true, do_not_disturb: false, close_to_tray: true, start_in_tray: false }
+        Self {
+            notifications: true,
+            do_not_disturb: false,
+            close_to_tray: true,
+            start_in_tray: false,
+            muted: BTreeSet::new(),
+            hosted_relay: None,
+        }
     }
 }
 
@@ -45,10 +59,13 @@ impl Settings {
         std::fs::write(path(profile_dir), bytes).map_err(|e| CommandError::new("settings", e))
     }
 
-    /// The settings as a flat map of booleans (what the UI shows).
+    /// The switches as a flat map of booleans (what the settings screen shows).
     pub fn to_map(&self) -> Map<String, Value> {
         match serde_json::to_value(self) {
-            Ok(Value::Object(m)) => m,
+            Ok(Value::Object(mut m)) => {
+                m.retain(|_, v| v.is_boolean());
+                m
+            }
             _ => Map::new(),
         }
     }

@@ -49,17 +49,7 @@ pub fn build<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<()> {
         .show_menu_on_left_click(false)
         .on_menu_event(|app, event| match event.id().as_ref() {
             "open" => show(app),
-            "dnd" => {
-                let state = app.state::<AppState>();
-                let snapshot = state.settings.lock().ok().map(|mut s| {
-                    s.do_not_disturb = !s.do_not_disturb;
-                    let _ = s.save(&state.profile.dir);
-                    s.clone()
-                });
-                if let Some(s) = snapshot {
-                    settings_changed(app, &s);
-                }
-            }
+            "dnd" => toggle_dnd(app),
             "quit" => quit(app),
             _ => {}
         })
@@ -70,6 +60,27 @@ pub fn build<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<()> {
         })
         .build(app)?;
     Ok(())
+}
+
+/// The tray's do-not-disturb item: switches the runtime (agent wakes) and the app
+/// (notifications), then redraws the menu with the state that took effect.
+pub fn toggle_dnd<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    tauri::async_runtime::spawn(async move {
+        let state = app.state::<AppState>();
+        let on = !state.settings.lock().map(|s| s.do_not_disturb).unwrap_or(false);
+        let snapshot = match state.set_dnd(on).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("do-not-disturb not switched: {e}");
+                match state.settings.lock() {
+                    Ok(s) => s.clone(),
+                    Err(_) => return,
+                }
+            }
+        };
+        settings_changed(&app, &snapshot);
+    });
 }
 
 /// Shows the unread count on the tray icon.

@@ -1,5 +1,6 @@
 //! The shell's commands through Tauri's IPC on the mock runtime, against a real runtime: first
-//! run, requests, typed errors, settings, and attaching to a runtime that already owns the profile.
+//! run (with a given relay, or hosting one), requests, typed errors, settings, do-not-disturb in
+//! the runtime, muted conversations, and attaching to a runtime that already owns the profile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::time::Instant;
@@ -17,8 +18,10 @@ use tauri::{App, WebviewWindow, WebviewWindowBuilder};
 const NO_RELAY: &str = "http://127.0.0.1:9";
 
 fn app(profile: Profile) -> (App<MockRuntime>, WebviewWindow<MockRuntime>) {
-    let state =
+    let mut state =
         tauri::async_runtime::block_on(AppState::start(profile, KeystorePreference::File, Instant::now())).unwrap();
+    // A hosted relay takes any free port here (8471 may be taken by another test or app).
+    state.hosted_port = 0;
     let app = switchboard_app::with_commands(mock_builder()).manage(state).build(switchboard_app::context()).unwrap();
     let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
     (app, webview)
@@ -85,7 +88,9 @@ fn errors_cross_as_code_and_message() {
     let e = request(&w, json!({"op": "send", "contact": "nobody", "text": "hi"})).unwrap_err();
     assert_eq!(e["code"], "unknown_contact");
     let e = invoke(&w, "profile_init", json!({"name": "x", "relay": null})).unwrap_err();
-    assert_eq!(e["code"], "unsupported");
+    assert_eq!(e["code"], "already_initialized");
+    let e = invoke(&w, "mute_set", json!({"conversation": "", "muted": true})).unwrap_err();
+    assert_eq!(e["code"], "invalid_input");
 }
 
 #[test]
@@ -134,4 +139,171 @@ fn the_first_paint_is_reported_once() {
     let a = invoke(&w, "app_painted", json!({})).unwrap().as_u64().unwrap();
     let b = invoke(&w, "app_painted", json!({})).unwrap().as_u64().unwrap();
     assert!(b >= a);
+}
+
+/// Polls `f` for up to `secs` seconds.
+fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + std::time::Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
+}
+
+/// Bob: a core runtime on another profile, live (websocket and outbox worker), on `relay`
+/// pinning `pin`.
+fn bob_on(relay: &str, pin: &str) -> (tempfile::TempDir, switchboard_core::engine::Runtime) {
+    let d = tempfile::tempdir().unwrap();
+    let profile = Profile { dir: d.path().join("bob") };
+    let opts = switchboard_core::engine::InitOptions {
+        name: "bob".into(),
+        relay: relay.into(),
+        relay_cert_sha256: Some(pin.into()),
+        keystore: KeystorePreference::File,
+    };
+    let rt = tauri::async_runtime::block_on(switchboard_core::engine::Runtime::init(&profile, opts)).unwrap();
+    tauri::async_runtime::block_on(async { rt.start_background() });
+    (d, rt)
+}
+
+fn bob_call(rt: &switchboard_core::engine::Runtime, req: Value) -> Value {
+    let req = serde_json::from_value(req).unwrap();
+    tauri::async_runtime::block_on(rt.handle(req, false)).unwrap()
+}
+
+#[test]
+fn first_run_without_a_relay_hosts_one_that_a_second_profile_reaches() {
+    let (_d, p) = profile();
+    let (_app, w) = app(p.clone());
+    assert_eq!(invoke(&w, "relay_hosted", json!({})).unwrap(), Value::Null);
+
+    let who = invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
+    let url = who["letagents"]["relay"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("https://"), "{url}");
+    let hosted = invoke(&w, "relay_hosted", json!({})).unwrap();
+    assert_eq!(hosted["url"], url.as_str());
+    assert_eq!(hosted["running"], true);
+    assert_eq!(hosted["accepting"], true);
+    assert!(url.ends_with(&format!(":{}", hosted["port"])));
+    let pin = hosted["cert_sha256"].as_str().unwrap().to_owned();
+    assert_eq!(pin.len(), 64);
+    assert!(p.dir.join("relay-lite").join("tls").join("self-signed.cert.pem").exists());
+    // The choice is remembered for the next launch.
+    let saved: Value = serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
+    assert_eq!(saved["hosted_relay"]["url"], url.as_str());
+    // The switches the settings screen shows stay booleans.
+    assert!(invoke(&w, "settings_get", json!({})).unwrap().get("hosted_relay").is_none());
+
+    // Alice's own runtime reaches it: its relay connection comes up.
+    assert!(
+        eventually(20, || request(&w, json!({"op": "status"})).unwrap()["relays"][0]["health"]["state"] == "connected"),
+        "{}",
+        request(&w, json!({"op": "status"})).unwrap()
+    );
+
+    // Bob, another profile, pins the certificate and talks to alice through the hosted relay.
+    let (_bd, bob) = bob_on(&url, &pin);
+    let alice_addr = who["letagents"]["address"].as_str().unwrap().to_owned();
+    bob_call(&bob, json!({"op": "contact_add", "address": alice_addr, "name": "alice"}));
+    assert!(
+        eventually(20, || request(&w, json!({"op": "contact_requests"}))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "bob")),
+        "alice never saw bob's request"
+    );
+    request(&w, json!({"op": "contact_accept", "name": "bob"})).unwrap();
+    bob_call(&bob, json!({"op": "send", "contact": "alice", "text": "hello over the hosted relay"}));
+    assert!(
+        eventually(20, || request(&w, json!({"op": "conversation", "contact": "bob"}))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["body"] == "hello over the hosted relay" && m["direction"] == "in")),
+        "bob's message never reached alice"
+    );
+    // And back: alice answers, bob receives.
+    request(&w, json!({"op": "send", "contact": "bob", "text": "hi bob"})).unwrap();
+    assert!(
+        eventually(20, || bob_call(&bob, json!({"op": "conversation", "contact": "alice"}))
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["body"] == "hi bob")),
+        "alice's answer never reached bob"
+    );
+    bob.shutdown();
+}
+
+#[test]
+fn the_hosted_relay_starts_again_with_the_app() {
+    let (_d, p) = profile();
+    let (port, url, pin) = {
+        let (app, w) = app(p.clone());
+        invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
+        let hosted = invoke(&w, "relay_hosted", json!({})).unwrap();
+        tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&app).shutdown());
+        (hosted["port"].clone(), hosted["url"].clone(), hosted["cert_sha256"].clone())
+    };
+    // The next launch: same port, same certificate, and the runtime connects to it.
+    let (_app, w) = app(p);
+    let hosted = invoke(&w, "relay_hosted", json!({})).unwrap();
+    assert_eq!((hosted["port"].clone(), hosted["url"].clone(), hosted["cert_sha256"].clone()), (port, url, pin));
+    assert_eq!(hosted["accepting"], true, "{hosted}");
+    assert_eq!(hosted["error"], Value::Null);
+    assert!(
+        eventually(20, || request(&w, json!({"op": "status"})).unwrap()["relays"][0]["health"]["state"] == "connected"),
+        "{}",
+        request(&w, json!({"op": "status"})).unwrap()
+    );
+}
+
+#[test]
+fn do_not_disturb_is_the_runtimes_and_the_apps() {
+    let (_d, p) = profile();
+    {
+        let (app, w) = app(p.clone());
+        // Before first run there is no runtime: the switch is kept and handed over at init.
+        invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": true})).unwrap();
+        invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+        assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": true}));
+        // The settings switch turns the runtime's off (agent wakes resume).
+        invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": false})).unwrap();
+        assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
+        assert_eq!(invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], false);
+        // Switched in the runtime by another client: the app's switch follows.
+        request(&w, json!({"op": "dnd", "on": true})).unwrap();
+        assert!(eventually(10, || invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == true));
+        // Off again in the runtime, then the app stops with its setting saved as on.
+        request(&w, json!({"op": "dnd", "on": false})).unwrap();
+        assert!(eventually(10, || invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == false));
+        let mut saved: Value =
+            serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
+        saved["do_not_disturb"] = json!(true);
+        tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&app).shutdown());
+        std::fs::write(p.dir.join("app-settings.json"), serde_json::to_vec(&saved).unwrap()).unwrap();
+    }
+    // At start-up the runtime's state wins (it is shared with the CLI and agents).
+    let (_app, w) = app(p);
+    assert_eq!(invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], false);
+    assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
+}
+
+#[test]
+fn muted_conversations_are_kept_in_the_profile() {
+    let (_d, p) = profile();
+    let (_app, w) = app(p.clone());
+    assert_eq!(invoke(&w, "mute_get", json!({})).unwrap(), json!([]));
+    invoke(&w, "mute_set", json!({"conversation": "c:bob", "muted": true})).unwrap();
+    invoke(&w, "mute_set", json!({"conversation": "c:carol", "muted": true})).unwrap();
+    invoke(&w, "mute_set", json!({"conversation": "c:carol", "muted": false})).unwrap();
+    assert_eq!(invoke(&w, "mute_get", json!({})).unwrap(), json!(["c:bob"]));
+    let saved: Value = serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
+    assert_eq!(saved["muted"], json!(["c:bob"]));
 }

@@ -133,6 +133,17 @@ export interface GroupInvite {
   invite: string;
 }
 
+/** The relay the desktop app hosts on this machine (settings shows it; peers pin its certificate). */
+export interface HostedRelay {
+  url: string;
+  cert_sha256: string;
+  port: number;
+  data_dir: string;
+  running: boolean;
+  accepting: boolean;
+  error: string | null;
+}
+
 export interface InitOptions {
   name: string;
   /** A relay URL, or null to host one on this machine. */
@@ -189,6 +200,15 @@ export interface Backend {
   /** Desktop-only settings (tray, notifications); null in a browser. */
   settings(): Promise<Record<string, boolean> | null>;
   setSetting(key: string, value: boolean): Promise<void>;
+  /** Whether first run may host a relay on this machine (the desktop app embeds relay-lite). */
+  readonly canHostRelay: boolean;
+  /** The relay the app hosts; null when it hosts none (or in a browser). */
+  hostedRelay(): Promise<HostedRelay | null>;
+  /** Conversations whose notifications are muted (`c:NAME`); null where there are no notifications. */
+  muted(): Promise<string[] | null>;
+  setMuted(conversation: string, muted: boolean): Promise<void>;
+  /** A clicked notification asks to open a conversation (`c:NAME`). */
+  onOpenConversation(cb: (conversation: string) => void): void;
 }
 
 type Json = Record<string, unknown>;
@@ -207,6 +227,17 @@ abstract class RequestBackend implements Backend {
   painted() {}
   abstract settings(): Promise<Record<string, boolean> | null>;
   abstract setSetting(key: string, value: boolean): Promise<void>;
+  readonly canHostRelay: boolean = false;
+  async hostedRelay(): Promise<HostedRelay | null> {
+    return null;
+  }
+  async muted(): Promise<string[] | null> {
+    return null;
+  }
+  async setMuted(_conversation: string, _muted: boolean): Promise<void> {
+    throw new BackendError('unsupported', 'notifications belong to the desktop app');
+  }
+  onOpenConversation(_cb: (conversation: string) => void) {}
 
   whoami() {
     return this.rpc<Whoami>({ op: 'whoami' });
@@ -383,6 +414,7 @@ export class HttpBackend extends RequestBackend {
 /** Tauri IPC: one command per request area, errors as {code, message}. */
 export class TauriBackend extends RequestBackend {
   readonly kind = 'tauri' as const;
+  readonly canHostRelay = true;
 
   protected async rpc<T>(req: Json): Promise<T> {
     try {
@@ -433,6 +465,30 @@ export class TauriBackend extends RequestBackend {
     } catch (e) {
       throw toBackendError(e);
     }
+  }
+  async hostedRelay() {
+    try {
+      return await invoke<HostedRelay | null>('relay_hosted');
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+  async muted() {
+    try {
+      return await invoke<string[]>('mute_get');
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+  async setMuted(conversation: string, muted: boolean) {
+    try {
+      await invoke('mute_set', { conversation, muted });
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  }
+  onOpenConversation(cb: (conversation: string) => void) {
+    void listen<string>('open-conversation', (e) => cb(e.payload));
   }
 }
 

@@ -9,6 +9,7 @@ import {
   type Backend,
   BackendError,
   type Contact,
+  type HostedRelay,
   type Identity,
   type Message,
   type Whoami,
@@ -266,7 +267,13 @@ function firstRun() {
       h('legend', null, S.firstRun.relayLegend),
       h('div', { class: 'radio' }, useUrl, h('label', { for: 'fr-mode-url' }, S.firstRun.relayUrl)),
       field(S.firstRun.relayUrlField, relayUrl),
-      h('div', { class: 'radio' }, host, h('label', { for: 'fr-mode-host' }, S.firstRun.relayHost)),
+      // Only the desktop app can host a relay (it embeds relay-lite); a browser shows no such choice.
+      backend.canHostRelay
+        ? [
+            h('div', { class: 'radio' }, host, h('label', { for: 'fr-mode-host' }, S.firstRun.relayHost)),
+            h('p', { class: 'muted', id: 'fr-host-note' }, S.firstRun.relayHostNote),
+          ]
+        : null,
     ),
     err,
     submit,
@@ -518,9 +525,30 @@ function messageText(m: Message): string {
 }
 
 async function conversationView(name: string) {
-  const [contacts, msgs] = await Promise.all([backend.contacts(), backend.conversation(name)]);
+  const [contacts, msgs, muted] = await Promise.all([
+    backend.contacts(),
+    backend.conversation(name),
+    backend.muted().catch(() => null),
+  ]);
   const c = contacts.find((x) => x.name === name);
   if (!c) throw new BackendError('unknown_contact', `no contact named ${name}`);
+  // Notifications are the desktop app's: no mute switch where there are none.
+  const muteKey = `c:${c.name}`;
+  const muteBox =
+    muted === null
+      ? null
+      : h(
+          'div',
+          { class: 'check' },
+          h('input', {
+            type: 'checkbox',
+            id: 'conv-mute',
+            checked: muted.includes(muteKey),
+            onchange: (e: Event) =>
+              act(() => backend.setMuted(muteKey, (e.currentTarget as HTMLInputElement).checked), S.settings.saved),
+          }),
+          h('label', { for: 'conv-mute' }, S.conversation.mute),
+        );
   const byId = new Map(msgs.map((m) => [m.id, m]));
   const blocked = c.key_changed || c.state !== 'active';
   const text = h('textarea', { id: 'compose', rows: 3, disabled: blocked, required: true });
@@ -558,6 +586,7 @@ async function conversationView(name: string) {
       null,
       h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link' }, S.conversation.verify),
     ),
+    muteBox,
     msgs.length === 0
       ? h('p', { class: 'muted' }, S.conversation.empty)
       : h(
@@ -947,7 +976,11 @@ async function logView() {
 }
 
 async function settingsView() {
-  const [st, prefs] = await Promise.all([backend.status(), backend.settings()]);
+  const [st, prefs, hosted] = await Promise.all([
+    backend.status(),
+    backend.settings(),
+    backend.hostedRelay().catch(() => null),
+  ]);
   const toggle = (key: string, label: string) => {
     const id = `set-${key}`;
     const box = h('input', {
@@ -988,6 +1021,7 @@ async function settingsView() {
         ),
       ),
     ),
+    hosted ? hostedRelayBox(hosted) : null,
     h(
       'section',
       { 'aria-labelledby': 'notif-title' },
@@ -1003,6 +1037,39 @@ async function settingsView() {
       toggle('close_to_tray', S.settings.closeToTray),
       toggle('start_in_tray', S.settings.startInTray),
     ),
+  );
+}
+
+function hostedRelayBox(r: HostedRelay) {
+  const row = (label: string, value: Node | string) => h('tr', null, h('th', { scope: 'row' }, label), h('td', null, value));
+  const peers = `switchboard init --name NAME --relay ${r.url} --relay-cert-sha256 ${r.cert_sha256}`;
+  return h(
+    'section',
+    { 'aria-labelledby': 'hosted-title', id: 'hosted-relay' },
+    h('h3', { id: 'hosted-title' }, S.settings.hosted),
+    h(
+      'table',
+      null,
+      h(
+        'tbody',
+        null,
+        row(S.settings.hostedUrl, h('code', null, r.url)),
+        row(S.settings.hostedCert, h('code', { class: 'safety' }, r.cert_sha256)),
+        row(S.settings.hostedPort, String(r.port)),
+        row(S.settings.hostedData, h('code', null, r.data_dir)),
+        row(
+          S.settings.hostedState,
+          badge(
+            r.accepting ? S.settings.hostedAccepting : S.settings.hostedDown,
+            `health health-${r.accepting ? 'connected' : 'disconnected'}`,
+          ),
+        ),
+        r.error ? row(S.settings.lastError, r.error) : null,
+      ),
+    ),
+    h('p', null, S.settings.hostedPeers),
+    h('pre', null, h('code', null, peers)),
+    copyButton(peers),
   );
 }
 
@@ -1028,6 +1095,10 @@ function hookShell() {
   shellHooked = true;
   backend.onLink((text) => {
     if (me) openPreview(text);
+  });
+  // A clicked notification opens its conversation.
+  backend.onOpenConversation((conversation) => {
+    if (me && conversation.startsWith('c:')) go(`#/c/${encodeURIComponent(conversation.slice(2))}`);
   });
 }
 

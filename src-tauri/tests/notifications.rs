@@ -1,0 +1,148 @@
+//! System notifications against a real notification server: dunst on a private D-Bus session bus
+//! and a private Xvfb display. A conversation keeps one notification (replaced, not stacked), and
+//! invoking a notification's default action (what a click does; `dunstctl action` here) makes the
+//! app emit `open-conversation` with that conversation.
+//!
+//! The test starts its own `dbus-daemon`, `Xvfb` and `dunst`, then runs itself again as a child
+//! process on that bus (a process's session bus comes from its environment), so it never touches
+//! the caller's desktop. It fails, never skips, when dbus-daemon, Xvfb or dunst is missing
+//! (scripts/install-deps.sh installs them).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use switchboard_app::host::AppState;
+use switchboard_app::notify::{self, OPEN_CONVERSATION, Pending};
+use switchboard_core::identity::keystore::KeystorePreference;
+use switchboard_core::profile::Profile;
+use tauri::Listener as _;
+use tauri::test::mock_builder;
+
+const CHILD: &str = "SWITCHBOARD_NOTIFY_TEST_CHILD";
+const TEST: &str = "notifications_group_per_conversation_and_a_click_opens_it";
+
+/// Processes this test started, killed by their ids when it ends.
+struct Started(Vec<Child>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn dunstctl(bus: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new("dunstctl").args(args).env("DBUS_SESSION_BUS_ADDRESS", bus).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn count(bus: &str, which: &str) -> u32 {
+    dunstctl(bus, &["count", which]).and_then(|s| s.parse().ok()).unwrap_or(u32::MAX)
+}
+
+fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn notifications_group_per_conversation_and_a_click_opens_it() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    let mut started = Started(Vec::new());
+    let mut bus_daemon = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dbus-daemon (package dbus) is needed");
+    let mut line = String::new();
+    BufReader::new(bus_daemon.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    started.0.push(bus_daemon);
+    let bus = line.trim().to_owned();
+    assert!(bus.starts_with("unix:"), "{bus}");
+    // A display for dunst: Xvfb picks a free one and reports it once it accepts clients.
+    let mut xvfb = Command::new("Xvfb")
+        .args(["-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "640x480x24"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("Xvfb (package xvfb) is needed");
+    let mut display = String::new();
+    BufReader::new(xvfb.stdout.take().unwrap()).read_line(&mut display).unwrap();
+    started.0.push(xvfb);
+    let display = format!(":{}", display.trim());
+    let dunst = Command::new("dunst")
+        .env("DISPLAY", &display)
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dunst is needed");
+    started.0.push(dunst);
+    assert!(eventually(20, || dunstctl(&bus, &["is-paused"]).is_some()), "dunst never came up on {bus}");
+
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "child failed:\n{text}");
+    assert!(text.contains("1 passed"), "{text}");
+}
+
+/// Runs on the private bus with dunst serving it.
+fn child() {
+    let bus = std::env::var("DBUS_SESSION_BUS_ADDRESS").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let profile = Profile { dir: dir.path().join("profile") };
+    let state =
+        tauri::async_runtime::block_on(AppState::start(profile, KeystorePreference::File, Instant::now())).unwrap();
+    let app = mock_builder().manage(state).build(switchboard_app::context()).unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    app.listen_any(OPEN_CONVERSATION, move |e| {
+        let _ = tx.send(serde_json::from_str::<String>(e.payload()).unwrap());
+    });
+    let pending =
+        |c: &str, body: &str| Pending { conversation: format!("c:{c}"), summary: c.to_owned(), body: body.to_owned() };
+
+    // Two messages from bob: one notification, updated in place.
+    let first = notify::show_now(app.handle(), &pending("bob", "one")).unwrap();
+    let second = notify::show_now(app.handle(), &pending("bob", "two")).unwrap();
+    assert_eq!(first, second);
+    assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 1));
+    // Carol's conversation has its own.
+    let carol = notify::show_now(app.handle(), &pending("carol", "hi")).unwrap();
+    assert_ne!(carol, first);
+    assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 2));
+    dunstctl(&bus, &["close-all"]).unwrap();
+    assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 0));
+
+    // A click: dunst invokes the default action of the one notification shown, and the app
+    // asks the window to open bob's conversation.
+    notify::show(app.handle(), pending("bob", "three"));
+    assert!(eventually(5, || count(&bus, "displayed") == 1), "bob's notification never showed");
+    dunstctl(&bus, &["action", "0"]).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:bob");
+    // Carol's notification, clicked, opens carol's conversation.
+    let _ = dunstctl(&bus, &["close-all"]);
+    assert!(eventually(5, || count(&bus, "displayed") == 0));
+    notify::show(app.handle(), pending("carol", "again"));
+    assert!(eventually(5, || count(&bus, "displayed") == 1));
+    dunstctl(&bus, &["action", "0"]).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:carol");
+}
