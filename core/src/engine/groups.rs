@@ -18,6 +18,26 @@
 //! - the read frontier: a message is read once it entered the agent's context (delivered by
 //!   `deliveries`/`listen`, fetched by `read`, or written by the session); `after` carries the
 //!   tips of that set.
+//!
+//! Delivery policy (the 1:1 policy of `delivery`, applied to each session's unread group rows
+//! when they are handed over, so nothing is classified twice and changing the policy applies to
+//! what is still unread):
+//! - **steer**: addressed to the session (`to` = its fingerprint, an `@handle`/`@name` mention)
+//!   and alerts: due at once. **digest**: everything else, due at the 1:1 digest tick
+//!   (`digest_due`, `policy_digest_secs`). Once something is due, waiting digest rows ride
+//!   along (as in 1:1 queues); until then they stay unread, outside the frontier and `after`.
+//!   `lmk_wait` wakes on new log entries, at the next tick and on operator input, never spins.
+//! - **loop guard** per (session, group): group messages in and out after `lmk_policy.reset_rowid`
+//!   are hops; a message with more than `policy_loop_limit` hops up to it is paused (kept unread,
+//!   no one woken; alerts and events still pass), and an agent session's send is refused with
+//!   `loop_guard` once the hops reach the limit. Operator input (the owner's `GroupSend`,
+//!   `GroupResume`, approving a held send) moves the reset to the newest row: paused rows are
+//!   released because they no longer count.
+//! - **outbound mode** per (session, group), `lmk_policy.outbound`: `auto`, `review` or
+//!   `default` (the profile's `policy_review`, as for contacts). In review an agent session's send
+//!   waits in `review_queue` (`group_id`, `to_fp`); the owner's approval sends it as the session,
+//!   denial drops it. The owner's own sends are never reviewed.
+//! - **do-not-disturb** (`delivery`): nothing is handed over while it is on; it is all kept.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
