@@ -4,6 +4,8 @@
 //! runtime's do-not-disturb (switched from anywhere: the CLI, another client) is mirrored into
 //! the app's switch and the tray.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
 use switchboard_core::bridge::web::ui_event;
@@ -18,6 +20,7 @@ pub const RUNTIME_EVENT: &str = "runtime-event";
 
 /// Forwards `core`'s events to the app until the runtime stops.
 pub fn forward<R: Runtime>(app: AppHandle<R>, core: Core) {
+    watch_groups(app.clone(), core.clone());
     let mut rx = core.subscribe();
     tauri::async_runtime::spawn(async move {
         loop {
@@ -65,6 +68,57 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, core: &Core, e: &Event) {
         crate::notify::Decision::Show(p) => crate::notify::show(app, p),
         crate::notify::Decision::Skip(why) => tracing::debug!("no notification for {id}: {why}"),
     }
+}
+
+/// letmeknow groups have no per-message runtime event: their unread counts (`group_list`) are
+/// read every few seconds while the runtime runs, and a rise notifies under the group's
+/// conversation (`g:GROUP`), with the same policy as contacts.
+pub fn watch_groups<R: Runtime>(app: AppHandle<R>, core: Core) {
+    tauri::async_runtime::spawn(async move {
+        let mut events = core.subscribe();
+        let mut before: Option<BTreeMap<String, i64>> = None;
+        loop {
+            let now = group_unread(&core).await;
+            if let (Some(before), Some(now)) = (&before, &now) {
+                let focused = app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false);
+                for (group, unread) in crate::notify::group_news(before, now) {
+                    let decision = match app.state::<AppState>().settings.lock() {
+                        Ok(s) => crate::notify::decide_group(&s, &group, unread, focused),
+                        Err(_) => return,
+                    };
+                    if let crate::notify::Decision::Show(p) = decision {
+                        crate::notify::show(&app, p);
+                    }
+                }
+            }
+            if now.is_some() {
+                before = now;
+            }
+            // Until the runtime stops (its event channel closes).
+            let tick = tokio::time::sleep(GROUP_POLL);
+            tokio::pin!(tick);
+            loop {
+                tokio::select! {
+                    () = &mut tick => break,
+                    e = events.recv() => if let Err(RecvError::Closed) = e { return },
+                }
+            }
+        }
+    });
+}
+
+/// How often group unread counts are read.
+const GROUP_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Each group's unread count, or `None` when there is no group session to ask.
+async fn group_unread(core: &Core) -> Option<BTreeMap<String, i64>> {
+    let v = core.handle_as(&Caller::Owner, Request::GroupList { handle: None }, false).await.ok()?;
+    Some(
+        v.as_array()?
+            .iter()
+            .filter_map(|g| Some((g.get("group")?.as_str()?.to_owned(), g.get("unread")?.as_i64()?)))
+            .collect(),
+    )
 }
 
 /// The window gained focus: everything is seen.

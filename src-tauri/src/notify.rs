@@ -24,7 +24,8 @@ use tauri::{AppHandle, Emitter, Runtime};
 
 use crate::settings::Settings;
 
-/// The UI event a clicked notification sends: the conversation key (`c:NAME`).
+/// The UI event a clicked notification sends: the conversation key (`c:NAME` for a contact,
+/// `g:GROUP` for a letmeknow group).
 pub const OPEN_CONVERSATION: &str = "open-conversation";
 
 /// The key of a message's conversation: `c:` and the contact's name.
@@ -53,23 +54,49 @@ pub struct Pending {
     pub body: String,
 }
 
+/// The checks every notification passes, in order; `Some(reason)` to stay quiet.
+fn quiet(settings: &Settings, conversation: &str, focused: bool) -> Option<&'static str> {
+    if !settings.notifications {
+        Some("notifications off")
+    } else if settings.do_not_disturb {
+        Some("do not disturb")
+    } else if settings.muted.contains(conversation) {
+        Some("muted")
+    } else if focused {
+        Some("window focused")
+    } else {
+        None
+    }
+}
+
+/// The policy for a group: `unread` went up to this; `g:GROUP` is its conversation.
+pub fn decide_group(settings: &Settings, group: &str, unread: i64, focused: bool) -> Decision {
+    let conversation = format!("g:{group}");
+    if let Some(why) = quiet(settings, &conversation, focused) {
+        return Decision::Skip(why);
+    }
+    let short: String = group.chars().take(12).collect();
+    Decision::Show(Pending {
+        conversation,
+        summary: format!("Group {short}"),
+        body: if unread == 1 { "1 unread message".into() } else { format!("{unread} unread messages") },
+    })
+}
+
+/// Groups whose unread count went up between two `group_list` answers (groups not seen before
+/// count from zero). Returns `(group, unread now)`.
+pub fn group_news(before: &BTreeMap<String, i64>, now: &BTreeMap<String, i64>) -> Vec<(String, i64)> {
+    now.iter().filter(|(g, n)| **n > before.get(*g).copied().unwrap_or(0)).map(|(g, n)| (g.clone(), *n)).collect()
+}
+
 /// The policy: whether message `m` (the runtime's message DTO) notifies.
 pub fn decide(settings: &Settings, m: &Value, focused: bool) -> Decision {
     if m.get("direction").and_then(Value::as_str) != Some("in") {
         return Decision::Skip("own message");
     }
-    if !settings.notifications {
-        return Decision::Skip("notifications off");
-    }
-    if settings.do_not_disturb {
-        return Decision::Skip("do not disturb");
-    }
     let Some(conversation) = conversation_key(m) else { return Decision::Skip("no conversation") };
-    if settings.muted.contains(&conversation) {
-        return Decision::Skip("muted");
-    }
-    if focused {
-        return Decision::Skip("window focused");
+    if let Some(why) = quiet(settings, &conversation, focused) {
+        return Decision::Skip(why);
     }
     let summary = m.get("from").and_then(Value::as_str).unwrap_or("someone").to_owned();
     let body = match m.get("body") {
@@ -323,6 +350,19 @@ mod tests {
         let off = Settings { notifications: false, ..Settings::default() };
         assert_eq!(decide(&off, &incoming("bob", "x"), false), Decision::Skip("notifications off"));
         assert_eq!(decide(&s, &incoming("bob", "x"), true), Decision::Skip("window focused"));
+    }
+
+    #[test]
+    fn a_group_notifies_when_its_unread_count_rises_unless_muted() {
+        let before: BTreeMap<String, i64> = [("g1".to_owned(), 2), ("g2".to_owned(), 5)].into();
+        let now: BTreeMap<String, i64> = [("g1".to_owned(), 3), ("g2".to_owned(), 0), ("g3".to_owned(), 1)].into();
+        assert_eq!(group_news(&before, &now), vec![("g1".to_owned(), 3), ("g3".to_owned(), 1)]);
+        let s = Settings::default();
+        let Decision::Show(p) = decide_group(&s, "g1", 3, false) else { panic!() };
+        assert_eq!((p.conversation.as_str(), p.body.as_str()), ("g:g1", "3 unread messages"));
+        let muted = Settings { muted: ["g:g1".to_owned()].into(), ..Settings::default() };
+        assert_eq!(decide_group(&muted, "g1", 3, false), Decision::Skip("muted"));
+        assert_eq!(decide_group(&s, "g1", 3, true), Decision::Skip("window focused"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ import {
   type Backend,
   BackendError,
   type Contact,
+  type GroupSummary,
   type HostedRelay,
   type Identity,
   type Message,
@@ -823,10 +824,60 @@ async function groupsView() {
       h('button', { type: 'button', onclick: () => act(() => backend.groupSession(me?.name ?? 'me')) }, S.groups.startSession),
     );
   }
-  const members = await Promise.all(groups.map((g) => backend.groupMembers(g.group).catch(() => null)));
+  const [members, muted] = await Promise.all([
+    Promise.all(groups.map((g) => backend.groupMembers(g.group).catch(() => null))),
+    backend.muted().catch(() => null),
+  ]);
+  // Notifications are the desktop app's: no mute switch where there are none.
+  const muteBox = (group: string, i: number) => {
+    if (muted === null) return null;
+    const key = `g:${group}`;
+    const id = `group-mute-${i}`;
+    return h(
+      'div',
+      { class: 'check' },
+      h('input', {
+        type: 'checkbox',
+        id,
+        checked: muted.includes(key),
+        onchange: (e: Event) =>
+          act(() => backend.setMuted(key, (e.currentTarget as HTMLInputElement).checked), S.settings.saved),
+      }),
+      h('label', { for: id }, S.groups.mute),
+    );
+  };
   const invite = async (group?: string) => {
     const inv = await backend.groupInvite(group);
     lastInvite = { link: inv.link, expires_at: inv.expires_at };
+  };
+  // The group's delivery policy: outbound mode of agent sends, and the loop guard's resume.
+  const policyBox = (g: GroupSummary, i: number) => {
+    const id = `group-mode-${i}`;
+    const select = h(
+      'select',
+      {
+        id,
+        onchange: (e: Event) =>
+          act(() => backend.groupMode(g.group, (e.currentTarget as HTMLSelectElement).value), S.groups.modeSaved),
+      },
+      ['default', 'auto', 'review'].map((m) => h('option', { value: m, selected: (g.mode ?? 'default') === m }, S.groups.modes[m])),
+    );
+    const lg = g.loop_guard;
+    return h(
+      'div',
+      { class: 'group-policy' },
+      h('label', { for: id }, S.groups.mode),
+      select,
+      lg?.paused
+        ? h(
+            'p',
+            { class: 'banner', role: 'status' },
+            S.groups.paused(lg.hops, lg.held),
+            ' ',
+            h('button', { type: 'button', onclick: () => act(() => backend.groupResume(g.group), S.groups.resumed) }, S.groups.resume),
+          )
+        : null,
+    );
   };
   return h(
     'div',
@@ -844,6 +895,8 @@ async function groupsView() {
             h('h3', null, protocolBadge('letmeknow'), ' ', h('code', null, g.group)),
             h('p', null, `${S.groups.state}: ${g.state} · ${S.groups.unread}: ${g.unread} · ${g.relay}`),
             h('button', { type: 'button', class: 'secondary', onclick: () => act(() => invite(g.group)) }, S.groups.inviteTo),
+            muteBox(g.group, i),
+            policyBox(g, i),
             members[i]
               ? h(
                   'table',
@@ -886,11 +939,12 @@ async function reviewView() {
             h(
               'li',
               null,
+              h('p', null, typeof it.group === 'string' ? S.review.toGroup(it.group) : S.review.toContact(String(it.contact ?? ''))),
               h(
                 'dl',
                 { class: 'inline' },
                 Object.entries(it)
-                  .filter(([k]) => k !== 'id')
+                  .filter(([k, v]) => k !== 'id' && v !== null && v !== undefined)
                   .map(([k, v]) => [h('dt', null, k), h('dd', null, typeof v === 'string' ? v : JSON.stringify(v))]),
               ),
               h(
@@ -1099,6 +1153,7 @@ function hookShell() {
   // A clicked notification opens its conversation.
   backend.onOpenConversation((conversation) => {
     if (me && conversation.startsWith('c:')) go(`#/c/${encodeURIComponent(conversation.slice(2))}`);
+    else if (me && conversation.startsWith('g:')) go('#/groups');
   });
 }
 

@@ -135,6 +135,14 @@ export const S = {
     state: 'State',
     unread: 'Unread',
     joined: 'Joined the group.',
+    mode: 'Agent messages to this group',
+    modes: { default: 'Follow the review policy', auto: 'Send at once', review: 'Hold for my review' } as Record<string, string>,
+    modeSaved: 'Saved.',
+    paused: (hops: number, held: number) =>
+      `Paused by the loop guard: ${hops} agent messages since you last took part; ${held} held.`,
+    resume: 'Resume this group',
+    resumed: 'Resumed.',
+    mute: 'Mute notifications for this group',
   },
   review: {
     title: 'Review queue',
@@ -142,6 +150,8 @@ export const S = {
     empty: 'Nothing is waiting for review.',
     approve: 'Approve',
     reject: 'Reject',
+    toGroup: (group: string) => `To group ${group}`,
+    toContact: (contact: string) => `To ${contact}`,
   },
   log: {
     title: 'Activity log',
