@@ -110,6 +110,10 @@ export interface GroupSummary {
   relay: string;
   state: string;
   unread: number;
+  /** Outbound mode of the agent's sends: auto, review or default (the profile's policy). */
+  mode?: string;
+  /** The group's loop guard: hops since your last input, the limit, whether it paused. */
+  loop_guard?: { hops: number; limit: number; paused: boolean; held: number };
 }
 
 export interface GroupMember {
@@ -191,6 +195,10 @@ export interface Backend {
   groupInvite(group?: string): Promise<GroupInvite>;
   groupJoin(link: string): Promise<unknown>;
   reviewDecide(id: number, approve: boolean): Promise<void>;
+  /** Sets a group's outbound mode for agent sends (auto, review, default). */
+  groupMode(group: string, mode: string): Promise<void>;
+  /** Resumes a group the loop guard paused (operator input). */
+  groupResume(group: string): Promise<void>;
   /** Subscribes to runtime events; returns an unsubscribe function. */
   onEvent(cb: (e: UiEvent) => void): () => void;
   /** Links (`switchboard:...`) the desktop shell was asked to open. */
@@ -301,6 +309,12 @@ abstract class RequestBackend implements Backend {
   }
   async reviewDecide(id: number, approve: boolean) {
     await this.rpc({ op: approve ? 'review_approve' : 'review_reject', id });
+  }
+  async groupMode(group: string, mode: string) {
+    await this.rpc({ op: 'group_mode', group, mode });
+  }
+  async groupResume(group: string) {
+    await this.rpc({ op: 'group_resume', group });
   }
 }
 
