@@ -17,26 +17,22 @@
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::net::SocketAddr;
+mod support;
+
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
-use axum::routing::post;
 use ed25519_dalek::SigningKey;
 use relay_lite::{Config, RunningRelay};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use support::{ClientWork, Load, env_or, http_client, median, post_load, start_insert_baseline};
 use switchboard_core::protocol::agent_identity::{AgentId, Origin};
 use switchboard_core::protocol::agent_mail::card::CardPayload;
 use switchboard_core::protocol::agent_mail::packet::{SealRequest, seal};
 use switchboard_core::protocol::agent_mail::{DAY_MS, Id16, MailboxCard, Message, Part};
 use switchboard_core::util::{OsRng, now_ms, random_array};
-use tokio::task::{JoinHandle, JoinSet};
 use x25519_dalek::{PublicKey, StaticSecret};
 
 /// The origin cards name; requests carry it as `Host` (relay-lite's origin is `https://` + Host).
@@ -55,13 +51,6 @@ struct Settings {
     packets_per_client: usize,
 }
 
-fn env_or<T: FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
-        Err(_) => default,
-    }
-}
-
 impl Settings {
     fn from_env() -> Self {
         let scale: f64 = env_or("AM_LOAD_SCALE", 1.0_f64).clamp(0.01, 100.0);
@@ -78,17 +67,8 @@ impl Settings {
     }
 
     fn command(&self) -> String {
-        let mut vars: Vec<String> =
-            std::env::vars().filter(|(k, _)| k.starts_with("AM_LOAD_")).map(|(k, v)| format!("{k}={v} ")).collect();
-        vars.sort();
-        format!("{}cargo bench -p relay-lite --bench agent_mail_load", vars.concat())
+        support::command("AM_LOAD_", "agent_mail_load")
     }
-}
-
-/// One client's mailbox path and its own distinct packets.
-struct Work {
-    path: String,
-    packets: Vec<Bytes>,
 }
 
 fn card_for(owner: &SigningKey, mailbox: Id16, origin: &Origin) -> MailboxCard {
@@ -110,10 +90,6 @@ fn card_for(owner: &SigningKey, mailbox: Id16, origin: &Origin) -> MailboxCard {
     .unwrap()
 }
 
-fn http_client() -> reqwest::Client {
-    reqwest::Client::builder().http1_only().tcp_nodelay(true).timeout(Duration::from_secs(30)).build().unwrap()
-}
-
 async fn start_relay(dir: &Path) -> RunningRelay {
     let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir);
     config.limits.ip_requests_per_minute = 0;
@@ -122,98 +98,7 @@ async fn start_relay(dir: &Path) -> RunningRelay {
     relay_lite::spawn(config).await.unwrap()
 }
 
-async fn start_insert_baseline(dir: &Path) -> (SocketAddr, JoinHandle<()>, SqlitePool) {
-    let options = SqliteConnectOptions::new()
-        .filename(dir.join("baseline.sqlite3"))
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(Duration::from_secs(10));
-    let pool = SqlitePoolOptions::new().max_connections(10).connect_with(options).await.unwrap();
-    sqlx::query(
-        "CREATE TABLE packet (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
-         body BLOB NOT NULL) STRICT",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    async fn insert(
-        State(pool): State<SqlitePool>,
-        UrlPath(id): UrlPath<String>,
-        body: Bytes,
-    ) -> (StatusCode, &'static str) {
-        let done = sqlx::query("INSERT INTO packet (mailbox, received_ms, body) VALUES (?, ?, ?)")
-            .bind(id)
-            .bind(now_ms())
-            .bind(body.as_ref())
-            .execute(&pool)
-            .await;
-        match done {
-            Ok(_) => (StatusCode::ACCEPTED, "{}"),
-            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
-        }
-    }
-    let router = Router::new().route("/v1/mailboxes/{id}/packets", post(insert)).with_state(pool.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    (addr, task, pool)
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Load {
-    per_sec: f64,
-    failed: u64,
-    exhausted: usize,
-}
-
-async fn post_load(base: &str, work: &[Arc<Work>], s: &Settings) -> Load {
-    let start = Instant::now() + s.warmup;
-    let end = start + s.measure;
-    let mut tasks = JoinSet::new();
-    for w in work {
-        let w = w.clone();
-        let url = format!("{base}{}", w.path);
-        tasks.spawn(async move {
-            let http = http_client();
-            let (mut accepted, mut failed) = (0_u64, 0_u64);
-            let mut next = 0;
-            while Instant::now() < end {
-                let Some(body) = w.packets.get(next).cloned() else { return (accepted, failed, true) };
-                next += 1;
-                let sent = http
-                    .post(&url)
-                    .header(reqwest::header::HOST, HOST)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await;
-                let ok = match sent {
-                    Ok(r) => r.status() == StatusCode::ACCEPTED && r.bytes().await.is_ok(),
-                    Err(_) => false,
-                };
-                let done = Instant::now();
-                if !ok {
-                    failed += 1;
-                } else if done >= start && done < end {
-                    accepted += 1;
-                }
-            }
-            (accepted, failed, false)
-        });
-    }
-    let (mut accepted, mut failed, mut exhausted) = (0, 0, 0);
-    while let Some(joined) = tasks.join_next().await {
-        let (a, f, e) = joined.unwrap();
-        accepted += a;
-        failed += f;
-        exhausted += usize::from(e);
-    }
-    assert!(accepted > 0, "no packet was accepted");
-    Load { per_sec: accepted as f64 / s.measure.as_secs_f64(), failed, exhausted }
-}
-
-async fn relay_throughput(cards: &[MailboxCard], work: &[Arc<Work>], s: &Settings) -> Load {
+async fn relay_throughput(cards: &[MailboxCard], work: &[Arc<ClientWork>], s: &Settings) -> Load {
     let dir = tempfile::tempdir().unwrap();
     let relay = start_relay(dir.path()).await;
     let http = http_client();
@@ -227,24 +112,18 @@ async fn relay_throughput(cards: &[MailboxCard], work: &[Arc<Work>], s: &Setting
             .unwrap();
         assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
     }
-    let load = post_load(&relay.url(), work, s).await;
+    let load = post_load(&relay.url(), work, s.warmup, s.measure).await;
     relay.shutdown().await.unwrap();
     load
 }
 
-async fn baseline_throughput(work: &[Arc<Work>], s: &Settings) -> Load {
+async fn baseline_throughput(work: &[Arc<ClientWork>], s: &Settings) -> Load {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, task, pool) = start_insert_baseline(dir.path()).await;
-    let load = post_load(&format!("http://{addr}"), work, s).await;
+    let (addr, task, pool) = start_insert_baseline(dir.path(), "/v1/mailboxes/{id}/packets", 10).await;
+    let load = post_load(&format!("http://{addr}"), work, s.warmup, s.measure).await;
     task.abort();
     pool.close().await;
     load
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 #[tokio::main]
@@ -258,7 +137,7 @@ async fn main() {
     let sealing = Instant::now();
     let mut nonce = 1000;
     let text = "x".repeat(TEXT_CHARS);
-    let work: Vec<Arc<Work>> = (0..s.clients)
+    let work: Vec<Arc<ClientWork>> = (0..s.clients)
         .map(|c| {
             let card = &cards[c % cards.len()];
             let packets = (0..s.packets_per_client)
@@ -277,10 +156,17 @@ async fn main() {
                     Bytes::from(seal(&req, now, &mut OsRng).unwrap().to_jcs())
                 })
                 .collect();
-            Arc::new(Work { path: format!("/v1/mailboxes/{}/packets", card.mailbox_id()), packets })
+            // Every packet fresh: a repeat would be answered from accepted history, which is cheaper.
+            Arc::new(ClientWork {
+                path: format!("/v1/mailboxes/{}/packets", card.mailbox_id()),
+                headers: vec![("host", HOST.to_owned()), ("content-type", "application/json".into())],
+                bodies: packets,
+                first: 0,
+                cycle: false,
+            })
         })
         .collect();
-    let size = work[0].packets[0].len();
+    let size = work[0].bodies[0].len();
     println!(
         "agent_mail_load: {} rounds, {} clients over {} mailboxes, {} distinct {size}-byte packets per client \
          (sealed in {:.1} s), {:?} warm-up + {:?} per run",

@@ -20,27 +20,26 @@
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::net::SocketAddr;
+mod support;
+
 use std::path::Path;
-use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::routing::post;
-use axum::serve::ListenerExt as _;
 use futures_util::StreamExt as _;
 use relay_lite::{Config, RunningRelay};
-use sqlx::sqlite::SqliteSynchronous;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use support::{
+    ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, serve, start_insert_baseline,
+};
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::wire::RelayToClient;
 use switchboard_core::protocol::letagents::{Inner, Kind, MIN_ENVELOPE, seal};
 use switchboard_core::transport::letagents::{RelayClient, RelaySocket};
 use switchboard_core::util::{OsRng, b64u, now_ms};
-use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite::Message;
 
 /// Characters of message text: with the signature and JSON framing the plaintext just fits one
@@ -64,13 +63,6 @@ struct Settings {
     latency_samples: usize,
 }
 
-fn env_or<T: FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
-        Err(_) => default,
-    }
-}
-
 impl Settings {
     fn from_env() -> Self {
         let scale: f64 = env_or("RELAY_LOAD_SCALE", 1.0_f64).clamp(0.01, 100.0);
@@ -90,10 +82,7 @@ impl Settings {
 
     /// The command that reproduces this run.
     fn command(&self) -> String {
-        let mut vars: Vec<String> =
-            std::env::vars().filter(|(k, _)| k.starts_with("RELAY_LOAD_")).map(|(k, v)| format!("{k}={v} ")).collect();
-        vars.sort();
-        format!("{}cargo bench -p relay-lite --bench relay_load", vars.concat())
+        support::command("RELAY_LOAD_", "relay_load")
     }
 }
 
@@ -128,10 +117,6 @@ fn target(sender: &DeviceIdentity, owner: &DeviceIdentity) -> Target {
     }
 }
 
-fn http_client() -> reqwest::Client {
-    reqwest::Client::builder().http1_only().tcp_nodelay(true).timeout(Duration::from_secs(30)).build().unwrap()
-}
-
 /// relay-lite on a loopback port with the send limits out of the way.
 async fn start_relay(dir: &Path) -> RunningRelay {
     let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir);
@@ -141,107 +126,20 @@ async fn start_relay(dir: &Path) -> RunningRelay {
     relay_lite::spawn(config).await.unwrap()
 }
 
-/// A bare axum server on a loopback port (TCP_NODELAY, like relay-lite's acceptor).
-async fn serve(router: Router) -> (SocketAddr, JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let task = tokio::spawn(async move {
-        axum::serve(listener, router).await.unwrap();
-    });
-    (addr, task)
-}
-
-/// The throughput baseline: one route, one `INSERT` per request on a sqlx pool.
-async fn start_insert_baseline(dir: &Path, pool_size: u32) -> (SocketAddr, JoinHandle<()>, SqlitePool) {
-    let options = SqliteConnectOptions::new()
-        .filename(dir.join("baseline.sqlite3"))
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(Duration::from_secs(10));
-    let pool = SqlitePoolOptions::new().max_connections(pool_size).connect_with(options).await.unwrap();
-    sqlx::query(
-        "CREATE TABLE envelope (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, \
-         received_ms INTEGER NOT NULL, body BLOB NOT NULL) STRICT",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    async fn insert(
-        State(pool): State<SqlitePool>,
-        UrlPath(id): UrlPath<String>,
-        body: Bytes,
-    ) -> (StatusCode, &'static str) {
-        let done = sqlx::query("INSERT INTO envelope (mailbox, received_ms, body) VALUES (?, ?, ?)")
-            .bind(id)
-            .bind(now_ms())
-            .bind(body.as_ref())
-            .execute(&pool)
-            .await;
-        match done {
-            Ok(_) => (StatusCode::ACCEPTED, "{}"),
-            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
-        }
-    }
-    let router = Router::new().route("/v1/send/{id}", post(insert)).with_state(pool.clone());
-    let (addr, task) = serve(router).await;
-    (addr, task, pool)
-}
-
-/// Accepted sends per second over the measured window, and the failures seen.
-#[derive(Debug, Clone, Copy)]
-struct Load {
-    per_sec: f64,
-    failed: u64,
-}
-
-/// `clients` keep-alive connections posting back to back; client `c` uses mailbox `c % n`.
-async fn post_load(base: &str, targets: &[Target], s: &Settings) -> Load {
-    let start = Instant::now() + s.warmup;
-    let end = start + s.measure;
-    let mut tasks = JoinSet::new();
-    for c in 0..s.clients {
-        let target = targets[c % targets.len()].clone();
-        let url = format!("{base}{}", target.path);
-        tasks.spawn(async move {
-            let http = http_client();
-            let (mut accepted, mut failed) = (0_u64, 0_u64);
-            let mut next = c;
-            while Instant::now() < end {
-                let body = target.bodies[next % target.bodies.len()].clone();
-                next += 1;
-                let sent = http
-                    .post(&url)
-                    .header("x-la-drop", &target.drop)
-                    .header("content-type", "application/octet-stream")
-                    .body(body)
-                    .send()
-                    .await;
-                let ok = match sent {
-                    Ok(r) => r.status() == StatusCode::ACCEPTED && r.bytes().await.is_ok(),
-                    Err(_) => false,
-                };
-                let done = Instant::now();
-                if !ok {
-                    failed += 1;
-                } else if done >= start && done < end {
-                    accepted += 1;
-                }
-            }
-            (accepted, failed)
-        });
-    }
-    let (mut accepted, mut failed) = (0, 0);
-    while let Some(joined) = tasks.join_next().await {
-        let (a, f) = joined.unwrap();
-        accepted += a;
-        failed += f;
-    }
-    assert!(accepted > 0, "no send was accepted");
-    Load { per_sec: accepted as f64 / s.measure.as_secs_f64(), failed }
+/// Each client's work: client `c` posts to mailbox `c % n`, cycling its bodies from `c`.
+fn client_work(targets: &[Target], s: &Settings) -> Vec<Arc<ClientWork>> {
+    (0..s.clients)
+        .map(|c| {
+            let t = &targets[c % targets.len()];
+            Arc::new(ClientWork {
+                path: t.path.clone(),
+                headers: vec![("x-la-drop", t.drop.clone()), ("content-type", "application/octet-stream".into())],
+                bodies: t.bodies.clone(),
+                first: c,
+                cycle: true,
+            })
+        })
+        .collect()
 }
 
 async fn relay_throughput(owners: &[DeviceIdentity], targets: &[Target], s: &Settings) -> Load {
@@ -252,15 +150,15 @@ async fn relay_throughput(owners: &[DeviceIdentity], targets: &[Target], s: &Set
         // The first login creates the mailbox.
         client.inbox(&owner.sig, &owner.drop).await.unwrap();
     }
-    let load = post_load(&relay.url(), targets, s).await;
+    let load = post_load(&relay.url(), &client_work(targets, s), s.warmup, s.measure).await;
     relay.shutdown().await.unwrap();
     load
 }
 
 async fn baseline_throughput(targets: &[Target], s: &Settings) -> Load {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, task, pool) = start_insert_baseline(dir.path(), s.baseline_pool).await;
-    let load = post_load(&format!("http://{addr}"), targets, s).await;
+    let (addr, task, pool) = start_insert_baseline(dir.path(), "/v1/send/{id}", s.baseline_pool).await;
+    let load = post_load(&format!("http://{addr}"), &client_work(targets, s), s.warmup, s.measure).await;
     task.abort();
     pool.close().await;
     load
@@ -418,41 +316,6 @@ async fn echo_latency(http: &reqwest::Client, body: &Bytes, s: &Settings) -> Vec
     }
     task.abort();
     samples
-}
-
-/// Nearest-rank percentile in milliseconds.
-fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len().is_multiple_of(2) { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] }
-}
-
-/// Rounds of paired measurements: relay and baseline values, one pair per round.
-#[derive(Debug, Default)]
-struct Pairs {
-    relay: Vec<f64>,
-    baseline: Vec<f64>,
-}
-
-impl Pairs {
-    fn push(&mut self, relay: f64, baseline: f64) {
-        self.relay.push(relay);
-        self.baseline.push(baseline);
-    }
-
-    /// Median of the per-round ratios (relay / baseline).
-    fn ratio(&self) -> f64 {
-        let ratios: Vec<f64> = self.relay.iter().zip(&self.baseline).map(|(r, b)| r / b).collect();
-        median(&ratios)
-    }
 }
 
 #[tokio::main]

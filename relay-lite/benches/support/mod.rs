@@ -1,0 +1,215 @@
+//! What relay-lite's load benches share: knobs from the environment, the keep-alive HTTP client,
+//! the bare "axum + one sqlx INSERT" baseline server, the closed-loop POST load generator, and
+//! the statistics (percentiles, medians, per-round ratios). Each bench keeps only what is its
+//! protocol's own: the bodies it seals and the relay set-up.
+
+// Each bench uses its own subset.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::serve::ListenerExt as _;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use switchboard_core::util::now_ms;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// `$name` parsed, or `default` when unset; a value that does not parse stops the run.
+pub fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+/// The command that reproduces this run: the bench's `$PREFIX*` variables, then `cargo bench`.
+pub fn command(prefix: &str, bench: &str) -> String {
+    let mut vars: Vec<String> =
+        std::env::vars().filter(|(k, _)| k.starts_with(prefix)).map(|(k, v)| format!("{k}={v} ")).collect();
+    vars.sort();
+    format!("{}cargo bench -p relay-lite --bench {bench}", vars.concat())
+}
+
+/// One keep-alive HTTP/1.1 connection per client, no Nagle.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().http1_only().tcp_nodelay(true).timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+/// A bare axum server on a loopback port (TCP_NODELAY, like relay-lite's acceptor).
+pub async fn serve(router: Router) -> (SocketAddr, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    (addr, task)
+}
+
+/// The throughput baseline: `POST route` (with one `{id}` segment) does one sqlx `INSERT` of
+/// the body per request on a pool of `pool_size` (WAL, `synchronous=FULL`) and answers `202 {}`.
+pub async fn start_insert_baseline(
+    dir: &Path,
+    route: &str,
+    pool_size: u32,
+) -> (SocketAddr, JoinHandle<()>, SqlitePool) {
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join("baseline.sqlite3"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(10));
+    let pool = SqlitePoolOptions::new().max_connections(pool_size).connect_with(options).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
+         body BLOB NOT NULL) STRICT",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    async fn insert(
+        State(pool): State<SqlitePool>,
+        UrlPath(id): UrlPath<String>,
+        body: Bytes,
+    ) -> (StatusCode, &'static str) {
+        let done = sqlx::query("INSERT INTO stored (mailbox, received_ms, body) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(now_ms())
+            .bind(body.as_ref())
+            .execute(&pool)
+            .await;
+        match done {
+            Ok(_) => (StatusCode::ACCEPTED, "{}"),
+            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+        }
+    }
+    let router = Router::new().route(route, post(insert)).with_state(pool.clone());
+    let (addr, task) = serve(router).await;
+    (addr, task, pool)
+}
+
+/// What one load client posts: to `path` (under the server's base URL), with `headers`, the
+/// bodies in order from `first`, cycling or each once.
+pub struct ClientWork {
+    /// Path under the base URL.
+    pub path: String,
+    /// Extra headers (name, value).
+    pub headers: Vec<(&'static str, String)>,
+    /// The bodies.
+    pub bodies: Vec<Bytes>,
+    /// Where in `bodies` this client starts.
+    pub first: usize,
+    /// Whether the bodies repeat; otherwise a client that runs out stops and is counted.
+    pub cycle: bool,
+}
+
+/// Accepted posts per second over the measured window, the failures, and how many clients ran
+/// out of bodies before the window ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// `202`s per second inside the window.
+    pub per_sec: f64,
+    /// Non-`202` answers and transport errors.
+    pub failed: u64,
+    /// Clients that ran out of bodies.
+    pub exhausted: usize,
+}
+
+/// One keep-alive connection per `work` item posting back to back for `warmup + measure`;
+/// only `202`s whose answer completes inside the measured window count.
+pub async fn post_load(base: &str, work: &[Arc<ClientWork>], warmup: Duration, measure: Duration) -> Load {
+    let start = Instant::now() + warmup;
+    let end = start + measure;
+    let mut tasks = JoinSet::new();
+    for w in work {
+        let w = w.clone();
+        let url = format!("{base}{}", w.path);
+        tasks.spawn(async move {
+            let http = http_client();
+            let (mut accepted, mut failed) = (0_u64, 0_u64);
+            let mut next = w.first;
+            while Instant::now() < end {
+                let body = if w.cycle {
+                    w.bodies[next % w.bodies.len()].clone()
+                } else {
+                    let Some(b) = w.bodies.get(next).cloned() else { return (accepted, failed, true) };
+                    b
+                };
+                next += 1;
+                let mut req = http.post(&url).body(body);
+                for (name, value) in &w.headers {
+                    req = req.header(*name, value);
+                }
+                let ok = match req.send().await {
+                    Ok(r) => r.status() == StatusCode::ACCEPTED && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                let done = Instant::now();
+                if !ok {
+                    failed += 1;
+                } else if done >= start && done < end {
+                    accepted += 1;
+                }
+            }
+            (accepted, failed, false)
+        });
+    }
+    let (mut accepted, mut failed, mut exhausted) = (0, 0, 0);
+    while let Some(joined) = tasks.join_next().await {
+        let (a, f, e) = joined.unwrap();
+        accepted += a;
+        failed += f;
+        exhausted += usize::from(e);
+    }
+    assert!(accepted > 0, "nothing was accepted");
+    Load { per_sec: accepted as f64 / measure.as_secs_f64(), failed, exhausted }
+}
+
+/// Nearest-rank percentile in milliseconds.
+pub fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
+}
+
+/// The median (the mean of the middle two for an even count).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len().is_multiple_of(2) { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] }
+}
+
+/// Rounds of paired measurements: relay and baseline values, one pair per round.
+#[derive(Debug, Default)]
+pub struct Pairs {
+    /// relay-lite's value per round.
+    pub relay: Vec<f64>,
+    /// The baseline's value per round.
+    pub baseline: Vec<f64>,
+}
+
+impl Pairs {
+    /// Records one round.
+    pub fn push(&mut self, relay: f64, baseline: f64) {
+        self.relay.push(relay);
+        self.baseline.push(baseline);
+    }
+
+    /// Median of the per-round ratios (relay / baseline).
+    pub fn ratio(&self) -> f64 {
+        let ratios: Vec<f64> = self.relay.iter().zip(&self.baseline).map(|(r, b)| r / b).collect();
+        median(&ratios)
+    }
+}
