@@ -867,6 +867,7 @@ async function groupsView() {
       'div',
       { class: 'group-policy' },
       h('label', { for: id }, S.groups.mode),
+      ' ',
       select,
       lg?.paused
         ? h(

@@ -1581,6 +1581,7 @@ impl Runtime {
                     .await?;
             out.push(json!({
                 "group": gid,
+                "handle": handle,
                 "relay": r.get::<String, _>("relay"),
                 "state": r.get::<String, _>("state"),
                 "unread": unread,

@@ -1,0 +1,181 @@
+//! The groups screen's delivery policy end to end in headless Chromium: `switchboard ui` serves
+//! the built ui/dist and runs alice's runtime (loop limit 1); `ui/e2e/group_policy.e2e.mjs`
+//! creates a group in the window, switches its outbound mode to review, sees the loop guard's
+//! banner after bob's messages and resumes the group, then approves alice's agent's held group
+//! send on the review screen, which bob receives. This test plays bob and alice's agent session
+//! (a session token from alice's bridge, as `switchboard mcp` would get). Nothing is built here:
+//! scripts/install-deps.sh installs chromium, runs `npm ci` and builds ui/dist.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchboard_core::bridge::api::Request;
+use switchboard_tests::{Peer, TestRelay, bridge_of, open_session, switchboard};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
+}
+
+fn ui_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui")
+}
+
+fn require(path: &Path, what: &str) {
+    assert!(path.exists(), "{} is missing ({what}): run scripts/install-deps.sh", path.display());
+}
+
+/// Bob (a group member in another profile) and alice's agent, as the browser scenario asks.
+struct World {
+    bob: Peer,
+    bob_handle: String,
+    alice_home: PathBuf,
+    http: reqwest::Client,
+}
+
+impl World {
+    async fn handle(&mut self, req: &Value) -> Result<Value, String> {
+        let s = |k: &str| req[k].as_str().unwrap_or_default().to_owned();
+        match req["op"].as_str().unwrap_or("") {
+            "bob_join" => {
+                let joined = self.bob.rt.lmk_join(&self.bob_handle, &s("link"), Some(60)).await;
+                Ok(joined.map_err(|e| e.to_string())?["group"].clone())
+            }
+            "bob_say" => {
+                let sent = self.bob.rt.lmk_send(&self.bob_handle, &s("group"), &s("text"), None, None).await;
+                sent.map_err(|e| e.to_string())
+            }
+            "bob_wait_for" => {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                loop {
+                    self.bob.rt.lmk_sync(&self.bob_handle, &s("group"), 2).await.map_err(|e| e.to_string())?;
+                    let got = self.bob.rt.lmk_deliveries(&self.bob_handle).await.map_err(|e| e.to_string())?;
+                    if let Some(m) = got["items"].as_array().unwrap().iter().find(|i| i["content"] == req["text"]) {
+                        return Ok(m.clone());
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!("bob never got {}", req["text"]));
+                    }
+                }
+            }
+            "alice_agent_send" => {
+                // Alice's agent session is her group session's handle, with its own token.
+                let (url, _, owner) = bridge_of(&self.alice_home);
+                let groups: Value = self
+                    .http
+                    .post(&url)
+                    .bearer_auth(&owner)
+                    .json(&json!({"op": "group_list"}))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .json()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let handle = groups[0]["handle"].as_str().ok_or(format!("no group session: {groups}"))?.to_owned();
+                let agent = open_session(&self.http, &url, &owner, &handle).await;
+                let sent: Value = self
+                    .http
+                    .post(&url)
+                    .bearer_auth(&agent)
+                    .json(&json!({"op": "group_send", "group": s("group"), "text": s("text")}))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .json()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(sent)
+            }
+            other => Err(format!("unknown driver op {other}")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_groups_screen_switches_review_mode_resumes_the_loop_guard_and_approves_a_group_send() {
+    let ui = ui_dir();
+    require(&ui.join("dist/index.html"), "the UI build");
+    require(&ui.join("node_modules/playwright-core"), "npm ci in ui/");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    require(Path::new(&chromium), "Debian's chromium");
+
+    let relay = TestRelay::start().await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    bob.call(Request::Policy { review: None, loop_limit: Some(10_000), digest_secs: Some(0) }).await;
+    let bob_handle = bob.rt.lmk_session(Some("brave-heron"), Some("Bob's agent")).await.unwrap()["handle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Alice: an initialised profile whose loop guard stops after one hop; `switchboard ui` runs it.
+    let home = tempfile::tempdir().unwrap();
+    let alice_home = home.path().join("alice");
+    for args in [
+        &["init", "--name", "Alice", "--relay", &relay.url(), "--keystore", "file"][..],
+        &["policy", "--loop-limit", "1", "--digest", "0"],
+    ] {
+        let (ok, _, err) = switchboard(&bin(), &alice_home, args);
+        assert!(ok, "switchboard {args:?}: {err}");
+    }
+    let mut ui_proc = Command::new(bin())
+        .arg("--home")
+        .arg(&alice_home)
+        .arg("ui")
+        .arg("--ui")
+        .arg(ui.join("dist"))
+        .env("SWITCHBOARD_KEYSTORE", "file")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ui_out = BufReader::new(ui_proc.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), ui_out.next_line()).await.unwrap().unwrap().unwrap();
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/#code="), "{url}");
+    let mut world = World { bob, bob_handle, alice_home, http: reqwest::Client::new() };
+
+    let exe = std::env::current_exe().unwrap();
+    let shots = exe.ancestors().nth(3).unwrap().join("screenshots/ui-group-policy-e2e");
+    let mut node = Command::new("node")
+        .arg(ui.join("e2e/group_policy.e2e.mjs"))
+        .current_dir(&ui)
+        .env("UI_URL", &url)
+        .env("CHROMIUM", &chromium)
+        .env("SHOT_DIR", &shots)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut to_node = node.stdin.take().unwrap();
+    let mut from_node = BufReader::new(node.stdout.take().unwrap()).lines();
+    let mut passed = false;
+    let run = async {
+        while let Some(line) = from_node.next_line().await.unwrap() {
+            if let Some(req) = line.strip_prefix("REQ ") {
+                let req: Value = serde_json::from_str(req).unwrap();
+                let res = match world.handle(&req).await {
+                    Ok(v) => json!({"ok": v}),
+                    Err(e) => json!({"error": e}),
+                };
+                to_node.write_all(format!("RES {res}\n").as_bytes()).await.unwrap();
+                to_node.flush().await.unwrap();
+            } else if line == "E2E OK" {
+                passed = true;
+            } else {
+                eprintln!("node: {line}");
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(180), run).await.expect("the browser scenario timed out");
+    let status = node.wait().await.unwrap();
+    assert!(status.success() && passed, "the browser scenario failed ({status}); screenshots in {}", shots.display());
+    assert!(shots.join("02-loop-guard-paused.png").is_file());
+    ui_proc.start_kill().unwrap();
+}

@@ -1,0 +1,139 @@
+// End-to-end: the groups screen's delivery policy, in headless Chromium against the UI served by
+// a real `switchboard ui` runtime (alice, loop limit 1). Driven by tests/tests/ui_group_policy_e2e.rs,
+// which plays bob and alice's agent session: a line `REQ <json>` on stdout gets one line
+// `RES <json>` on stdin.
+//
+// Environment: UI_URL (the single-use sign-in link), SHOT_DIR (screenshots), CHROMIUM.
+
+import { createInterface } from 'node:readline';
+import { mkdirSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+
+const UI_URL = process.env.UI_URL;
+if (!UI_URL) throw new Error('missing UI_URL');
+const SHOT_DIR = process.env.SHOT_DIR || '';
+const TIMEOUT = 20_000;
+
+const lines = createInterface({ input: process.stdin });
+const pending = [];
+lines.on('line', (l) => {
+  if (!l.startsWith('RES ')) return;
+  const next = pending.shift();
+  if (next) next(JSON.parse(l.slice(4)));
+});
+function driver(req) {
+  return new Promise((resolve, reject) => {
+    pending.push((res) => (res.error ? reject(new Error(`driver: ${res.error}`)) : resolve(res.ok)));
+    process.stdout.write(`REQ ${JSON.stringify(req)}\n`);
+  });
+}
+
+function step(name) {
+  process.stderr.write(`e2e: ${name}\n`);
+}
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+async function shot(page, name) {
+  if (!SHOT_DIR) return;
+  mkdirSync(SHOT_DIR, { recursive: true });
+  await page.screenshot({ path: `${SHOT_DIR}/${name}.png`, fullPage: true });
+}
+
+function nav(page, name) {
+  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
+}
+
+/** The runtime's view of the group, through the page's own cookie session. */
+async function groupState(page, group) {
+  return page.evaluate(async (g) => {
+    const r = await fetch('/v1/rpc', { method: 'POST', body: '{"op":"group_list"}', headers: { 'content-type': 'application/json' } });
+    return (await r.json()).find((x) => x.group === g);
+  }, group);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+let page;
+try {
+  page = await (await browser.newContext()).newPage();
+  page.setDefaultTimeout(TIMEOUT);
+  const consoleErrors = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
+  });
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+
+  step('a group made in the window, bob joins it');
+  await page.goto(UI_URL);
+  await nav(page, 'Groups').click();
+  await page.getByRole('heading', { name: 'Groups' }).waitFor();
+  const startSession = page.getByRole('button', { name: 'Start a group session' });
+  if (await startSession.count()) await startSession.click();
+  await page.getByRole('button', { name: 'New group and invite link' }).click();
+  await page.getByText(/expires in \d+:\d\d/).waitFor();
+  const link = (await page.getByRole('region', { name: 'Invite link' }).locator('code').textContent()).trim();
+  const group = await driver({ op: 'bob_join', link });
+  await nav(page, 'Review').click();
+  await nav(page, 'Groups').click();
+  const card = () => page.getByRole('region', { name: group });
+  await card().getByRole('cell', { name: /Bob's agent/ }).waitFor();
+
+  step('the mode switch: agent messages to this group are held for review');
+  const mode = () => card().getByLabel('Agent messages to this group');
+  assert((await mode().inputValue()) === 'default', 'a new group follows the review policy');
+  await mode().selectOption('review');
+  await page.waitForFunction(async (g) => {
+    const r = await fetch('/v1/rpc', { method: 'POST', body: '{"op":"group_list"}', headers: { 'content-type': 'application/json' } });
+    return (await r.json()).find((x) => x.group === g)?.mode === 'review';
+  }, group);
+  await nav(page, 'Review').click();
+  await nav(page, 'Groups').click();
+  assert((await mode().inputValue()) === 'review', 'the switch shows the saved mode');
+  await shot(page, '01-review-mode');
+
+  step('bob talks past the loop limit: the group shows it is paused, resume releases it');
+  await driver({ op: 'bob_say', group, text: 'one' });
+  await driver({ op: 'bob_say', group, text: 'two' });
+  const banner = () => card().getByText(/Paused by the loop guard/);
+  for (let i = 0; i < 100 && !(await banner().count()); i++) {
+    await page.waitForTimeout(200);
+    await nav(page, 'Review').click();
+    await nav(page, 'Groups').click();
+    await page.getByRole('heading', { name: 'Groups' }).waitFor();
+  }
+  await banner().waitFor();
+  assert((await banner().textContent()).includes('1 held'), `the held message is counted: ${await banner().textContent()}`);
+  await shot(page, '02-loop-guard-paused');
+  await card().getByRole('button', { name: 'Resume this group' }).click();
+  await page.waitForFunction(() => !document.body.textContent.includes('Paused by the loop guard'));
+  const after = await groupState(page, group);
+  assert(after.loop_guard.paused === false && after.loop_guard.hops === 0, `resumed: ${JSON.stringify(after)}`);
+
+  step("alice's agent sends to the group: held, shown with its group, approved, bob gets it");
+  const held = await driver({ op: 'alice_agent_send', group, text: 'may I share the plan?' });
+  assert(held.state === 'held_for_review', `held: ${JSON.stringify(held)}`);
+  await nav(page, 'Review').click();
+  await page.getByText(`To group ${group}`).waitFor();
+  await page.getByText('may I share the plan?').waitFor();
+  await shot(page, '03-review-group-item');
+  await page.getByRole('button', { name: 'Approve' }).click();
+  await page.getByText('Nothing is waiting for review.').waitFor();
+  const got = await driver({ op: 'bob_wait_for', group, text: 'may I share the plan?' });
+  assert(got.content === 'may I share the plan?', `bob got it: ${JSON.stringify(got)}`);
+
+  assert(consoleErrors.length === 0, `no console errors: ${consoleErrors.join(' | ')}`);
+  step('all passed');
+  process.stdout.write('E2E OK\n');
+} catch (e) {
+  if (page) await shot(page, 'failure').catch(() => {});
+  process.stderr.write(`e2e failed: ${e.stack || e}\n`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+  lines.close();
+}
