@@ -157,6 +157,17 @@ pub fn tree_rss(ps: &str, root: u32) -> u64 {
     tree(ps, root).iter().map(|(_, r)| r).sum()
 }
 
+/// Proportional set size in KiB of process `pid` (`/proc/PID/smaps_rollup`): shared pages split
+/// between the processes that map them, so a sum over processes counts each page once.
+pub fn pss_kib(pid: u32) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Whether process `pid` exists (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -251,6 +262,8 @@ pub struct Figures {
     pub idle_rss_kib: u64,
     /// Of which the process itself.
     pub own_rss_kib: u64,
+    /// PSS of the process tree at the same moment (shared pages counted once).
+    pub idle_pss_kib: u64,
     /// How many processes the tree had.
     pub processes: usize,
     /// `xwininfo` of its window.
@@ -282,6 +295,7 @@ pub fn measure(display: &Display, cmd: Command, title: &str, shot: &Path, idle: 
     let procs = tree(&ps, pid);
     let own_rss_kib = procs.iter().find(|(p, _)| *p == pid).map(|(_, r)| *r).unwrap_or(0);
     let idle_rss_kib = procs.iter().map(|(_, r)| r).sum();
+    let idle_pss_kib = procs.iter().map(|(p, _)| pss_kib(*p)).sum();
     let processes = procs.len();
     let children: Vec<u32> = procs.iter().map(|(p, _)| *p).filter(|p| *p != pid).collect();
     run.stop();
@@ -290,7 +304,7 @@ pub fn measure(display: &Display, cmd: Command, title: &str, shot: &Path, idle: 
     while children.iter().any(|p| alive(*p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    Figures { spawn_to_paint_ms, paint_line, idle_rss_kib, own_rss_kib, processes, xwininfo }
+    Figures { spawn_to_paint_ms, paint_line, idle_rss_kib, own_rss_kib, idle_pss_kib, processes, xwininfo }
 }
 
 /// The median of `xs` (the lower middle for an even count).
