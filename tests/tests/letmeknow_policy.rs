@@ -155,7 +155,7 @@ async fn do_not_disturb_holds_one_to_one_and_group_wakes_and_off_releases_them_a
 async fn group_steer_is_delivered_at_once_and_digest_waits_for_the_tick() {
     let relay = TestRelay::start().await;
     let (alice, bob, g) = pair(&relay).await;
-    bob.policy(None, Some(2)).await;
+    bob.policy(None, Some(3)).await;
 
     // Addressed by fingerprint: steer, at once.
     alice.rt().lmk_send(&alice.handle, &g, "for bob", Some(&bob.fp), None).await.unwrap();
@@ -164,14 +164,18 @@ async fn group_steer_is_delivered_at_once_and_digest_waits_for_the_tick() {
     assert_eq!(contents(&got), ["for bob"]);
     assert_eq!(got["items"][0]["mode"], "steer");
 
-    // Chatter: a digest item, held until the next 2-second tick, unread and outside `after`.
+    // Chatter: a digest item, held until the next 3-second tick, unread and outside `after`.
     let chatter = alice.say(&g, "chatter").await;
+    // Early in a period, so the check below cannot straddle a tick.
+    while switchboard_core::util::now_ms() % 3000 > 1500 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     bob.sync(&g).await;
     let held = bob.take().await;
     assert_eq!(contents(&held), Vec::<String>::new(), "{held}");
     assert_eq!(held["held"]["digest"], 1);
     let tick = held["next_digest_at"].as_i64().unwrap();
-    assert_eq!(tick % 2000, 0, "digests fall on the ticks of the 1:1 policy");
+    assert_eq!(tick % 3000, 0, "digests fall on the ticks of the 1:1 policy");
     let mine = bob.rt().lmk_send(&bob.handle, &g, "bob's own line", None, None).await.unwrap();
     let row = bob.rt().lmk_read(&bob.handle, mine["id"].as_str().unwrap(), 0).await.unwrap();
     assert!(!row["message"]["after"].as_array().unwrap().iter().any(|a| a == chatter.as_str()), "{row}");
