@@ -2,14 +2,17 @@
 //! as `runtime-event` (the same JSON the bridge streams to browsers), counted for the tray's
 //! unread badge, and turned into a system notification when `notify::decide` allows it; the
 //! runtime's do-not-disturb (switched from anywhere: the CLI, another client) is mirrored into
-//! the app's switch and the tray.
+//! the app's switch and the tray. An embedded runtime's events come from its broadcast channel;
+//! an attached app follows the owning runtime's `GET /v1/events` (server-sent events, owner
+//! token), so both behave the same.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
 use switchboard_core::bridge::web::ui_event;
-use switchboard_core::engine::{Caller, Event, Runtime as Core};
+use switchboard_core::engine::Runtime as Core;
 use tauri::{AppHandle, Emitter, Manager, Runtime};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -18,14 +21,31 @@ use crate::host::AppState;
 /// The UI event name.
 pub const RUNTIME_EVENT: &str = "runtime-event";
 
+/// How often group unread counts are read.
+const GROUP_POLL: Duration = Duration::from_secs(5);
+
+/// Starts following the runtime the app uses: the embedded one's channel, or the attached one's
+/// event stream; and the group watcher. Nothing before first run.
+pub async fn start<R: Runtime>(app: &AppHandle<R>) {
+    let state = app.state::<AppState>();
+    if let Some(rt) = state.runtime().await {
+        forward(app.clone(), rt);
+        watch_groups(app.clone());
+    } else if state.attached().await
+        && let Some((port, token)) = state.profile.read_bridge_files()
+    {
+        follow_bridge(app.clone(), port, token);
+        watch_groups(app.clone());
+    }
+}
+
 /// Forwards `core`'s events to the app until the runtime stops.
 pub fn forward<R: Runtime>(app: AppHandle<R>, core: Core) {
-    watch_groups(app.clone(), core.clone());
     let mut rx = core.subscribe();
     tauri::async_runtime::spawn(async move {
         loop {
             match rx.recv().await {
-                Ok(e) => handle(&app, &core, &e).await,
+                Ok(e) => handle(&app, &ui_event(&e)).await,
                 Err(RecvError::Lagged(_)) => {
                     let _ = app.emit(RUNTIME_EVENT, serde_json::json!({"type": "changed"}));
                 }
@@ -35,23 +55,77 @@ pub fn forward<R: Runtime>(app: AppHandle<R>, core: Core) {
     });
 }
 
-async fn handle<R: Runtime>(app: &AppHandle<R>, core: &Core, e: &Event) {
-    let _ = app.emit(RUNTIME_EVENT, ui_event(e));
-    if let Event::Dnd { on } = e {
-        if let Some(s) = app.state::<AppState>().remember_dnd(*on) {
-            crate::tray::settings_changed(app, &s);
+/// Follows the owning runtime's bridge event stream until the app stops, reconnecting (with a
+/// `changed` to the UI, which refreshes) when the stream breaks.
+pub fn follow_bridge<R: Runtime>(app: AppHandle<R>, port: u16, token: String) {
+    tauri::async_runtime::spawn(async move {
+        let Ok(tls) = switchboard_core::transport::tls::client_config(None) else { return };
+        let Ok(http) = reqwest::Client::builder().tls_backend_preconfigured(tls).no_proxy().build() else { return };
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            if app.state::<AppState>().stopped().await {
+                return;
+            }
+            let resp = http.get(format!("http://127.0.0.1:{port}/v1/events")).bearer_auth(&token).send().await;
+            match resp {
+                Ok(mut r) if r.status().is_success() => {
+                    backoff = Duration::from_millis(500);
+                    let mut buf = String::new();
+                    while let Ok(Some(chunk)) = r.chunk().await {
+                        buf.push_str(&String::from_utf8_lossy(&chunk));
+                        while let Some(end) = buf.find("\n\n") {
+                            let frame: String = buf.drain(..end + 2).collect();
+                            for data in frame.lines().filter_map(|l| l.strip_prefix("data:")) {
+                                if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
+                                    handle(&app, &v).await;
+                                }
+                            }
+                        }
+                        if buf.len() > 1 << 20 {
+                            buf.clear();
+                        }
+                    }
+                    let _ = app.emit(RUNTIME_EVENT, serde_json::json!({"type": "changed"}));
+                }
+                Ok(r) => tracing::warn!("runtime events refused: {}", r.status()),
+                Err(e) => tracing::debug!("runtime events: {e}"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(10));
         }
-        return;
+    });
+}
+
+/// One UI event (`{"type": ...}`): to the window, then the badge, notifications and DND mirror.
+async fn handle<R: Runtime>(app: &AppHandle<R>, e: &Value) {
+    let _ = app.emit(RUNTIME_EVENT, e);
+    let state = app.state::<AppState>();
+    match e.get("type").and_then(Value::as_str) {
+        Some("dnd") => {
+            if let Some(on) = e.get("on").and_then(Value::as_bool)
+                && let Some(s) = state.remember_dnd(on)
+            {
+                crate::tray::settings_changed(app, &s);
+            }
+        }
+        Some("message") => {
+            let Some(id) = e.get("id").and_then(Value::as_str) else { return };
+            let Ok(m) = state.request(Request::Message { id: id.to_owned() }).await else { return };
+            message(app, id, &m);
+        }
+        _ => {}
     }
-    let Event::Message { id } = e else { return };
-    let Ok(m) = core.handle_as(&Caller::Owner, Request::Message { id: id.clone() }, false).await else { return };
+}
+
+/// A stored message: the unread badge and, when the policy allows, a notification.
+fn message<R: Runtime>(app: &AppHandle<R>, id: &str, m: &Value) {
     // One's own messages neither count nor notify.
     if m.get("direction").and_then(Value::as_str) != Some("in") {
         return;
     }
     let focused = app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false);
+    let state = app.state::<AppState>();
     if !focused {
-        let state = app.state::<AppState>();
         let n = state.unread.lock().map(|mut u| {
             *u += 1;
             *u
@@ -60,8 +134,8 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, core: &Core, e: &Event) {
             crate::tray::set_unread(app, n);
         }
     }
-    let decision = match app.state::<AppState>().settings.lock() {
-        Ok(s) => crate::notify::decide(&s, &m, focused),
+    let decision = match state.settings.lock() {
+        Ok(s) => crate::notify::decide(&s, m, focused),
         Err(_) => return,
     };
     match decision {
@@ -71,18 +145,21 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, core: &Core, e: &Event) {
 }
 
 /// letmeknow groups have no per-message runtime event: their unread counts (`group_list`) are
-/// read every few seconds while the runtime runs, and a rise notifies under the group's
-/// conversation (`g:GROUP`), with the same policy as contacts.
-pub fn watch_groups<R: Runtime>(app: AppHandle<R>, core: Core) {
+/// read every few seconds while the app runs, and a rise notifies under the group's conversation
+/// (`g:GROUP`), with the same policy as contacts.
+pub fn watch_groups<R: Runtime>(app: AppHandle<R>) {
     tauri::async_runtime::spawn(async move {
-        let mut events = core.subscribe();
         let mut before: Option<BTreeMap<String, i64>> = None;
         loop {
-            let now = group_unread(&core).await;
+            let state = app.state::<AppState>();
+            if state.stopped().await {
+                return;
+            }
+            let now = group_unread(&state).await;
             if let (Some(before), Some(now)) = (&before, &now) {
                 let focused = app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false);
                 for (group, unread) in crate::notify::group_news(before, now) {
-                    let decision = match app.state::<AppState>().settings.lock() {
+                    let decision = match state.settings.lock() {
                         Ok(s) => crate::notify::decide_group(&s, &group, unread, focused),
                         Err(_) => return,
                     };
@@ -94,25 +171,14 @@ pub fn watch_groups<R: Runtime>(app: AppHandle<R>, core: Core) {
             if now.is_some() {
                 before = now;
             }
-            // Until the runtime stops (its event channel closes).
-            let tick = tokio::time::sleep(GROUP_POLL);
-            tokio::pin!(tick);
-            loop {
-                tokio::select! {
-                    () = &mut tick => break,
-                    e = events.recv() => if let Err(RecvError::Closed) = e { return },
-                }
-            }
+            tokio::time::sleep(GROUP_POLL).await;
         }
     });
 }
 
-/// How often group unread counts are read.
-const GROUP_POLL: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Each group's unread count, or `None` when there is no group session to ask.
-async fn group_unread(core: &Core) -> Option<BTreeMap<String, i64>> {
-    let v = core.handle_as(&Caller::Owner, Request::GroupList { handle: None }, false).await.ok()?;
+async fn group_unread(state: &AppState) -> Option<BTreeMap<String, i64>> {
+    let v = state.request(Request::GroupList { handle: None }).await.ok()?;
     Some(
         v.as_array()?
             .iter()

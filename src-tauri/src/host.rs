@@ -192,6 +192,11 @@ impl AppState {
         matches!(&*self.host.lock().await, Host::Attached(_))
     }
 
+    /// Whether the app is shutting down (background followers stop).
+    pub async fn stopped(&self) -> bool {
+        matches!(&*self.host.lock().await, Host::Stopped)
+    }
+
     /// Whether the profile has an identity.
     pub async fn initialized(&self) -> bool {
         !matches!(&*self.host.lock().await, Host::Uninitialized(_))

@@ -82,9 +82,7 @@ pub fn run() -> Result<(), String> {
             let start_in_tray = state.settings.lock().map(|s| s.start_in_tray).unwrap_or(false);
             app.manage(state);
             let handle = app.handle().clone();
-            if let Some(rt) = tauri::async_runtime::block_on(app.state::<AppState>().runtime()) {
-                events::forward(handle.clone(), rt);
-            }
+            tauri::async_runtime::block_on(events::start(&handle));
             let tray = match tray::build(&handle) {
                 Ok(()) => true,
                 Err(e) => {

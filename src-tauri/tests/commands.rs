@@ -307,3 +307,30 @@ fn muted_conversations_are_kept_in_the_profile() {
     let saved: Value = serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
     assert_eq!(saved["muted"], json!(["c:bob"]));
 }
+
+#[test]
+fn an_attached_app_follows_the_owning_runtimes_events() {
+    use tauri::Listener as _;
+    let (_d, p) = profile();
+    let (_owner_app, owner) = app(p.clone());
+    invoke(&owner, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    let (attached_app, w) = app(p);
+    assert!(tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&attached_app).attached()));
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    attached_app.listen_any(switchboard_app::events::RUNTIME_EVENT, move |e| {
+        let _ = tx.send(serde_json::from_str(e.payload()).unwrap());
+    });
+    tauri::async_runtime::block_on(switchboard_app::events::start(attached_app.handle()));
+
+    // Do-not-disturb switched in the owning runtime reaches the attached app's switch (over the
+    // bridge's event stream, which connects in the background: switch until it is heard).
+    assert!(eventually(20, || {
+        request(&owner, json!({"op": "dnd", "on": true})).unwrap();
+        invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == true
+    }));
+    assert!(rx.try_iter().any(|e| e == json!({"type": "dnd", "on": true})));
+    // The attached app's switch sets the owning runtime's do-not-disturb.
+    invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": false})).unwrap();
+    assert_eq!(request(&owner, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
+    assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
+}

@@ -21,8 +21,6 @@ pub async fn profile_init<R: tauri::Runtime>(
     relay: Option<String>,
 ) -> Result<Value, CommandError> {
     let who = state.init(name, relay).await?;
-    if let Some(rt) = state.runtime().await {
-        crate::events::forward(app, rt);
-    }
+    crate::events::start(&app).await;
     Ok(who)
 }
