@@ -121,7 +121,7 @@ pub fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "group_send",
-            "letmeknow: send to a group. Every member reads it; `to` (a member fingerprint) directs attention. Your read frontier is attached.",
+            "letmeknow: send to a group. Every member reads it; `to` (a member fingerprint) directs attention. Your read frontier is attached. May be held for your operator's review, or refused by the loop guard.",
             schema(json!({"type": "object", "properties": {
                 "group": string_prop("Group id."),
                 "text": text,
@@ -198,6 +198,12 @@ fn render(v: &Value) -> String {
                 )),
             }
         }
+        // What the delivery policy keeps back: the model knows more is coming, and why.
+        for k in ["digest", "paused_by_loop_guard", "dnd"] {
+            if let Some(n) = v["held"].get(k).and_then(Value::as_i64).filter(|n| *n > 0) {
+                out.push_str(&format!("\n\nheld ({k}): {n}"));
+            }
+        }
         return out;
     }
     let messages = v.get("deliveries").or_else(|| v.get("messages")).and_then(Value::as_array);
@@ -216,6 +222,9 @@ fn render(v: &Value) -> String {
                 if let Some(n) = v.get(k).and_then(Value::as_i64).filter(|n| *n > 0) {
                     out.push_str(&format!("\n\n{k}: {n}"));
                 }
+            }
+            if v.get("dnd").and_then(Value::as_bool) == Some(true) {
+                out.push_str("\n\ndo-not-disturb: your operator paused deliveries; nothing is lost");
             }
             out
         }
@@ -367,4 +376,23 @@ pub async fn serve_stdio(profile: Profile, agent: &str, harness: &str) -> Result
     };
     session.close().await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::render;
+
+    #[test]
+    fn what_the_policy_holds_back_is_named_for_the_model() {
+        let groups = json!({"items": [], "note": "", "held": {"digest": 2, "paused_by_loop_guard": 0, "dnd": 1}});
+        let out = render(&groups);
+        assert!(out.starts_with("No new group messages."), "{out}");
+        assert!(out.contains("held (digest): 2") && out.contains("held (dnd): 1"), "{out}");
+        assert!(!out.contains("paused_by_loop_guard"), "{out}");
+        let one = json!({"deliveries": [], "unread": 1, "dnd": true, "paused_by_loop_guard": 0, "held_for_review": 0});
+        assert!(render(&one).contains("do-not-disturb"), "{}", render(&one));
+        assert!(!render(&json!({"deliveries": [], "dnd": false})).contains("do-not-disturb"));
+    }
 }
