@@ -282,6 +282,21 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     let alice_safety = wd.text(&format!("{card} .safety")).await;
     assert!(alice_address.starts_with("la1."), "first run shows the letagents address: {alice_address}");
     assert_eq!(alice_safety.len(), 39, "first run shows the safety number: {alice_safety}");
+    let cards = wd
+        .js(
+            "return [...document.querySelectorAll('.identity')].map(c => \
+             [c.dataset.protocol, (c.querySelector('code.address') || {}).textContent || ''])",
+            json!([]),
+        )
+        .await;
+    for protocol in ["letagents", "stringcup", "agent_mail"] {
+        let shown =
+            cards.as_array().unwrap().iter().any(|c| c[0] == protocol && c[1].as_str().is_some_and(|a| !a.is_empty()));
+        assert!(shown, "first run shows the {protocol} address: {cards}");
+    }
+    let qr = "const i = document.querySelector('.identity[data-protocol=letagents] img.qr'); \
+              return i && i.complete && i.naturalWidth > 0;";
+    wd.until("the address's QR code to render", 10, qr, json!([])).await;
     wd.shot("02-identity-ready").await;
     let cont = "return [...document.querySelectorAll('main button')].find(b => b.textContent.trim() === 'Continue')";
     let cont = wd.until("the Continue button", 10, cont, json!([])).await;

@@ -251,6 +251,25 @@ impl Launched {
     }
 }
 
+impl Drop for Launched {
+    /// A test that fails half-way leaves nothing running: SIGTERM (tauri-driver then stops its
+    /// WebKitWebDriver), SIGKILL if that was not enough.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// What one launch of a window process measured.
 #[derive(Debug, Clone)]
 pub struct Figures {
