@@ -63,6 +63,11 @@ pub struct Limits {
     pub letmeknow: limits::LetmeknowLimits,
     /// The Agent Mail relay's per-mailbox storage quota.
     pub agent_mail: limits::AgentMailLimits,
+    /// An HTTP/1 connection that has not sent a whole request head this long after it became
+    /// ready for one (new, or idle between keep-alive requests) is closed (ms); this is what
+    /// stops a client that trickles headers from holding a socket forever. Clients should drop
+    /// idle pooled connections sooner (Switchboard's do, at 20 s).
+    pub header_read_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -78,6 +83,7 @@ impl Default for Limits {
             stringcup: StringcupLimits::default(),
             letmeknow: limits::LetmeknowLimits::default(),
             agent_mail: limits::AgentMailLimits::default(),
+            header_read_timeout_ms: 30_000,
         }
     }
 }
@@ -429,14 +435,18 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
     let handle = axum_server::Handle::new();
     let make_service = router.into_make_service_with_connect_info::<SocketAddr>();
     let cert_sha256 = tls.as_ref().map(|t| t.cert_sha256);
+    let header_timeout = Some(Duration::from_millis(config.limits.header_read_timeout_ms.max(1)));
     let task = match tls {
         Some(t) => {
+            // TLS handshakes have axum-server's own 10 s limit.
             let rustls = axum_server::tls_rustls::RustlsConfig::from_config(t.server_config);
-            let server = axum_server::from_tcp_rustls(listener, rustls)?.handle(handle.clone());
+            let mut server = axum_server::from_tcp_rustls(listener, rustls)?.handle(handle.clone());
+            server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }
         None => {
-            let server = axum_server::from_tcp(listener)?.handle(handle.clone());
+            let mut server = axum_server::from_tcp(listener)?.handle(handle.clone());
+            server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }
     };

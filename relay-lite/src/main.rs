@@ -57,6 +57,10 @@ struct Cli {
     /// How often to sweep expired envelopes and idle mailboxes, in seconds [default: 60].
     #[arg(long, value_name = "N")]
     sweep_interval_secs: Option<u64>,
+    /// Close a connection that has not sent a whole request head within this many seconds of
+    /// being ready for one (new or idle keep-alive) [default: 30].
+    #[arg(long, value_name = "N")]
+    header_read_timeout_secs: Option<u64>,
 }
 
 /// The config file: the flags' names as keys.
@@ -76,6 +80,7 @@ struct FileConfig {
     retention_secs: Option<u64>,
     idle_erase_secs: Option<u64>,
     sweep_interval_secs: Option<u64>,
+    header_read_timeout_secs: Option<u64>,
 }
 
 fn secs_to_ms(secs: u64) -> i64 {
@@ -123,8 +128,11 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
     if let Some(secs) = cli.idle_erase_secs.or(file.idle_erase_secs) {
         limits.idle_erase_ms = secs_to_ms(secs);
     }
-    if limits.max_envelope == 0 || limits.mailbox_capacity == 0 {
-        anyhow::bail!("max-envelope and mailbox-capacity must be positive");
+    if let Some(secs) = cli.header_read_timeout_secs.or(file.header_read_timeout_secs) {
+        limits.header_read_timeout_ms = secs.saturating_mul(1000);
+    }
+    if limits.max_envelope == 0 || limits.mailbox_capacity == 0 || limits.header_read_timeout_ms == 0 {
+        anyhow::bail!("max-envelope, mailbox-capacity and header-read-timeout-secs must be positive");
     }
     let sweep = cli.sweep_interval_secs.or(file.sweep_interval_secs).unwrap_or(60);
     let mut config = Config::new(listen, data_dir);

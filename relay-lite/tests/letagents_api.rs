@@ -303,3 +303,46 @@ async fn unknown_path_gets_a_json_404() {
     assert_eq!(response.status(), 404);
     assert_eq!(response.json::<ErrorBody>().await.unwrap().error, "not_found");
 }
+
+/// Reads from `tcp` until the relay closes it (EOF or reset), failing after `within`.
+async fn closed_within(tcp: &mut tokio::net::TcpStream, within: Duration) -> Duration {
+    use tokio::io::AsyncReadExt as _;
+    let start = std::time::Instant::now();
+    let mut buf = [0_u8; 1024];
+    loop {
+        match tokio::time::timeout(within.saturating_sub(start.elapsed()), tcp.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return start.elapsed(),
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("the relay kept the connection open past {within:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_trickles_its_request_head_is_cut_off_at_the_header_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    let relay = relay_with(|c| c.limits.header_read_timeout_ms = 400).await;
+    let addr = relay.addr;
+    // Slowloris: a partial head, then one more header line now and then, never the blank line.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /v1/inbox/x HTTP/1.1\r\nHost: relay\r\n").await.unwrap();
+    let trickle = async {
+        for i in 0..20 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if slow.write_all(format!("X-Slow-{i}: 1\r\n").as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    };
+    trickle.await;
+    let took = closed_within(&mut slow, Duration::from_secs(3)).await;
+    assert!(took < Duration::from_secs(3));
+    // A keep-alive connection left idle is closed too, after answering its request.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(b"GET /nowhere HTTP/1.1\r\nHost: relay\r\n\r\n").await.unwrap();
+    let idle_for = closed_within(&mut idle, Duration::from_secs(3)).await;
+    assert!(idle_for >= Duration::from_millis(300), "closed after {idle_for:?}, before the timeout");
+    // Whole requests in time are served as ever.
+    let ok = common::http_client().get(relay.url("/nowhere")).send().await.unwrap();
+    assert_eq!(ok.status(), 404);
+}

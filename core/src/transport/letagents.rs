@@ -96,6 +96,9 @@ impl RelayClient {
             .tls_backend_preconfigured(tls.clone())
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(30))
+            // Drop idle connections before a relay does (relay-lite closes them after 30 s), so
+            // a request is never written onto a connection the relay is closing.
+            .pool_idle_timeout(Duration::from_secs(20))
             .build()
             .map_err(|e| TransportError::Config(e.to_string()))?;
         let host = authority(&base);
