@@ -284,7 +284,18 @@ impl AppState {
         let Some(cfg) = cfg else { return Value::Null };
         let hosted = self.hosted.lock().await;
         let accepting = hosted.as_ref().is_some_and(HostedRelay::accepting);
-        let error = self.hosted_error.lock().ok().and_then(|e| e.clone());
+        let mut error = self.hosted_error.lock().ok().and_then(|e| e.clone());
+        // The URL is fixed at first run; say so when this machine's address moved away from it.
+        let current = hosted.as_ref().map(HostedRelay::lan_url);
+        if error.is_none()
+            && let Some(now) = current.filter(|now| *now != cfg.url)
+        {
+            error = Some(format!(
+                "this machine's network address changed: the relay is now reachable at {now}, but this \
+                 profile and its peers use {}",
+                cfg.url
+            ));
+        }
         serde_json::json!({
             "url": cfg.url,
             "cert_sha256": cfg.cert_sha256,
