@@ -356,3 +356,61 @@ mod cli {
         assert!(!ok && err.contains("possible values"), "{err}");
     }
 }
+
+#[tokio::test]
+async fn migration_0005_keeps_held_messages_and_holds_each_for_a_contact_or_a_group() {
+    let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await.unwrap();
+    for sql in [
+        include_str!("../../core/migrations/0001_init.sql"),
+        include_str!("../../core/migrations/0002_agent_sessions.sql"),
+        include_str!("../../core/migrations/0003_agent_mail.sql"),
+        include_str!("../../core/migrations/0004_letmeknow.sql"),
+    ] {
+        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+    }
+    // A profile from before 0005: a 1:1 send held for review, a group with the old column.
+    sqlx::raw_sql(
+        "PRAGMA foreign_keys = OFF; \
+         INSERT INTO review_queue (agent, contact_id, kind, body, reply_to, created_at) \
+         VALUES ('coder', 7, 'ask', 'held before the upgrade', 'r1', 5); \
+         INSERT INTO lmk_groups (handle, group_id, relay, joined_at, review) VALUES ('h', 'g', 'http://r', 1, 'review');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::raw_sql(include_str!("../../core/migrations/0005_group_policy.sql")).execute(&pool).await.unwrap();
+
+    let row: (i64, String, Option<i64>, Option<String>, String, String, Option<String>, String) =
+        sqlx::query_as("SELECT id, agent, contact_id, group_id, kind, body, reply_to, state FROM review_queue")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        row,
+        (
+            1,
+            "coder".into(),
+            Some(7),
+            None,
+            "ask".into(),
+            "held before the upgrade".into(),
+            Some("r1".into()),
+            "pending".into()
+        )
+    );
+    let insert = |contact: Option<i64>, group: Option<&'static str>| {
+        sqlx::query("INSERT INTO review_queue (agent, contact_id, group_id, kind, body, created_at) VALUES ('a', ?, ?, 'send', 't', 1)")
+            .bind(contact)
+            .bind(group)
+            .execute(&pool)
+    };
+    assert!(insert(None, Some("g")).await.is_ok(), "a group send");
+    assert!(insert(None, None).await.is_err(), "neither a contact nor a group");
+    assert!(insert(Some(7), Some("g")).await.is_err(), "both");
+    assert_eq!(sqlx::query_scalar::<_, String>("SELECT group_id FROM lmk_groups").fetch_one(&pool).await.unwrap(), "g");
+    assert!(sqlx::query("SELECT review FROM lmk_groups").fetch_all(&pool).await.is_err(), "the unused column is gone");
+    sqlx::query("INSERT INTO lmk_policy (handle, group_id) VALUES ('h', 'g')").execute(&pool).await.unwrap();
+    let p: (i64, String) =
+        sqlx::query_as("SELECT reset_rowid, outbound FROM lmk_policy").fetch_one(&pool).await.unwrap();
+    assert_eq!(p, (0, "default".into()));
+}
