@@ -380,7 +380,8 @@ async fn migration_0005_keeps_held_messages_and_holds_each_for_a_contact_or_a_gr
     .unwrap();
     sqlx::raw_sql(include_str!("../../core/migrations/0005_group_policy.sql")).execute(&pool).await.unwrap();
 
-    let row: (i64, String, Option<i64>, Option<String>, String, String, Option<String>, String) =
+    type Held = (i64, String, Option<i64>, Option<String>, String, String, Option<String>, String);
+    let row: Held =
         sqlx::query_as("SELECT id, agent, contact_id, group_id, kind, body, reply_to, state FROM review_queue")
             .fetch_one(&pool)
             .await
