@@ -38,7 +38,9 @@ struct WebDriver {
 }
 
 impl WebDriver {
-    /// Opens a session that launches `app` with `args`.
+    /// Opens a session that launches `app` with `args`. (Requests use keep-alive: tauri-driver
+    /// forwards a client's `Connection: close` to WebKitWebDriver, and then now and then drops a
+    /// request, which Python's urllib showed.)
     async fn start(port: u16, app: &Path, args: &[String], shots: PathBuf) -> Self {
         let tls = switchboard_core::transport::tls::client_config(None).unwrap();
         let http = reqwest::Client::builder()
@@ -145,6 +147,11 @@ impl WebDriver {
 
     /// The webview's own screenshot, saved as `<shots>/<name>.png`.
     async fn shot(&self, name: &str) -> PathBuf {
+        // WebKit captures the last painted frame: let the page paint what was just typed first.
+        let frames = "const done = arguments[arguments.length - 1]; \
+                      requestAnimationFrame(() => requestAnimationFrame(() => done(true)));";
+        let _ =
+            self.try_cmd(reqwest::Method::POST, "/execute/async", Some(json!({"script": frames, "args": []}))).await;
         let b64 = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
         let png = data_encoding::BASE64.decode(b64.as_str().unwrap_or("").as_bytes()).unwrap();
         let path = self.shots.join(format!("{name}.png"));
