@@ -90,15 +90,14 @@ pub fn run() -> Result<(), String> {
                     false
                 }
             };
-            // Start hidden only where the tray can bring the window back, and never before the
-            // first-run screen was answered.
+            // The window is created hidden (tauri.conf.json) and shown here, so starting in the
+            // tray never flashes it. Start hidden only where the tray can bring the window back,
+            // and never before the first-run screen was answered.
             let initialized = tauri::async_runtime::block_on(app.state::<AppState>().initialized());
-            if start_in_tray
-                && tray
-                && initialized
+            if !(start_in_tray && tray && initialized)
                 && let Some(w) = app.get_webview_window("main")
             {
-                let _ = w.hide();
+                let _ = w.show();
             }
             if let Some(link) = first_link.clone() {
                 let _ = handle.emit("open-link", link);

@@ -41,9 +41,14 @@ fn toggle<R: Runtime>(app: &AppHandle<R>) {
 
 /// Builds the tray icon.
 pub fn build<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<()> {
-    let dnd = app.state::<AppState>().settings.lock().map(|s| s.do_not_disturb).unwrap_or(false);
+    let state = app.state::<AppState>();
+    let dnd = state.settings.lock().map(|s| s.do_not_disturb).unwrap_or(false);
     TrayIconBuilder::with_id(TRAY_ID)
         .icon(Image::from_bytes(ICON)?)
+        // On Linux the icon is handed over as a PNG file; by default every app with this tray id
+        // shares /run/user/N/tray-icon/tray-icon-main-N.png (and deletes it when it changes the
+        // icon), so each profile keeps its own.
+        .temp_dir_path(state.profile.dir.join("tray-icon"))
         .tooltip("Switchboard")
         .menu(&menu(app, dnd)?)
         .show_menu_on_left_click(false)
