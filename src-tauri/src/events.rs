@@ -155,7 +155,13 @@ pub fn watch_groups<R: Runtime>(app: AppHandle<R>) {
             if state.stopped().await {
                 return;
             }
-            let now = group_unread(&state).await;
+            // The first answer is the baseline (no burst for what was unread before the app
+            // started); no group session yet counts as no groups, so a first group's messages
+            // notify; a failed read later keeps the last baseline.
+            let now = match group_unread(&state).await {
+                None if before.is_none() => Some(BTreeMap::new()),
+                other => other,
+            };
             if let (Some(before), Some(now)) = (&before, &now) {
                 let focused = app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false);
                 for (group, unread) in crate::notify::group_news(before, now) {

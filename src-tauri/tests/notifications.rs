@@ -1,7 +1,9 @@
 //! System notifications against a real notification server: dunst on a private D-Bus session bus
 //! and a private Xvfb display. A conversation keeps one notification (replaced, not stacked), and
 //! invoking a notification's default action (what a click does; `dunstctl action` here) makes the
-//! app emit `open-conversation` with that conversation.
+//! app emit `open-conversation` with that conversation. A letmeknow group notifies too: bob, on a
+//! real relay-lite, joins alice's group and writes; alice's app (embedded runtime) notifies under
+//! `g:GROUP`, and the click opens it.
 //!
 //! The test starts its own `dbus-daemon`, `Xvfb` and `dunst`, then runs itself again as a child
 //! process on that bus (a process's session bus comes from its environment), so it never touches
@@ -19,6 +21,7 @@ use switchboard_app::notify::{self, OPEN_CONVERSATION, Pending};
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::Profile;
 use tauri::Listener as _;
+use tauri::Manager as _;
 use tauri::test::mock_builder;
 
 const CHILD: &str = "SWITCHBOARD_NOTIFY_TEST_CHILD";
@@ -145,4 +148,49 @@ fn child() {
     assert!(eventually(5, || count(&bus, "displayed") == 1));
     dunstctl(&bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:carol");
+    let _ = dunstctl(&bus, &["close-all"]);
+    assert!(eventually(5, || count(&bus, "displayed") == 0));
+
+    group_messages_notify(&app, &bus, &rx);
+}
+
+/// Alice's app hosts her runtime; bob (a core runtime on the same relay-lite) joins her group and
+/// writes to it; her app's group watcher notifies and the click names the group.
+fn group_messages_notify(app: &tauri::App<tauri::test::MockRuntime>, bus: &str, rx: &mpsc::Receiver<String>) {
+    use serde_json::{Value, json};
+    use switchboard_core::bridge::api::Request;
+    use tauri::async_runtime::block_on;
+    let req = |v: Value| serde_json::from_value::<Request>(v).unwrap();
+    let relay = block_on(switchboard_tests::TestRelay::start());
+    let state = app.state::<AppState>();
+    block_on(state.init("alice".into(), Some(relay.url()))).unwrap();
+    block_on(switchboard_app::events::start(app.handle()));
+    block_on(state.request(req(json!({"op": "group_session", "name": "Alice's agent"})))).unwrap();
+    let inv = block_on(state.request(req(json!({"op": "group_invite"})))).unwrap();
+    let group = inv["group"].as_str().unwrap().to_owned();
+
+    let bob = block_on(switchboard_tests::Peer::offline("bob", &relay.url()));
+    let bob_session = block_on(bob.rt.lmk_session(None, Some("Bob's agent"))).unwrap();
+    let bob_handle = bob_session["handle"].as_str().unwrap().to_owned();
+    let link = inv["link"].as_str().unwrap().to_owned();
+    let (joined, admitted) = block_on(async {
+        tokio::join!(
+            bob.rt.lmk_join(&bob_handle, &link, Some(60)),
+            state.request(req(json!({"op": "group_invite_wait", "invite": inv["invite"]})))
+        )
+    });
+    admitted.unwrap();
+    assert_eq!(joined.unwrap()["group"], group.as_str());
+
+    block_on(bob.rt.lmk_send(&bob_handle, &group, "hello from bob's agent", None, None)).unwrap();
+    // Alice's runtime follows the group log in the background; her app reads unread counts every
+    // 5 s and notifies once they rise.
+    assert!(
+        eventually(30, || count(bus, "displayed") == 1),
+        "no group notification; alice's groups: {}",
+        block_on(state.request(Request::GroupList { handle: None })).map(|v| v.to_string()).unwrap_or_default()
+    );
+    dunstctl(bus, &["action", "0"]).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), format!("g:{group}"));
+    block_on(state.shutdown());
 }
