@@ -192,5 +192,47 @@ fn group_messages_notify(app: &tauri::App<tauri::test::MockRuntime>, bus: &str, 
     );
     dunstctl(bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), format!("g:{group}"));
+    let _ = dunstctl(bus, &["close-all"]);
+    assert!(eventually(5, || count(bus, "displayed") == 0));
+
+    // Contacts: bob's message notifies; muted, it does not; alice's own message never does.
+    let who = block_on(state.request(Request::Whoami)).unwrap();
+    let address = who["letagents"]["address"].as_str().unwrap().to_owned();
+    block_on(bob.rt.handle(req(json!({"op": "contact_add", "address": address, "name": "alice"})), true)).unwrap();
+    assert!(eventually(20, || {
+        let r = block_on(state.request(Request::ContactRequests)).unwrap();
+        r.as_array().unwrap().iter().any(|c| c["name"] == "bob")
+    }));
+    block_on(state.request(req(json!({"op": "contact_accept", "name": "bob"})))).unwrap();
+    let bob_says = |text: &str| {
+        block_on(bob.rt.handle(req(json!({"op": "send", "contact": "alice", "text": text})), true)).unwrap();
+    };
+    let arrived = |text: &str| {
+        eventually(20, || {
+            let c = block_on(state.request(req(json!({"op": "conversation", "contact": "bob"})))).unwrap();
+            c.as_array().unwrap().iter().any(|m| m["body"] == text)
+        })
+    };
+    bob_says("are you there?");
+    assert!(arrived("are you there?"));
+    assert!(eventually(10, || count(bus, "displayed") == 1), "bob's message did not notify");
+    dunstctl(bus, &["action", "0"]).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:bob");
+    let _ = dunstctl(bus, &["close-all"]);
+    assert!(eventually(5, || count(bus, "displayed") == 0));
+
+    state.settings.lock().unwrap().muted.insert("c:bob".into());
+    bob_says("muted now");
+    assert!(arrived("muted now"));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(count(bus, "displayed") + count(bus, "waiting"), 0, "a muted conversation notified");
+
+    state.settings.lock().unwrap().muted.remove("c:bob");
+    block_on(state.request(req(json!({"op": "send", "contact": "bob", "text": "my own words"})))).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(count(bus, "displayed") + count(bus, "waiting"), 0, "one's own message notified");
+    bob_says("unmuted again");
+    assert!(arrived("unmuted again"));
+    assert!(eventually(10, || count(bus, "displayed") == 1), "the unmuted conversation did not notify");
     block_on(state.shutdown());
 }
