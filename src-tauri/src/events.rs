@@ -200,5 +200,6 @@ pub fn seen<R: Runtime>(app: &AppHandle<R>) {
         *u = 0;
     }
     state.notifications.seen_all();
+    crate::notify::withdraw(app, None);
     crate::tray::set_unread(app, 0);
 }

@@ -165,6 +165,53 @@ impl Live {
     pub fn id_of(&self, conversation: &str) -> Option<u32> {
         self.inner.lock().ok()?.by_conversation.get(conversation).map(|e| e.0).filter(|id| *id != 0)
     }
+
+    /// Every notification id shown so far.
+    fn ids(&self) -> Vec<u32> {
+        self.inner.lock().map(|g| g.by_id.keys().copied().collect()).unwrap_or_default()
+    }
+}
+
+/// Withdraws the notifications of `conversation` (all of them when `None`) on a blocking thread:
+/// the window was seen, or the conversation muted.
+pub fn withdraw<R: Runtime>(app: &AppHandle<R>, conversation: Option<&str>) {
+    use tauri::Manager as _;
+    let live = &app.state::<crate::host::AppState>().notifications;
+    let ids = match conversation {
+        Some(c) => live.id_of(c).into_iter().collect(),
+        None => live.ids(),
+    };
+    if ids.is_empty() {
+        return;
+    }
+    let app = app.clone();
+    tauri::async_runtime::spawn_blocking(move || {
+        let state = app.state::<crate::host::AppState>();
+        for id in ids {
+            if let Err(e) = close_now(&state.notifications, id) {
+                tracing::debug!("notification {id} not withdrawn: {e}");
+            }
+        }
+    });
+}
+
+/// The freedesktop `CloseNotification` call, on the connection that showed it.
+#[cfg(all(unix, not(target_os = "macos")))]
+fn close_now(live: &Live, id: u32) -> Result<(), NotifyError> {
+    let Some(conn) = live.bus.lock().ok().and_then(|b| b.clone()) else { return Ok(()) };
+    zbus::block_on(conn.call_method(
+        Some("org.freedesktop.Notifications"),
+        "/org/freedesktop/Notifications",
+        Some("org.freedesktop.Notifications"),
+        "CloseNotification",
+        &(id,),
+    ))?;
+    Ok(())
+}
+
+#[cfg(not(all(unix, not(target_os = "macos"))))]
+fn close_now(_live: &Live, _id: u32) -> Result<(), NotifyError> {
+    Ok(())
 }
 
 /// Why a notification was not shown (no notification server, no session bus: not an error for

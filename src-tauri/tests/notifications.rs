@@ -115,7 +115,9 @@ fn child() {
     let profile = Profile { dir: dir.path().join("profile") };
     let state =
         tauri::async_runtime::block_on(AppState::start(profile, KeystorePreference::File, Instant::now())).unwrap();
-    let app = mock_builder().manage(state).build(switchboard_app::context()).unwrap();
+    let app = switchboard_app::with_commands(mock_builder()).manage(state).build(switchboard_app::context()).unwrap();
+    // The window (never focused on the mock runtime), for its commands.
+    let window = tauri::WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
     let (tx, rx) = mpsc::channel::<String>();
     app.listen_any(OPEN_CONVERSATION, move |e| {
         let _ = tx.send(serde_json::from_str::<String>(e.payload()).unwrap());
@@ -132,7 +134,8 @@ fn child() {
     let carol = notify::show_now(app.handle(), &pending("carol", "hi")).unwrap();
     assert_ne!(carol, first);
     assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 2));
-    dunstctl(&bus, &["close-all"]).unwrap();
+    // The window is seen: the app withdraws its notifications.
+    switchboard_app::events::seen(app.handle());
     assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 0));
 
     // A click: dunst invokes the default action of the one notification shown, and the app
@@ -151,12 +154,35 @@ fn child() {
     let _ = dunstctl(&bus, &["close-all"]);
     assert!(eventually(5, || count(&bus, "displayed") == 0));
 
-    group_messages_notify(&app, &bus, &rx);
+    group_messages_notify(&app, &window, &bus, &rx);
+}
+
+fn invoke(w: &tauri::WebviewWindow<tauri::test::MockRuntime>, cmd: &str, args: serde_json::Value) {
+    use tauri::ipc::{CallbackFn, InvokeBody};
+    use tauri::webview::InvokeRequest;
+    tauri::test::get_ipc_response(
+        w,
+        InvokeRequest {
+            cmd: cmd.into(),
+            callback: CallbackFn(0),
+            error: CallbackFn(1),
+            url: "tauri://localhost".parse().unwrap(),
+            body: InvokeBody::Json(args),
+            headers: Default::default(),
+            invoke_key: tauri::test::INVOKE_KEY.to_string(),
+        },
+    )
+    .unwrap();
 }
 
 /// Alice's app hosts her runtime; bob (a core runtime on the same relay-lite) joins her group and
 /// writes to it; her app's group watcher notifies and the click names the group.
-fn group_messages_notify(app: &tauri::App<tauri::test::MockRuntime>, bus: &str, rx: &mpsc::Receiver<String>) {
+fn group_messages_notify(
+    app: &tauri::App<tauri::test::MockRuntime>,
+    window: &tauri::WebviewWindow<tauri::test::MockRuntime>,
+    bus: &str,
+    rx: &mpsc::Receiver<String>,
+) {
     use serde_json::{Value, json};
     use switchboard_core::bridge::api::Request;
     use tauri::async_runtime::block_on;
@@ -234,5 +260,8 @@ fn group_messages_notify(app: &tauri::App<tauri::test::MockRuntime>, bus: &str, 
     bob_says("unmuted again");
     assert!(arrived("unmuted again"));
     assert!(eventually(10, || count(bus, "displayed") == 1), "the unmuted conversation did not notify");
+    // Muting it from its screen withdraws the notification on screen.
+    invoke(window, "mute_set", json!({"conversation": "c:bob", "muted": true}));
+    assert!(eventually(5, || count(bus, "displayed") + count(bus, "waiting") == 0), "still shown after muting");
     block_on(state.shutdown());
 }

@@ -41,19 +41,31 @@ pub fn mute_get(state: State<'_, AppState>) -> Result<Vec<String>, CommandError>
     Ok(s.muted.iter().cloned().collect())
 }
 
-/// Mutes or unmutes one conversation's notifications and saves it.
+/// Mutes or unmutes one conversation's notifications and saves it; muting withdraws the one on
+/// screen.
 #[tauri::command]
-pub fn mute_set(state: State<'_, AppState>, conversation: String, muted: bool) -> Result<(), CommandError> {
+pub fn mute_set<R: tauri::Runtime>(
+    app: tauri::AppHandle<R>,
+    state: State<'_, AppState>,
+    conversation: String,
+    muted: bool,
+) -> Result<(), CommandError> {
     if conversation.is_empty() || conversation.len() > 300 {
         return Err(CommandError::new("invalid_input", "a conversation key is 1 to 300 characters"));
     }
-    let mut s = state.settings.lock().map_err(|_| CommandError::new("internal", "settings lock"))?;
-    if muted {
-        s.muted.insert(conversation);
-    } else {
-        s.muted.remove(&conversation);
+    {
+        let mut s = state.settings.lock().map_err(|_| CommandError::new("internal", "settings lock"))?;
+        if muted {
+            s.muted.insert(conversation.clone());
+        } else {
+            s.muted.remove(&conversation);
+        }
+        s.save(&state.profile.dir)?;
     }
-    s.save(&state.profile.dir)
+    if muted {
+        crate::notify::withdraw(&app, Some(&conversation));
+    }
+    Ok(())
 }
 
 /// The relay this app hosts: URL, certificate pin, port, data directory, whether it accepts
