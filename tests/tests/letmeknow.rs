@@ -897,3 +897,40 @@ async fn a_message_with_a_forged_epoch_auth_is_reported_and_not_delivered() {
     }
     assert_eq!(alice.members(&g).await.len(), 3, "mallory's forged leave request was not honoured");
 }
+
+#[tokio::test]
+async fn a_new_member_is_not_told_of_gaps_before_it_joined() {
+    let relay = TestRelay::start().await;
+    let (alice, bob, carol) =
+        (Agent::new("alice", &relay).await, Agent::new("bob", &relay).await, Agent::new("carol", &relay).await);
+    let g = admit(&alice, None, &bob).await;
+    let early = alice.send(&g, "before carol").await;
+    bob.sync(&g).await;
+    bob.deliveries().await;
+    let reply = bob.send(&g, "still before carol").await;
+    admit(&alice, Some(&g), &carol).await;
+    alice.sync(&g).await;
+    alice.deliveries().await;
+    // Alice's and bob's next messages name what they read before carol joined.
+    let a = alice.send(&g, "hello carol").await;
+    let b = bob.send(&g, "hi carol").await;
+    carol.sync(&g).await;
+    for (id, names) in [(&a, &reply), (&b, &reply)] {
+        let m = carol.rt().lmk_read(&carol.handle, id, 0).await.unwrap();
+        assert!(m["message"]["after"].as_array().unwrap().iter().any(|x| x == names.as_str()), "{m}");
+    }
+    assert!(alerts(&carol).await.is_empty(), "no gap before the join: {:?}", alerts(&carol).await);
+    assert!(carol.rt().lmk_read(&carol.handle, &early, 0).await.is_err(), "history before the join is not hers");
+    // A message withheld after the join is still a gap.
+    let (face, url) = evil::Face::start(&relay.url()).await;
+    use_relay(&carol, &g, &url).await;
+    let hidden = alice.send(&g, "carol never sees this").await;
+    face.rules.lock().unwrap().hide.insert(hidden.clone());
+    bob.sync(&g).await;
+    bob.deliveries().await;
+    bob.send(&g, "after the hidden one").await;
+    carol.sync(&g).await;
+    let told = alerts(&carol).await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].starts_with(&format!("gap: message {hidden}")), "{told:?}");
+}

@@ -110,6 +110,9 @@ struct Session {
 /// Stages a commit in a member's group: (commit, Welcome if it adds someone).
 type Stage<'a> = dyn Fn(&Member, &mut openmls::group::MlsGroup) -> Result<(Vec<u8>, Option<Vec<u8>>)> + Sync + 'a;
 
+/// (session handle, group id, log position of the session's join).
+type PreJoinKey = (String, String, i64);
+
 /// The runtime's group state: loaded sessions and running invite admissions.
 #[derive(Default)]
 pub(crate) struct Groups {
@@ -117,6 +120,9 @@ pub(crate) struct Groups {
     admissions: Mutex<HashMap<String, tokio::task::JoinHandle<Result<Value>>>>,
     /// Posts that lost the epoch race and were redone on the winner's epoch.
     rebases: std::sync::atomic::AtomicU64,
+    /// Per (session, group, log position of its join): ids of the log entries before the join,
+    /// fetched once from the relay (see `pre_join_ids`).
+    pre_join: Mutex<HashMap<PreJoinKey, Arc<BTreeSet<String>>>>,
 }
 
 fn mls_err(e: MlsError) -> Error {
@@ -951,6 +957,19 @@ impl Runtime {
         if missing.is_empty() {
             return Ok(());
         }
+        // A member's frontier may name messages from before this session joined: those were
+        // never ours to receive, so they are no gap. Which they are, the relay's log says.
+        match self.pre_join_ids(handle, gid).await {
+            Ok(before) => missing.retain(|gap, _| !before.contains(gap)),
+            Err(e) => {
+                // Without the log we cannot tell a pre-join reference from a gap: decide next time.
+                tracing::debug!(error = %e, group = gid, "reading the log before our join");
+                return Ok(());
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
         let mut tx = self.store().pool.begin().await?;
         for (gap, by) in missing {
             let text = format!(
@@ -961,6 +980,43 @@ impl Runtime {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Ids of the log entries before this session's latest join of `gid` (empty for the member
+    /// that created the group), read from the relay once per runtime and join. Entries the relay
+    /// has already dropped (retention) are not among them.
+    async fn pre_join_ids(&self, handle: &str, gid: &str) -> Result<Arc<BTreeSet<String>>> {
+        let joined: Option<i64> = sqlx::query_scalar(
+            "SELECT seq FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind = 'event' AND id LIKE 'joined:%' \
+             ORDER BY rowid_ DESC LIMIT 1",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_optional(&self.store().pool)
+        .await?;
+        let Some(joined) = joined.filter(|j| *j > 0) else { return Ok(Arc::default()) };
+        let key = (handle.to_owned(), gid.to_owned(), joined);
+        if let Some(ids) = self.inner.groups.pre_join.lock().await.get(&key) {
+            return Ok(ids.clone());
+        }
+        let (relay, _, _) = self.lmk_group_row(handle, gid).await?;
+        let client = self.lmk_client(&relay)?;
+        let mut ids = BTreeSet::new();
+        let mut after = 0u64;
+        'pages: loop {
+            let page = client.read(gid, after, 0).await?;
+            let Some(last) = page.last().map(|e| e.seq) else { break };
+            for e in page {
+                if i64::try_from(e.seq).unwrap_or(i64::MAX) >= joined {
+                    break 'pages;
+                }
+                ids.insert(message_id(&e.data));
+            }
+            after = last;
+        }
+        let ids = Arc::new(ids);
+        self.inner.groups.pre_join.lock().await.insert(key, ids.clone());
+        Ok(ids)
     }
 
     /// The tips of the session's read frontier in `gid`.
