@@ -533,10 +533,11 @@ async fn setup(s: &SetupState, body: &Value) -> Result<Value, (StatusCode, ApiEr
     let name = body.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
     let Some(relay) = body.get("relay").and_then(Value::as_str).map(str::to_owned) else {
         return Err((
-            StatusCode::NOT_IMPLEMENTED,
+            StatusCode::BAD_REQUEST,
             api_error(
-                "unsupported",
-                "hosting a relay from the app is not built yet: start `relay-lite --listen ADDR` and give its URL",
+                "invalid",
+                "give a relay URL: the browser UI cannot host a relay (the desktop app can; or run \
+                 `relay-lite --listen ADDR --data DIR --tls-self-signed` and give its URL)",
             ),
         ));
     };
