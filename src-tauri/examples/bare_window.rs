@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use tauri::Manager;
 use tauri::utils::assets::{AssetKey, AssetsIter, CspHash};
 
 const INDEX: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Switchboard</title>\
@@ -63,6 +64,13 @@ fn main() -> std::process::ExitCode {
     context.set_assets(Box::new(BarePage));
     let result = tauri::Builder::default()
         .manage(Started(started, AtomicBool::new(false)))
+        // tauri.conf.json creates the window hidden; the app shows it at setup, and so does this.
+        .setup(|app| {
+            if let Some(w) = app.get_webview_window("main") {
+                w.show()?;
+            }
+            Ok(())
+        })
         .invoke_handler(tauri::generate_handler![app_painted])
         .run(context);
     match result {
