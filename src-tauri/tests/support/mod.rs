@@ -39,6 +39,17 @@ pub fn example_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe.ancestors().nth(2).unwrap().join("examples").join(name);
     assert!(bin.is_file(), "{} is missing: run `cargo build --workspace --examples` first", bin.display());
+    // A narrow `cargo test --test X` does not rebuild examples: refuse to measure a stale one.
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for source in [dir.join("examples").join(format!("{name}.rs")), dir.join("tauri.conf.json")] {
+        assert!(
+            modified(&bin) >= modified(&source),
+            "{} is older than {}: run `cargo build --workspace --examples` first",
+            bin.display(),
+            source.display()
+        );
+    }
     bin
 }
 
