@@ -54,10 +54,10 @@ use crate::bridge::api::Request;
 use crate::mls::{self, Member, MlsError, Processed};
 use crate::protocol::letmeknow::invite::{InviteLink, Role, new_owner_token};
 use crate::protocol::letmeknow::wire::{JoinBlob, WelcomeBlob};
-use crate::protocol::letmeknow::{INVITE_TTL, MAX_WAIT_SECS, fingerprint, is_id, message_id, new_id};
+use crate::protocol::letmeknow::{INVITE_TTL, MAX_WAIT_SECS, PAGE, fingerprint, is_id, message_id, new_id};
 use crate::transport::TransportError;
 use crate::transport::letagents::RelayClient;
-use crate::transport::letmeknow::{LetmeknowClient, Posted};
+use crate::transport::letmeknow::{LetmeknowClient, LogEntry, Posted};
 use crate::util::{OsRng, b64u, b64u_decode, now_ms};
 
 /// Messages a catch-up delivers at most; older unread ones are counted as omitted.
@@ -454,6 +454,8 @@ impl Runtime {
     pub async fn lmk_wait(&self, handle: &str, wait_secs: u64) -> Result<Value> {
         let mut events = self.subscribe();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_secs.min(3600));
+        // What the last long-poll brought: (group, cursor it read after, entries).
+        let mut news: Option<(String, i64, Vec<LogEntry>)> = None;
         loop {
             let groups: Vec<(String, String)> =
                 sqlx::query("SELECT group_id, relay FROM lmk_groups WHERE handle = ? AND state = 'active'")
@@ -467,7 +469,8 @@ impl Runtime {
             // once, every time): it is retried on the next wake.
             let mut healthy = Vec::new();
             for (gid, relay) in groups {
-                match self.lmk_sync(handle, &gid, 0).await {
+                let prefetched = news.take_if(|(g, _, _)| *g == gid).map(|(_, after, entries)| (after, entries));
+                match self.lmk_sync_from(handle, &gid, 0, prefetched).await {
                     Ok(_) => healthy.push((gid, relay)),
                     Err(e) => tracing::debug!(error = %e, group = gid, "group sync"),
                 }
@@ -492,18 +495,23 @@ impl Runtime {
             for (gid, relay, cursor) in cursors {
                 let client = self.lmk_client(&relay)?;
                 peeks.push(Box::pin(async move {
-                    let got = client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await;
-                    if got.is_err() {
-                        // A relay that fails at once must not turn this loop into a spin.
-                        tokio::time::sleep(Duration::from_secs(wait)).await;
+                    match client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await {
+                        // Handed to the next round's sync, which processes them without reading again.
+                        Ok(entries) if !entries.is_empty() => Some((gid, cursor, entries)),
+                        Ok(_) => None,
+                        Err(_) => {
+                            // A relay that fails at once must not turn this loop into a spin.
+                            tokio::time::sleep(Duration::from_secs(wait)).await;
+                            None
+                        }
                     }
                 }));
             }
             let relay_news = async {
                 if peeks.is_empty() {
-                    std::future::pending::<()>().await;
+                    std::future::pending::<Option<(String, i64, Vec<LogEntry>)>>().await
                 } else {
-                    let _ = futures_util::future::select_all(peeks).await;
+                    futures_util::future::select_all(peeks).await.0
                 }
             };
             let operator = async {
@@ -517,7 +525,7 @@ impl Runtime {
                 }
             };
             tokio::select! {
-                () = relay_news => {}
+                got = relay_news => news = got,
                 () = operator => {}
                 () = tokio::time::sleep_until(until) => {}
             }
@@ -703,24 +711,51 @@ impl Runtime {
     /// Reads the group log after the cursor (holding up to `wait_secs` when nothing is new) and
     /// processes it; then honours leave requests. Returns how many entries were processed.
     pub async fn lmk_sync(&self, handle: &str, gid: &str, wait_secs: u64) -> Result<usize> {
+        self.lmk_sync_from(handle, gid, wait_secs, None).await
+    }
+
+    /// [`Self::lmk_sync`], starting with `prefetched`: entries read (without the session's lock,
+    /// by a long-poll) after cursor `.0`; used only if the cursor has not moved since.
+    async fn lmk_sync_from(
+        &self,
+        handle: &str,
+        gid: &str,
+        wait_secs: u64,
+        prefetched: Option<(i64, Vec<LogEntry>)>,
+    ) -> Result<usize> {
         let session = self.lmk_load(handle).await?;
         let n = {
             let mut s = session.lock().await;
-            self.sync_locked(&mut s, gid, wait_secs).await?
+            self.sync_locked_from(&mut s, gid, wait_secs, prefetched).await?
         };
         self.honour_leaves(handle, gid).await?;
         Ok(n)
     }
 
     async fn sync_locked(&self, s: &mut Session, gid: &str, wait_secs: u64) -> Result<usize> {
+        self.sync_locked_from(s, gid, wait_secs, None).await
+    }
+
+    async fn sync_locked_from(
+        &self,
+        s: &mut Session,
+        gid: &str,
+        wait_secs: u64,
+        mut prefetched: Option<(i64, Vec<LogEntry>)>,
+    ) -> Result<usize> {
         let (relay, mut cursor, state) = self.lmk_group_row(&s.handle, gid).await?;
         Self::require_active(&state, gid)?;
         let client = self.lmk_client(&relay)?;
         let mut processed = 0;
         let mut wait = wait_secs.min(MAX_WAIT_SECS);
         loop {
-            let entries = client.read(gid, u64::try_from(cursor).unwrap_or(0), wait).await?;
+            let entries = match prefetched.take() {
+                Some((after, entries)) if after == cursor => entries,
+                _ => client.read(gid, u64::try_from(cursor).unwrap_or(0), wait).await?,
+            };
             wait = 0;
+            // A page short of the relay's page size is all there is: no second read to learn that.
+            let last_page = entries.len() < PAGE;
             let Some(first) = entries.first() else { break };
             let first_seq = i64::try_from(first.seq).unwrap_or(i64::MAX);
             // Our own posts in the missing range are not lost: we have them (and merged our
@@ -779,6 +814,9 @@ impl Runtime {
                 if removed {
                     return Ok(processed);
                 }
+            }
+            if last_page {
+                break;
             }
         }
         self.report_gaps(&s.handle, gid).await?;
