@@ -5,7 +5,9 @@
 //! and measured the same way, so BENCHMARKS.md can give the app as ratios of it.
 //! Needs xvfb-run, dbus-run-session, xdotool, xwininfo and ImageMagick (scripts/install-deps.sh),
 //! and the example built (`cargo build --workspace --examples`; a plain `cargo test` builds it).
-//! `SWITCHBOARD_APP_BENCH_ROUNDS=N` (default 1) alternates N baseline and N app launches.
+//! `SWITCHBOARD_APP_BENCH_ROUNDS=N` (default 1) alternates N baseline and N app launches;
+//! `SWITCHBOARD_APP_BIN` and `SWITCHBOARD_BARE_WINDOW_BIN` measure other builds of the two (e.g.
+//! release builds) instead of this test's debug ones.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod support;
@@ -51,7 +53,12 @@ fn summary(name: &str, runs: &[Figures]) -> (u128, u64, u64, u64) {
 #[test]
 fn the_app_window_appears_under_xvfb_and_is_screenshotted() {
     support::require_tools(&["xvfb-run", "dbus-run-session", "xdotool", "xwininfo", "import", "identify"]);
-    let bare = support::example_bin("bare_window");
+    let bare = std::env::var_os("SWITCHBOARD_BARE_WINDOW_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| support::example_bin("bare_window"));
+    let app_bin = std::env::var_os("SWITCHBOARD_APP_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_switchboard-app").into());
     let rounds: usize = std::env::var("SWITCHBOARD_APP_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1);
     let home = tempfile::tempdir().unwrap();
     let profile = Profile { dir: home.path().join("profile") };
@@ -71,7 +78,7 @@ fn the_app_window_appears_under_xvfb_and_is_screenshotted() {
     let out = support::out_dir("");
     let display = Display::start();
     let app = || {
-        let mut app = display.command(env!("CARGO_BIN_EXE_switchboard-app"));
+        let mut app = display.command(&app_bin);
         app.arg("--home").arg(&profile.dir).env("SWITCHBOARD_KEYSTORE", "file");
         app
     };
@@ -133,11 +140,13 @@ fn the_app_window_appears_under_xvfb_and_is_screenshotted() {
         out.display()
     );
     let figures = format!(
-        "{}\nrounds {rounds}\napp_spawn_to_paint_ms {app_paint}\nbare_spawn_to_paint_ms {base_paint}\n\
+        "{}\napp {}\nbare {}\nrounds {rounds}\napp_spawn_to_paint_ms {app_paint}\nbare_spawn_to_paint_ms {base_paint}\n\
          paint_ratio {paint_ratio:.2}\npaint_ratio_paired_median {paired_paint:.2}\napp_idle_rss_kib {app_rss}\nbare_idle_rss_kib {base_rss}\nrss_ratio {rss_ratio:.2}\n\
          app_idle_pss_kib {app_pss}\nbare_idle_pss_kib {base_pss}\npss_ratio {pss_ratio:.2}\n\
          app_own_rss_kib {app_own}\nbare_own_rss_kib {base_own}\n",
-        last.paint_line
+        last.paint_line,
+        app_bin.display(),
+        bare.display()
     );
     support::write(&out.join("app-figures.txt"), &figures);
     assert!(app_rss > 0 && base_rss > 0 && app_pss > 0 && base_pss > 0);
