@@ -182,15 +182,19 @@ pub fn watch_groups<R: Runtime>(app: AppHandle<R>) {
     });
 }
 
-/// Each group's unread count, or `None` when there is no group session to ask.
+/// Each group's unread count over every local group session (two sessions in one group add up),
+/// or `None` when the runtime cannot be asked.
 async fn group_unread(state: &AppState) -> Option<BTreeMap<String, i64>> {
     let v = state.request(Request::GroupList { handle: None }).await.ok()?;
-    Some(
-        v.as_array()?
-            .iter()
-            .filter_map(|g| Some((g.get("group")?.as_str()?.to_owned(), g.get("unread")?.as_i64()?)))
-            .collect(),
-    )
+    let mut out = BTreeMap::new();
+    for g in v.as_array()? {
+        if let (Some(group), Some(unread)) =
+            (g.get("group").and_then(|x| x.as_str()), g.get("unread").and_then(|x| x.as_i64()))
+        {
+            *out.entry(group.to_owned()).or_insert(0) += unread;
+        }
+    }
+    Some(out)
 }
 
 /// The window gained focus: everything is seen.

@@ -934,3 +934,38 @@ async fn a_new_member_is_not_told_of_gaps_before_it_joined() {
     assert_eq!(told.len(), 1, "{told:?}");
     assert!(told[0].starts_with(&format!("gap: message {hidden}")), "{told:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owners_group_list_without_a_handle_covers_every_session() {
+    let relay = TestRelay::start().await;
+    let alice = Agent::new("alice", &relay).await;
+    let bob = Agent::new("bob", &relay).await;
+    let g1 = admit(&alice, None, &bob).await;
+    // A second session on alice's profile, in a group of its own with bob.
+    let second = alice.rt().lmk_session(None, Some("alice's reviewer")).await.unwrap();
+    let second = second["handle"].as_str().unwrap().to_owned();
+    let invite = alice.rt().lmk_invite(&second, None, None).await.unwrap();
+    let link = invite["link"].as_str().unwrap().to_owned();
+    let (joined, admitted) = tokio::join!(
+        bob.rt().lmk_join(&bob.handle, &link, Some(30)),
+        alice.rt().lmk_invite_wait(invite["invite"].as_str().unwrap())
+    );
+    admitted.unwrap();
+    let g2 = joined.unwrap()["group"].as_str().unwrap().to_owned();
+    assert_ne!(g1, g2);
+    let all = alice.peer.call(Request::GroupList { handle: None }).await;
+    let mut seen: Vec<(String, String)> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["handle"].as_str().unwrap().to_owned(), g["group"].as_str().unwrap().to_owned()))
+        .collect();
+    seen.sort();
+    let mut want = vec![(alice.handle.clone(), g1.clone()), (second.clone(), g2.clone())];
+    want.sort();
+    assert_eq!(seen, want);
+    // Naming a handle lists that session's groups only.
+    let one = alice.peer.call(Request::GroupList { handle: Some(second) }).await;
+    assert_eq!(one.as_array().unwrap().len(), 1);
+    assert_eq!(one[0]["group"], g2.as_str());
+}

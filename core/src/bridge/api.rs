@@ -303,9 +303,9 @@ pub enum Request {
         #[serde(default)]
         timeout_secs: Option<u64>,
     },
-    /// letmeknow: the session's groups.
+    /// letmeknow: the session's groups (each entry names its `handle`).
     GroupList {
-        /// The session (owner callers; default: the only one).
+        /// The session (owner callers; default: every session's groups).
         #[serde(default)]
         handle: Option<String>,
     },

@@ -367,10 +367,23 @@ impl Runtime {
                 let h = self.resolve_handle(pick(handle)).await?;
                 self.lmk_join(&h, &link, timeout_secs).await
             }
-            Request::GroupList { handle } => {
-                let h = self.resolve_handle(pick(handle)).await?;
-                self.lmk_groups(&h).await
-            }
+            Request::GroupList { handle } => match pick(handle) {
+                Some(h) => self.lmk_groups(&h).await,
+                // The owner without a handle: every session's groups (each entry names its handle).
+                None => {
+                    let handles: Vec<String> =
+                        sqlx::query_scalar("SELECT handle FROM lmk_sessions ORDER BY created_at")
+                            .fetch_all(&self.store().pool)
+                            .await?;
+                    let mut all = Vec::new();
+                    for h in handles {
+                        if let Value::Array(groups) = self.lmk_groups(&h).await? {
+                            all.extend(groups);
+                        }
+                    }
+                    Ok(Value::Array(all))
+                }
+            },
             Request::GroupSend { handle, group, text, to, reply_to } => {
                 let h = self.resolve_handle(pick(handle)).await?;
                 if agent.is_some() {
