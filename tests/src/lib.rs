@@ -15,6 +15,7 @@ use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::{Profile, ProfileLock};
 use tempfile::TempDir;
 
+pub mod browser;
 pub mod model;
 
 /// A relay-lite serving on loopback, restartable on the same port and data.

@@ -6,8 +6,7 @@
 //! fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -16,20 +15,11 @@ use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
 use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
 use switchboard_core::util::{OsRng, now_ms};
+use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
 use switchboard_tests::{Peer, TestRelay};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
-}
-
-fn ui_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui")
-}
-
-fn require(path: &Path, what: &str) {
-    assert!(path.exists(), "{} is missing ({what}): run scripts/install-deps.sh", path.display());
 }
 
 fn send(contact: &str, text: &str, kind: &str, reply_to: Option<&str>) -> Request {
@@ -53,7 +43,7 @@ struct World {
     bob_calls_alice: Option<String>,
 }
 
-impl World {
+impl Driver for World {
     async fn handle(&mut self, req: &Value) -> Result<Value, String> {
         match req["op"].as_str().unwrap_or("") {
             "bob_accept" => {
@@ -135,12 +125,7 @@ impl World {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ui_in_chromium_first_run_paste_converse_approve_verify_and_key_change() {
-    let ui = ui_dir();
-    require(&ui.join("dist/index.html"), "the UI build");
-    require(&ui.join("node_modules/playwright-core"), "npm ci in ui/");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    require(Path::new(&chromium), "Debian's chromium");
-
+    require_browser();
     let relay = TestRelay::start().await;
     let bob = Peer::live("bob", &relay.url()).await;
     let carol = Peer::live("carol", &relay.url()).await;
@@ -159,65 +144,15 @@ async fn the_ui_in_chromium_first_run_paste_converse_approve_verify_and_key_chan
 
     // Alice: a new profile, its runtime and UI served by `switchboard ui`.
     let home = tempfile::tempdir().unwrap();
-    let mut ui_proc = Command::new(bin())
-        .arg("--home")
-        .arg(home.path().join("alice"))
-        .arg("ui")
-        .arg("--ui")
-        .arg(ui.join("dist"))
-        .env("SWITCHBOARD_KEYSTORE", "file")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut ui_out = BufReader::new(ui_proc.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), ui_out.next_line()).await.unwrap().unwrap().unwrap();
-    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/#code="), "{url}");
-
-    // Under the build output: <target>/debug/deps/ui_e2e-* -> <target>/screenshots/ui-e2e.
-    let exe = std::env::current_exe().unwrap();
-    let shots = exe.ancestors().nth(3).unwrap().join("screenshots/ui-e2e");
-    let mut node = Command::new("node")
-        .arg(ui.join("e2e/app.e2e.mjs"))
-        .current_dir(&ui)
-        .env("UI_URL", &url)
-        .env("RELAY_URL", relay.url())
-        .env("BOB_ADDRESS", bob_who["letagents"]["address"].as_str().unwrap())
-        .env("BOB_SAFETY", bob_who["letagents"]["safety_number"].as_str().unwrap())
-        .env("CAROL_NAME", "carol")
-        .env("MALLORY_ADDRESS", &mallory_address)
-        .env("CHROMIUM", &chromium)
-        .env("SHOT_DIR", &shots)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut to_node = node.stdin.take().unwrap();
-    let mut from_node = BufReader::new(node.stdout.take().unwrap()).lines();
-    let mut passed = false;
-    let run = async {
-        while let Some(line) = from_node.next_line().await.unwrap() {
-            if let Some(req) = line.strip_prefix("REQ ") {
-                let req: Value = serde_json::from_str(req).unwrap();
-                let res = match world.handle(&req).await {
-                    Ok(v) => json!({"ok": v}),
-                    Err(e) => json!({"error": e}),
-                };
-                to_node.write_all(format!("RES {res}\n").as_bytes()).await.unwrap();
-                to_node.flush().await.unwrap();
-            } else if line == "E2E OK" {
-                passed = true;
-            } else {
-                eprintln!("node: {line}");
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(240), run).await.expect("the browser scenario timed out");
-    let status = node.wait().await.unwrap();
-    assert!(status.success() && passed, "the browser scenario failed ({status}); screenshots in {}", shots.display());
+    let (mut ui_proc, url) = serve_ui(&bin(), &home.path().join("alice")).await;
+    let env = [
+        ("RELAY_URL", relay.url()),
+        ("BOB_ADDRESS", bob_who["letagents"]["address"].as_str().unwrap().to_owned()),
+        ("BOB_SAFETY", bob_who["letagents"]["safety_number"].as_str().unwrap().to_owned()),
+        ("CAROL_NAME", "carol".to_owned()),
+        ("MALLORY_ADDRESS", mallory_address),
+    ];
+    let shots = run_scenario("app.e2e.mjs", &url, &env, "ui-e2e", Duration::from_secs(240), &mut world).await;
     assert!(shots.join("07-key-changed.png").is_file());
     ui_proc.start_kill().unwrap();
 }

@@ -7,26 +7,16 @@
 //! scripts/install-deps.sh installs chromium, runs `npm ci` and builds ui/dist.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard_core::bridge::api::Request;
+use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
 use switchboard_tests::{Peer, TestRelay, bridge_of, open_session, switchboard};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
-}
-
-fn ui_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui")
-}
-
-fn require(path: &Path, what: &str) {
-    assert!(path.exists(), "{} is missing ({what}): run scripts/install-deps.sh", path.display());
 }
 
 /// Bob (a group member in another profile) and alice's agent, as the browser scenario asks.
@@ -37,7 +27,7 @@ struct World {
     http: reqwest::Client,
 }
 
-impl World {
+impl Driver for World {
     async fn handle(&mut self, req: &Value) -> Result<Value, String> {
         let s = |k: &str| req[k].as_str().unwrap_or_default().to_owned();
         match req["op"].as_str().unwrap_or("") {
@@ -98,12 +88,7 @@ impl World {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_groups_screen_switches_review_mode_resumes_the_loop_guard_and_approves_a_group_send() {
-    let ui = ui_dir();
-    require(&ui.join("dist/index.html"), "the UI build");
-    require(&ui.join("node_modules/playwright-core"), "npm ci in ui/");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    require(Path::new(&chromium), "Debian's chromium");
-
+    require_browser();
     let relay = TestRelay::start().await;
     let bob = Peer::offline("bob", &relay.url()).await;
     bob.call(Request::Policy { review: None, loop_limit: Some(10_000), digest_secs: Some(0) }).await;
@@ -122,60 +107,11 @@ async fn the_groups_screen_switches_review_mode_resumes_the_loop_guard_and_appro
         let (ok, _, err) = switchboard(&bin(), &alice_home, args);
         assert!(ok, "switchboard {args:?}: {err}");
     }
-    let mut ui_proc = Command::new(bin())
-        .arg("--home")
-        .arg(&alice_home)
-        .arg("ui")
-        .arg("--ui")
-        .arg(ui.join("dist"))
-        .env("SWITCHBOARD_KEYSTORE", "file")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut ui_out = BufReader::new(ui_proc.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), ui_out.next_line()).await.unwrap().unwrap().unwrap();
-    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/#code="), "{url}");
+    let (mut ui_proc, url) = serve_ui(&bin(), &alice_home).await;
     let mut world = World { bob, bob_handle, alice_home, http: reqwest::Client::new() };
-
-    let exe = std::env::current_exe().unwrap();
-    let shots = exe.ancestors().nth(3).unwrap().join("screenshots/ui-group-policy-e2e");
-    let mut node = Command::new("node")
-        .arg(ui.join("e2e/group_policy.e2e.mjs"))
-        .current_dir(&ui)
-        .env("UI_URL", &url)
-        .env("CHROMIUM", &chromium)
-        .env("SHOT_DIR", &shots)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut to_node = node.stdin.take().unwrap();
-    let mut from_node = BufReader::new(node.stdout.take().unwrap()).lines();
-    let mut passed = false;
-    let run = async {
-        while let Some(line) = from_node.next_line().await.unwrap() {
-            if let Some(req) = line.strip_prefix("REQ ") {
-                let req: Value = serde_json::from_str(req).unwrap();
-                let res = match world.handle(&req).await {
-                    Ok(v) => json!({"ok": v}),
-                    Err(e) => json!({"error": e}),
-                };
-                to_node.write_all(format!("RES {res}\n").as_bytes()).await.unwrap();
-                to_node.flush().await.unwrap();
-            } else if line == "E2E OK" {
-                passed = true;
-            } else {
-                eprintln!("node: {line}");
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(180), run).await.expect("the browser scenario timed out");
-    let status = node.wait().await.unwrap();
-    assert!(status.success() && passed, "the browser scenario failed ({status}); screenshots in {}", shots.display());
+    let shots =
+        run_scenario("group_policy.e2e.mjs", &url, &[], "ui-group-policy-e2e", Duration::from_secs(180), &mut world)
+            .await;
     assert!(shots.join("02-loop-guard-paused.png").is_file());
     ui_proc.start_kill().unwrap();
 }

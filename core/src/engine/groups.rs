@@ -369,12 +369,16 @@ impl Runtime {
             }
             Request::GroupList { handle } => match pick(handle) {
                 Some(h) => self.lmk_groups(&h).await,
-                // The owner without a handle: every session's groups (each entry names its handle).
+                // The owner without a handle: every session's groups (each entry names its handle);
+                // with no session yet, the same error as the other requests (start one first).
                 None => {
                     let handles: Vec<String> =
                         sqlx::query_scalar("SELECT handle FROM lmk_sessions ORDER BY created_at")
                             .fetch_all(&self.store().pool)
                             .await?;
+                    if handles.is_empty() {
+                        self.resolve_handle(None).await?;
+                    }
                     let mut all = Vec::new();
                     for h in handles {
                         if let Value::Array(groups) = self.lmk_groups(&h).await? {
