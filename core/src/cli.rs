@@ -830,6 +830,11 @@ async fn listen(profile: Profile, agent: &str, harness: &str, once: bool, timeou
                 }
             }
             drop(out);
+            // Every line is written and flushed: only now are the messages delivered. Killed
+            // before this point, they are handed out again once the lease expires.
+            if let Some(lease) = v["lease"].as_str() {
+                session.call(Request::Ack { lease: lease.to_owned(), ids: None }).await?;
+            }
             if once {
                 return Ok(());
             }
@@ -899,6 +904,7 @@ async fn listen_group(
 }
 
 async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError> {
+    use std::io::Write;
     let (req, name) = match event {
         "post-tool-use" => (Request::Wait { agent: Some(agent.into()), timeout_secs: 0 }, "PostToolUse"),
         "user-prompt-submit" => {
@@ -922,7 +928,16 @@ async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError
         context.push_str("\n\n");
         context.push_str(d["text"].as_str().unwrap_or_default());
     }
-    println!("{}", serde_json::json!({"hookSpecificOutput": {"hookEventName": name, "additionalContext": context}}));
+    let line = serde_json::json!({"hookSpecificOutput": {"hookEventName": name, "additionalContext": context}});
+    let mut out = std::io::stdout().lock();
+    let printed = writeln!(out, "{line}").and_then(|()| out.flush());
+    drop(out);
+    // Printed and flushed: Claude Code has the messages. Not printed, they come again after the
+    // lease timeout.
+    printed.map_err(|e| ApiError { code: "io".into(), message: format!("cannot write the hook output: {e}") })?;
+    if let Some(lease) = v["lease"].as_str() {
+        conn.call(Request::Ack { lease: lease.to_owned(), ids: None }).await?;
+    }
     Ok(())
 }
 

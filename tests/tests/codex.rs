@@ -386,6 +386,25 @@ async fn codex_is_woken_steered_mid_turn_and_given_digests_when_idle() {
     assert!(last.starts_with("[switchboard] 1 message(s) from peers for agent codex (0 addressed to you)"), "{last}");
     assert!(last.contains("FYI: the build is green.") && last.contains("Kind: send."), "{last}");
     assert!(!adapter.events().iter().any(|e| e["type"] == "error"), "{:?}", adapter.events());
+    // The adapter acked each message once Codex accepted the turn or steer that carried it.
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", s.bob.join("switchboard.db").display()))
+        .await
+        .unwrap();
+    let mut states = Vec::new();
+    for _ in 0..50 {
+        states = sqlx::query_scalar::<_, String>(
+            "SELECT state FROM agent_deliveries WHERE agent = 'codex' ORDER BY message",
+        )
+        .fetch_all(&db)
+        .await
+        .unwrap();
+        if states.iter().all(|s| s == "delivered") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(states, ["delivered", "delivered", "delivered"], "acked, never left to be handed out again");
+    db.close().await;
     adapter.stop();
 }
 

@@ -101,6 +101,22 @@ async fn two_agents_talk_through_switchboard_mcp_and_leave_no_secret_behind() {
     assert!(summary["fenced"].as_str().unwrap().contains("From: letagents contact alice, agent planner"));
     // The MCP processes owned their runtimes and cleaned up when the client left.
     assert!(!alice.join("bridge.token").exists() && !bob.join("bridge.token").exists());
+    // The MCP server acked what its `wait` and `read` tools returned: nothing is left handed out.
+    for (home, agent) in [(&alice, "planner"), (&bob, "coder")] {
+        let db = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", home.join("switchboard.db").display()))
+            .await
+            .unwrap();
+        let states: Vec<String> = sqlx::query_scalar(
+            "SELECT state FROM agent_deliveries WHERE agent = ? AND mode != 'none' ORDER BY message",
+        )
+        .bind(agent)
+        .fetch_all(&db)
+        .await
+        .unwrap();
+        let expected = if agent == "coder" { 2 } else { 1 };
+        assert_eq!(states, vec!["delivered"; expected], "{agent}");
+        db.close().await;
+    }
 
     // One more round over the bridge with a daemon, to have an owner token and an agent token to
     // look for.

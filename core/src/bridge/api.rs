@@ -213,6 +213,16 @@ pub enum Request {
         #[serde(default)]
         timeout_secs: u64,
     },
+    /// Acks a lease that `wait` or `read` handed out, once the harness has its messages: they
+    /// become delivered. Unacked, they are handed out again (`redelivered`) after the lease
+    /// timeout. An agent session acks only its own leases; the owner acks any.
+    Ack {
+        /// The `lease` of the `wait` or `read` response.
+        lease: String,
+        /// Only these message ids of the lease (default: all of them).
+        #[serde(default)]
+        ids: Option<Vec<String>>,
+    },
     /// The calling agent's unread count (the owner names the agent).
     Unread {
         /// The agent (owner callers only).

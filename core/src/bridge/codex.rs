@@ -13,6 +13,10 @@
 //!   the turn to end. When the thread is idle, anything due starts a turn with `turn/start`.
 //! - Peer text is only ever the runtime's fenced, attributed form, under a header saying it comes
 //!   from peers; the thread's developer instructions say the same.
+//! - A batch from `wait` comes under a lease; the adapter acks each message once Codex accepted
+//!   the `turn/start` or `turn/steer` carrying it. Killed before that, the runtime hands the
+//!   messages out again after the lease timeout; one still buffered here when that happens is
+//!   kept once, under the new lease.
 //! - The adapter never approves anything on the operator's behalf: approval requests in turns it
 //!   started are declined (configure Codex's `approval_policy` for what the agent may do unattended).
 //! - It reports what it does as JSON lines on stdout (`ready`, `turn_started`, `steered`,
@@ -88,6 +92,8 @@ fn ids(batch: &[Value]) -> Value {
 /// One batch from the runtime's queue.
 struct Batch {
     deliveries: Vec<Value>,
+    /// The lease the deliveries were handed out under.
+    lease: Value,
     paused: i64,
     held: i64,
 }
@@ -114,6 +120,8 @@ struct Adapter {
     pending: HashMap<u64, Pending>,
     paused: i64,
     held: i64,
+    /// Acks leases once Codex has the messages.
+    session: Arc<AgentSession>,
 }
 
 impl Adapter {
@@ -171,11 +179,48 @@ impl Adapter {
             self.held = b.held;
             emit(json!({"type": "held_for_review", "held": b.held}));
         }
-        if !b.deliveries.is_empty() {
-            emit(json!({"type": "queued", "messages": ids(&b.deliveries)}));
-            self.buffer.extend(b.deliveries);
+        let mut fresh = Vec::with_capacity(b.deliveries.len());
+        for mut d in b.deliveries {
+            if let Some(o) = d.as_object_mut() {
+                o.insert("lease".into(), b.lease.clone());
+            }
+            // Handed out again while still buffered or in flight here (its lease expired): keep
+            // the one copy, under the lease that can still be acked.
+            let held = self
+                .buffer
+                .iter_mut()
+                .chain(self.pending.values_mut().flat_map(|p| match p {
+                    Pending::Start(v) | Pending::Steer(v) => v.iter_mut(),
+                }))
+                .find(|x| x["id"] == d["id"]);
+            match held.and_then(Value::as_object_mut) {
+                Some(x) => {
+                    x.insert("lease".into(), b.lease.clone());
+                }
+                None => fresh.push(d),
+            }
+        }
+        if !fresh.is_empty() {
+            emit(json!({"type": "queued", "messages": ids(&fresh)}));
+            self.buffer.extend(fresh);
         }
         self.pump().await
+    }
+
+    /// Acks the messages of `batch`, which Codex accepted, lease by lease.
+    async fn ack(&self, batch: &[Value]) {
+        let mut leases: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+        for d in batch {
+            if let (Some(l), Some(id)) = (d["lease"].as_str(), d["id"].as_str()) {
+                leases.entry(l.to_owned()).or_default().push(id.to_owned());
+            }
+        }
+        for (lease, ids) in leases {
+            if let Err(e) = self.session.call(Request::Ack { lease, ids: Some(ids) }).await {
+                // Not lost: the runtime hands them out again after the lease timeout.
+                emit(json!({"type": "error", "method": "ack", "error": e}));
+            }
+        }
     }
 
     /// Puts deliveries Codex did not take back at the front of the buffer.
@@ -243,6 +288,7 @@ impl Adapter {
                         self.starting = false;
                         let turn = m["result"]["turn"]["id"].as_str().unwrap_or_default().to_owned();
                         emit(json!({"type": "turn_started", "turnId": turn, "messages": ids(&batch)}));
+                        self.ack(&batch).await;
                         if m["result"]["turn"]["status"] == "inProgress" && !turn.is_empty() {
                             self.active = Some(turn);
                         }
@@ -257,6 +303,7 @@ impl Adapter {
                     (Pending::Steer(batch), None) => {
                         self.steering = false;
                         emit(json!({"type": "steered", "turnId": m["result"]["turnId"], "messages": ids(&batch)}));
+                        self.ack(&batch).await;
                     }
                     (Pending::Steer(batch), Some(e)) => {
                         // The turn ended (or changed) under us: the messages start the next one.
@@ -378,6 +425,7 @@ fn poll_queue(session: Arc<AgentSession>) -> mpsc::Receiver<Batch> {
                 Ok(v) => {
                     let b = Batch {
                         deliveries: v["deliveries"].as_array().cloned().unwrap_or_default(),
+                        lease: v["lease"].clone(),
                         paused: v["paused_by_loop_guard"].as_i64().unwrap_or(0),
                         held: v["held_for_review"].as_i64().unwrap_or(0),
                     };
@@ -475,6 +523,7 @@ async fn drive(
         pending: HashMap::new(),
         paused: 0,
         held: 0,
+        session: session.clone(),
     };
     let mut batches = poll_queue(session);
     let mut tick = tokio::time::interval(Duration::from_secs(5));

@@ -360,6 +360,15 @@ impl ServerHandler for McpServer {
                 r
             }
         };
+        // The reply is built and goes back on this stdio connection, in this process: ack the lease
+        // now. If the ack fails the messages come again after the lease timeout (a duplicate, not
+        // a loss).
+        if let Ok(v) = &result
+            && let Some(lease) = v.get("lease").and_then(Value::as_str)
+            && let Err(e) = self.session.call(Request::Ack { lease: lease.to_owned(), ids: None }).await
+        {
+            tracing::warn!("could not ack lease {lease}: {}", e.message);
+        }
         Ok(out.into())
     }
 }

@@ -132,6 +132,7 @@ impl Runtime {
                 let agent = self.owner_agent(agent).await?;
                 self.wait_queue(&agent, timeout_secs, one_shot).await
             }
+            Request::Ack { lease, ids } => self.ack_lease(None, &lease, ids.as_deref()).await,
             Request::Unread { agent } => {
                 let agent = self.owner_agent(agent).await?;
                 Ok(json!({"agent": agent, "unread": self.unread(&agent).await?}))
@@ -232,6 +233,7 @@ impl Runtime {
                 self.require_agent(me).await?;
                 self.wait_queue(me, timeout_secs, one_shot).await
             }
+            Request::Ack { lease, ids } => self.ack_lease(Some(me), &lease, ids.as_deref()).await,
             Request::Unread { agent } => {
                 if let Some(a) = agent.as_deref()
                     && a != me

@@ -9,6 +9,11 @@
 //!   sends are refused until the operator resumes the conversation.
 //! - **Do-not-disturb** (runtime-wide, `meta.dnd`): while on, queues hand over nothing (no agent
 //!   is woken, `wait` keeps waiting); everything stays queued and is handed over once it is off.
+//! - **Leases**: `wait` and `read` hand queued deliveries out as `handed` under a random lease id
+//!   that the response carries; the adapter acks the lease once its harness has the messages, and
+//!   only then are they `delivered`. A lease not acked within [`LEASE_MS`] is handed out again, its
+//!   items marked `redelivered`: an adapter that dies in between loses nothing, and one that acks
+//!   in time never sees a message twice.
 //! - Peer text reaches an agent only inside a fence whose marker is random per message and absent
 //!   from the text, under a label with the sender's protocol, name, fingerprint and verified
 //!   state. Every adapter (MCP, `listen`, hooks) gets the same fenced text from here.
@@ -31,6 +36,9 @@ pub const CATCH_UP: i64 = 20;
 pub const DEFAULT_LOOP_LIMIT: i64 = 8;
 /// Default seconds between digests.
 pub const DEFAULT_DIGEST_SECS: i64 = 180;
+/// How long a handed-out lease waits for its ack before its deliveries are handed out again (ms).
+/// Long enough for any adapter to hand a batch to its harness (a flush, a `turn/start`).
+pub const LEASE_MS: i64 = 60_000;
 /// Most reply-chain ancestors `read` returns.
 const MAX_ANCESTORS: u32 = 20;
 
@@ -296,10 +304,15 @@ impl Runtime {
     /// Queued deliveries for `agent` (after classifying anything new).
     pub(super) async fn unread(&self, agent: &str) -> Result<i64> {
         self.refresh_queue(agent).await?;
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM agent_deliveries WHERE agent = ? AND state = 'queued'")
-            .bind(agent)
-            .fetch_one(&self.store().pool)
-            .await?)
+        // Handed deliveries count again once their lease expired: they will be handed out again.
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM agent_deliveries WHERE agent = ? \
+             AND (state = 'queued' OR (state = 'handed' AND leased_at <= ?))",
+        )
+        .bind(agent)
+        .bind(now_ms().saturating_sub(LEASE_MS))
+        .fetch_one(&self.store().pool)
+        .await?)
     }
 
     async fn queue_counts(&self, agent: &str) -> Result<Value> {
@@ -359,54 +372,114 @@ impl Runtime {
         }))
     }
 
-    /// Returns `agent`'s queued deliveries (only the due ones with `due_only`) and marks them
-    /// delivered.
+    /// Hands out `agent`'s queued deliveries (only the due ones with `due_only`), and those whose
+    /// lease expired unacked, under a new lease; they become delivered when it is acked.
     pub(super) async fn take_queue(&self, agent: &str, due_only: bool) -> Result<Value> {
         self.refresh_queue(agent).await?;
         let dnd = self.dnd().await?;
-        // Do-not-disturb: nothing is handed over; it stays queued for when it is off.
-        let until = if dnd {
-            i64::MIN
-        } else if due_only {
-            now_ms()
+        let now = now_ms();
+        // Do-not-disturb: nothing is handed over; it stays queued (or handed) for when it is off.
+        let (until, expired) = if dnd {
+            (i64::MIN, i64::MIN)
         } else {
-            i64::MAX
+            (if due_only { now } else { i64::MAX }, now.saturating_sub(LEASE_MS))
         };
+        let lease = format!("L{}", hex(&random_array::<16>()));
+        // IMMEDIATE: two concurrent waits of one agent must not hand out the same rows.
+        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let rows = sqlx::query(
-            "SELECT d.message, d.mode FROM agent_deliveries d WHERE d.agent = ? AND d.state = 'queued' \
-             AND d.due_at <= ? ORDER BY d.message LIMIT 200",
+            "SELECT d.message, d.mode, d.handed_count FROM agent_deliveries d WHERE d.agent = ?1 \
+             AND ((d.state = 'queued' AND d.due_at <= ?2) OR (d.state = 'handed' AND d.leased_at <= ?3)) \
+             ORDER BY d.message LIMIT 200",
         )
         .bind(agent)
         .bind(until)
-        .fetch_all(&self.store().pool)
+        .bind(expired)
+        .fetch_all(&mut *tx)
         .await?;
+        for r in &rows {
+            let rowid: i64 = r.get(0);
+            sqlx::query(
+                "UPDATE agent_deliveries SET state = 'handed', lease = ?, leased_at = ?, \
+                 handed_count = handed_count + 1 WHERE agent = ? AND message = ?",
+            )
+            .bind(&lease)
+            .bind(now)
+            .bind(agent)
+            .bind(rowid)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         let mut out = Vec::with_capacity(rows.len());
-        let now = now_ms();
         for r in rows {
             let rowid: i64 = r.get(0);
             let mode: String = r.get(1);
+            let handed_before: i64 = r.get(2);
             let m: Option<crate::store::MessageRow> = sqlx::query_as("SELECT * FROM messages WHERE rowid_ = ?")
                 .bind(rowid)
                 .fetch_optional(&self.store().pool)
                 .await?;
             if let Some(m) = m {
-                out.push(self.fenced_dto(&m, &mode).await?);
+                let mut d = self.fenced_dto(&m, &mode).await?;
+                if let Some(o) = d.as_object_mut() {
+                    o.insert("redelivered".into(), Value::Bool(handed_before > 0));
+                }
+                out.push(d);
             }
-            sqlx::query(
-                "UPDATE agent_deliveries SET state = 'delivered', delivered_at = ? WHERE agent = ? AND message = ?",
-            )
-            .bind(now)
-            .bind(agent)
-            .bind(rowid)
-            .execute(&self.store().pool)
-            .await?;
         }
+        let lease = if out.is_empty() { Value::Null } else { Value::String(lease) };
         let unread = self.unread(agent).await?;
-        let mut v = json!({"agent": agent, "deliveries": out, "unread": unread, "dnd": dnd});
+        let mut v = json!({"agent": agent, "deliveries": out, "lease": lease, "unread": unread, "dnd": dnd});
         if let (Some(o), Value::Object(extra)) = (v.as_object_mut(), self.queue_counts(agent).await?) {
             o.extend(extra);
         }
         Ok(v)
+    }
+
+    /// Acks a lease `wait` or `read` handed out: its deliveries (only those with the given message
+    /// `ids`, if any) become delivered. `agent` is the calling session (`None` for the owner); a
+    /// lease handed to another agent is refused. Acking twice, or after the lease was handed out
+    /// again, acks nothing.
+    pub(super) async fn ack_lease(&self, agent: Option<&str>, lease: &str, ids: Option<&[String]>) -> Result<Value> {
+        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let owners: Vec<String> = sqlx::query_scalar("SELECT DISTINCT agent FROM agent_deliveries WHERE lease = ?")
+            .bind(lease)
+            .fetch_all(&mut *tx)
+            .await?;
+        if let Some(me) = agent
+            && owners.iter().any(|o| o != me)
+        {
+            return Err(Error::Forbidden(format!("lease `{}` was not handed to agent `{me}`", label_value(lease))));
+        }
+        let now = now_ms();
+        let rows = sqlx::query(
+            "SELECT d.message, m.id FROM agent_deliveries d JOIN messages m ON m.rowid_ = d.message \
+             WHERE d.lease = ? AND d.state = 'handed'",
+        )
+        .bind(lease)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut acked = 0u64;
+        for r in rows {
+            let rowid: i64 = r.get(0);
+            let id: String = r.get(1);
+            if ids.is_some_and(|ids| !ids.contains(&id)) {
+                continue;
+            }
+            acked += sqlx::query(
+                "UPDATE agent_deliveries SET state = 'delivered', delivered_at = ? \
+                 WHERE lease = ? AND message = ? AND state = 'handed'",
+            )
+            .bind(now)
+            .bind(lease)
+            .bind(rowid)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(json!({"lease": lease, "acked": acked, "agent": owners.first()}))
     }
 
     /// One message (fenced if it came from a peer) and up to `ancestors` messages up its reply
@@ -431,7 +504,7 @@ impl Runtime {
             if m.direction == "in" {
                 sqlx::query(
                     "UPDATE agent_deliveries SET state = 'delivered', delivered_at = ? WHERE agent = ? AND message = ? \
-                     AND state = 'queued'",
+                     AND state IN ('queued', 'handed')",
                 )
                 .bind(now_ms())
                 .bind(agent)
@@ -466,11 +539,15 @@ impl Runtime {
                 self.sync_best_effort().await;
             }
             self.refresh_queue(agent).await?;
-            let next: Option<i64> =
-                sqlx::query_scalar("SELECT MIN(due_at) FROM agent_deliveries WHERE agent = ? AND state = 'queued'")
-                    .bind(agent)
-                    .fetch_one(&self.store().pool)
-                    .await?;
+            // The next thing to hand out: a queued delivery falling due, or a lease expiring unacked.
+            let next: Option<i64> = sqlx::query_scalar(
+                "SELECT MIN(CASE state WHEN 'queued' THEN due_at ELSE leased_at + ?2 END) FROM agent_deliveries \
+                 WHERE agent = ?1 AND state IN ('queued', 'handed')",
+            )
+            .bind(agent)
+            .bind(LEASE_MS)
+            .fetch_one(&self.store().pool)
+            .await?;
             let now = now_ms();
             // Do-not-disturb: keep waiting (an `Event::Dnd` wakes this loop when it goes off).
             let dnd = self.dnd().await?;

@@ -39,7 +39,7 @@ mod groups;
 mod stringcup;
 
 pub use agents::Caller;
-pub use delivery::fence;
+pub use delivery::{LEASE_MS, fence};
 pub use groups::random_handle;
 
 const SC: &str = "stringcup";
@@ -644,6 +644,7 @@ impl Runtime {
             | Request::Read { .. }
             | Request::Wait { .. }
             | Request::Unread { .. }
+            | Request::Ack { .. }
             | Request::ReviewList
             | Request::ReviewApprove { .. }
             | Request::ReviewReject { .. }
