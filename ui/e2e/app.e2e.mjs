@@ -5,58 +5,14 @@
 // Environment: UI_URL (the single-use first-run link), RELAY_URL, BOB_ADDRESS, BOB_SAFETY,
 // CAROL_NAME, MALLORY_ADDRESS, SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
 
-import { createInterface } from 'node:readline';
-import { mkdirSync } from 'node:fs';
-import { chromium } from 'playwright-core';
+import { assert, driver, env, nav, scenario, shot, step } from './harness.mjs';
 
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) throw new Error(`missing ${k}`);
-  return v;
-};
 const UI_URL = env('UI_URL');
 const RELAY_URL = env('RELAY_URL');
 const BOB_ADDRESS = env('BOB_ADDRESS');
 const BOB_SAFETY = env('BOB_SAFETY');
 const CAROL_NAME = env('CAROL_NAME');
 const MALLORY_ADDRESS = env('MALLORY_ADDRESS');
-const SHOT_DIR = process.env.SHOT_DIR || '';
-const TIMEOUT = 20_000;
-
-// ----- requests to the Rust driver -----------------------------------------------------------
-
-const lines = createInterface({ input: process.stdin });
-const pending = [];
-lines.on('line', (l) => {
-  if (!l.startsWith('RES ')) return;
-  const next = pending.shift();
-  if (next) next(JSON.parse(l.slice(4)));
-});
-function driver(req) {
-  return new Promise((resolve, reject) => {
-    pending.push((res) => (res.error ? reject(new Error(`driver: ${res.error}`)) : resolve(res.ok)));
-    process.stdout.write(`REQ ${JSON.stringify(req)}\n`);
-  });
-}
-
-function step(name) {
-  process.stderr.write(`e2e: ${name}\n`);
-}
-
-function assert(cond, msg) {
-  if (!cond) throw new Error(`assertion failed: ${msg}`);
-}
-
-async function shot(page, name) {
-  if (!SHOT_DIR) return;
-  mkdirSync(SHOT_DIR, { recursive: true });
-  await page.screenshot({ path: `${SHOT_DIR}/${name}.png`, fullPage: true });
-}
-
-/** A link of the main navigation. */
-function nav(page, name) {
-  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
-}
 
 /** Dispatches a real paste event with `text` on the page body (paste anywhere). */
 async function pasteAnywhere(page, text) {
@@ -69,29 +25,7 @@ async function pasteAnywhere(page, text) {
 
 // ----- the scenario ---------------------------------------------------------------------------
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-  ],
-});
-let page;
-try {
-  const context = await browser.newContext();
-  page = await context.newPage();
-  page.setDefaultTimeout(TIMEOUT);
-  const consoleErrors = [];
-  // Network statuses are asserted where they matter (a 400 `not_initialized` before first run
-  // and the deliberate 409 `key_changed` are expected); anything else logged as an error is not.
-  page.on('console', (m) => {
-    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
-  });
-  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+await scenario(async ({ browser, page }) => {
 
   step('first run');
   await page.goto(UI_URL);
@@ -246,14 +180,4 @@ try {
   assert(reused === 401, `a used code is refused: ${reused}`);
   await other.close();
 
-  assert(consoleErrors.length === 0, `no console errors: ${consoleErrors.join(' | ')}`);
-  step('all passed');
-  process.stdout.write('E2E OK\n');
-} catch (e) {
-  if (page) await shot(page, 'failure').catch(() => {});
-  process.stderr.write(`e2e failed: ${e.stack || e}\n`);
-  process.exitCode = 1;
-} finally {
-  await browser.close();
-  lines.close();
-}
+});

@@ -5,46 +5,9 @@
 //
 // Environment: UI_URL (the single-use sign-in link), SHOT_DIR (screenshots), CHROMIUM.
 
-import { createInterface } from 'node:readline';
-import { mkdirSync } from 'node:fs';
-import { chromium } from 'playwright-core';
+import { assert, driver, env, nav, scenario, shot, step } from './harness.mjs';
 
-const UI_URL = process.env.UI_URL;
-if (!UI_URL) throw new Error('missing UI_URL');
-const SHOT_DIR = process.env.SHOT_DIR || '';
-const TIMEOUT = 20_000;
-
-const lines = createInterface({ input: process.stdin });
-const pending = [];
-lines.on('line', (l) => {
-  if (!l.startsWith('RES ')) return;
-  const next = pending.shift();
-  if (next) next(JSON.parse(l.slice(4)));
-});
-function driver(req) {
-  return new Promise((resolve, reject) => {
-    pending.push((res) => (res.error ? reject(new Error(`driver: ${res.error}`)) : resolve(res.ok)));
-    process.stdout.write(`REQ ${JSON.stringify(req)}\n`);
-  });
-}
-
-function step(name) {
-  process.stderr.write(`e2e: ${name}\n`);
-}
-
-function assert(cond, msg) {
-  if (!cond) throw new Error(`assertion failed: ${msg}`);
-}
-
-async function shot(page, name) {
-  if (!SHOT_DIR) return;
-  mkdirSync(SHOT_DIR, { recursive: true });
-  await page.screenshot({ path: `${SHOT_DIR}/${name}.png`, fullPage: true });
-}
-
-function nav(page, name) {
-  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
-}
+const UI_URL = env('UI_URL');
 
 /** The runtime's view of the group, through the page's own cookie session. */
 async function groupState(page, group) {
@@ -54,20 +17,7 @@ async function groupState(page, group) {
   }, group);
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-let page;
-try {
-  page = await (await browser.newContext()).newPage();
-  page.setDefaultTimeout(TIMEOUT);
-  const consoleErrors = [];
-  page.on('console', (m) => {
-    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
-  });
-  page.on('pageerror', (e) => consoleErrors.push(String(e)));
-
+await scenario(async ({ page }) => {
   step('a group made in the window, bob joins it');
   await page.goto(UI_URL);
   await nav(page, 'Groups').click();
@@ -126,14 +76,4 @@ try {
   const got = await driver({ op: 'bob_wait_for', group, text: 'may I share the plan?' });
   assert(got.content === 'may I share the plan?', `bob got it: ${JSON.stringify(got)}`);
 
-  assert(consoleErrors.length === 0, `no console errors: ${consoleErrors.join(' | ')}`);
-  step('all passed');
-  process.stdout.write('E2E OK\n');
-} catch (e) {
-  if (page) await shot(page, 'failure').catch(() => {});
-  process.stderr.write(`e2e failed: ${e.stack || e}\n`);
-  process.exitCode = 1;
-} finally {
-  await browser.close();
-  lines.close();
-}
+});

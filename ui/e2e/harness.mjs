@@ -1,0 +1,93 @@
+// What the end-to-end scripts share: the request channel to the Rust test driving them (a line
+// `REQ <json>` on stdout gets one line `RES <json>` on stdin; tests/src/browser.rs answers), and
+// a scenario runner that launches Debian's Chromium, fails on any console error, saves a
+// screenshot on failure and prints `E2E OK` when the scenario passes.
+//
+// Environment: SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
+
+import { createInterface } from 'node:readline';
+import { mkdirSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+
+const SHOT_DIR = process.env.SHOT_DIR || '';
+const TIMEOUT = 20_000;
+
+/** A required environment variable. */
+export function env(k) {
+  const v = process.env[k];
+  if (!v) throw new Error(`missing ${k}`);
+  return v;
+}
+
+const lines = createInterface({ input: process.stdin });
+const pending = [];
+lines.on('line', (l) => {
+  if (!l.startsWith('RES ')) return;
+  const next = pending.shift();
+  if (next) next(JSON.parse(l.slice(4)));
+});
+
+/** Asks the Rust test to act (as another party); resolves with its answer. */
+export function driver(req) {
+  return new Promise((resolve, reject) => {
+    pending.push((res) => (res.error ? reject(new Error(`driver: ${res.error}`)) : resolve(res.ok)));
+    process.stdout.write(`REQ ${JSON.stringify(req)}\n`);
+  });
+}
+
+export function step(name) {
+  process.stderr.write(`e2e: ${name}\n`);
+}
+
+export function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+export async function shot(page, name) {
+  if (!SHOT_DIR) return;
+  mkdirSync(SHOT_DIR, { recursive: true });
+  await page.screenshot({ path: `${SHOT_DIR}/${name}.png`, fullPage: true });
+}
+
+/** A link of the main navigation. */
+export function nav(page, name) {
+  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
+}
+
+/** Runs `body({ browser, page })` in a fresh headless Chromium page. */
+export async function scenario(body) {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  let page;
+  try {
+    page = await (await browser.newContext()).newPage();
+    page.setDefaultTimeout(TIMEOUT);
+    const consoleErrors = [];
+    // Network statuses are asserted where they matter (e.g. a 400 `not_initialized` before first
+    // run and a deliberate 409 `key_changed` are expected); anything else logged as an error is not.
+    page.on('console', (m) => {
+      if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
+    });
+    page.on('pageerror', (e) => consoleErrors.push(String(e)));
+    await body({ browser, page });
+    assert(consoleErrors.length === 0, `no console errors: ${consoleErrors.join(' | ')}`);
+    step('all passed');
+    process.stdout.write('E2E OK\n');
+  } catch (e) {
+    if (page) await shot(page, 'failure').catch(() => {});
+    process.stderr.write(`e2e failed: ${e.stack || e}\n`);
+    process.exitCode = 1;
+  } finally {
+    await browser.close();
+    lines.close();
+  }
+}
