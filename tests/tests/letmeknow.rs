@@ -64,12 +64,17 @@ impl Agent {
 
 /// `inviter` invites `joiner` (into `group`, or a new group); returns the group id.
 async fn admit(inviter: &Agent, group: Option<&str>, joiner: &Agent) -> String {
-    let inv = inviter.rt().lmk_invite(&inviter.handle, group, None).await.unwrap();
+    admit_as(inviter.rt(), &inviter.handle, group, joiner).await
+}
+
+/// [`admit`] by session `handle` of `inviter`'s runtime (a profile may run several sessions).
+async fn admit_as(inviter: &Runtime, handle: &str, group: Option<&str>, joiner: &Agent) -> String {
+    let inv = inviter.lmk_invite(handle, group, None).await.unwrap();
     let link = inv["link"].as_str().unwrap();
     assert!(link.contains("/i/") && link.contains('#'));
     let (joined, admitted) = tokio::join!(
         joiner.rt().lmk_join(&joiner.handle, link, Some(60)),
-        inviter.rt().lmk_invite_wait(inv["invite"].as_str().unwrap())
+        inviter.lmk_invite_wait(inv["invite"].as_str().unwrap())
     );
     // The admission's error first: it explains a join that saw no Welcome.
     let admitted = admitted.unwrap();
@@ -944,14 +949,7 @@ async fn the_owners_group_list_without_a_handle_covers_every_session() {
     // A second session on alice's profile, in a group of its own with bob.
     let second = alice.rt().lmk_session(None, Some("alice's reviewer")).await.unwrap();
     let second = second["handle"].as_str().unwrap().to_owned();
-    let invite = alice.rt().lmk_invite(&second, None, None).await.unwrap();
-    let link = invite["link"].as_str().unwrap().to_owned();
-    let (joined, admitted) = tokio::join!(
-        bob.rt().lmk_join(&bob.handle, &link, Some(30)),
-        alice.rt().lmk_invite_wait(invite["invite"].as_str().unwrap())
-    );
-    admitted.unwrap();
-    let g2 = joined.unwrap()["group"].as_str().unwrap().to_owned();
+    let g2 = admit_as(alice.rt(), &second, None, &bob).await;
     assert_ne!(g1, g2);
     let all = alice.peer.call(Request::GroupList { handle: None }).await;
     let mut seen: Vec<(String, String)> = all

@@ -26,7 +26,6 @@ async function pasteAnywhere(page, text) {
 // ----- the scenario ---------------------------------------------------------------------------
 
 await scenario(async ({ browser, page }) => {
-
   step('first run');
   await page.goto(UI_URL);
   await page.getByRole('heading', { name: 'Welcome to Switchboard' }).waitFor();
