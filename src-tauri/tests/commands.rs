@@ -3,15 +3,15 @@
 //! the runtime, muted conversations, and attaching to a runtime that already owns the profile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod support;
+
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use switchboard_app::host::AppState;
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::Profile;
-use tauri::ipc::{CallbackFn, InvokeBody};
-use tauri::test::{INVOKE_KEY, MockRuntime, mock_builder};
-use tauri::webview::InvokeRequest;
+use tauri::test::{MockRuntime, mock_builder};
 use tauri::{App, WebviewWindow, WebviewWindowBuilder};
 
 /// A relay address nothing listens on: init and local requests do not need a relay.
@@ -27,25 +27,8 @@ fn app(profile: Profile) -> (App<MockRuntime>, WebviewWindow<MockRuntime>) {
     (app, webview)
 }
 
-fn invoke(w: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
-    tauri::test::get_ipc_response(
-        w,
-        InvokeRequest {
-            cmd: cmd.into(),
-            callback: CallbackFn(0),
-            error: CallbackFn(1),
-            // The app's own origin on Linux (pages from elsewhere get no commands).
-            url: "tauri://localhost".parse().unwrap(),
-            body: InvokeBody::Json(args),
-            headers: Default::default(),
-            invoke_key: INVOKE_KEY.to_string(),
-        },
-    )
-    .map(|b| b.deserialize::<Value>().unwrap())
-}
-
 fn request(w: &WebviewWindow<MockRuntime>, req: Value) -> Result<Value, Value> {
-    invoke(w, "runtime_request", json!({ "request": req }))
+    support::invoke(w, "runtime_request", json!({ "request": req }))
 }
 
 fn profile() -> (tempfile::TempDir, Profile) {
@@ -58,20 +41,20 @@ fn profile() -> (tempfile::TempDir, Profile) {
 fn first_run_creates_the_identity_then_requests_reach_the_runtime() {
     let (_d, p) = profile();
     let (_app, w) = app(p.clone());
-    assert_eq!(invoke(&w, "profile_initialized", json!({})).unwrap(), json!(false));
+    assert_eq!(support::invoke(&w, "profile_initialized", json!({})).unwrap(), json!(false));
     let e = request(&w, json!({"op": "whoami"})).unwrap_err();
     assert_eq!(e["code"], "not_initialized");
 
-    let who = invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    let who = support::invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
     assert_eq!(who["name"], "alice");
     assert!(who["letagents"]["address"].as_str().unwrap().starts_with("la1."));
-    assert_eq!(invoke(&w, "profile_initialized", json!({})).unwrap(), json!(true));
+    assert_eq!(support::invoke(&w, "profile_initialized", json!({})).unwrap(), json!(true));
     assert_eq!(request(&w, json!({"op": "whoami"})).unwrap()["name"], "alice");
     assert_eq!(request(&w, json!({"op": "contact_list"})).unwrap(), json!([]));
     // The embedded runtime serves its bridge for the CLI and agents.
     assert!(p.read_bridge_files().is_some());
 
-    let again = invoke(&w, "profile_init", json!({"name": "eve", "relay": NO_RELAY})).unwrap_err();
+    let again = support::invoke(&w, "profile_init", json!({"name": "eve", "relay": NO_RELAY})).unwrap_err();
     assert_eq!(again["code"], "already_initialized");
 }
 
@@ -79,7 +62,7 @@ fn first_run_creates_the_identity_then_requests_reach_the_runtime() {
 fn errors_cross_as_code_and_message() {
     let (_d, p) = profile();
     let (_app, w) = app(p);
-    invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    support::invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
     let e = request(&w, json!({"op": "contact_verify", "name": "nobody"})).unwrap_err();
     assert_eq!(e["code"], "unknown_contact");
     assert!(e["message"].as_str().unwrap().contains("nobody"));
@@ -87,9 +70,9 @@ fn errors_cross_as_code_and_message() {
     assert_eq!(e["code"], "invalid_input");
     let e = request(&w, json!({"op": "send", "contact": "nobody", "text": "hi"})).unwrap_err();
     assert_eq!(e["code"], "unknown_contact");
-    let e = invoke(&w, "profile_init", json!({"name": "x", "relay": null})).unwrap_err();
+    let e = support::invoke(&w, "profile_init", json!({"name": "x", "relay": null})).unwrap_err();
     assert_eq!(e["code"], "already_initialized");
-    let e = invoke(&w, "mute_set", json!({"conversation": "", "muted": true})).unwrap_err();
+    let e = support::invoke(&w, "mute_set", json!({"conversation": "", "muted": true})).unwrap_err();
     assert_eq!(e["code"], "invalid_input");
 }
 
@@ -97,14 +80,14 @@ fn errors_cross_as_code_and_message() {
 fn settings_are_kept_in_the_profile() {
     let (_d, p) = profile();
     let (_app, w) = app(p.clone());
-    let s = invoke(&w, "settings_get", json!({})).unwrap();
+    let s = support::invoke(&w, "settings_get", json!({})).unwrap();
     assert_eq!(s["notifications"], true);
     assert_eq!(s["do_not_disturb"], false);
-    invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": true})).unwrap();
-    assert_eq!(invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], true);
+    support::invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": true})).unwrap();
+    assert_eq!(support::invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], true);
     let saved: Value = serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
     assert_eq!(saved["do_not_disturb"], true);
-    let e = invoke(&w, "settings_set", json!({"key": "everything", "value": true})).unwrap_err();
+    let e = support::invoke(&w, "settings_set", json!({"key": "everything", "value": true})).unwrap_err();
     assert_eq!(e["code"], "invalid_input");
 }
 
@@ -112,7 +95,7 @@ fn settings_are_kept_in_the_profile() {
 fn a_second_app_attaches_to_the_runtime_that_owns_the_profile() {
     let (_d, p) = profile();
     let (_app, owner) = app(p.clone());
-    invoke(&owner, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    support::invoke(&owner, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
     let state =
         tauri::async_runtime::block_on(AppState::start(p.clone(), KeystorePreference::File, Instant::now())).unwrap();
     assert!(tauri::async_runtime::block_on(state.attached()));
@@ -125,19 +108,19 @@ fn the_window_may_call_nothing_it_was_not_granted() {
     let (_d, p) = profile();
     let (_app, w) = app(p);
     // Granted: listening to events. Not granted: emitting them, window management, anything else.
-    let e = invoke(&w, "plugin:event|emit", json!({"event": "runtime-event", "payload": {}})).unwrap_err();
+    let e = support::invoke(&w, "plugin:event|emit", json!({"event": "runtime-event", "payload": {}})).unwrap_err();
     assert!(e.as_str().unwrap().contains("not allowed"), "{e}");
-    let e = invoke(&w, "plugin:window|close", json!({"label": "main"})).unwrap_err();
+    let e = support::invoke(&w, "plugin:window|close", json!({"label": "main"})).unwrap_err();
     assert!(e.as_str().unwrap().contains("not allowed"), "{e}");
-    assert_eq!(invoke(&w, "profile_initialized", json!({})).unwrap(), json!(false));
+    assert_eq!(support::invoke(&w, "profile_initialized", json!({})).unwrap(), json!(false));
 }
 
 #[test]
 fn the_first_paint_is_reported_once() {
     let (_d, p) = profile();
     let (_app, w) = app(p);
-    let a = invoke(&w, "app_painted", json!({})).unwrap().as_u64().unwrap();
-    let b = invoke(&w, "app_painted", json!({})).unwrap().as_u64().unwrap();
+    let a = support::invoke(&w, "app_painted", json!({})).unwrap().as_u64().unwrap();
+    let b = support::invoke(&w, "app_painted", json!({})).unwrap().as_u64().unwrap();
     assert!(b >= a);
 }
 
@@ -178,12 +161,12 @@ fn bob_call(rt: &switchboard_core::engine::Runtime, req: Value) -> Value {
 fn first_run_without_a_relay_hosts_one_that_a_second_profile_reaches() {
     let (_d, p) = profile();
     let (_app, w) = app(p.clone());
-    assert_eq!(invoke(&w, "relay_hosted", json!({})).unwrap(), Value::Null);
+    assert_eq!(support::invoke(&w, "relay_hosted", json!({})).unwrap(), Value::Null);
 
-    let who = invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
+    let who = support::invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
     let url = who["letagents"]["relay"].as_str().unwrap().to_owned();
     assert!(url.starts_with("https://"), "{url}");
-    let hosted = invoke(&w, "relay_hosted", json!({})).unwrap();
+    let hosted = support::invoke(&w, "relay_hosted", json!({})).unwrap();
     assert_eq!(hosted["url"], url.as_str());
     assert_eq!(hosted["running"], true);
     assert_eq!(hosted["accepting"], true);
@@ -195,7 +178,7 @@ fn first_run_without_a_relay_hosts_one_that_a_second_profile_reaches() {
     let saved: Value = serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
     assert_eq!(saved["hosted_relay"]["url"], url.as_str());
     // The switches the settings screen shows stay booleans.
-    assert!(invoke(&w, "settings_get", json!({})).unwrap().get("hosted_relay").is_none());
+    assert!(support::invoke(&w, "settings_get", json!({})).unwrap().get("hosted_relay").is_none());
 
     // Alice's own runtime reaches it: its relay connection comes up.
     assert!(
@@ -246,14 +229,14 @@ fn the_hosted_relay_starts_again_with_the_app() {
     let (_d, p) = profile();
     let (port, url, pin) = {
         let (app, w) = app(p.clone());
-        invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
-        let hosted = invoke(&w, "relay_hosted", json!({})).unwrap();
+        support::invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
+        let hosted = support::invoke(&w, "relay_hosted", json!({})).unwrap();
         tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&app).shutdown());
         (hosted["port"].clone(), hosted["url"].clone(), hosted["cert_sha256"].clone())
     };
     // The next launch: same port, same certificate, and the runtime connects to it.
     let (_app, w) = app(p);
-    let hosted = invoke(&w, "relay_hosted", json!({})).unwrap();
+    let hosted = support::invoke(&w, "relay_hosted", json!({})).unwrap();
     assert_eq!((hosted["port"].clone(), hosted["url"].clone(), hosted["cert_sha256"].clone()), (port, url, pin));
     assert_eq!(hosted["accepting"], true, "{hosted}");
     assert_eq!(hosted["error"], Value::Null);
@@ -270,19 +253,19 @@ fn do_not_disturb_is_the_runtimes_and_the_apps() {
     {
         let (app, w) = app(p.clone());
         // Before first run there is no runtime: the switch is kept and handed over at init.
-        invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": true})).unwrap();
-        invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+        support::invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": true})).unwrap();
+        support::invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
         assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": true}));
         // The settings switch turns the runtime's off (agent wakes resume).
-        invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": false})).unwrap();
+        support::invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": false})).unwrap();
         assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
-        assert_eq!(invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], false);
+        assert_eq!(support::invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], false);
         // Switched in the runtime by another client: the app's switch follows.
         request(&w, json!({"op": "dnd", "on": true})).unwrap();
-        assert!(eventually(10, || invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == true));
+        assert!(eventually(10, || support::invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == true));
         // Off again in the runtime, then the app stops with its setting saved as on.
         request(&w, json!({"op": "dnd", "on": false})).unwrap();
-        assert!(eventually(10, || invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == false));
+        assert!(eventually(10, || support::invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == false));
         let mut saved: Value =
             serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
         saved["do_not_disturb"] = json!(true);
@@ -291,7 +274,7 @@ fn do_not_disturb_is_the_runtimes_and_the_apps() {
     }
     // At start-up the runtime's state wins (it is shared with the CLI and agents).
     let (_app, w) = app(p);
-    assert_eq!(invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], false);
+    assert_eq!(support::invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"], false);
     assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
 }
 
@@ -299,11 +282,11 @@ fn do_not_disturb_is_the_runtimes_and_the_apps() {
 fn muted_conversations_are_kept_in_the_profile() {
     let (_d, p) = profile();
     let (_app, w) = app(p.clone());
-    assert_eq!(invoke(&w, "mute_get", json!({})).unwrap(), json!([]));
-    invoke(&w, "mute_set", json!({"conversation": "c:bob", "muted": true})).unwrap();
-    invoke(&w, "mute_set", json!({"conversation": "c:carol", "muted": true})).unwrap();
-    invoke(&w, "mute_set", json!({"conversation": "c:carol", "muted": false})).unwrap();
-    assert_eq!(invoke(&w, "mute_get", json!({})).unwrap(), json!(["c:bob"]));
+    assert_eq!(support::invoke(&w, "mute_get", json!({})).unwrap(), json!([]));
+    support::invoke(&w, "mute_set", json!({"conversation": "c:bob", "muted": true})).unwrap();
+    support::invoke(&w, "mute_set", json!({"conversation": "c:carol", "muted": true})).unwrap();
+    support::invoke(&w, "mute_set", json!({"conversation": "c:carol", "muted": false})).unwrap();
+    assert_eq!(support::invoke(&w, "mute_get", json!({})).unwrap(), json!(["c:bob"]));
     let saved: Value = serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
     assert_eq!(saved["muted"], json!(["c:bob"]));
 }
@@ -313,7 +296,7 @@ fn an_attached_app_follows_the_owning_runtimes_events() {
     use tauri::Listener as _;
     let (_d, p) = profile();
     let (_owner_app, owner) = app(p.clone());
-    invoke(&owner, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    support::invoke(&owner, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
     let (attached_app, w) = app(p);
     assert!(tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&attached_app).attached()));
     let (tx, rx) = std::sync::mpsc::channel::<Value>();
@@ -326,11 +309,11 @@ fn an_attached_app_follows_the_owning_runtimes_events() {
     // bridge's event stream, which connects in the background: switch until it is heard).
     assert!(eventually(20, || {
         request(&owner, json!({"op": "dnd", "on": true})).unwrap();
-        invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == true
+        support::invoke(&w, "settings_get", json!({})).unwrap()["do_not_disturb"] == true
     }));
     assert!(rx.try_iter().any(|e| e == json!({"type": "dnd", "on": true})));
     // The attached app's switch sets the owning runtime's do-not-disturb.
-    invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": false})).unwrap();
+    support::invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": false})).unwrap();
     assert_eq!(request(&owner, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
     assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": false}));
 }

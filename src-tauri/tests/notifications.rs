@@ -11,6 +11,8 @@
 //! (scripts/install-deps.sh installs them).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod support;
+
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -46,17 +48,6 @@ fn dunstctl(bus: &str, args: &[&str]) -> Option<String> {
 
 fn count(bus: &str, which: &str) -> u32 {
     dunstctl(bus, &["count", which]).and_then(|s| s.parse().ok()).unwrap_or(u32::MAX)
-}
-
-fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
 }
 
 #[test]
@@ -95,7 +86,7 @@ fn notifications_group_per_conversation_and_a_click_opens_it() {
         .spawn()
         .expect("dunst is needed");
     started.0.push(dunst);
-    assert!(eventually(20, || dunstctl(&bus, &["is-paused"]).is_some()), "dunst never came up on {bus}");
+    assert!(support::eventually(20, || dunstctl(&bus, &["is-paused"]).is_some()), "dunst never came up on {bus}");
 
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
@@ -129,50 +120,32 @@ fn child() {
     let first = notify::show_now(app.handle(), &pending("bob", "one")).unwrap();
     let second = notify::show_now(app.handle(), &pending("bob", "two")).unwrap();
     assert_eq!(first, second);
-    assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 1));
+    assert!(support::eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 1));
     // Carol's conversation has its own.
     let carol = notify::show_now(app.handle(), &pending("carol", "hi")).unwrap();
     assert_ne!(carol, first);
-    assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 2));
+    assert!(support::eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 2));
     // The window is seen: the app withdraws its notifications.
     switchboard_app::events::seen(app.handle());
-    assert!(eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 0));
+    assert!(support::eventually(5, || count(&bus, "displayed") + count(&bus, "waiting") == 0));
 
     // A click: dunst invokes the default action of the one notification shown, and the app
     // asks the window to open bob's conversation.
     notify::show(app.handle(), pending("bob", "three"));
-    assert!(eventually(5, || count(&bus, "displayed") == 1), "bob's notification never showed");
+    assert!(support::eventually(5, || count(&bus, "displayed") == 1), "bob's notification never showed");
     dunstctl(&bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:bob");
     // Carol's notification, clicked, opens carol's conversation.
     let _ = dunstctl(&bus, &["close-all"]);
-    assert!(eventually(5, || count(&bus, "displayed") == 0));
+    assert!(support::eventually(5, || count(&bus, "displayed") == 0));
     notify::show(app.handle(), pending("carol", "again"));
-    assert!(eventually(5, || count(&bus, "displayed") == 1));
+    assert!(support::eventually(5, || count(&bus, "displayed") == 1));
     dunstctl(&bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:carol");
     let _ = dunstctl(&bus, &["close-all"]);
-    assert!(eventually(5, || count(&bus, "displayed") == 0));
+    assert!(support::eventually(5, || count(&bus, "displayed") == 0));
 
     group_messages_notify(&app, &window, &bus, &rx);
-}
-
-fn invoke(w: &tauri::WebviewWindow<tauri::test::MockRuntime>, cmd: &str, args: serde_json::Value) {
-    use tauri::ipc::{CallbackFn, InvokeBody};
-    use tauri::webview::InvokeRequest;
-    tauri::test::get_ipc_response(
-        w,
-        InvokeRequest {
-            cmd: cmd.into(),
-            callback: CallbackFn(0),
-            error: CallbackFn(1),
-            url: "tauri://localhost".parse().unwrap(),
-            body: InvokeBody::Json(args),
-            headers: Default::default(),
-            invoke_key: tauri::test::INVOKE_KEY.to_string(),
-        },
-    )
-    .unwrap();
 }
 
 /// Alice's app hosts her runtime; bob (a core runtime on the same relay-lite) joins her group and
@@ -212,20 +185,20 @@ fn group_messages_notify(
     // Alice's runtime follows the group log in the background; her app reads unread counts every
     // 5 s and notifies once they rise.
     assert!(
-        eventually(30, || count(bus, "displayed") == 1),
+        support::eventually(30, || count(bus, "displayed") == 1),
         "no group notification; alice's groups: {}",
         block_on(state.request(Request::GroupList { handle: None })).map(|v| v.to_string()).unwrap_or_default()
     );
     dunstctl(bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), format!("g:{group}"));
     let _ = dunstctl(bus, &["close-all"]);
-    assert!(eventually(5, || count(bus, "displayed") == 0));
+    assert!(support::eventually(5, || count(bus, "displayed") == 0));
 
     // Contacts: bob's message notifies; muted, it does not; alice's own message never does.
     let who = block_on(state.request(Request::Whoami)).unwrap();
     let address = who["letagents"]["address"].as_str().unwrap().to_owned();
     block_on(bob.rt.handle(req(json!({"op": "contact_add", "address": address, "name": "alice"})), true)).unwrap();
-    assert!(eventually(20, || {
+    assert!(support::eventually(20, || {
         let r = block_on(state.request(Request::ContactRequests)).unwrap();
         r.as_array().unwrap().iter().any(|c| c["name"] == "bob")
     }));
@@ -234,18 +207,18 @@ fn group_messages_notify(
         block_on(bob.rt.handle(req(json!({"op": "send", "contact": "alice", "text": text})), true)).unwrap();
     };
     let arrived = |text: &str| {
-        eventually(20, || {
+        support::eventually(20, || {
             let c = block_on(state.request(req(json!({"op": "conversation", "contact": "bob"})))).unwrap();
             c.as_array().unwrap().iter().any(|m| m["body"] == text)
         })
     };
     bob_says("are you there?");
     assert!(arrived("are you there?"));
-    assert!(eventually(10, || count(bus, "displayed") == 1), "bob's message did not notify");
+    assert!(support::eventually(10, || count(bus, "displayed") == 1), "bob's message did not notify");
     dunstctl(bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:bob");
     let _ = dunstctl(bus, &["close-all"]);
-    assert!(eventually(5, || count(bus, "displayed") == 0));
+    assert!(support::eventually(5, || count(bus, "displayed") == 0));
 
     state.settings.lock().unwrap().muted.insert("c:bob".into());
     bob_says("muted now");
@@ -259,9 +232,12 @@ fn group_messages_notify(
     assert_eq!(count(bus, "displayed") + count(bus, "waiting"), 0, "one's own message notified");
     bob_says("unmuted again");
     assert!(arrived("unmuted again"));
-    assert!(eventually(10, || count(bus, "displayed") == 1), "the unmuted conversation did not notify");
+    assert!(support::eventually(10, || count(bus, "displayed") == 1), "the unmuted conversation did not notify");
     // Muting it from its screen withdraws the notification on screen.
-    invoke(window, "mute_set", json!({"conversation": "c:bob", "muted": true}));
-    assert!(eventually(5, || count(bus, "displayed") + count(bus, "waiting") == 0), "still shown after muting");
+    support::invoke(window, "mute_set", json!({"conversation": "c:bob", "muted": true})).unwrap();
+    assert!(
+        support::eventually(5, || count(bus, "displayed") + count(bus, "waiting") == 0),
+        "still shown after muting"
+    );
     block_on(state.shutdown());
 }

@@ -8,36 +8,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::Display;
-use switchboard_core::engine::{InitOptions, Runtime};
-use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::Profile;
 
 fn initialised_profile(home: &std::path::Path, start_in_tray: bool) -> Profile {
-    let profile = Profile { dir: home.join("profile") };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let opts = InitOptions {
-            name: "alice".into(),
-            relay: "http://127.0.0.1:9".into(),
-            relay_cert_sha256: None,
-            keystore: KeystorePreference::File,
-        };
-        Runtime::init(&profile, opts).await.unwrap().shutdown();
-    });
+    let profile = support::initialised_profile(home);
     let settings = serde_json::json!({"start_in_tray": start_in_tray, "close_to_tray": true});
     std::fs::write(profile.dir.join("app-settings.json"), settings.to_string()).unwrap();
     profile
-}
-
-fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
 }
 
 #[test]
@@ -53,7 +30,7 @@ fn start_in_tray_keeps_the_window_hidden_until_asked() {
     };
     let first = support::launch(app());
     // It runs the profile's runtime (bridge files appear) ...
-    assert!(eventually(60, || profile.read_bridge_files().is_some()), "no runtime:\n{}", first.log());
+    assert!(support::eventually(60, || profile.read_bridge_files().is_some()), "no runtime:\n{}", first.log());
     // ... with no window on screen, for as long as we look.
     let hidden_for = Instant::now();
     while hidden_for.elapsed() < Duration::from_secs(4) {
@@ -65,7 +42,7 @@ fn start_in_tray_keeps_the_window_hidden_until_asked() {
     let second = app().status().unwrap();
     assert!(second.success(), "the second launch failed: {second}");
     assert!(
-        eventually(30, || !display.visible_windows("Switchboard").is_empty()),
+        support::eventually(30, || !display.visible_windows("Switchboard").is_empty()),
         "the window never came up:\n{}",
         first.log()
     );
@@ -83,7 +60,7 @@ fn without_start_in_tray_the_window_shows_at_once() {
     cmd.arg("--home").arg(&profile.dir).env("SWITCHBOARD_KEYSTORE", "file");
     let app = support::launch(cmd);
     assert!(
-        eventually(60, || !display.visible_windows("Switchboard").is_empty()),
+        support::eventually(60, || !display.visible_windows("Switchboard").is_empty()),
         "the window never came up:\n{}",
         app.log()
     );

@@ -14,10 +14,6 @@ mod support;
 
 use std::time::Duration;
 
-use switchboard_core::engine::{InitOptions, Runtime};
-use switchboard_core::identity::keystore::KeystorePreference;
-use switchboard_core::profile::Profile;
-
 use support::{Display, Figures};
 
 const IDLE: Duration = Duration::from_secs(5);
@@ -61,19 +57,8 @@ fn the_app_window_appears_under_xvfb_and_is_screenshotted() {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_switchboard-app").into());
     let rounds: usize = std::env::var("SWITCHBOARD_APP_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1);
     let home = tempfile::tempdir().unwrap();
-    let profile = Profile { dir: home.path().join("profile") };
     // An initialised profile, so the window shows the app rather than the first-run screen.
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let opts = InitOptions {
-            name: "alice".into(),
-            relay: "http://127.0.0.1:9".into(),
-            relay_cert_sha256: None,
-            keystore: KeystorePreference::File,
-        };
-        Runtime::init(&profile, opts).await.unwrap().shutdown();
-    });
-    drop(rt);
+    let profile = support::initialised_profile(home.path());
 
     let out = support::out_dir("");
     let display = Display::start();

@@ -1,6 +1,7 @@
-//! Shared by the real-app tests (window.rs, webview.rs): a private X display (Xvfb) with its own
-//! D-Bus session, launching a window process in it and measuring it the same way for the app and
-//! for the bare-window baseline (spawn to first paint, idle RSS of the process tree), screenshots.
+//! Shared by the app's tests: a private X display (Xvfb) with its own D-Bus session, launching a
+//! window process in it and measuring it the same way for the app and for the bare-window baseline
+//! (spawn to first paint, idle RSS of the process tree), screenshots; an initialised profile,
+//! polling, and command invocation on Tauri's mock runtime.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, dead_code)]
 
 use std::collections::BTreeMap;
@@ -350,4 +351,58 @@ pub fn write(path: &Path, text: &str) {
     }
     let mut f = std::fs::File::create(path).unwrap();
     f.write_all(text.as_bytes()).unwrap();
+}
+
+/// Polls `f` every 100 ms for up to `secs`; whether it came true.
+pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// A profile at `home/profile` initialised as "alice" against a relay nothing listens on (init
+/// and the window need no relay), keys in the file keystore.
+pub fn initialised_profile(home: &Path) -> switchboard_core::profile::Profile {
+    use switchboard_core::engine::{InitOptions, Runtime};
+    let profile = switchboard_core::profile::Profile { dir: home.join("profile") };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let opts = InitOptions {
+            name: "alice".into(),
+            relay: "http://127.0.0.1:9".into(),
+            relay_cert_sha256: None,
+            keystore: switchboard_core::identity::keystore::KeystorePreference::File,
+        };
+        Runtime::init(&profile, opts).await.unwrap().shutdown();
+    });
+    profile
+}
+
+/// Invokes app command `cmd` with `args` through Tauri's IPC on the mock runtime, from the app's
+/// own origin on Linux (pages from elsewhere get no commands).
+pub fn invoke(
+    w: &tauri::WebviewWindow<tauri::test::MockRuntime>,
+    cmd: &str,
+    args: serde_json::Value,
+) -> Result<serde_json::Value, serde_json::Value> {
+    use tauri::ipc::{CallbackFn, InvokeBody};
+    use tauri::webview::InvokeRequest;
+    tauri::test::get_ipc_response(
+        w,
+        InvokeRequest {
+            cmd: cmd.into(),
+            callback: CallbackFn(0),
+            error: CallbackFn(1),
+            url: "tauri://localhost".parse().unwrap(),
+            body: InvokeBody::Json(args),
+            headers: Default::default(),
+            invoke_key: tauri::test::INVOKE_KEY.to_string(),
+        },
+    )
+    .map(|b| b.deserialize::<serde_json::Value>().unwrap())
 }
