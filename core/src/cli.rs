@@ -817,7 +817,7 @@ async fn listen(profile: Profile, agent: &str, harness: &str, once: bool, timeou
     let run = async {
         loop {
             let wait = if once { timeout } else { 60 };
-            let v = session.call(Request::Wait { agent: None, timeout_secs: wait }).await?;
+            let v = session.call(Request::Wait { agent: None, timeout_secs: wait, paused_seen: None }).await?;
             let list = v["deliveries"].as_array().cloned().unwrap_or_default();
             let mut out = std::io::stdout().lock();
             for d in &list {
@@ -906,7 +906,9 @@ async fn listen_group(
 async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError> {
     use std::io::Write;
     let (req, name) = match event {
-        "post-tool-use" => (Request::Wait { agent: Some(agent.into()), timeout_secs: 0 }, "PostToolUse"),
+        "post-tool-use" => {
+            (Request::Wait { agent: Some(agent.into()), timeout_secs: 0, paused_seen: None }, "PostToolUse")
+        }
         "user-prompt-submit" => {
             (Request::Read { agent: Some(agent.into()), id: None, ancestors: None }, "UserPromptSubmit")
         }

@@ -283,7 +283,8 @@ impl Peer {
 
     /// Waits up to `secs` as agent `agent` and returns what was delivered to it.
     pub async fn agent_wait(&self, agent: &str, secs: u64) -> Vec<Value> {
-        let v = self.as_agent(agent, Request::Wait { agent: None, timeout_secs: secs }).await.unwrap();
+        let v =
+            self.as_agent(agent, Request::Wait { agent: None, timeout_secs: secs, paused_seen: None }).await.unwrap();
         v["deliveries"].as_array().cloned().unwrap()
     }
 }

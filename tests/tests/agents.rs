@@ -150,9 +150,19 @@ async fn the_loop_guard_stops_agent_ping_pong_after_n_hops() {
     // Three hops without bob's operator: b1 may not answer.
     let refused = bob.agent_send("b1", "alice", "pong 2", "send", None, Some("a1")).await;
     assert_eq!(refused.unwrap_err(), "loop_guard");
-    // And a fourth incoming message does not wake b1.
-    alice.agent_send("a1", "bob", "ping 3", "send", None, Some("b1")).await.unwrap();
-    assert!(bob.eventually(10, || async { bob.inbox(0).await.iter().any(|m| m["body"] == "ping 3") }).await);
+    // And a fourth incoming message does not wake b1, but a wait that says which paused count it
+    // knows ends at once with the new count and nothing handed out (the Codex adapter shows it).
+    let started = std::time::Instant::now();
+    let wait = Request::Wait { agent: None, timeout_secs: 30, paused_seen: Some(0) };
+    let (told, ()) = tokio::join!(bob.as_agent("b1", wait), async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        alice.agent_send("a1", "bob", "ping 3", "send", None, Some("b1")).await.unwrap();
+    });
+    let told = told.unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the wait ran to its timeout");
+    assert_eq!(told["paused_by_loop_guard"], 1, "{told}");
+    assert_eq!(told["deliveries"], serde_json::json!([]), "{told}");
+    assert!(bob.inbox(0).await.iter().any(|m| m["body"] == "ping 3"));
     assert!(bob.agent_wait("b1", 1).await.is_empty(), "the paused conversation does not wake the agent");
     let unread = bob.as_agent("b1", Request::Read { agent: None, id: None, ancestors: None }).await.unwrap();
     assert_eq!(unread["paused_by_loop_guard"], 1);

@@ -38,7 +38,7 @@ async fn state_of(pool: &SqlitePool, agent: &str) -> Vec<String> {
 }
 
 async fn wait_as(peer: &Peer, agent: &str, secs: u64) -> Value {
-    peer.as_agent(agent, Request::Wait { agent: None, timeout_secs: secs }).await.unwrap()
+    peer.as_agent(agent, Request::Wait { agent: None, timeout_secs: secs, paused_seen: None }).await.unwrap()
 }
 
 async fn ack_as(peer: &Peer, agent: &str, lease: &Value) -> Result<Value, String> {

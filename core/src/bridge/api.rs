@@ -212,6 +212,11 @@ pub enum Request {
         /// Longest wait; 0 only looks.
         #[serde(default)]
         timeout_secs: u64,
+        /// The `paused_by_loop_guard` count the caller last saw. Given, the wait also ends as
+        /// soon as the count differs, so the caller learns at once that the loop guard paused
+        /// a conversation (nothing due is handed out for it).
+        #[serde(default)]
+        paused_seen: Option<i64>,
     },
     /// Acks a lease that `wait` or `read` handed out, once the harness has its messages: they
     /// become delivered. Unacked, they are handed out again (`redelivered`) after the lease

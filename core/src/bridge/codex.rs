@@ -420,13 +420,16 @@ async fn attach(path: &std::path::Path) -> Result<Link, ApiError> {
 fn poll_queue(session: Arc<AgentSession>) -> mpsc::Receiver<Batch> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
+        // The wait also ends when the loop guard pauses something, so that is shown at once.
+        let mut paused = 0;
         loop {
-            match session.call(Request::Wait { agent: None, timeout_secs: 60 }).await {
+            match session.call(Request::Wait { agent: None, timeout_secs: 60, paused_seen: Some(paused) }).await {
                 Ok(v) => {
+                    paused = v["paused_by_loop_guard"].as_i64().unwrap_or(0);
                     let b = Batch {
                         deliveries: v["deliveries"].as_array().cloned().unwrap_or_default(),
                         lease: v["lease"].clone(),
-                        paused: v["paused_by_loop_guard"].as_i64().unwrap_or(0),
+                        paused,
                         held: v["held_for_review"].as_i64().unwrap_or(0),
                     };
                     if tx.send(b).await.is_err() {

@@ -283,6 +283,7 @@ impl McpServer {
             "wait" => Request::Wait {
                 agent: None,
                 timeout_secs: args.get("timeout_secs").and_then(Value::as_u64).unwrap_or(60).min(MAX_WAIT_SECS),
+                paused_seen: None,
             },
             "who_is_online" => Request::List { contact: required(args, "contact")? },
             "group_invite" => Request::GroupInvite { handle: None, group: arg_str(args, "group"), ttl_secs: None },

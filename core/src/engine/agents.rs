@@ -128,9 +128,9 @@ impl Runtime {
                     None => self.take_queue(&agent, false).await,
                 }
             }
-            Request::Wait { agent, timeout_secs } => {
+            Request::Wait { agent, timeout_secs, paused_seen } => {
                 let agent = self.owner_agent(agent).await?;
-                self.wait_queue(&agent, timeout_secs, one_shot).await
+                self.wait_queue(&agent, timeout_secs, paused_seen, one_shot).await
             }
             Request::Ack { lease, ids } => self.ack_lease(None, &lease, ids.as_deref()).await,
             Request::Unread { agent } => {
@@ -224,14 +224,14 @@ impl Runtime {
                     None => self.take_queue(me, false).await,
                 }
             }
-            Request::Wait { agent, timeout_secs } => {
+            Request::Wait { agent, timeout_secs, paused_seen } => {
                 if let Some(a) = agent.as_deref()
                     && a != me
                 {
                     return Err(not_you(a));
                 }
                 self.require_agent(me).await?;
-                self.wait_queue(me, timeout_secs, one_shot).await
+                self.wait_queue(me, timeout_secs, paused_seen, one_shot).await
             }
             Request::Ack { lease, ids } => self.ack_lease(Some(me), &lease, ids.as_deref()).await,
             Request::Unread { agent } => {

@@ -315,12 +315,15 @@ impl Runtime {
         .await?)
     }
 
+    async fn paused_count(&self, agent: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM agent_deliveries WHERE agent = ? AND state = 'paused'")
+            .bind(agent)
+            .fetch_one(&self.store().pool)
+            .await?)
+    }
+
     async fn queue_counts(&self, agent: &str) -> Result<Value> {
-        let paused: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM agent_deliveries WHERE agent = ? AND state = 'paused'")
-                .bind(agent)
-                .fetch_one(&self.store().pool)
-                .await?;
+        let paused = self.paused_count(agent).await?;
         let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM review_queue WHERE agent = ? AND state = 'pending'")
             .bind(agent)
             .fetch_one(&self.store().pool)
@@ -530,7 +533,14 @@ impl Runtime {
     }
 
     /// Waits up to `timeout_secs` for something due in `agent`'s queue, then takes the queue.
-    pub(super) async fn wait_queue(&self, agent: &str, timeout_secs: u64, one_shot: bool) -> Result<Value> {
+    /// With `paused_seen`, it also returns once the loop guard's paused count differs from it.
+    pub(super) async fn wait_queue(
+        &self,
+        agent: &str,
+        timeout_secs: u64,
+        paused_seen: Option<i64>,
+        one_shot: bool,
+    ) -> Result<Value> {
         let mut events = self.subscribe();
         let _listening = self.listening();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_secs.min(3600));
@@ -554,6 +564,11 @@ impl Runtime {
             let next = if dnd { None } else { next };
             if next.is_some_and(|t| t <= now) {
                 return self.take_queue(agent, false).await;
+            }
+            if let Some(seen) = paused_seen
+                && self.paused_count(agent).await? != seen
+            {
+                return self.take_queue(agent, true).await;
             }
             let now_i = tokio::time::Instant::now();
             if now_i >= deadline {
