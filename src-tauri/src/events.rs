@@ -4,9 +4,9 @@
 //! runtime's do-not-disturb (switched from anywhere: the CLI, another client) is mirrored into
 //! the app's switch and the tray. An embedded runtime's events come from its broadcast channel;
 //! an attached app follows the owning runtime's `GET /v1/events` (server-sent events, owner
-//! token), so both behave the same.
+//! token), so both behave the same. letmeknow group messages come as `group_message` events
+//! (the runtime follows every group log in the background) and notify under `g:GROUP`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -21,21 +21,16 @@ use crate::host::AppState;
 /// The UI event name.
 pub const RUNTIME_EVENT: &str = "runtime-event";
 
-/// How often group unread counts are read.
-const GROUP_POLL: Duration = Duration::from_secs(5);
-
 /// Starts following the runtime the app uses: the embedded one's channel, or the attached one's
-/// event stream; and the group watcher. Nothing before first run.
+/// event stream. Nothing before first run.
 pub async fn start<R: Runtime>(app: &AppHandle<R>) {
     let state = app.state::<AppState>();
     if let Some(rt) = state.runtime().await {
         forward(app.clone(), rt);
-        watch_groups(app.clone());
     } else if state.attached().await
         && let Some((port, token)) = state.profile.read_bridge_files()
     {
         follow_bridge(app.clone(), port, token);
-        watch_groups(app.clone());
     }
 }
 
@@ -113,19 +108,21 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, e: &Value) {
             let Ok(m) = state.request(Request::Message { id: id.to_owned() }).await else { return };
             message(app, id, &m);
         }
+        Some("group_message") => {
+            let Some(group) = e.get("group").and_then(Value::as_str) else { return };
+            let from = e.get("from").and_then(Value::as_str).unwrap_or_default();
+            group_message(app, group, from).await;
+        }
         _ => {}
     }
 }
 
-/// A stored message: the unread badge and, when the policy allows, a notification.
-fn message<R: Runtime>(app: &AppHandle<R>, id: &str, m: &Value) {
-    // One's own messages neither count nor notify.
-    if m.get("direction").and_then(Value::as_str) != Some("in") {
-        return;
-    }
+/// Counts one more unread message for the tray badge (unless the window has focus); returns
+/// whether it has focus.
+fn count_unread<R: Runtime>(app: &AppHandle<R>) -> bool {
     let focused = app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false);
-    let state = app.state::<AppState>();
     if !focused {
+        let state = app.state::<AppState>();
         let n = state.unread.lock().map(|mut u| {
             *u += 1;
             *u
@@ -134,6 +131,17 @@ fn message<R: Runtime>(app: &AppHandle<R>, id: &str, m: &Value) {
             crate::tray::set_unread(app, n);
         }
     }
+    focused
+}
+
+/// A stored message: the unread badge and, when the policy allows, a notification.
+fn message<R: Runtime>(app: &AppHandle<R>, id: &str, m: &Value) {
+    // One's own messages neither count nor notify.
+    if m.get("direction").and_then(Value::as_str) != Some("in") {
+        return;
+    }
+    let focused = count_unread(app);
+    let state = app.state::<AppState>();
     let decision = match state.settings.lock() {
         Ok(s) => crate::notify::decide(&s, m, focused),
         Err(_) => return,
@@ -144,57 +152,33 @@ fn message<R: Runtime>(app: &AppHandle<R>, id: &str, m: &Value) {
     }
 }
 
-/// letmeknow groups have no per-message runtime event: their unread counts (`group_list`) are
-/// read every few seconds while the app runs, and a rise notifies under the group's conversation
-/// (`g:GROUP`), with the same policy as contacts.
-pub fn watch_groups<R: Runtime>(app: AppHandle<R>) {
-    tauri::async_runtime::spawn(async move {
-        let mut before: Option<BTreeMap<String, i64>> = None;
-        loop {
-            let state = app.state::<AppState>();
-            if state.stopped().await {
-                return;
-            }
-            // The first answer is the baseline (no burst for what was unread before the app
-            // started); no group session yet counts as no groups, so a first group's messages
-            // notify; a failed read later keeps the last baseline.
-            let now = match group_unread(&state).await {
-                None if before.is_none() => Some(BTreeMap::new()),
-                other => other,
-            };
-            if let (Some(before), Some(now)) = (&before, &now) {
-                let focused = app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false);
-                for (group, unread) in crate::notify::group_news(before, now) {
-                    let decision = match state.settings.lock() {
-                        Ok(s) => crate::notify::decide_group(&s, &group, unread, focused),
-                        Err(_) => return,
-                    };
-                    if let crate::notify::Decision::Show(p) = decision {
-                        crate::notify::show(&app, p);
-                    }
-                }
-            }
-            if now.is_some() {
-                before = now;
-            }
-            tokio::time::sleep(GROUP_POLL).await;
-        }
-    });
+/// A group message or alert from someone else: the badge and, when the policy allows, the
+/// group's notification with its unread count over every local session in it.
+async fn group_message<R: Runtime>(app: &AppHandle<R>, group: &str, from: &str) {
+    let focused = count_unread(app);
+    let state = app.state::<AppState>();
+    let unread = group_unread(&state, group).await.unwrap_or(1).max(1);
+    let decision = match state.settings.lock() {
+        Ok(s) => crate::notify::decide_group(&s, group, unread, from, focused),
+        Err(_) => return,
+    };
+    match decision {
+        crate::notify::Decision::Show(p) => crate::notify::show(app, p),
+        crate::notify::Decision::Skip(why) => tracing::debug!("no notification for group {group}: {why}"),
+    }
 }
 
-/// Each group's unread count over every local group session (two sessions in one group add up),
+/// `group`'s unread count over every local group session (two sessions in one group add up),
 /// or `None` when the runtime cannot be asked.
-async fn group_unread(state: &AppState) -> Option<BTreeMap<String, i64>> {
+async fn group_unread(state: &AppState, group: &str) -> Option<i64> {
     let v = state.request(Request::GroupList { handle: None }).await.ok()?;
-    let mut out = BTreeMap::new();
-    for g in v.as_array()? {
-        if let (Some(group), Some(unread)) =
-            (g.get("group").and_then(|x| x.as_str()), g.get("unread").and_then(|x| x.as_i64()))
-        {
-            *out.entry(group.to_owned()).or_insert(0) += unread;
-        }
-    }
-    Some(out)
+    Some(
+        v.as_array()?
+            .iter()
+            .filter(|g| g.get("group").and_then(Value::as_str) == Some(group))
+            .filter_map(|g| g.get("unread").and_then(Value::as_i64))
+            .sum(),
+    )
 }
 
 /// The window gained focus: everything is seen.

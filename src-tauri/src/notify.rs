@@ -69,24 +69,20 @@ fn quiet(settings: &Settings, conversation: &str, focused: bool) -> Option<&'sta
     }
 }
 
-/// The policy for a group: `unread` went up to this; `g:GROUP` is its conversation.
-pub fn decide_group(settings: &Settings, group: &str, unread: i64, focused: bool) -> Decision {
+/// The policy for a group message from `from` (empty: an alert from the runtime); `unread` is
+/// the group's unread count now; `g:GROUP` is its conversation.
+pub fn decide_group(settings: &Settings, group: &str, unread: i64, from: &str, focused: bool) -> Decision {
     let conversation = format!("g:{group}");
     if let Some(why) = quiet(settings, &conversation, focused) {
         return Decision::Skip(why);
     }
     let short: String = group.chars().take(12).collect();
-    Decision::Show(Pending {
-        conversation,
-        summary: format!("Group {short}"),
-        body: if unread == 1 { "1 unread message".into() } else { format!("{unread} unread messages") },
-    })
-}
-
-/// Groups whose unread count went up between two `group_list` answers (groups not seen before
-/// count from zero). Returns `(group, unread now)`.
-pub fn group_news(before: &BTreeMap<String, i64>, now: &BTreeMap<String, i64>) -> Vec<(String, i64)> {
-    now.iter().filter(|(g, n)| **n > before.get(*g).copied().unwrap_or(0)).map(|(g, n)| (g.clone(), *n)).collect()
+    // A peer chose the name: one line, no control characters, cut short.
+    let from: String = from.chars().filter(|c| !c.is_control()).take(64).collect();
+    let count = if unread == 1 { "1 unread message".to_owned() } else { format!("{unread} unread messages") };
+    let body =
+        if from.trim().is_empty() { format!("{count} (an alert)") } else { format!("{count}, the latest from {from}") };
+    Decision::Show(Pending { conversation, summary: format!("Group {short}"), body })
 }
 
 /// The policy: whether message `m` (the runtime's message DTO) notifies.
@@ -400,16 +396,19 @@ mod tests {
     }
 
     #[test]
-    fn a_group_notifies_when_its_unread_count_rises_unless_muted() {
-        let before: BTreeMap<String, i64> = [("g1".to_owned(), 2), ("g2".to_owned(), 5)].into();
-        let now: BTreeMap<String, i64> = [("g1".to_owned(), 3), ("g2".to_owned(), 0), ("g3".to_owned(), 1)].into();
-        assert_eq!(group_news(&before, &now), vec![("g1".to_owned(), 3), ("g3".to_owned(), 1)]);
+    fn a_group_message_notifies_with_its_sender_unless_muted() {
         let s = Settings::default();
-        let Decision::Show(p) = decide_group(&s, "g1", 3, false) else { panic!() };
-        assert_eq!((p.conversation.as_str(), p.body.as_str()), ("g:g1", "3 unread messages"));
+        let Decision::Show(p) = decide_group(&s, "g1", 3, "Bob's\nagent\u{7}", false) else { panic!() };
+        assert_eq!(p.conversation, "g:g1");
+        assert_eq!(p.body, "3 unread messages, the latest from Bob'sagent");
+        let Decision::Show(p) = decide_group(&s, "g1", 1, "", false) else { panic!() };
+        assert_eq!(p.body, "1 unread message (an alert)");
+        let long = "x".repeat(500);
+        let Decision::Show(p) = decide_group(&s, "g1", 1, &long, false) else { panic!() };
+        assert_eq!(p.body.chars().count(), "1 unread message, the latest from ".len() + 64);
         let muted = Settings { muted: ["g:g1".to_owned()].into(), ..Settings::default() };
-        assert_eq!(decide_group(&muted, "g1", 3, false), Decision::Skip("muted"));
-        assert_eq!(decide_group(&s, "g1", 3, true), Decision::Skip("window focused"));
+        assert_eq!(decide_group(&muted, "g1", 3, "bob", false), Decision::Skip("muted"));
+        assert_eq!(decide_group(&s, "g1", 3, "bob", true), Decision::Skip("window focused"));
     }
 
     #[test]

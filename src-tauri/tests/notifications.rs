@@ -97,6 +97,9 @@ fn notifications_group_per_conversation_and_a_click_opens_it() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "child failed:\n{text}");
     assert!(text.contains("1 passed"), "{text}");
+    for line in text.lines().filter(|l| l.starts_with("group message to notification")) {
+        eprintln!("{line}");
+    }
 }
 
 /// Runs on the private bus with dunst serving it.
@@ -182,17 +185,22 @@ fn group_messages_notify(
     assert_eq!(joined.unwrap()["group"], group.as_str());
 
     block_on(bob.rt.lmk_send(&bob_handle, &group, "hello from bob's agent", None, None)).unwrap();
-    // Alice's runtime follows the group log in the background; her app reads unread counts every
-    // 5 s and notifies once they rise.
+    // Alice's runtime follows the group log in the background and emits a `group_message` event
+    // for bob's message; her app notifies for it.
+    let sent = std::time::Instant::now();
     assert!(
         support::eventually(30, || count(bus, "displayed") == 1),
         "no group notification; alice's groups: {}",
         block_on(state.request(Request::GroupList { handle: None })).map(|v| v.to_string()).unwrap_or_default()
     );
+    eprintln!("group message to notification: {} ms", sent.elapsed().as_millis());
     dunstctl(bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), format!("g:{group}"));
     let _ = dunstctl(bus, &["close-all"]);
     assert!(support::eventually(5, || count(bus, "displayed") == 0));
+    // The notification names the sender (the event carries it).
+    let history = dunstctl(bus, &["history"]).unwrap_or_default();
+    assert!(history.contains("1 unread message, the latest from Bob's agent"), "{history}");
 
     // Contacts: bob's message notifies; muted, it does not; alice's own message never does.
     let who = block_on(state.request(Request::Whoami)).unwrap();

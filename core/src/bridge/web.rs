@@ -254,6 +254,9 @@ pub fn ui_event(e: &Event) -> Value {
         Event::Resumed { .. } => json!({"type": "changed"}),
         Event::Dnd { on } => json!({"type": "dnd", "on": on}),
         Event::GroupResumed { .. } => json!({"type": "changed"}),
+        Event::GroupMessage { handle, group, id, from } => {
+            json!({"type": "group_message", "handle": handle, "group": group, "id": id, "from": from})
+        }
     }
 }
 

@@ -753,7 +753,35 @@ impl Runtime {
         self.sync_locked_from(s, gid, wait_secs, None).await
     }
 
+    /// [`Self::sync_locked_from_inner`], then an [`Event::GroupMessage`] for each message or alert
+    /// from someone else it stored (also when it failed part-way: what it committed is stored).
     async fn sync_locked_from(
+        &self,
+        s: &mut Session,
+        gid: &str,
+        wait_secs: u64,
+        prefetched: Option<(i64, Vec<LogEntry>)>,
+    ) -> Result<usize> {
+        let mark: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages")
+            .fetch_one(&self.store().pool)
+            .await?;
+        let result = self.sync_locked_from_inner(s, gid, wait_secs, prefetched).await;
+        let new: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, sender_name FROM lmk_messages WHERE handle = ? AND group_id = ? AND rowid_ > ? \
+             AND outgoing = 0 AND kind IN ('message', 'alert') ORDER BY rowid_",
+        )
+        .bind(&s.handle)
+        .bind(gid)
+        .bind(mark)
+        .fetch_all(&self.store().pool)
+        .await?;
+        for (id, from) in new {
+            self.emit(Event::GroupMessage { handle: s.handle.clone(), group: gid.to_owned(), id, from });
+        }
+        result
+    }
+
+    async fn sync_locked_from_inner(
         &self,
         s: &mut Session,
         gid: &str,

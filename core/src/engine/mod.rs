@@ -185,6 +185,17 @@ pub enum Event {
         /// The group.
         group: String,
     },
+    /// A letmeknow group message or alert from someone else was stored for a local session.
+    GroupMessage {
+        /// The group session.
+        handle: String,
+        /// The group.
+        group: String,
+        /// The row's id (a message id, or `alert:…`).
+        id: String,
+        /// The sender's display name (empty for an alert, which the runtime wrote).
+        from: String,
+    },
 }
 
 /// The relay connection as `status` reports it.
