@@ -97,7 +97,7 @@ fn notifications_group_per_conversation_and_a_click_opens_it() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "child failed:\n{text}");
     assert!(text.contains("1 passed"), "{text}");
-    for line in text.lines().filter(|l| l.starts_with("group message to notification")) {
+    for line in text.lines().filter(|l| l.contains(" message to notification: ")) {
         eprintln!("{line}");
     }
 }
@@ -220,9 +220,11 @@ fn group_messages_notify(
             c.as_array().unwrap().iter().any(|m| m["body"] == text)
         })
     };
+    let sent = std::time::Instant::now();
     bob_says("are you there?");
-    assert!(arrived("are you there?"));
     assert!(support::eventually(10, || count(bus, "displayed") == 1), "bob's message did not notify");
+    eprintln!("contact message to notification: {} ms", sent.elapsed().as_millis());
+    assert!(arrived("are you there?"));
     dunstctl(bus, &["action", "0"]).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "c:bob");
     let _ = dunstctl(bus, &["close-all"]);
