@@ -64,7 +64,8 @@ use crate::util::{OsRng, b64u, b64u_decode, now_ms};
 pub const CATCH_UP: usize = 20;
 /// How often a commit or send is retried after losing the epoch race.
 const MAX_REBASES: usize = 8;
-/// How often the daemon looks for groups joined since its last look.
+/// How often the daemon looks for groups joined since its last look (a join in this runtime
+/// wakes it at once; the scan catches groups another process joined on the same profile).
 const FOLLOW_SCAN: Duration = Duration::from_secs(2);
 
 const ADJECTIVES: &[&str] = &[
@@ -123,6 +124,8 @@ pub(crate) struct Groups {
     /// Per (session, group, log position of its join): ids of the log entries before the join,
     /// fetched once from the relay (see `pre_join_ids`).
     pre_join: Mutex<HashMap<PreJoinKey, Arc<BTreeSet<String>>>>,
+    /// A session became an active member of a group: the daemon loop follows it at once.
+    joined: tokio::sync::Notify,
 }
 
 fn mls_err(e: MlsError) -> Error {
@@ -668,6 +671,7 @@ impl Runtime {
             }
             tokio::select! {
                 _ = tokio::time::sleep(FOLLOW_SCAN) => {}
+                () = self.inner.groups.joined.notified() => {}
                 _ = stop.changed() => break,
             }
         }
@@ -1264,6 +1268,7 @@ impl Runtime {
                     record_epoch(&mut tx, handle, &gid, &g).await?;
                     save_state(&mut tx, handle, &s.member).await?;
                     tx.commit().await?;
+                    self.inner.groups.joined.notify_one();
                     (gid, relay)
                 }
             }
@@ -1465,6 +1470,7 @@ impl Runtime {
             record_epoch(&mut tx, handle, &blob.group, &group).await?;
             save_state(&mut tx, handle, &s.member).await?;
             tx.commit().await?;
+            self.inner.groups.joined.notify_one();
         }
         self.lmk_sync(handle, &blob.group, 0).await?;
         let members = self.lmk_members(handle, &blob.group).await?;
