@@ -811,35 +811,56 @@ async fn stop_signal() {
     }
 }
 
-async fn listen(profile: Profile, agent: &str, harness: &str, once: bool, timeout: u64) -> Result<(), ApiError> {
+/// The loop both `listen` modes share: ask the runtime with `req`, print the answer as the JSON
+/// lines `lines` makes of it, and only once they are written and flushed ack the answer's lease
+/// (1:1 deliveries or group deliveries alike). Killed before the ack, or unable to write, the
+/// messages are handed out again once the lease expires, marked `redelivered`.
+async fn listen_loop(
+    session: &crate::bridge::session::AgentSession,
+    once: bool,
+    req: impl Fn() -> Request,
+    lines: impl Fn(&Value) -> Vec<Value>,
+) -> Result<(), ApiError> {
     use std::io::Write;
-    let session = crate::bridge::session::AgentSession::open(profile, agent, harness).await?;
-    let run = async {
-        loop {
-            let wait = if once { timeout } else { 60 };
-            let v = session.call(Request::Wait { agent: None, timeout_secs: wait, paused_seen: None }).await?;
-            let list = v["deliveries"].as_array().cloned().unwrap_or_default();
-            let mut out = std::io::stdout().lock();
-            for d in &list {
-                let mut line = serde_json::json!({"type": "message", "agent": agent, "unread": v["unread"]});
-                if let (Some(o), Some(d)) = (line.as_object_mut(), d.as_object()) {
-                    o.extend(d.clone());
-                }
-                if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-                    return Ok(());
-                }
-            }
-            drop(out);
-            // Every line is written and flushed: only now are the messages delivered. Killed
-            // before this point, they are handed out again once the lease expires.
-            if let Some(lease) = v["lease"].as_str() {
-                session.call(Request::Ack { lease: lease.to_owned(), ids: None }).await?;
-            }
-            if once {
+    loop {
+        let v = session.call(req()).await?;
+        let mut out = std::io::stdout().lock();
+        for line in lines(&v) {
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
                 return Ok(());
             }
         }
-    };
+        drop(out);
+        if let Some(lease) = v["lease"].as_str() {
+            session.call(Request::Ack { lease: lease.to_owned(), ids: None }).await?;
+        }
+        if once {
+            return Ok(());
+        }
+    }
+}
+
+/// `line` with the fields of `item` added.
+fn with_fields(mut line: Value, item: &Value) -> Value {
+    if let (Some(o), Some(d)) = (line.as_object_mut(), item.as_object()) {
+        o.extend(d.clone());
+    }
+    line
+}
+
+async fn listen(profile: Profile, agent: &str, harness: &str, once: bool, timeout: u64) -> Result<(), ApiError> {
+    let session = crate::bridge::session::AgentSession::open(profile, agent, harness).await?;
+    let wait = if once { timeout } else { 60 };
+    let run = listen_loop(
+        &session,
+        once,
+        || Request::Wait { agent: None, timeout_secs: wait, paused_seen: None },
+        |v| {
+            let list = v["deliveries"].as_array().cloned().unwrap_or_default();
+            let head = serde_json::json!({"type": "message", "agent": agent, "unread": v["unread"]});
+            list.iter().map(|d| with_fields(head.clone(), d)).collect()
+        },
+    );
     let result = tokio::select! {
         r = run => r,
         _ = stop_signal() => Ok(()),
@@ -849,7 +870,8 @@ async fn listen(profile: Profile, agent: &str, harness: &str, once: bool, timeou
 }
 
 /// `listen --handle/--name`: an agent session that is also a letmeknow member; prints its
-/// session line, then its group deliveries (fenced peer text, steer or digest) as JSON lines.
+/// session line, then its group deliveries (fenced peer text, steer or digest) as JSON lines,
+/// acking each batch once printed.
 async fn listen_group(
     profile: Profile,
     handle: Option<String>,
@@ -858,42 +880,31 @@ async fn listen_group(
     once: bool,
     timeout: u64,
 ) -> Result<(), ApiError> {
-    use std::io::Write;
     let handle = handle.unwrap_or_else(crate::engine::random_handle);
     let session = crate::bridge::session::AgentSession::open(profile, &handle, harness).await?;
     let run = async {
         let me = session.call(Request::GroupSession { handle: None, name }).await?;
         let line = serde_json::json!({"type": "session", "handle": me["handle"], "name": me["name"], "fingerprint": me["fingerprint"]});
         println!("{line}");
-        loop {
-            let wait = if once { timeout.min(30) } else { 30 };
-            let v = session.call(Request::GroupDeliveries { handle: None, wait_secs: wait }).await?;
-            let items = v["items"].as_array().cloned().unwrap_or_default();
-            let mut out = std::io::stdout().lock();
-            if v["omitted"].as_u64().unwrap_or(0) > 0
-                && writeln!(
-                    out,
-                    "{}",
-                    serde_json::json!({"type": "omitted", "handle": handle, "count": v["omitted"], "note": v["note"]})
-                )
-                .is_err()
-            {
-                return Ok(());
-            }
-            for d in &items {
-                let mut line = serde_json::json!({"type": "group", "handle": handle});
-                if let (Some(o), Some(d)) = (line.as_object_mut(), d.as_object()) {
-                    o.extend(d.clone());
+        let wait = if once { timeout.min(30) } else { 30 };
+        listen_loop(
+            &session,
+            once,
+            || Request::GroupDeliveries { handle: None, wait_secs: wait },
+            |v| {
+                let mut lines = Vec::new();
+                if v["omitted"].as_u64().unwrap_or(0) > 0 {
+                    lines.push(
+                        serde_json::json!({"type": "omitted", "handle": handle, "count": v["omitted"], "note": v["note"]}),
+                    );
                 }
-                if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-                    return Ok(());
-                }
-            }
-            drop(out);
-            if once {
-                return Ok(());
-            }
-        }
+                let head = serde_json::json!({"type": "group", "handle": handle});
+                let items = v["items"].as_array().cloned().unwrap_or_default();
+                lines.extend(items.iter().map(|d| with_fields(head.clone(), d)));
+                lines
+            },
+        )
+        .await
     };
     let result = tokio::select! {
         r = run => r,

@@ -116,8 +116,14 @@ async fn member(name: &str, relay: &str) -> Member {
 async fn deliveries_until(rt: Runtime, handle: String, text: String) -> Instant {
     loop {
         let got: Value = rt.lmk_wait(&handle, 30).await.unwrap();
-        if got["items"].as_array().unwrap().iter().any(|d| d["content"] == text.as_str()) {
-            return Instant::now();
+        let found = got["items"].as_array().unwrap().iter().any(|d| d["content"] == text.as_str());
+        let at = Instant::now();
+        // A listener acks what it printed (else it comes again after the lease); not timed.
+        if let Some(lease) = got["lease"].as_str() {
+            rt.lmk_ack(None, lease, None).await.unwrap();
+        }
+        if found {
+            return at;
         }
     }
 }
@@ -144,7 +150,9 @@ async fn group(relay: &str, n: usize, iters: usize) -> (Vec<f64>, Vec<f64>) {
     let gid = gid.unwrap();
     for m in &members {
         m.peer.rt.lmk_sync(&m.handle, &gid, 0).await.unwrap();
-        m.peer.rt.lmk_deliveries(&m.handle).await.unwrap();
+        if let Some(lease) = m.peer.rt.lmk_deliveries(&m.handle).await.unwrap()["lease"].as_str() {
+            m.peer.rt.lmk_ack(None, lease, None).await.unwrap();
+        }
     }
     let (mut each, mut all) = (Vec::new(), Vec::new());
     for i in 0..iters + 5 {

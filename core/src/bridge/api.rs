@@ -220,9 +220,10 @@ pub enum Request {
     },
     /// Acks a lease that `wait` or `read` handed out, once the harness has its messages: they
     /// become delivered. Unacked, they are handed out again (`redelivered`) after the lease
-    /// timeout. An agent session acks only its own leases; the owner acks any.
+    /// timeout. An agent session acks only its own leases; the owner acks any. Group leases
+    /// (`G…`, from `GroupDeliveries`) are acked the same way: their items become read.
     Ack {
-        /// The `lease` of the `wait` or `read` response.
+        /// The `lease` of the `wait`, `read` or `group_deliveries` response.
         lease: String,
         /// Only these message ids of the lease (default: all of them).
         #[serde(default)]
@@ -399,7 +400,9 @@ pub enum Request {
         group: String,
     },
     /// letmeknow: reads every group's log, waiting up to `wait_secs` for something new, and
-    /// returns what is due to the session (the last 20 plus how many earlier were omitted).
+    /// returns what is due to the session (the last 20 plus how many earlier were omitted) under
+    /// a `lease` to `Ack` once the harness has them; unacked, they come again (`redelivered`)
+    /// after the lease timeout.
     GroupDeliveries {
         /// The session (owner callers; default: the only one).
         #[serde(default)]

@@ -7,6 +7,8 @@
 //!   cannot be woken.
 //! - Groups (letmeknow): `group_invite`, `group_join`, `group_send`, `group_read`, `group_members`,
 //!   `group_leave`; the session is its own group member (its agent name is its handle).
+//! - Deliveries (`read`/`wait`, and `group_read` without id) come under a lease, 1:1 or group
+//!   alike; the server acks it with the one `ack` op as it returns the tool result.
 
 // serde_json::Value indexing returns Null for missing keys; it cannot panic.
 #![allow(clippy::indexing_slicing)]
@@ -362,7 +364,7 @@ impl ServerHandler for McpServer {
             }
         };
         // The reply is built and goes back on this stdio connection, in this process: ack the lease
-        // now. If the ack fails the messages come again after the lease timeout (a duplicate, not
+        // now (a 1:1 `read`/`wait` lease or a `group_read` one: the runtime tells them apart). If the ack fails the messages come again after the lease timeout (a duplicate, not
         // a loss).
         if let Ok(v) = &result
             && let Some(lease) = v.get("lease").and_then(Value::as_str)

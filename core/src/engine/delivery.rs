@@ -445,6 +445,10 @@ impl Runtime {
     /// lease handed to another agent is refused. Acking twice, or after the lease was handed out
     /// again, acks nothing.
     pub(super) async fn ack_lease(&self, agent: Option<&str>, lease: &str, ids: Option<&[String]>) -> Result<Value> {
+        // One `ack` op for both kinds: group deliveries' leases start with `G` (see `groups`).
+        if lease.starts_with('G') {
+            return self.lmk_ack(agent, lease, ids).await;
+        }
         let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let owners: Vec<String> = sqlx::query_scalar("SELECT DISTINCT agent FROM agent_deliveries WHERE lease = ?")
             .bind(lease)

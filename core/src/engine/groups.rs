@@ -15,9 +15,19 @@
 //!   never arrived (gap), messages that do not decrypt at our epoch (a relay showing members
 //!   different commits), and a log that starts beyond our cursor (offline past retention: the
 //!   session must be re-invited). Each becomes an `alert` row the session sees.
-//! - the read frontier: a message is read once it entered the agent's context (delivered by
-//!   `deliveries`/`listen`, fetched by `read`, or written by the session); `after` carries the
-//!   tips of that set.
+//! - the read frontier: a message is read once it entered the agent's context (handed out by
+//!   `deliveries`/`listen` *and acked*, fetched by `read`, replied to, or written by the session);
+//!   `after` carries the tips of that set. A row handed out but not yet acked is not read: the
+//!   adapter may die before its harness has it, and a frontier claiming it would tell the group
+//!   the session saw something it never did (and hide the row from the redelivery).
+//! - **leases** (as for 1:1 deliveries, `delivery`): `deliveries` hands due rows out under a
+//!   random lease id (`G…`, so the one `ack` op tells group leases from 1:1 ones) that the answer
+//!   carries; the adapter acks it once its harness has the items, which marks them read. A lease
+//!   not acked within [`LEASE_MS`] makes its rows due again: handed out under a new lease, marked
+//!   `redelivered`. A session acks only its own leases, the owner any. Rows a catch-up omits (past
+//!   [`CATCH_UP`]) ride under the same lease, so a full ack marks them read as before; an ack by
+//!   `ids` marks only the rows it names. `read ID` (a direct fetch, whose answer is the content)
+//!   marks read at once, as the 1:1 `read ID` does.
 //!
 //! Delivery policy (the 1:1 policy of `delivery`, applied to each session's unread group rows
 //! when they are handed over, so nothing is classified twice and changing the policy applies to
@@ -26,7 +36,8 @@
 //!   and alerts: due at once. **digest**: everything else, due at the 1:1 digest tick
 //!   (`digest_due`, `policy_digest_secs`). Once something is due, waiting digest rows ride
 //!   along (as in 1:1 queues); until then they stay unread, outside the frontier and `after`.
-//!   `lmk_wait` wakes on new log entries, at the next tick and on operator input, never spins.
+//!   `lmk_wait` wakes on new log entries, at the next tick, when a lease expires unacked and on
+//!   operator input, never spins.
 //! - **loop guard** per (session, group): group messages in and out after `lmk_policy.reset_rowid`
 //!   are hops; a message with more than `policy_loop_limit` hops up to it is paused (kept unread,
 //!   no one woken; alerts and events still pass), and an agent session's send is refused with
@@ -37,7 +48,8 @@
 //!   `default` (the profile's `policy_review`, as for contacts). In review an agent session's send
 //!   waits in `review_queue` (`group_id`, `to_fp`); the owner's approval sends it as the session,
 //!   denial drops it. The owner's own sends are never reviewed.
-//! - **do-not-disturb** (`delivery`): nothing is handed over while it is on; it is all kept.
+//! - **do-not-disturb** (`delivery`): nothing is handed over while it is on (not even rows whose
+//!   lease expired); it is all kept.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -48,7 +60,7 @@ use serde_json::{Value, json};
 use sqlx::Row as _;
 use tokio::sync::Mutex;
 
-use super::delivery::{Label, digest_due, fence};
+use super::delivery::{LEASE_MS, Label, digest_due, fence};
 use super::{Error, Event, Result, Runtime};
 use crate::bridge::api::Request;
 use crate::mls::{self, Member, MlsError, Processed};
@@ -507,7 +519,9 @@ impl Runtime {
                 return self.lmk_deliveries(handle).await;
             }
             let mut until = deadline;
-            if let Some(t) = pending.next_due.filter(|_| !pending.dnd) {
+            // The next thing to hand out: a digest tick, or a lease running out unacked.
+            let next = [pending.next_due, pending.next_expiry].into_iter().flatten().min();
+            if let Some(t) = next.filter(|_| !pending.dnd) {
                 until = until.min(now_i + Duration::from_millis(u64::try_from(t - now_ms()).unwrap_or(0)));
             }
             let wait = until.saturating_duration_since(now_i).as_secs().clamp(1, MAX_WAIT_SECS);
@@ -1818,6 +1832,15 @@ impl Runtime {
         let now = now_ms();
         let mut out = Pending { dnd, ..Default::default() };
         for r in rows {
+            // Handed out under a lease still running: neither due nor waiting, until it is acked
+            // (read) or runs out (due again, whatever the digest tick says).
+            let leased = !r.get::<String, _>("lease").is_empty();
+            let expires = r.get::<i64, _>("leased_at").saturating_add(LEASE_MS);
+            if leased && expires > now {
+                out.handed += 1;
+                out.next_expiry = Some(out.next_expiry.map_or(expires, |t| t.min(expires)));
+                continue;
+            }
             let rowid: i64 = r.get("rowid_");
             let gid: String = r.get("group_id");
             let to: String = r.get("to_fp");
@@ -1830,7 +1853,8 @@ impl Runtime {
             let steer = !to.is_empty() && to == me || kind == "alert" || mentioned;
             let before = hops.get(&gid).map_or(0, |v| v.partition_point(|x| *x <= rowid));
             let paused = kind == "message" && i64::try_from(before).unwrap_or(i64::MAX) > policy.loop_limit;
-            let due_at = if steer { r.get("created_at") } else { digest_due(r.get("created_at"), policy.digest_ms) };
+            let due_at =
+                if steer || leased { r.get("created_at") } else { digest_due(r.get("created_at"), policy.digest_ms) };
             if paused {
                 *out.paused.entry(gid).or_default() += 1;
             } else if dnd {
@@ -1846,8 +1870,10 @@ impl Runtime {
     }
 
     /// Hands the session what is due now (the policy in the module doc), capped at the last
-    /// [`CATCH_UP`] plus the number omitted; all of it is now read. What is not due stays
-    /// unread, outside the read frontier, and is counted under `held`.
+    /// [`CATCH_UP`] plus the number omitted, under a new lease (`lease`, null when nothing is
+    /// handed out): it is read once the lease is acked ([`Self::lmk_ack`]). Rows whose lease ran
+    /// out unacked are due again and come marked `redelivered`. What is not due stays unread,
+    /// outside the read frontier, and is counted under `held`.
     pub async fn lmk_deliveries(&self, handle: &str) -> Result<Value> {
         let pending = self.lmk_pending(handle).await?;
         // Once something is due the session is woken anyway: waiting digest rows ride along (as
@@ -1858,17 +1884,26 @@ impl Runtime {
             batch.extend(pending.early.iter().map(|r| (r, "digest")));
             batch.sort_by_key(|(r, _)| r.get::<i64, _>("rowid_"));
         }
+        let lease = format!("G{}", crate::util::hex(&crate::util::random_array::<16>()));
+        let now = now_ms();
         let mut taken = Vec::with_capacity(batch.len());
-        let mut tx = self.store().pool.begin().await?;
+        // IMMEDIATE: two concurrent callers for one session must not hand out the same rows.
+        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         for (r, mode) in batch {
-            // A concurrent caller may have taken it: each row is handed over once.
-            let n = sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ? AND read = 0")
-                .bind(r.get::<i64, _>("rowid_"))
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if n > 0 {
-                taken.push((r, mode));
+            // A concurrent caller may have taken it (or it was acked meanwhile): each row is
+            // handed over once per lease.
+            let handed: Option<i64> = sqlx::query_scalar(
+                "UPDATE lmk_messages SET lease = ?1, leased_at = ?2, handed_count = handed_count + 1 \
+                 WHERE rowid_ = ?3 AND read = 0 AND (lease = '' OR leased_at <= ?4) RETURNING handed_count",
+            )
+            .bind(&lease)
+            .bind(now)
+            .bind(r.get::<i64, _>("rowid_"))
+            .bind(now.saturating_sub(LEASE_MS))
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(n) = handed {
+                taken.push((r, mode, n > 1));
             }
         }
         tx.commit().await?;
@@ -1876,10 +1911,11 @@ impl Runtime {
         let items: Vec<Value> = taken
             .iter()
             .skip(omitted)
-            .map(|(r, mode)| {
+            .map(|(r, mode, again)| {
                 let mut v = row_dto(r);
                 if let Some(o) = v.as_object_mut() {
                     o.insert("mode".into(), json!(mode));
+                    o.insert("redelivered".into(), json!(again));
                 }
                 v
             })
@@ -1887,6 +1923,7 @@ impl Runtime {
         let paused: usize = pending.paused.values().sum();
         Ok(json!({
             "handle": handle,
+            "lease": if taken.is_empty() { Value::Null } else { Value::String(lease) },
             "omitted": omitted,
             "note": if omitted > 0 { format!("{omitted} earlier omitted") } else { String::new() },
             "items": items,
@@ -1896,8 +1933,48 @@ impl Runtime {
                 "paused_by_loop_guard": paused,
                 "dnd": pending.dnd_held,
             },
+            "handed": pending.handed,
             "next_digest_at": if taken.is_empty() { pending.next_due } else { None },
         }))
+    }
+
+    /// Acks a group lease that [`Self::lmk_deliveries`] handed out: its rows (only those with the
+    /// given `ids`, if any) become read and enter the read frontier. `agent` is the calling
+    /// session (`None` for the owner); a lease handed to another session is refused. Acking
+    /// twice, or after the rows were handed out again under a new lease, acks nothing.
+    pub async fn lmk_ack(&self, agent: Option<&str>, lease: &str, ids: Option<&[String]>) -> Result<Value> {
+        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let owners: Vec<String> = sqlx::query_scalar("SELECT DISTINCT handle FROM lmk_messages WHERE lease = ?")
+            .bind(lease)
+            .fetch_all(&mut *tx)
+            .await?;
+        if let Some(me) = agent
+            && owners.iter().any(|o| o != me)
+        {
+            return Err(Error::Forbidden(format!(
+                "group lease `{}` was not handed to session `{me}`",
+                super::delivery::label_value(lease)
+            )));
+        }
+        let rows: Vec<(i64, String)> =
+            sqlx::query_as("SELECT rowid_, id FROM lmk_messages WHERE lease = ? AND read = 0 ORDER BY rowid_")
+                .bind(lease)
+                .fetch_all(&mut *tx)
+                .await?;
+        let mut acked = 0u64;
+        for (rowid, id) in rows {
+            if ids.is_some_and(|ids| !ids.contains(&id)) {
+                continue;
+            }
+            acked += sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ? AND lease = ? AND read = 0")
+                .bind(rowid)
+                .bind(lease)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(json!({"lease": lease, "acked": acked, "agent": owners.first(), "handle": owners.first()}))
     }
 }
 
@@ -2029,6 +2106,10 @@ struct Pending {
     paused: BTreeMap<String, usize>,
     /// Due rows held only by do-not-disturb.
     dnd_held: usize,
+    /// Rows handed out under a lease that has not run out (not acked yet).
+    handed: usize,
+    /// When the first of those leases runs out.
+    next_expiry: Option<i64>,
     /// Whether do-not-disturb is on.
     dnd: bool,
 }
