@@ -389,3 +389,38 @@ fn listen_once_quick(bob: &Path) -> Vec<Value> {
     let out = ok(bob, &["listen", "--handle", "brave-heron", "--once", "--timeout", "0"]);
     out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|l| l["type"] == "group").collect()
 }
+
+fn python() -> String {
+    std::env::var("SWITCHBOARD_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// `switchboard mcp` under a real MCP client (the `mcp` package from PyPI, see tests/mcp.rs): the
+/// items its `group_read` tool returned are read for good, because the server acked their lease
+/// as it returned the tool result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_group_read_tool_acks_what_it_returned() {
+    let relay = TestRelay::start().await;
+    let (_a, alice) = home();
+    let (_b, bob) = home();
+    for (h, name, handle) in [(&alice, "alice", "amber-otter"), (&bob, "bob", "brave-heron")] {
+        ok(h, &["init", "--name", name, "--relay", &relay.url(), "--keystore", "file"]);
+        ok(h, &["policy", "--digest", "0"]);
+        ok(h, &["listen", "--handle", handle, "--name", &format!("{name}'s agent"), "--once", "--timeout", "0"]);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/group_read.py");
+    let out = Command::new(python()).arg(&script).arg(bin()).arg(&alice).arg(&bob).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "the MCP client failed:\n{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["ok"], true);
+    let db = profile_db(&bob).await;
+    let (read, lease): (i64, String) =
+        sqlx::query_as("SELECT read, lease FROM lmk_messages WHERE handle = 'brave-heron' AND id = ?")
+            .bind(summary["id"].as_str().unwrap())
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(lease, summary["lease"].as_str().unwrap(), "handed out under the lease the tool result carried");
+    assert_eq!(read, 1, "the MCP server acked the lease with its tool result");
+    db.close().await;
+}
