@@ -5,7 +5,7 @@
 // Environment: UI_URL (the single-use first-run link), RELAY_URL, BOB_ADDRESS, BOB_SAFETY,
 // CAROL_NAME, MALLORY_ADDRESS, SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
 
-import { assert, driver, env, nav, scenario, shot, step } from './harness.mjs';
+import { assert, driver, env, nav, readQr, scenario, shot, step } from './harness.mjs';
 
 const UI_URL = env('UI_URL');
 const RELAY_URL = env('RELAY_URL');
@@ -45,6 +45,8 @@ await scenario(async ({ browser, page }) => {
   await card.getByRole('img', { name: 'QR code of your letagents address' }).waitFor();
   const qrOk = await card.locator('img.qr').evaluate((img) => img.complete && img.naturalWidth > 0);
   assert(qrOk, 'the address QR code renders');
+  const qrText = await readQr(card.locator('img.qr'));
+  assert(qrText === aliceAddress, `the QR code holds the address: ${qrText}`);
   await shot(page, '02-identity-ready');
   await page.getByRole('button', { name: 'Continue' }).click();
   await page.getByRole('navigation', { name: 'Main' }).waitFor();
@@ -103,6 +105,8 @@ await scenario(async ({ browser, page }) => {
   assert(mine === aliceSafety, `my safety number shown: ${mine}`);
   assert(theirs === BOB_SAFETY, `bob's safety number shown: ${theirs}`);
   assert((await page.locator('.verify img.qr').count()) === 2, 'both numbers as QR codes');
+  const qrs = await Promise.all([0, 1].map((i) => readQr(page.locator('.verify img.qr').nth(i))));
+  assert(qrs.includes(aliceSafety) && qrs.includes(BOB_SAFETY), `the QR codes hold both numbers: ${qrs}`);
   await shot(page, '06-verify');
   await page.getByRole('button', { name: 'Mark verified' }).click();
   await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();

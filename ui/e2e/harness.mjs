@@ -8,6 +8,7 @@
 import { createInterface } from 'node:readline';
 import { mkdirSync } from 'node:fs';
 import { chromium } from 'playwright-core';
+import jsQR from 'jsqr';
 
 const SHOT_DIR = process.env.SHOT_DIR || '';
 const TIMEOUT = 20_000;
@@ -47,6 +48,28 @@ export async function shot(page, name) {
   if (!SHOT_DIR) return;
   mkdirSync(SHOT_DIR, { recursive: true });
   await page.screenshot({ path: `${SHOT_DIR}/${name}.png`, fullPage: true });
+}
+
+/**
+ * The text of the QR code shown by the `img` at `locator`, decoded by jsQR (a decoder we did not
+ * write): the page draws the image on a white canvas at 4x and hands the pixels over.
+ */
+export async function readQr(locator) {
+  const { w, h, px } = await locator.evaluate((img) => {
+    const w = img.naturalWidth * 4;
+    const h = img.naturalHeight * 4;
+    const c = document.createElement('canvas');
+    c.width = w;
+    c.height = h;
+    const g = c.getContext('2d');
+    g.fillStyle = '#fff';
+    g.fillRect(0, 0, w, h);
+    g.imageSmoothingEnabled = false;
+    g.drawImage(img, 0, 0, w, h);
+    return { w, h, px: Array.from(g.getImageData(0, 0, w, h).data) };
+  });
+  const code = jsQR(Uint8ClampedArray.from(px), w, h);
+  return code ? code.data : null;
 }
 
 /** A link of the main navigation. */

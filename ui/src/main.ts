@@ -2,7 +2,8 @@
 // come from the data the runtime returns (a contact's `protocol`, whoami's per-protocol sections),
 // so a new protocol needs no new screen.
 
-import QRCode from 'qrcode';
+import './harden';
+import { renderSVG } from 'uqr';
 import './style.css';
 import {
   type AuditRow,
@@ -39,11 +40,15 @@ function say(text: string, isError = false) {
   else notice.setAttribute('role', 'status');
 }
 
+/** `text` as a QR code image (an SVG data URL: crisp at any scale, allowed by the CSP's img-src). */
 function qr(text: string, label: string): HTMLImageElement {
   const img = h('img', { class: 'qr', alt: label, width: 160, height: 160 });
-  QRCode.toDataURL(text, { margin: 1, width: 160, errorCorrectionLevel: 'M' })
-    .then((url: string) => (img.src = url))
-    .catch(() => img.remove());
+  try {
+    img.src = 'data:image/svg+xml;charset=utf-8,' + encodeURIComponent(renderSVG(text, { ecc: 'M', border: 1 }));
+  } catch {
+    // Too long for a QR code: the text is shown beside it anyway.
+    img.hidden = true;
+  }
   return img;
 }
 
