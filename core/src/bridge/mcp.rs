@@ -364,8 +364,8 @@ impl ServerHandler for McpServer {
             }
         };
         // The reply is built and goes back on this stdio connection, in this process: ack the lease
-        // now (a 1:1 `read`/`wait` lease or a `group_read` one: the runtime tells them apart). If the ack fails the messages come again after the lease timeout (a duplicate, not
-        // a loss).
+        // now (a 1:1 `read`/`wait` lease or a `group_read` one: the runtime tells them apart). If
+        // the ack fails the messages come again after the lease timeout (a duplicate, not a loss).
         if let Ok(v) = &result
             && let Some(lease) = v.get("lease").and_then(Value::as_str)
             && let Err(e) = self.session.call(Request::Ack { lease: lease.to_owned(), ids: None }).await
