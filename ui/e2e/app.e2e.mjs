@@ -168,6 +168,18 @@ await scenario(async ({ browser, page }) => {
   await page.getByLabel('Search the log').fill('');
   await page.locator('table.log tbody tr').first().waitFor();
 
+  step('the other screens pass the accessibility audit too');
+  for (const [link, heading, name] of [
+    ['Agents', 'Local agents', '10-agents'],
+    ['Review', 'Review queue', '11-review'],
+    ['Settings', 'Settings', '12-settings'],
+    ['My addresses', 'My addresses', '13-my-addresses'],
+  ]) {
+    await nav(page, link).click();
+    await page.getByRole('heading', { name: heading, exact: true }).waitFor();
+    await shot(page, name);
+  }
+
   step('a browser without the cookie, or from another origin, is refused');
   const other = await browser.newContext();
   const stranger = await other.newPage();

@@ -50,7 +50,10 @@ await scenario(async ({ page }) => {
   await driver({ op: 'bob_say', group, text: 'one' });
   await driver({ op: 'bob_say', group, text: 'two' });
   const banner = () => card().getByText(/Paused by the loop guard/);
-  for (let i = 0; i < 100 && !(await banner().count()); i++) {
+  // The banner shows once the hops reach the limit ("one"); "two", past it, is then held. Each
+  // message reaches alice's runtime on its own, so wait for the count rather than the banner.
+  const heldShown = async () => (await banner().count()) > 0 && (await banner().textContent()).includes('1 held');
+  for (let i = 0; i < 100 && !(await heldShown()); i++) {
     await page.waitForTimeout(200);
     await nav(page, 'Review').click();
     await nav(page, 'Groups').click();

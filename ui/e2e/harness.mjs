@@ -6,7 +6,8 @@
 // Environment: SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
 
 import { createInterface } from 'node:readline';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { chromium } from 'playwright-core';
 import jsQR from 'jsqr';
 
@@ -44,7 +45,29 @@ export function assert(cond, msg) {
   if (!cond) throw new Error(`assertion failed: ${msg}`);
 }
 
+/** axe-core, the accessibility checker (a tool we did not write), evaluated into the page. */
+const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+/**
+ * Fails on any WCAG 2.1 A/AA violation axe-core finds on the page as it is now (labels, names,
+ * roles, contrast, landmarks...). Runs through DevTools, so the page's CSP does not stand in its
+ * way and the page itself is unchanged.
+ */
+export async function audit(page, where) {
+  const found = await page.evaluate(`(() => {
+    if (typeof window.axe === 'undefined') { ${AXE} }
+    return window.axe
+      .run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } })
+      .then((r) => r.violations.map((v) => ({
+        id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' ')),
+      })));
+  })()`);
+  assert(found.length === 0, `accessibility on ${where} (axe-core, WCAG 2.1 A/AA): ${JSON.stringify(found)}`);
+}
+
+/** Saves a screenshot of the page as it is now, and audits it (every screen shown is checked). */
 export async function shot(page, name) {
+  await audit(page, name);
   if (!SHOT_DIR) return;
   mkdirSync(SHOT_DIR, { recursive: true });
   await page.screenshot({ path: `${SHOT_DIR}/${name}.png`, fullPage: true });

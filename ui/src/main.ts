@@ -596,46 +596,51 @@ async function conversationView(name: string) {
     msgs.length === 0
       ? h('p', { class: 'muted' }, S.conversation.empty)
       : h(
-          'ol',
-          { class: 'messages', role: 'log', 'aria-label': S.conversation.title(c.name) },
-          msgs.map((m) => {
-            const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
-            return h(
-              'li',
-              { class: `msg ${m.direction}`, 'data-id': m.id, 'data-state': m.state },
-              h(
-                'div',
-                { class: 'meta' },
-                h('span', null, m.direction === 'out' ? S.conversation.me : m.from),
-                m.from_agent ? h('span', null, ` (${m.from_agent})`) : null,
-                ' · ',
-                badge(m.kind, 'kind'),
-                ' · ',
-                h('time', { datetime: new Date(m.ts).toISOString() }, fmtTime(m.ts)),
-                ' · ',
-                badge(m.state, `state state-${m.state}`),
-              ),
-              parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
-              h('div', { class: 'body' }, messageText(m)),
-              m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked
-                ? h(
-                    'button',
-                    {
-                      type: 'button',
-                      class: 'small secondary',
-                      'aria-label': `${S.conversation.reply}: ${messageText(m).slice(0, 40)}`,
-                      onclick: () => {
-                        replyTo = m.id;
-                        replyNote.textContent = S.conversation.replyTo(m.id);
-                        replyNote.hidden = false;
-                        text.focus();
+          'div',
+          // The live region wraps the list (a role on the <ol> itself would unmake it a list).
+          { role: 'log', 'aria-label': S.conversation.title(c.name) },
+          h(
+            'ol',
+            { class: 'messages' },
+            msgs.map((m) => {
+              const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
+              return h(
+                'li',
+                { class: `msg ${m.direction}`, 'data-id': m.id, 'data-state': m.state },
+                h(
+                  'div',
+                  { class: 'meta' },
+                  h('span', null, m.direction === 'out' ? S.conversation.me : m.from),
+                  m.from_agent ? h('span', null, ` (${m.from_agent})`) : null,
+                  ' · ',
+                  badge(m.kind, 'kind'),
+                  ' · ',
+                  h('time', { datetime: new Date(m.ts).toISOString() }, fmtTime(m.ts)),
+                  ' · ',
+                  badge(m.state, `state state-${m.state}`),
+                ),
+                parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
+                h('div', { class: 'body' }, messageText(m)),
+                m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked
+                  ? h(
+                      'button',
+                      {
+                        type: 'button',
+                        class: 'small secondary',
+                        'aria-label': `${S.conversation.reply}: ${messageText(m).slice(0, 40)}`,
+                        onclick: () => {
+                          replyTo = m.id;
+                          replyNote.textContent = S.conversation.replyTo(m.id);
+                          replyNote.hidden = false;
+                          text.focus();
+                        },
                       },
-                    },
-                    S.conversation.reply,
-                  )
-                : null,
-            );
-          }),
+                      S.conversation.reply,
+                    )
+                  : null,
+              );
+            }),
+          ),
         ),
     h(
       'form',
