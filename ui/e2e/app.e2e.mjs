@@ -86,6 +86,35 @@ await scenario(async ({ browser, page }) => {
   await page.locator('.msg.out blockquote.parent', { hasText: 'hi alice, bob here' }).waitFor();
   await shot(page, '04-conversation');
 
+  step('keyboard only: the navigation, a contact, the composer, and the preview dialog');
+  /** Presses Tab until `isHere` (run in the page) holds for the focused element. */
+  const tabTo = async (what, isHere) => {
+    for (let i = 0; i < 80; i++) {
+      await page.keyboard.press('Tab');
+      if (await page.evaluate(isHere)) return;
+    }
+    throw new Error(`Tab never reached ${what}`);
+  };
+  await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
+  await tabTo('the Contacts link', () => document.activeElement?.closest('nav') && document.activeElement.textContent === 'Contacts');
+  await page.keyboard.press('Enter');
+  await page.locator('h2', { hasText: 'Contacts' }).waitFor();
+  await tabTo("bob's conversation link", () => document.activeElement?.getAttribute('href') === '#/c/bob');
+  await page.keyboard.press('Enter');
+  await tabTo('the message field', () => document.activeElement?.id === 'compose');
+  await page.keyboard.type('typed with the keyboard alone');
+  await page.keyboard.press('Control+Enter');
+  const typed = await driver({ op: 'bob_wait_for', text: 'typed with the keyboard alone' });
+  assert(typed.from, 'bob received the message sent with Ctrl+Enter');
+  // The preview dialog takes the focus and Escape closes it, adding nothing.
+  await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
+  await pasteAnywhere(page, MALLORY_ADDRESS);
+  const kbDialog = page.getByRole('dialog', { name: 'Add this contact?' });
+  await kbDialog.waitFor();
+  assert(await kbDialog.evaluate((d) => d.contains(document.activeElement)), 'the dialog has the focus');
+  await page.keyboard.press('Escape');
+  await kbDialog.waitFor({ state: 'hidden' });
+
   step('approve a hello request');
   await driver({ op: 'carol_hello', to: aliceAddress });
   await nav(page, 'Contacts').click();
