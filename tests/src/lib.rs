@@ -237,6 +237,32 @@ pub fn switchboard(bin: &Path, home: &Path, args: &[&str]) -> (bool, String, Str
     )
 }
 
+/// [`switchboard`], which must succeed; its stdout.
+pub fn switchboard_ok(bin: &Path, home: &Path, args: &[&str]) -> String {
+    let (success, out, err) = switchboard(bin, home, args);
+    assert!(success, "switchboard {args:?} failed: {err}");
+    out
+}
+
+/// `switchboard invite --json` on a profile no runtime runs: it prints the invite line, then
+/// admits the join itself and exits. Returns the running process and that line.
+pub fn cli_invite(bin: &Path, home: &Path) -> (std::process::Child, Value) {
+    use std::io::BufRead as _;
+    let mut inviter = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(["invite", "--json"])
+        .env("SWITCHBOARD_KEYSTORE", "file")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(inviter.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let line = serde_json::from_str(&first).unwrap_or_else(|e| panic!("invite printed {first:?}: {e}"));
+    (inviter, line)
+}
+
 /// A temporary profile home for CLI tests.
 pub fn home() -> (TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
@@ -374,4 +400,94 @@ pub async fn open_session(http: &reqwest::Client, url: &str, owner: &str, agent:
         .await
         .unwrap();
     opened["token"].as_str().unwrap_or_else(|| panic!("session_open failed: {opened}")).to_owned()
+}
+
+/// One profile with one letmeknow group session (`handle`, which is also its agent session's
+/// name), driven in-process.
+pub struct GroupMember {
+    /// The profile.
+    pub peer: Peer,
+    /// The group session.
+    pub handle: String,
+    /// Its fingerprint.
+    pub fp: String,
+}
+
+impl GroupMember {
+    /// An offline profile `name` on `relay` with the group session `handle` ("NAME's agent").
+    pub async fn new(name: &str, handle: &str, relay: &TestRelay) -> Self {
+        let peer = Peer::offline(name, &relay.url()).await;
+        let s = peer.rt.lmk_session(Some(handle), Some(&format!("{name}'s agent"))).await.unwrap();
+        Self { fp: s["fingerprint"].as_str().unwrap().to_owned(), peer, handle: handle.to_owned() }
+    }
+
+    /// The runtime.
+    pub fn rt(&self) -> &Runtime {
+        &self.peer.rt
+    }
+
+    /// The profile's database.
+    pub fn pool(&self) -> &sqlx::SqlitePool {
+        &self.rt().store().pool
+    }
+
+    /// Sets the delivery policy's loop limit and digest.
+    pub async fn policy(&self, loop_limit: Option<u32>, digest_secs: Option<u64>) {
+        self.peer.call(Request::Policy { review: None, loop_limit, digest_secs }).await;
+    }
+
+    /// Reads the group's log now.
+    pub async fn sync(&self, group: &str) {
+        self.rt().lmk_sync(&self.handle, group, 0).await.unwrap();
+    }
+
+    /// A plain group message from the owner's side of this runtime (no policy involved); its id.
+    pub async fn say(&self, group: &str, text: &str) -> String {
+        self.rt().lmk_send(&self.handle, group, text, None, None).await.unwrap()["id"].as_str().unwrap().to_owned()
+    }
+
+    /// `group_read` without id as the agent session does it (the bridge vocabulary), waiting up
+    /// to `wait_secs`.
+    pub async fn deliveries(&self, wait_secs: u64) -> Value {
+        self.peer.as_agent(&self.handle, Request::GroupDeliveries { handle: None, wait_secs }).await.unwrap()
+    }
+
+    /// What the session is handed now (no wait; owner side, not acked).
+    pub async fn take(&self) -> Value {
+        self.rt().lmk_deliveries(&self.handle).await.unwrap()
+    }
+
+    /// A group send as the agent session (under the policy); the error code on refusal.
+    pub async fn agent_says(&self, group: &str, text: &str) -> Result<Value, String> {
+        let req = Request::GroupSend { handle: None, group: group.into(), text: text.into(), to: None, reply_to: None };
+        self.peer.as_agent(&self.handle, req).await
+    }
+
+    /// A group send by the owner through the bridge vocabulary (operator input).
+    pub async fn owner_says(&self, group: &str, text: &str) -> Value {
+        let req = Request::GroupSend { handle: None, group: group.into(), text: text.into(), to: None, reply_to: None };
+        self.peer.call(req).await
+    }
+
+    /// The first group of the profile's `group list`.
+    pub async fn group_list(&self) -> Value {
+        self.peer.call(Request::GroupList { handle: None }).await[0].clone()
+    }
+
+    /// Acks a group `lease` as agent session `who` of this profile.
+    pub async fn ack_as(&self, who: &str, lease: &Value, ids: Option<Vec<String>>) -> Result<Value, String> {
+        self.peer.as_agent(who, Request::Ack { lease: lease.as_str().unwrap().into(), ids }).await
+    }
+
+    /// Invites `joiner` into `group` (or a new group) and waits for the admission; the group id.
+    pub async fn admit(&self, group: Option<&str>, joiner: &GroupMember) -> String {
+        let inv = self.rt().lmk_invite(&self.handle, group, None).await.unwrap();
+        let (joined, admitted) = tokio::join!(
+            joiner.rt().lmk_join(&joiner.handle, inv["link"].as_str().unwrap(), Some(60)),
+            self.rt().lmk_invite_wait(inv["invite"].as_str().unwrap())
+        );
+        joined.unwrap();
+        admitted.unwrap();
+        inv["group"].as_str().unwrap().to_owned()
+    }
 }

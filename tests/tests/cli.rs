@@ -6,16 +6,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use switchboard_tests::{TestRelay, home, switchboard};
+use switchboard_tests::{TestRelay, home, switchboard, switchboard_ok};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
 }
 
 fn ok(home: &Path, args: &[&str]) -> String {
-    let (success, out, err) = switchboard(&bin(), home, args);
-    assert!(success, "switchboard {args:?} failed: {err}");
-    out
+    switchboard_ok(&bin(), home, args)
 }
 
 fn json(home: &Path, args: &[&str]) -> Value {

@@ -4,73 +4,33 @@
 //! sees an item twice, and only acked items enter the read frontier (`after`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
 use switchboard_core::bridge::api::Request;
-use switchboard_core::engine::{LEASE_MS, Runtime};
-use switchboard_tests::{DaemonProcess, Peer, TestRelay, bridge_of, home, open_session, switchboard};
+use switchboard_core::engine::LEASE_MS;
+use switchboard_tests::{
+    DaemonProcess, GroupMember as Member, TestRelay, bridge_of, cli_invite, home, open_session, switchboard_ok,
+};
 
-/// One profile with one group session, which is also its agent session (`handle`).
-struct Member {
-    peer: Peer,
-    handle: String,
-    fp: String,
-}
-
-impl Member {
-    async fn new(name: &str, handle: &str, relay: &TestRelay) -> Self {
-        let peer = Peer::offline(name, &relay.url()).await;
-        // Every item is due at once and no loop guard intervenes: these tests are about leases.
-        peer.call(Request::Policy { review: None, loop_limit: Some(10_000), digest_secs: Some(0) }).await;
-        let s = peer.rt.lmk_session(Some(handle), Some(&format!("{name}'s agent"))).await.unwrap();
-        peer.open_session(handle).await;
-        Self { fp: s["fingerprint"].as_str().unwrap().to_owned(), peer, handle: handle.to_owned() }
-    }
-
-    fn rt(&self) -> &Runtime {
-        &self.peer.rt
-    }
-
-    fn pool(&self) -> &SqlitePool {
-        &self.rt().store().pool
-    }
-
-    async fn sync(&self, group: &str) {
-        self.rt().lmk_sync(&self.handle, group, 0).await.unwrap();
-    }
-
-    /// `group_read` without id as the agent session does it (the bridge vocabulary).
-    async fn deliveries(&self, wait_secs: u64) -> Value {
-        self.peer.as_agent(&self.handle, Request::GroupDeliveries { handle: None, wait_secs }).await.unwrap()
-    }
-
-    /// Acks `lease` as agent session `who` of this profile.
-    async fn ack_as(&self, who: &str, lease: &Value, ids: Option<Vec<String>>) -> Result<Value, String> {
-        self.peer.as_agent(who, Request::Ack { lease: lease.as_str().unwrap().into(), ids }).await
-    }
-
-    async fn send(&self, group: &str, text: &str) -> String {
-        self.rt().lmk_send(&self.handle, group, text, None, None).await.unwrap()["id"].as_str().unwrap().to_owned()
-    }
+/// One profile with one group session, which is also its agent session (`handle`); every item
+/// is due at once and no loop guard intervenes: these tests are about leases.
+async fn member(name: &str, handle: &str, relay: &TestRelay) -> Member {
+    let m = Member::new(name, handle, relay).await;
+    m.policy(Some(10_000), Some(0)).await;
+    m.peer.open_session(handle).await;
+    m
 }
 
 /// Alice's session invites Bob's into a new group; both have read the join. Returns the group.
 async fn group_of_two() -> (TestRelay, Member, Member, String) {
     let relay = TestRelay::start().await;
-    let alice = Member::new("alice", "amber-otter", &relay).await;
-    let bob = Member::new("bob", "brave-heron", &relay).await;
-    let inv = alice.rt().lmk_invite(&alice.handle, None, None).await.unwrap();
-    let (joined, admitted) = tokio::join!(
-        bob.rt().lmk_join(&bob.handle, inv["link"].as_str().unwrap(), Some(60)),
-        alice.rt().lmk_invite_wait(inv["invite"].as_str().unwrap())
-    );
-    admitted.unwrap();
-    let group = joined.unwrap()["group"].as_str().unwrap().to_owned();
+    let alice = member("alice", "amber-otter", &relay).await;
+    let bob = member("bob", "brave-heron", &relay).await;
+    let group = alice.admit(None, &bob).await;
     // The membership events are handed out and acked: from here on only the test's messages count.
     for m in [&alice, &bob] {
         m.sync(&group).await;
@@ -112,7 +72,7 @@ fn contents(v: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacked_group_lease_is_handed_out_again_marked_redelivered() {
     let (_relay, alice, bob, g) = group_of_two().await;
-    alice.send(&g, "first").await;
+    alice.say(&g, "first").await;
     bob.sync(&g).await;
 
     // The adapter takes the item and dies before its harness has it: no ack.
@@ -148,7 +108,7 @@ async fn an_unacked_group_lease_is_handed_out_again_marked_redelivered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_session_wakes_when_a_group_lease_expires() {
     let (_relay, alice, bob, g) = group_of_two().await;
-    alice.send(&g, "lost once").await;
+    alice.say(&g, "lost once").await;
     let first = bob.deliveries(10).await;
     assert_eq!(contents(&first), ["lost once"], "{first}");
 
@@ -166,7 +126,7 @@ async fn a_waiting_session_wakes_when_a_group_lease_expires() {
 async fn an_acked_group_lease_never_comes_again() {
     let (_relay, alice, bob, g) = group_of_two().await;
     for text in ["one", "two"] {
-        alice.send(&g, text).await;
+        alice.say(&g, text).await;
     }
     let mut seen = Vec::new();
     while seen.len() < 2 {
@@ -191,7 +151,7 @@ async fn an_acked_group_lease_never_comes_again() {
 async fn acking_some_ids_of_a_group_lease_leaves_the_rest_to_come_again() {
     let (_relay, alice, bob, g) = group_of_two().await;
     for text in ["one", "two"] {
-        alice.send(&g, text).await;
+        alice.say(&g, text).await;
     }
     bob.sync(&g).await;
     let v = bob.deliveries(0).await;
@@ -215,7 +175,7 @@ async fn acking_another_sessions_group_lease_is_refused() {
     bob.rt().lmk_session(Some("calm-falcon"), Some("bob's other agent")).await.unwrap();
     bob.peer.open_session("calm-falcon").await;
     bob.peer.open_session("coder").await;
-    alice.send(&g, "for brave-heron").await;
+    alice.say(&g, "for brave-heron").await;
     bob.sync(&g).await;
     let v = bob.deliveries(0).await;
     assert_eq!(contents(&v), ["for brave-heron"], "{v}");
@@ -246,17 +206,17 @@ async fn after_of(m: &Member, id: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_read_frontier_holds_only_acked_items() {
     let (_relay, alice, bob, g) = group_of_two().await;
-    let hello = alice.send(&g, "hello").await;
+    let hello = alice.say(&g, "hello").await;
     bob.sync(&g).await;
     let v = bob.deliveries(0).await;
     assert_eq!(contents(&v), ["hello"], "{v}");
 
     // Handed out but not acked: bob's next message does not claim to have read it.
-    let before_ack = bob.send(&g, "answer before the ack").await;
+    let before_ack = bob.say(&g, "answer before the ack").await;
     assert!(!after_of(&bob, &before_ack).await.contains(&hello), "{:?}", after_of(&bob, &before_ack).await);
 
     bob.ack_as(&bob.handle, &v["lease"], None).await.unwrap();
-    let after_ack = bob.send(&g, "answer after the ack").await;
+    let after_ack = bob.say(&g, "answer after the ack").await;
     let after = after_of(&bob, &after_ack).await;
     assert!(after.contains(&hello), "{after:?}");
     // What alice receives carries the same claim.
@@ -270,7 +230,7 @@ async fn the_read_frontier_holds_only_acked_items() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn do_not_disturb_hands_out_no_expired_group_lease() {
     let (_relay, alice, bob, g) = group_of_two().await;
-    alice.send(&g, "held").await;
+    alice.say(&g, "held").await;
     bob.sync(&g).await;
     assert_eq!(contents(&bob.deliveries(0).await), ["held"]);
     bob.peer.call(Request::Dnd { on: Some(true) }).await;
@@ -289,9 +249,7 @@ fn bin() -> PathBuf {
 }
 
 fn ok(home: &Path, args: &[&str]) -> String {
-    let (success, out, err) = switchboard(&bin(), home, args);
-    assert!(success, "switchboard {args:?} failed: {err}");
-    out
+    switchboard_ok(&bin(), home, args)
 }
 
 async fn profile_db(home: &Path) -> SqlitePool {
@@ -325,18 +283,7 @@ async fn listen_handle_acks_what_it_printed_and_reprints_an_unacked_lease() {
     ok(&alice, &["listen", "--handle", "amber-otter", "--name", "Alice's agent", "--once", "--timeout", "0"]);
     ok(&bob, &["listen", "--handle", "brave-heron", "--name", "Bob's agent", "--once", "--timeout", "0"]);
     // No runtime runs for alice: `invite` prints the link, then admits the join itself.
-    let mut inviter = Command::new(bin())
-        .arg("--home")
-        .arg(&alice)
-        .args(["invite", "--json"])
-        .env("SWITCHBOARD_KEYSTORE", "file")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(inviter.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    let inv: Value = serde_json::from_str(&first).unwrap();
+    let (mut inviter, inv) = cli_invite(&bin(), &alice);
     let group = inv["group"].as_str().unwrap().to_owned();
     let link = inv["link"].as_str().unwrap().to_owned();
     let bob_home = bob.clone();

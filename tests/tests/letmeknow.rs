@@ -351,21 +351,17 @@ async fn a_welcome_without_the_owner_token_is_refused() {
 }
 
 mod cli {
-    use std::io::{BufRead as _, BufReader};
     use std::path::{Path, PathBuf};
-    use std::process::{Command, Stdio};
 
     use serde_json::Value;
-    use switchboard_tests::{TestRelay, home, switchboard};
+    use switchboard_tests::{TestRelay, cli_invite, home, switchboard, switchboard_ok};
 
     fn bin() -> PathBuf {
         PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
     }
 
     fn ok(home: &Path, args: &[&str]) -> String {
-        let (success, out, err) = switchboard(&bin(), home, args);
-        assert!(success, "switchboard {args:?} failed: {err}");
-        out
+        switchboard_ok(&bin(), home, args)
     }
 
     fn json(home: &Path, args: &[&str]) -> Value {
@@ -391,19 +387,7 @@ mod cli {
         ok(&bob, &["listen", "--handle", "brave-heron", "--name", "Bob's agent", "--once", "--timeout", "0"]);
 
         // No runtime runs for alice: `invite` prints the link, then admits the join itself.
-        let mut inviter = Command::new(bin())
-            .arg("--home")
-            .arg(&alice)
-            .args(["invite", "--json"])
-            .env("SWITCHBOARD_KEYSTORE", "file")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(inviter.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        let inv: Value = serde_json::from_str(&first).unwrap();
+        let (mut inviter, inv) = cli_invite(&bin(), &alice);
         let (group, link) = (inv["group"].as_str().unwrap().to_owned(), inv["link"].as_str().unwrap().to_owned());
         assert!(inv["expires_at"].as_i64().unwrap() > 0);
         let bob_bin = bin();

@@ -8,76 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
-use switchboard_core::engine::Runtime;
-use switchboard_tests::{Peer, TestRelay, befriend};
-
-/// One profile with one group session (`handle`, which is also its agent session's name).
-struct Member {
-    peer: Peer,
-    handle: String,
-    fp: String,
-}
-
-impl Member {
-    async fn new(name: &str, handle: &str, relay: &TestRelay) -> Self {
-        let peer = Peer::offline(name, &relay.url()).await;
-        let s = peer.rt.lmk_session(Some(handle), Some(&format!("{name}'s agent"))).await.unwrap();
-        Self { fp: s["fingerprint"].as_str().unwrap().to_owned(), peer, handle: handle.to_owned() }
-    }
-
-    fn rt(&self) -> &Runtime {
-        &self.peer.rt
-    }
-
-    async fn policy(&self, loop_limit: Option<u32>, digest_secs: Option<u64>) {
-        self.peer.call(Request::Policy { review: None, loop_limit, digest_secs }).await;
-    }
-
-    async fn sync(&self, group: &str) {
-        self.rt().lmk_sync(&self.handle, group, 0).await.unwrap();
-    }
-
-    /// What the session is handed now (no wait).
-    async fn take(&self) -> Value {
-        self.rt().lmk_deliveries(&self.handle).await.unwrap()
-    }
-
-    /// A group send as the agent session (under the policy); the error code on refusal.
-    async fn agent_says(&self, group: &str, text: &str) -> Result<Value, String> {
-        let req = Request::GroupSend { handle: None, group: group.into(), text: text.into(), to: None, reply_to: None };
-        self.peer.as_agent(&self.handle, req).await
-    }
-
-    /// A group send by the owner through the bridge vocabulary (operator input).
-    async fn owner_says(&self, group: &str, text: &str) -> Value {
-        let req = Request::GroupSend { handle: None, group: group.into(), text: text.into(), to: None, reply_to: None };
-        self.peer.call(req).await
-    }
-
-    async fn group_list(&self) -> Value {
-        self.peer.call(Request::GroupList { handle: None }).await[0].clone()
-    }
-
-    /// A plain group message from the owner's side of this runtime (no policy involved).
-    async fn say(&self, group: &str, text: &str) -> String {
-        self.rt().lmk_send(&self.handle, group, text, None, None).await.unwrap()["id"].as_str().unwrap().to_owned()
-    }
-}
+use switchboard_tests::{GroupMember as Member, TestRelay, befriend};
 
 fn contents(v: &Value) -> Vec<String> {
     v["items"].as_array().unwrap().iter().map(|i| i["content"].as_str().unwrap().to_owned()).collect()
-}
-
-/// `inviter` invites `joiner` into `group` (or a new group); returns the group id.
-async fn admit(inviter: &Member, group: Option<&str>, joiner: &Member) -> String {
-    let inv = inviter.rt().lmk_invite(&inviter.handle, group, None).await.unwrap();
-    let (joined, admitted) = tokio::join!(
-        joiner.rt().lmk_join(&joiner.handle, inv["link"].as_str().unwrap(), Some(60)),
-        inviter.rt().lmk_invite_wait(inv["invite"].as_str().unwrap())
-    );
-    joined.unwrap();
-    admitted.unwrap();
-    inv["group"].as_str().unwrap().to_owned()
 }
 
 /// Alice and bob in one group, everything before the test already taken by both.
@@ -86,7 +20,7 @@ async fn pair(relay: &TestRelay) -> (Member, Member, String) {
     let bob = Member::new("bob", "brave-heron", relay).await;
     alice.policy(Some(10_000), Some(0)).await;
     bob.policy(Some(10_000), Some(0)).await;
-    let g = admit(&alice, None, &bob).await;
+    let g = alice.admit(None, &bob).await;
     bob.sync(&g).await;
     alice.sync(&g).await;
     bob.take().await;
