@@ -109,6 +109,11 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, e: &Value) {
             message(app, id, &m);
         }
         Some("group_message") => {
+            // One's own messages (another session of this profile wrote them) neither count nor
+            // notify, as for contacts.
+            if e.get("own").and_then(Value::as_bool).unwrap_or(false) {
+                return;
+            }
             let Some(group) = e.get("group").and_then(Value::as_str) else { return };
             let from = e.get("from").and_then(Value::as_str).unwrap_or_default();
             group_message(app, group, from).await;

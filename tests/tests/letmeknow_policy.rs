@@ -349,3 +349,49 @@ async fn migration_0005_keeps_held_messages_and_holds_each_for_a_contact_or_a_gr
         sqlx::query_as("SELECT reset_rowid, outbound FROM lmk_policy").fetch_one(&pool).await.unwrap();
     assert_eq!(p, (0, "default".into()));
 }
+
+/// Every peer message a sync stores becomes a `GroupMessage` event (what the desktop app notifies
+/// from), with the sender's name; one written by another session of the same profile is marked
+/// `own`, so the app neither counts nor notifies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_group_messages_are_events_and_a_sibling_sessions_are_marked_own() {
+    use switchboard_core::engine::Event;
+    let relay = TestRelay::start().await;
+    let (alice, bob, g) = pair(&relay).await;
+    // A second session on alice's profile joins the same group.
+    let sibling = alice.rt().lmk_session(Some("cedar-finch"), Some("alice's reviewer")).await.unwrap();
+    assert_eq!(sibling["handle"], "cedar-finch");
+    let inv = alice.rt().lmk_invite(&alice.handle, Some(&g), None).await.unwrap();
+    let (joined, admitted) = tokio::join!(
+        alice.rt().lmk_join("cedar-finch", inv["link"].as_str().unwrap(), Some(60)),
+        alice.rt().lmk_invite_wait(inv["invite"].as_str().unwrap())
+    );
+    joined.unwrap();
+    admitted.unwrap();
+    alice.sync(&g).await;
+    let mut events = alice.rt().subscribe();
+
+    bob.say(&g, "from bob").await;
+    alice.sync(&g).await;
+    alice.rt().lmk_sync("cedar-finch", &g, 0).await.unwrap();
+    alice.rt().lmk_send("cedar-finch", &g, "from alice's other session", None, None).await.unwrap();
+    alice.sync(&g).await;
+
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let Event::GroupMessage { handle, group, from, own, .. } = e {
+            assert_eq!(group, g);
+            seen.push((handle, from, own));
+        }
+    }
+    let want = |h: &str, from: &str, own: bool| (h.to_owned(), from.to_owned(), own);
+    assert_eq!(
+        seen,
+        [
+            want(&alice.handle, "bob's agent", false),
+            want("cedar-finch", "bob's agent", false),
+            want(&alice.handle, "alice's reviewer", true),
+        ],
+        "one event per stored peer message, per local session"
+    );
+}

@@ -165,7 +165,7 @@ export type UiEvent =
   | { type: 'request'; name: string }
   | { type: 'delivery'; id: string; state: string }
   | { type: 'key_changed'; name: string }
-  | { type: 'group_message'; handle: string; group: string; id: string; from: string }
+  | { type: 'group_message'; handle: string; group: string; id: string; from: string; own: boolean }
   | { type: 'changed' };
 
 export interface Backend {

@@ -254,8 +254,8 @@ pub fn ui_event(e: &Event) -> Value {
         Event::Resumed { .. } => json!({"type": "changed"}),
         Event::Dnd { on } => json!({"type": "dnd", "on": on}),
         Event::GroupResumed { .. } => json!({"type": "changed"}),
-        Event::GroupMessage { handle, group, id, from } => {
-            json!({"type": "group_message", "handle": handle, "group": group, "id": id, "from": from})
+        Event::GroupMessage { handle, group, id, from, own } => {
+            json!({"type": "group_message", "handle": handle, "group": group, "id": id, "from": from, "own": own})
         }
     }
 }

@@ -784,8 +784,8 @@ impl Runtime {
             .fetch_one(&self.store().pool)
             .await?;
         let result = self.sync_locked_from_inner(s, gid, wait_secs, prefetched).await;
-        let new: Vec<(String, String)> = sqlx::query_as(
-            "SELECT id, sender_name FROM lmk_messages WHERE handle = ? AND group_id = ? AND rowid_ > ? \
+        let new: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT id, sender_name, sender_fp FROM lmk_messages WHERE handle = ? AND group_id = ? AND rowid_ > ? \
              AND outgoing = 0 AND kind IN ('message', 'alert') ORDER BY rowid_",
         )
         .bind(&s.handle)
@@ -793,8 +793,19 @@ impl Runtime {
         .bind(mark)
         .fetch_all(&self.store().pool)
         .await?;
-        for (id, from) in new {
-            self.emit(Event::GroupMessage { handle: s.handle.clone(), group: gid.to_owned(), id, from });
+        if new.is_empty() {
+            return result;
+        }
+        // Another session of this profile in the same group wrote it: the profile's own message.
+        let own: BTreeSet<String> = sqlx::query_scalar::<_, Vec<u8>>("SELECT signature_key FROM lmk_sessions")
+            .fetch_all(&self.store().pool)
+            .await?
+            .iter()
+            .map(|k| fingerprint(k))
+            .collect();
+        for (id, from, fp) in new {
+            let own = own.contains(&fp);
+            self.emit(Event::GroupMessage { handle: s.handle.clone(), group: gid.to_owned(), id, from, own });
         }
         result
     }

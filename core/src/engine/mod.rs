@@ -195,6 +195,8 @@ pub enum Event {
         id: String,
         /// The sender's display name (empty for an alert, which the runtime wrote).
         from: String,
+        /// Sent by another group session of this profile (one's own message).
+        own: bool,
     },
 }
 
