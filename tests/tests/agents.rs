@@ -262,3 +262,64 @@ async fn agents_cannot_change_trust_or_act_as_another_agent() {
     assert!(c.get("request").is_none() && c.get("address").is_none(), "{c}");
     let _: &Value = &alice.call(Request::Whoami).await;
 }
+
+async fn sc_id(p: &Peer) -> String {
+    p.call(Request::Whoami).await["stringcup"]["id"].as_str().unwrap().to_owned()
+}
+
+async fn sc_add(p: &Peer, id: &str, name: &str) {
+    p.call(Request::ContactAdd {
+        address: id.into(),
+        name: Some(name.into()),
+        allow: None,
+        relay: None,
+        no_hello: false,
+    })
+    .await;
+}
+
+async fn owner_send(p: &Peer, to: &str, text: &str) {
+    let req = Request::Send {
+        contact: to.into(),
+        text: text.into(),
+        kind: None,
+        reply_to: None,
+        from_agent: None,
+        to_agent: None,
+    };
+    p.call(req).await;
+}
+
+/// An agent's queue looks only above the last row it considered (migration 0008), so a wait does
+/// not rescan the history. A message held behind a contact request (a Stringcup stranger's first
+/// message) keeps its older row when the request is accepted: the mark moves back for it, and
+/// the agent still gets it, after newer traffic its queue already scanned past.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_message_released_below_the_queues_scan_mark_is_still_delivered() {
+    let relay = TestRelay::start().await;
+    let url = relay.url();
+    let alice = Peer::offline("alice", &url).await;
+    let bob = Peer::offline("bob", &url).await;
+    let carol = Peer::offline("carol", &url).await;
+    bob.call(policy(None, None, Some(0))).await; // digest items are due at once
+    bob.open_session("coder").await;
+    let (bob_id, carol_id) = (sc_id(&bob).await, sc_id(&carol).await);
+    // Alice is a stranger to bob: her message is held behind her request.
+    sc_add(&alice, &bob_id, "bob").await;
+    owner_send(&alice, "bob", "held until bob accepts").await;
+    assert!(bob.inbox(0).await.is_empty());
+    // Carol is a contact: her newer message reaches the agent, whose queue scans past alice's row.
+    sc_add(&bob, &carol_id, "carol").await;
+    sc_add(&carol, &bob_id, "bob").await;
+    owner_send(&carol, "bob", "newer, from carol").await;
+    assert_eq!(bob.inbox(0).await.len(), 1);
+    let got = bob.agent_wait("coder", 10).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(unfence_body(got[0]["text"].as_str().unwrap()), "newer, from carol");
+    assert!(bob.agent_wait("coder", 0).await.is_empty());
+
+    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    let got = bob.agent_wait("coder", 10).await;
+    assert_eq!(got.len(), 1, "the released message reaches the agent: {got:?}");
+    assert_eq!(unfence_body(got[0]["text"].as_str().unwrap()), "held until bob accepts");
+}

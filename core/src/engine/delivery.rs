@@ -41,6 +41,8 @@ pub const DEFAULT_DIGEST_SECS: i64 = 180;
 pub const LEASE_MS: i64 = 60_000;
 /// Most reply-chain ancestors `read` returns.
 const MAX_ANCESTORS: u32 = 20;
+/// Incoming rows an agent's queue classifies in one look.
+const SCAN_PAGE: i64 = 1000;
 
 /// What the fence says about the sender; every value is local or sanitised.
 #[derive(Debug, Clone)]
@@ -195,10 +197,13 @@ impl Runtime {
 
     /// Where a new agent's queue starts (the last few messages are caught up on).
     pub(super) async fn ensure_floor(&self, agent: &str) -> Result<()> {
+        // Only for an agent without a floor (the history is not looked at on every call); the
+        // newest rows first, by rowid (`+direction`: not by the direction index, which would
+        // sort the whole history).
         sqlx::query(
-            "INSERT INTO agent_floors (agent, floor_rowid) VALUES (?1, COALESCE((SELECT rowid_ FROM messages \
-             WHERE direction = 'in' AND kind IN ('send', 'ask', 'reply') ORDER BY rowid_ DESC LIMIT 1 OFFSET ?2), 0)) \
-             ON CONFLICT(agent) DO NOTHING",
+            "INSERT INTO agent_floors (agent, floor_rowid) SELECT ?1, COALESCE((SELECT rowid_ FROM messages \
+             WHERE +direction = 'in' AND kind IN ('send', 'ask', 'reply') ORDER BY rowid_ DESC LIMIT 1 OFFSET ?2), 0) \
+             WHERE NOT EXISTS (SELECT 1 FROM agent_floors WHERE agent = ?1) ON CONFLICT(agent) DO NOTHING",
         )
         .bind(agent)
         .bind(CATCH_UP)
@@ -224,22 +229,43 @@ impl Runtime {
         let policy = self.policy().await?;
         // IMMEDIATE: reads then writes must not meet a stale WAL snapshot (SQLITE_BUSY_SNAPSHOT).
         let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
-        let floor: i64 = sqlx::query_scalar("SELECT floor_rowid FROM agent_floors WHERE agent = ?")
-            .bind(agent)
-            .fetch_optional(&mut *tx)
-            .await?
-            .unwrap_or(0);
+        // Only rows above the floor (where the agent's queue starts) and above what it already
+        // looked at (migration 0008: releasing an older row moves that mark back) are candidates,
+        // so a wait costs what arrived since, not the whole history.
+        let (floor, scanned): (i64, i64) =
+            sqlx::query_as("SELECT floor_rowid, scanned_rowid FROM agent_floors WHERE agent = ?")
+                .bind(agent)
+                .fetch_optional(&mut *tx)
+                .await?
+                .unwrap_or((0, 0));
         let rows = sqlx::query(
+            // `+direction`: walk the rowid range above the mark, not the direction index (which
+            // holds every incoming row).
             "SELECT m.rowid_, m.contact_id, m.to_agent, m.reply_to, m.created_at FROM messages m \
-             WHERE m.direction = 'in' AND m.state = 'received' AND m.kind IN ('send', 'ask', 'reply') \
+             WHERE +m.direction = 'in' AND m.state = 'received' AND m.kind IN ('send', 'ask', 'reply') \
              AND m.rowid_ > ?2 AND NOT EXISTS (SELECT 1 FROM agent_deliveries d WHERE d.agent = ?1 AND d.message = m.rowid_) \
-             ORDER BY m.rowid_ LIMIT 1000",
+             ORDER BY m.rowid_ LIMIT ?3",
         )
         .bind(agent)
-        .bind(floor)
+        .bind(floor.max(scanned))
+        .bind(SCAN_PAGE)
         .fetch_all(&mut *tx)
         .await?;
+        // What this look covered: every row up to the newest, or up to the last one it classified
+        // when the page was full (more may follow).
+        let covered: i64 = match rows.last() {
+            Some(last) if i64::try_from(rows.len()).unwrap_or(i64::MAX) >= SCAN_PAGE => last.get(0),
+            _ => sqlx::query_scalar("SELECT COALESCE(MAX(rowid_), 0) FROM messages").fetch_one(&mut *tx).await?,
+        };
+        if covered > scanned {
+            sqlx::query("UPDATE agent_floors SET scanned_rowid = ? WHERE agent = ?")
+                .bind(covered)
+                .bind(agent)
+                .execute(&mut *tx)
+                .await?;
+        }
         if rows.is_empty() {
+            tx.commit().await?;
             return Ok(());
         }
         let locals: Vec<String> = sqlx::query_scalar("SELECT name FROM agents").fetch_all(&mut *tx).await?;
@@ -306,8 +332,8 @@ impl Runtime {
         self.refresh_queue(agent).await?;
         // Handed deliveries count again once their lease expired: they will be handed out again.
         Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM agent_deliveries WHERE agent = ? \
-             AND (state = 'queued' OR (state = 'handed' AND leased_at <= ?))",
+            "SELECT (SELECT COUNT(*) FROM agent_deliveries WHERE agent = ?1 AND state = 'queued') \
+             + (SELECT COUNT(*) FROM agent_deliveries WHERE agent = ?1 AND state = 'handed' AND leased_at <= ?2)",
         )
         .bind(agent)
         .bind(now_ms().saturating_sub(LEASE_MS))
@@ -391,9 +417,12 @@ impl Runtime {
         // IMMEDIATE: two concurrent waits of one agent must not hand out the same rows.
         let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let rows = sqlx::query(
-            "SELECT d.message, d.mode, d.handed_count FROM agent_deliveries d WHERE d.agent = ?1 \
-             AND ((d.state = 'queued' AND d.due_at <= ?2) OR (d.state = 'handed' AND d.leased_at <= ?3)) \
-             ORDER BY d.message LIMIT 200",
+            // Two ranges of the (agent, state, due_at) index, named so that the planner does not
+            // walk every delivery the agent ever had in message order instead.
+            "SELECT message, mode, handed_count FROM agent_deliveries INDEXED BY agent_deliveries_queued \
+             WHERE agent = ?1 AND state = 'queued' AND due_at <= ?2 UNION ALL \
+             SELECT message, mode, handed_count FROM agent_deliveries INDEXED BY agent_deliveries_queued \
+             WHERE agent = ?1 AND state = 'handed' AND leased_at <= ?3 ORDER BY message LIMIT 200",
         )
         .bind(agent)
         .bind(until)
