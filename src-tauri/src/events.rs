@@ -115,6 +115,10 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, e: &Value) {
                 return;
             }
             let Some(group) = e.get("group").and_then(Value::as_str) else { return };
+            let id = e.get("id").and_then(Value::as_str).unwrap_or_default();
+            if !state.group_seen.first(group, id) {
+                return;
+            }
             let from = e.get("from").and_then(Value::as_str).unwrap_or_default();
             group_message(app, group, from).await;
         }

@@ -65,6 +65,8 @@ pub struct AppState {
     pub hosted_port: u16,
     /// Conversations with a live notification (and notification ids to conversations).
     pub notifications: crate::notify::Live,
+    /// Group messages already counted and notified (one per message, not per local session).
+    pub group_seen: crate::notify::SeenGroupMessages,
 }
 
 fn api(code: &str, message: impl std::fmt::Display) -> ApiError {
@@ -109,6 +111,7 @@ impl AppState {
             hosted_error: StdMutex::new(hosted_error),
             hosted_port: DEFAULT_PORT,
             notifications: crate::notify::Live::default(),
+            group_seen: crate::notify::SeenGroupMessages::default(),
         };
         state.sync_dnd_from_runtime().await;
         Ok(state)

@@ -103,6 +103,32 @@ pub fn decide(settings: &Settings, m: &Value, focused: bool) -> Decision {
     Decision::Show(Pending { conversation, summary, body })
 }
 
+/// Group messages already counted: a peer message reaches every local session in its group,
+/// each storing it and raising its own event; the badge and the notification count it once.
+#[derive(Debug, Default)]
+pub struct SeenGroupMessages {
+    recent: Mutex<std::collections::VecDeque<(String, String)>>,
+}
+
+impl SeenGroupMessages {
+    /// How many (group, id) pairs are remembered; sessions store a message within moments of
+    /// each other, so a short memory is enough.
+    const KEEP: usize = 256;
+
+    /// Whether message `id` of `group` comes for the first time (and remembers it).
+    pub fn first(&self, group: &str, id: &str) -> bool {
+        let Ok(mut recent) = self.recent.lock() else { return true };
+        if recent.iter().any(|(g, i)| g == group && i == id) {
+            return false;
+        }
+        if recent.len() >= Self::KEEP {
+            recent.pop_front();
+        }
+        recent.push_back((group.to_owned(), id.to_owned()));
+        true
+    }
+}
+
 /// The live notifications: conversation to server id and back, and how many messages each
 /// stands for. Entries are never dropped (a closed notification's id is reused by the next one,
 /// which the server then shows afresh), so the maps hold one entry per notified conversation.
@@ -393,6 +419,18 @@ mod tests {
         let off = Settings { notifications: false, ..Settings::default() };
         assert_eq!(decide(&off, &incoming("bob", "x"), false), Decision::Skip("notifications off"));
         assert_eq!(decide(&s, &incoming("bob", "x"), true), Decision::Skip("window focused"));
+    }
+
+    #[test]
+    fn a_group_message_stored_by_two_local_sessions_counts_once() {
+        let seen = SeenGroupMessages::default();
+        assert!(seen.first("g1", "m1"));
+        assert!(!seen.first("g1", "m1"), "the second session's copy");
+        assert!(seen.first("g2", "m1"), "another group's message with the same id");
+        for i in 0..SeenGroupMessages::KEEP {
+            assert!(seen.first("g3", &i.to_string()));
+        }
+        assert!(seen.first("g1", "m1"), "forgotten after KEEP newer ones");
     }
 
     #[test]
