@@ -153,6 +153,24 @@ impl Peer {
         self.call(Request::Whoami).await["letagents"]["address"].as_str().unwrap().to_owned()
     }
 
+    /// Our Stringcup id.
+    pub async fn stringcup_id(&self) -> String {
+        self.call(Request::Whoami).await["stringcup"]["id"].as_str().expect("registered at init").to_owned()
+    }
+
+    /// Adds a contact by `address` (any protocol's) under `name`, saying hello where the protocol
+    /// has one; the contact as the runtime returns it.
+    pub async fn add_contact(&self, address: &str, name: &str) -> Value {
+        self.call(Request::ContactAdd {
+            address: address.into(),
+            name: Some(name.into()),
+            allow: None,
+            relay: None,
+            no_hello: false,
+        })
+        .await
+    }
+
     /// Sends text; returns the id.
     pub async fn send(&self, contact: &str, text: &str) -> String {
         let v = self
@@ -202,15 +220,7 @@ impl Peer {
 
 /// Makes `a` and `b` mutual contacts named by their display names: a adds b (hello), b accepts.
 pub async fn befriend(a: &Peer, b: &Peer) {
-    let addr_b = b.address().await;
-    a.call(Request::ContactAdd {
-        address: addr_b,
-        name: Some(b.name.clone()),
-        allow: None,
-        relay: None,
-        no_hello: false,
-    })
-    .await;
+    a.add_contact(&b.address().await, &b.name).await;
     let ok = b
         .eventually(10, || async {
             let reqs = b.call(Request::ContactRequests).await;
@@ -384,6 +394,19 @@ pub fn befriend_cli(bin: &Path, alice: &Path, bob: &Path, relay: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("bob never saw alice's request");
+}
+
+/// One bridge request (`POST` of `body` to the bridge `url` with bearer `token`), which must
+/// succeed; its answer.
+pub async fn bridge_rpc(url: &str, token: &str, body: &Value) -> Value {
+    let resp = reqwest::Client::new().post(url).bearer_auth(token).json(body).send().await.unwrap();
+    assert!(resp.status().is_success(), "{body}");
+    resp.json().await.unwrap()
+}
+
+/// The SQLite database of the profile at `home`, opened beside its runtime.
+pub async fn profile_db(home: &Path) -> sqlx::SqlitePool {
+    sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=rw", home.join("switchboard.db").display())).await.unwrap()
 }
 
 /// Opens an agent session for `agent` on the bridge at `url` with the owner token; returns the

@@ -263,33 +263,6 @@ async fn agents_cannot_change_trust_or_act_as_another_agent() {
     let _: &Value = &alice.call(Request::Whoami).await;
 }
 
-async fn sc_id(p: &Peer) -> String {
-    p.call(Request::Whoami).await["stringcup"]["id"].as_str().unwrap().to_owned()
-}
-
-async fn sc_add(p: &Peer, id: &str, name: &str) {
-    p.call(Request::ContactAdd {
-        address: id.into(),
-        name: Some(name.into()),
-        allow: None,
-        relay: None,
-        no_hello: false,
-    })
-    .await;
-}
-
-async fn owner_send(p: &Peer, to: &str, text: &str) {
-    let req = Request::Send {
-        contact: to.into(),
-        text: text.into(),
-        kind: None,
-        reply_to: None,
-        from_agent: None,
-        to_agent: None,
-    };
-    p.call(req).await;
-}
-
 /// An agent's queue looks only above the last row it considered (migration 0008), so a wait does
 /// not rescan the history. A message held behind a contact request (a Stringcup stranger's first
 /// message) keeps its older row when the request is accepted: the mark moves back for it, and
@@ -303,15 +276,15 @@ async fn a_held_message_released_below_the_queues_scan_mark_is_still_delivered()
     let carol = Peer::offline("carol", &url).await;
     bob.call(policy(None, None, Some(0))).await; // digest items are due at once
     bob.open_session("coder").await;
-    let (bob_id, carol_id) = (sc_id(&bob).await, sc_id(&carol).await);
+    let (bob_id, carol_id) = (bob.stringcup_id().await, carol.stringcup_id().await);
     // Alice is a stranger to bob: her message is held behind her request.
-    sc_add(&alice, &bob_id, "bob").await;
-    owner_send(&alice, "bob", "held until bob accepts").await;
+    alice.add_contact(&bob_id, "bob").await;
+    alice.send("bob", "held until bob accepts").await;
     assert!(bob.inbox(0).await.is_empty());
     // Carol is a contact: her newer message reaches the agent, whose queue scans past alice's row.
-    sc_add(&bob, &carol_id, "carol").await;
-    sc_add(&carol, &bob_id, "bob").await;
-    owner_send(&carol, "bob", "newer, from carol").await;
+    bob.add_contact(&carol_id, "carol").await;
+    carol.add_contact(&bob_id, "bob").await;
+    carol.send("bob", "newer, from carol").await;
     assert_eq!(bob.inbox(0).await.len(), 1);
     let got = bob.agent_wait("coder", 10).await;
     assert_eq!(got.len(), 1, "{got:?}");

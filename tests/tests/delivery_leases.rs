@@ -3,14 +3,16 @@
 //! the lease expires), while one that acks never sees a message twice.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
 use switchboard_core::bridge::api::Request;
 use switchboard_core::engine::LEASE_MS;
-use switchboard_tests::{DaemonProcess, Peer, TestRelay, befriend, befriend_cli, bridge_of, home, open_session};
+use switchboard_tests::{
+    DaemonProcess, Peer, TestRelay, befriend, befriend_cli, bridge_of, bridge_rpc, home, open_session, profile_db,
+};
 
 async fn pair() -> (TestRelay, Peer, Peer) {
     let relay = TestRelay::start().await;
@@ -183,17 +185,6 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
 }
 
-async fn profile_db(home: &Path) -> SqlitePool {
-    let url = format!("sqlite://{}?mode=rw", home.join("switchboard.db").display());
-    SqlitePool::connect(&url).await.unwrap()
-}
-
-async fn rpc(url: &str, token: &str, body: &Value) -> Value {
-    let resp = reqwest::Client::new().post(url).bearer_auth(token).json(body).send().await.unwrap();
-    assert!(resp.status().is_success(), "{body}");
-    resp.json().await.unwrap()
-}
-
 /// The real adapters over a running daemon: a bridge `wait` that is never acked (an adapter killed
 /// before its harness had the messages) comes again marked redelivered; `listen` and the hook ack
 /// once they have printed, so what they printed is delivered for good.
@@ -211,7 +202,7 @@ async fn over_the_bridge_an_unacked_wait_comes_again_and_listen_and_hooks_ack() 
 
     let (ok, _, err) = switchboard_tests::switchboard(&bin(), &alice, &["send", "bob", "one", "--to-agent", "coder"]);
     assert!(ok, "{err}");
-    let first = rpc(&url, &coder, &json!({"op": "wait", "timeout_secs": 30})).await;
+    let first = bridge_rpc(&url, &coder, &json!({"op": "wait", "timeout_secs": 30})).await;
     let got = first["deliveries"].as_array().unwrap();
     assert_eq!(got.len(), 1, "{first}");
     let id = got[0]["id"].clone();
@@ -246,7 +237,7 @@ async fn over_the_bridge_an_unacked_wait_comes_again_and_listen_and_hooks_ack() 
     assert!(printed.contains("\\ntwo\\n"), "{printed}");
     assert_eq!(state_of(&db, "coder").await, ["delivered", "delivered"], "the hook acked after printing");
     age_leases(&db, 10 * LEASE_MS).await;
-    let last = rpc(&url, &coder, &json!({"op": "wait", "timeout_secs": 0})).await;
+    let last = bridge_rpc(&url, &coder, &json!({"op": "wait", "timeout_secs": 0})).await;
     assert!(last["deliveries"].as_array().unwrap().is_empty(), "{last}");
     db.close().await;
     drop(daemon);

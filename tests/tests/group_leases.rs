@@ -13,7 +13,8 @@ use sqlx::SqlitePool;
 use switchboard_core::bridge::api::Request;
 use switchboard_core::engine::LEASE_MS;
 use switchboard_tests::{
-    DaemonProcess, GroupMember as Member, TestRelay, bridge_of, cli_invite, home, open_session, switchboard_ok,
+    DaemonProcess, GroupMember as Member, TestRelay, bridge_of, bridge_rpc, cli_invite, home, open_session, profile_db,
+    switchboard_ok,
 };
 
 /// One profile with one group session, which is also its agent session (`handle`); every item
@@ -252,16 +253,6 @@ fn ok(home: &Path, args: &[&str]) -> String {
     switchboard_ok(&bin(), home, args)
 }
 
-async fn profile_db(home: &Path) -> SqlitePool {
-    SqlitePool::connect(&format!("sqlite://{}?mode=rw", home.join("switchboard.db").display())).await.unwrap()
-}
-
-async fn rpc(url: &str, token: &str, body: &Value) -> Value {
-    let resp = reqwest::Client::new().post(url).bearer_auth(token).json(body).send().await.unwrap();
-    assert!(resp.status().is_success(), "{body}");
-    resp.json().await.unwrap()
-}
-
 /// The group lines `listen --handle brave-heron --once` prints on bob's profile.
 fn listen_once(bob: &Path) -> Vec<Value> {
     let out = ok(bob, &["listen", "--handle", "brave-heron", "--once", "--timeout", "10"]);
@@ -309,7 +300,7 @@ async fn listen_handle_acks_what_it_printed_and_reprints_an_unacked_lease() {
     let token = open_session(&http, &url, &owner, "brave-heron").await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let taken = loop {
-        let v = rpc(&url, &token, &json!({"op": "group_deliveries", "wait_secs": 5})).await;
+        let v = bridge_rpc(&url, &token, &json!({"op": "group_deliveries", "wait_secs": 5})).await;
         if contents(&v).contains(&"two".to_owned()) {
             break v;
         }
@@ -325,7 +316,7 @@ async fn listen_handle_acks_what_it_printed_and_reprints_an_unacked_lease() {
     assert_eq!(two["id"], items(&taken)[0]["id"]);
     assert_eq!(row_state(&db, "two").await.0, 1, "listen acked the redelivered item");
     age_leases(&db, 10 * LEASE_MS).await;
-    let last = rpc(&url, &token, &json!({"op": "group_deliveries", "wait_secs": 0})).await;
+    let last = bridge_rpc(&url, &token, &json!({"op": "group_deliveries", "wait_secs": 0})).await;
     assert!(items(&last).is_empty(), "{last}");
     db.close().await;
     daemon.stop();

@@ -7,21 +7,6 @@ use serde_json::Value;
 use switchboard_core::bridge::api::Request;
 use switchboard_tests::{Peer, TestRelay};
 
-async fn sc_id(p: &Peer) -> String {
-    p.call(Request::Whoami).await["stringcup"]["id"].as_str().expect("registered at init").to_owned()
-}
-
-async fn add(p: &Peer, id: &str, name: &str) -> Value {
-    p.call(Request::ContactAdd {
-        address: id.into(),
-        name: Some(name.into()),
-        allow: None,
-        relay: None,
-        no_hello: false,
-    })
-    .await
-}
-
 fn send(contact: &str, text: &str) -> Request {
     Request::Send {
         contact: contact.into(),
@@ -42,7 +27,7 @@ async fn a_first_message_is_held_as_a_request_then_both_sides_talk() {
     let bob_id = who["stringcup"]["id"].as_str().unwrap().to_owned();
     assert_eq!(who["stringcup"]["fingerprint_short"].as_str().unwrap().len(), 19);
 
-    let c = add(&alice, &bob_id, "bob").await;
+    let c = alice.add_contact(&bob_id, "bob").await;
     assert_eq!(c["protocol"], "stringcup");
     // The fingerprint alice pinned is the one bob's own device computes.
     assert_eq!(c["safety_number"], who["stringcup"]["fingerprint_short"]);
@@ -74,9 +59,9 @@ async fn a_live_runtime_gets_stringcup_mail_through_the_long_poll() {
     let relay = TestRelay::start().await;
     let alice = Peer::offline("alice", &relay.url()).await;
     let bob = Peer::live("bob", &relay.url()).await;
-    let alice_id = sc_id(&alice).await;
-    add(&bob, &alice_id, "alice").await; // bob knows alice: nothing is held
-    add(&alice, &sc_id(&bob).await, "bob").await;
+    let alice_id = alice.stringcup_id().await;
+    bob.add_contact(&alice_id, "alice").await; // bob knows alice: nothing is held
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
     let started = std::time::Instant::now();
     alice.call(send("bob", "are you there?")).await;
     let got = bob.inbox(10).await;
@@ -117,8 +102,8 @@ async fn a_changed_key_blocks_sending_until_verified() {
     let relay = TestRelay::start().await;
     let alice = Peer::offline("alice", &relay.url()).await;
     let bob = Peer::offline("bob", &relay.url()).await;
-    let bob_id = sc_id(&bob).await;
-    add(&alice, &bob_id, "bob").await;
+    let bob_id = bob.stringcup_id().await;
+    alice.add_contact(&bob_id, "bob").await;
     // Bob's identity gets another key on the relay (re-keyed, or a relay substituting one).
     let secret = std::fs::read_to_string(bob.dir.path().join("profile/stringcup.secret")).unwrap();
     let stored: Value = serde_json::from_slice(&switchboard_core::util::b64u_decode(secret.trim()).unwrap()).unwrap();
@@ -144,9 +129,9 @@ async fn a_retried_send_is_stored_once_thanks_to_its_idempotency_key() {
     let relay = TestRelay::start().await;
     let alice = Peer::offline("alice", &relay.url()).await;
     let bob = Peer::offline("bob", &relay.url()).await;
-    let (alice_id, bob_id) = (sc_id(&alice).await, sc_id(&bob).await);
-    add(&bob, &alice_id, "alice").await;
-    add(&alice, &bob_id, "bob").await;
+    let (alice_id, bob_id) = (alice.stringcup_id().await, bob.stringcup_id().await);
+    bob.add_contact(&alice_id, "alice").await;
+    alice.add_contact(&bob_id, "bob").await;
     let id = alice.call(send("bob", "exactly once")).await["id"].as_str().unwrap().to_owned();
     // The relay stored it but the answer was lost: the outbox sends it again under the same
     // Idempotency-Key (here even re-encrypted, which B.2.6 allows).
@@ -188,10 +173,10 @@ async fn a_topic_fans_out_in_one_batch_to_pinned_members() {
     let alice = Peer::offline("alice", &relay.url()).await;
     let bob = Peer::offline("bob", &relay.url()).await;
     let carol = Peer::offline("carol", &relay.url()).await;
-    let alice_id = sc_id(&alice).await;
+    let alice_id = alice.stringcup_id().await;
     for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
-        add(p, &alice_id, "alice").await;
-        add(&alice, &sc_id(p).await, n).await;
+        p.add_contact(&alice_id, "alice").await;
+        alice.add_contact(&p.stringcup_id().await, n).await;
     }
     let topic = alice.call(Request::TopicCreate { members: vec!["bob".into(), "carol".into()] }).await;
     let topic = topic["topic"].as_str().unwrap().to_owned();
@@ -212,9 +197,9 @@ async fn the_two_kinds_of_507_are_told_apart() {
     let alice = Peer::offline("alice", &relay.url()).await;
     let carol = Peer::offline("carol", &relay.url()).await;
     let bob = Peer::offline("bob", &relay.url()).await;
-    let bob_id = sc_id(&bob).await;
-    add(&alice, &bob_id, "bob").await;
-    add(&carol, &bob_id, "bob").await;
+    let bob_id = bob.stringcup_id().await;
+    alice.add_contact(&bob_id, "bob").await;
+    carol.add_contact(&bob_id, "bob").await;
     alice.call(send("bob", "1")).await;
     alice.call(send("bob", "2")).await;
     let third = alice.call(send("bob", "3")).await;
@@ -241,8 +226,8 @@ async fn a_rotated_token_is_saved_and_keeps_working() {
     let relay = TestRelay::start().await;
     let alice = Peer::offline("alice", &relay.url()).await;
     let bob = Peer::offline("bob", &relay.url()).await;
-    add(&bob, &sc_id(&alice).await, "alice").await;
-    add(&alice, &sc_id(&bob).await, "bob").await;
+    bob.add_contact(&alice.stringcup_id().await, "alice").await;
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
     let path = alice.dir.path().join("profile/stringcup.secret");
     let before = std::fs::read(&path).unwrap();
     let r = alice.call(Request::TokenRotate).await;
@@ -266,7 +251,7 @@ async fn the_hundredth_stranger_is_held_and_the_hundred_and_first_dropped() {
     limits.stringcup.inbox_max_pending_messages = 10_000;
     let relay = TestRelay::start_with(limits).await;
     let bob = Peer::offline("bob", &relay.url()).await;
-    let bob_id = sc_id(&bob).await;
+    let bob_id = bob.stringcup_id().await;
     let record: Value =
         reqwest::get(format!("{}/api/v2/identities/{bob_id}", relay.url())).await.unwrap().json().await.unwrap();
     let bob_key = crypto::decode_public_key(record["identity_public_key"].as_str().unwrap()).unwrap();
