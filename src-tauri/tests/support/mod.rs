@@ -115,18 +115,24 @@ impl Display {
     }
 }
 
+/// Gives `child` up to `grace` to exit on its own (after whatever asked it to), then kills it;
+/// reaps it either way.
+fn exit_or_kill(child: &mut Child, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl Drop for Display {
     fn drop(&mut self) {
         drop(self.stdin.take()); // the script's `cat` sees EOF; xvfb-run then stops Xvfb
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        exit_or_kill(&mut self.child, Duration::from_secs(10));
     }
 }
 
@@ -248,17 +254,8 @@ impl Launched {
 
     /// SIGTERM (a clean shutdown), then SIGKILL after 10 s; waits for it.
     pub fn stop(mut self) -> String {
-        let pid = self.child.id();
-        let _ = Command::new("kill").arg(pid.to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return self.log();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        exit_or_kill(&mut self.child, Duration::from_secs(10));
         self.log()
     }
 }
@@ -269,15 +266,7 @@ impl Drop for Launched {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = Command::new("kill").arg(self.child.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            exit_or_kill(&mut self.child, Duration::from_secs(5));
         }
     }
 }
