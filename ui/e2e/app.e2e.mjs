@@ -5,7 +5,7 @@
 // Environment: UI_URL (the single-use first-run link), RELAY_URL, BOB_ADDRESS, BOB_SAFETY,
 // CAROL_NAME, MALLORY_ADDRESS, SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
 
-import { assert, driver, env, nav, readQr, scenario, shot, step } from './harness.mjs';
+import { assert, driver, env, nav, newGroupInvite, readQr, scenario, shot, step } from './harness.mjs';
 
 const UI_URL = env('UI_URL');
 const RELAY_URL = env('RELAY_URL');
@@ -177,13 +177,7 @@ await scenario(async ({ browser, page }) => {
   assert(!(await page.getByRole('button', { name: 'Send' }).isDisabled()), 'sending allowed again');
 
   step('groups: a new group with an invite link counting down, members with fingerprints');
-  await nav(page, 'Groups').click();
-  await page.getByRole('heading', { name: 'Groups' }).waitFor();
-  const startSession = page.getByRole('button', { name: 'Start a group session' });
-  if (await startSession.count()) await startSession.click();
-  await page.getByRole('button', { name: 'New group and invite link' }).click();
-  await page.getByText(/expires in \d+:\d\d/).waitFor();
-  const link = (await page.getByRole('region', { name: 'Invite link' }).locator('code').textContent()).trim();
+  const link = await newGroupInvite(page);
   assert(/^https?:\/\/[^/]+\/i\/[A-Za-z0-9_-]+#.+/.test(link), `invite link ${link}`);
   await page.getByRole('cell', { name: 'Alice (you)' }).waitFor();
   await shot(page, '08-groups');

@@ -5,7 +5,7 @@
 //
 // Environment: UI_URL (the single-use sign-in link), SHOT_DIR (screenshots), CHROMIUM.
 
-import { assert, driver, env, nav, scenario, shot, step } from './harness.mjs';
+import { assert, driver, env, nav, newGroupInvite, scenario, shot, step } from './harness.mjs';
 
 const UI_URL = env('UI_URL');
 
@@ -20,13 +20,7 @@ async function groupState(page, group) {
 await scenario(async ({ page }) => {
   step('a group made in the window, bob joins it');
   await page.goto(UI_URL);
-  await nav(page, 'Groups').click();
-  await page.getByRole('heading', { name: 'Groups' }).waitFor();
-  const startSession = page.getByRole('button', { name: 'Start a group session' });
-  if (await startSession.count()) await startSession.click();
-  await page.getByRole('button', { name: 'New group and invite link' }).click();
-  await page.getByText(/expires in \d+:\d\d/).waitFor();
-  const link = (await page.getByRole('region', { name: 'Invite link' }).locator('code').textContent()).trim();
+  const link = await newGroupInvite(page);
   const group = await driver({ op: 'bob_join', link });
   await nav(page, 'Review').click();
   await nav(page, 'Groups').click();

@@ -95,6 +95,20 @@ export async function readQr(locator) {
   return code ? code.data : null;
 }
 
+/**
+ * On the Groups screen: starts a group session if there is none, makes a new group, waits for
+ * its invite link's countdown and returns the link.
+ */
+export async function newGroupInvite(page) {
+  await nav(page, 'Groups').click();
+  await page.getByRole('heading', { name: 'Groups' }).waitFor();
+  const startSession = page.getByRole('button', { name: 'Start a group session' });
+  if (await startSession.count()) await startSession.click();
+  await page.getByRole('button', { name: 'New group and invite link' }).click();
+  await page.getByText(/expires in \d+:\d\d/).waitFor();
+  return (await page.getByRole('region', { name: 'Invite link' }).locator('code').textContent()).trim();
+}
+
 /** A link of the main navigation. */
 export function nav(page, name) {
   return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
