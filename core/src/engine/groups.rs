@@ -784,8 +784,10 @@ impl Runtime {
             .fetch_one(&self.store().pool)
             .await?;
         let result = self.sync_locked_from_inner(s, gid, wait_secs, prefetched).await;
+        // `+handle`/`+group_id`: the rowid range above the mark, not the group's whole history
+        // through the (handle, group_id, id) index.
         let new: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT id, sender_name, sender_fp FROM lmk_messages WHERE handle = ? AND group_id = ? AND rowid_ > ? \
+            "SELECT id, sender_name, sender_fp FROM lmk_messages WHERE +handle = ? AND +group_id = ? AND rowid_ > ? \
              AND outgoing = 0 AND kind IN ('message', 'alert') ORDER BY rowid_",
         )
         .bind(&s.handle)
