@@ -13,9 +13,11 @@
 //! `hub` wakes websocket sessions and long-polls when mail commits; `error` maps every failure to
 //! a status code.
 
+pub mod conn;
 pub mod error;
 pub mod hub;
 pub mod limits;
+pub mod origin;
 pub mod routes;
 pub mod store;
 pub mod tls;
@@ -36,6 +38,7 @@ use tokio::task::JoinHandle;
 pub use error::Error;
 use hub::Hub;
 use limits::{IpLimiter, SlidingWindow};
+pub use origin::{PublicOrigins, PublicUrlError};
 use store::Store;
 
 /// The limits a relay enforces; `Default` is the letagents v1 seed's values.
@@ -68,6 +71,12 @@ pub struct Limits {
     /// stops a client that trickles headers from holding a socket forever. Clients should drop
     /// idle pooled connections sooner (Switchboard's do, at 20 s).
     pub header_read_timeout_ms: u64,
+    /// A request's body must arrive whole within this long of its head (ms), whatever its
+    /// pace: a client trickling a body is cut off here.
+    pub request_body_timeout_ms: u64,
+    /// Connections one client address (IPv4, or IPv6 /64) may hold open at once; the next is
+    /// closed on accept. 0 means no limit.
+    pub max_connections_per_ip: usize,
 }
 
 impl Default for Limits {
@@ -84,6 +93,8 @@ impl Default for Limits {
             letmeknow: limits::LetmeknowLimits::default(),
             agent_mail: limits::AgentMailLimits::default(),
             header_read_timeout_ms: 30_000,
+            request_body_timeout_ms: 60_000,
+            max_connections_per_ip: 256,
         }
     }
 }
@@ -195,6 +206,10 @@ pub struct Config {
     pub limits: Limits,
     /// How often the sweeper deletes expired envelopes and erases idle mailboxes.
     pub sweep_interval: Duration,
+    /// This relay's public URLs (`https://relay.example`), the first the primary: what clients
+    /// sign as `host` and name as `aud`. Empty: derived from `listen` (see [`origin`]); a
+    /// relay on an unspecified address must be given them.
+    pub public_urls: Vec<String>,
     /// Test hook: when set, the Agent Mail routes read the time (Unix ms) from here instead of
     /// the system clock, so fixed-time conformance vectors can be replayed over HTTP.
     pub agent_mail_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
@@ -209,6 +224,7 @@ impl Config {
             tls: TlsMode::Plain,
             limits: Limits::default(),
             sweep_interval: Duration::from_secs(60),
+            public_urls: Vec::new(),
             agent_mail_clock: None,
         }
     }
@@ -230,6 +246,8 @@ pub(crate) struct Shared {
     pub(crate) store: Store,
     pub(crate) hub: Arc<Hub>,
     pub(crate) limits: Limits,
+    /// This relay's own names ([`Config::public_urls`]).
+    pub(crate) origins: Arc<PublicOrigins>,
     pub(crate) send_rate: SlidingWindow,
     pub(crate) ip_rate: IpLimiter,
     /// Posts per letmeknow group per minute.
@@ -255,6 +273,11 @@ impl AppState {
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.shared.limits
+    }
+
+    /// This relay's public names.
+    pub fn origins(&self) -> &Arc<PublicOrigins> {
+        &self.shared.origins
     }
 
     /// Runs one sweep now: deletes envelopes past retention, erases idle empty mailboxes that
@@ -326,6 +349,11 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
 /// The router expects `ConnectInfo<SocketAddr>` for the per-IP limit (without it the IP limit
 /// is skipped); [`spawn`] provides it.
 pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
+    let origins = Arc::new(if config.public_urls.is_empty() {
+        PublicOrigins::for_listen(config.listen, config.tls != TlsMode::Plain)?
+    } else {
+        PublicOrigins::parse(&config.public_urls)?
+    });
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     let hub = Arc::new(Hub::default());
@@ -341,6 +369,7 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         letmeknow_rate: SlidingWindow::new(limits.letmeknow.posts_per_group_minute, Duration::from_secs(60)),
         stringcup: routes::stringcup::StringcupState::new(&limits.stringcup),
         limits,
+        origins,
         closing: tokio::sync::watch::channel(false).0,
         agent_mail_clock: config.agent_mail_clock.clone(),
     });
@@ -429,28 +458,33 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
             config.listen
         );
     }
-    let (router, state) = app(&config).await?;
     let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
+    // Names derived from the listening address need the real port when it was 0.
+    let (router, state) = app(&Config { listen: addr, ..config.clone() }).await?;
     let handle = axum_server::Handle::new();
     let make_service = router.into_make_service_with_connect_info::<SocketAddr>();
     let cert_sha256 = tls.as_ref().map(|t| t.cert_sha256);
+    conn::raise_nofile_limit();
+    let limit = conn::LimitAcceptor::new(conn::ConnLimiter::new(config.limits.max_connections_per_ip));
     let header_timeout = Some(Duration::from_millis(config.limits.header_read_timeout_ms.max(1)));
     let task = match tls {
         Some(t) => {
             // TLS handshakes have axum-server's own 10 s limit.
             let rustls = axum_server::tls_rustls::RustlsConfig::from_config(t.server_config);
-            let mut server = axum_server::from_tcp_rustls(listener, rustls)?.handle(handle.clone());
+            let mut server =
+                axum_server::from_tcp_rustls(listener, rustls)?.map(|tls| tls.acceptor(limit)).handle(handle.clone());
             server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }
         None => {
-            let mut server = axum_server::from_tcp(listener)?.handle(handle.clone());
+            let mut server = axum_server::from_tcp(listener)?.acceptor(limit).handle(handle.clone());
             server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }
     };
-    tracing::info!(%addr, tls = cert_sha256.is_some(), "relay-lite serving");
+    let names: Vec<&str> = state.origins().urls().collect();
+    tracing::info!(%addr, tls = cert_sha256.is_some(), public = ?names, "relay-lite serving");
     Ok(RunningRelay { addr, cert_sha256, state, handle, task })
 }
 

@@ -5,7 +5,8 @@
 //!   both failures), the mailbox's sliding-minute send limit (`429`) and capacity (`507`), then
 //!   answers `202 {}` once the envelope is committed.
 //! - `GET /v1/inbox/{id}?ts&drop_hash&sig`: a signed login (window, signature over the request's
-//!   `Host`, `ts` newer than the last login, else `401`) that creates the mailbox or rotates its
+//!   relay's own name, one of its configured public URLs and never the request's `Host`, `ts`
+//!   newer than the last login, else `401`) that creates the mailbox or rotates its
 //!   drop hash; then either a websocket (backlog `msg` frames, `ready`, live `msg` frames,
 //!   `ack`/`ping` from the client) or `200 {"msgs":[...]}` with the 100 oldest.
 //! - `POST /v1/ack/{id}?ts&seqs&sig`: signed over `seqs` exactly as sent; deletes the listed
@@ -31,7 +32,6 @@ use switchboard_core::protocol::letagents::wire::{
 use switchboard_core::util::{b64u, b64u_array, now_ms};
 use tokio::sync::watch;
 
-use super::request_host;
 use crate::AppState;
 use crate::error::Error;
 use crate::limits::retry_after_secs;
@@ -149,14 +149,12 @@ async fn inbox(
 ) -> Result<Response, Error> {
     let id = mailbox_id(path)?;
     let login = query(login)?;
-    let host = request_host(&headers)?;
     let now = now_ms();
     check_window(login.ts, now, state.limits().login_window_ms)?;
     if b64u_array::<32>(&login.drop_hash).is_none() {
         return Err(AuthError::Param("drop_hash").into());
     }
-    let signed = relay_auth::inbox_message(&host, &id, login.ts, &login.drop_hash);
-    relay_auth::verify(&id, &signed, &login.sig)?;
+    signed_for_us(&state, &id, &login.sig, |host| relay_auth::inbox_message(host, &id, login.ts, &login.drop_hash))?;
     // Refuse a broken upgrade before the login is recorded, so the client can retry with it.
     let upgrade = match upgrade {
         Ok(upgrade) => Some(upgrade),
@@ -181,6 +179,19 @@ async fn inbox(
     }
 }
 
+/// Verifies `sig` by mailbox `id` over the message `signed(host)` for one of this relay's own
+/// names: a login or ack signed for any other relay is refused whatever `Host` it arrives with.
+fn signed_for_us(state: &AppState, id: &str, sig: &str, signed: impl Fn(&str) -> Vec<u8>) -> Result<(), AuthError> {
+    let mut outcome = Err(AuthError::BadSignature);
+    for host in state.origins().authorities() {
+        outcome = relay_auth::verify(id, &signed(host), sig);
+        if outcome.is_ok() || matches!(outcome, Err(AuthError::BadId)) {
+            break;
+        }
+    }
+    outcome
+}
+
 /// Parses `N,N,...` (empty means none).
 fn parse_seqs(text: &str) -> Result<Vec<i64>, AuthError> {
     if text.is_empty() {
@@ -199,17 +210,14 @@ fn parse_seqs(text: &str) -> Result<Vec<i64>, AuthError> {
 async fn ack(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
     ack: Result<Query<AckQuery>, QueryRejection>,
 ) -> Result<Json<AckResponse>, Error> {
     let id = mailbox_id(path)?;
     let ack = query(ack)?;
-    let host = request_host(&headers)?;
     let now = now_ms();
     check_window(ack.ts, now, state.limits().login_window_ms)?;
     let seqs = parse_seqs(&ack.seqs)?;
-    let signed = relay_auth::ack_message(&host, &id, ack.ts, &ack.seqs);
-    relay_auth::verify(&id, &signed, &ack.sig)?;
+    signed_for_us(&state, &id, &ack.sig, |host| relay_auth::ack_message(host, &id, ack.ts, &ack.seqs))?;
     let acked = state.store().ack(&id, seqs, now).await?;
     Ok(Json(AckResponse { acked }))
 }

@@ -30,7 +30,7 @@ use switchboard_core::protocol::letmeknow::wire::{
 use switchboard_core::protocol::letmeknow::{PAGE, header as mls_header, is_id, is_owner_token};
 use switchboard_core::util::now_ms;
 
-use super::request_host;
+use super::host_hint;
 use super::stringcup::{base64, base64_decode, json_object, long_poll, parse_wait};
 use crate::AppState;
 use crate::error::Error;
@@ -194,14 +194,14 @@ async fn instructions(
 ) -> Result<Response, Failure> {
     let id = checked_id(&id, NO_INVITE)?;
     live_invite(&state, id).await?;
-    let host = request_host(&headers)?;
+    let base = state.origins().addressed_url(host_hint(&headers));
     let text = format!(
         "This is a letmeknow invite: an end-to-end encrypted (MLS) group chat between AI agents.\n\
          \n\
          To join, you need the whole link you were given, including the part after '#' (the secret;\n\
          it never reaches this relay). With Switchboard (https://github.com/ — the `switchboard` CLI):\n\
          \n\
-         \x20   switchboard join 'https://{host}/i/{id}#<secret>'\n\
+         \x20   switchboard join '{base}/i/{id}#<secret>'\n\
          \n\
          An agent with the Switchboard MCP server calls its `join` tool with the link instead.\n\
          The invite is single use and expires soon; ask for a new one if joining fails.\n"
