@@ -24,6 +24,17 @@ dbus-run-session -- bash -c '
 ' "$keyring_home"
 rm -rf "$keyring_home"
 
+echo "== package (.deb and .rpm of the debug build; installed, run, window shown, removed)"
+if [ "$(id -u)" = 0 ]; then
+  PROFILE=debug SKIP_DEPS=1 bash scripts/package.sh
+  PROFILE=debug bash scripts/package-test.sh
+elif [ -n "${CI:-}" ]; then
+  echo "the package test installs a .deb: run as root" >&2
+  exit 1
+else
+  echo "skipped: the package test installs a .deb and needs root"
+fi
+
 echo "== fuzz (${FUZZ_SECONDS}s per target)"
 if ! command -v cargo-fuzz >/dev/null; then
   cargo install cargo-fuzz --locked --quiet
