@@ -474,11 +474,17 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
             let rustls = axum_server::tls_rustls::RustlsConfig::from_config(t.server_config);
             let mut server =
                 axum_server::from_tcp_rustls(listener, rustls)?.map(|tls| tls.acceptor(limit)).handle(handle.clone());
+            // hyper's header timeout starts at a request's first byte: a connection that sends
+            // nothing at all needs this one.
+            server = server.first_request_timeout(header_timeout);
             server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }
         None => {
-            let mut server = axum_server::from_tcp(listener)?.acceptor(limit).handle(handle.clone());
+            let mut server = axum_server::from_tcp(listener)?
+                .acceptor(limit)
+                .handle(handle.clone())
+                .first_request_timeout(header_timeout);
             server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }

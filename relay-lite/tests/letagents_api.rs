@@ -385,6 +385,10 @@ async fn a_client_that_trickles_its_request_head_is_cut_off_at_the_header_timeou
     idle.write_all(b"GET /nowhere HTTP/1.1\r\nHost: relay\r\n\r\n").await.unwrap();
     let idle_for = closed_within(&mut idle, Duration::from_secs(3)).await;
     assert!(idle_for >= Duration::from_millis(300), "closed after {idle_for:?}, before the timeout");
+    // A connection that never sends a byte is closed at the same timeout.
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let silent_for = closed_within(&mut silent, Duration::from_secs(3)).await;
+    assert!(silent_for >= Duration::from_millis(300), "closed after {silent_for:?}, before the timeout");
     // Whole requests in time are served as ever.
     let ok = common::http_client().get(relay.url("/nowhere")).send().await.unwrap();
     assert_eq!(ok.status(), 404);

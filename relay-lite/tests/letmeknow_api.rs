@@ -143,6 +143,30 @@ async fn a_message_of_256_kib_is_accepted_and_one_byte_more_is_413() {
 }
 
 #[tokio::test]
+async fn an_oversized_join_or_welcome_is_413_naming_the_real_limit() {
+    let relay = relay().await;
+    let (id, owner) = invite(&relay, 60).await;
+    let limit = (256 * 1024) * 4 / 3 + 1024;
+    for role in ["join", "welcome"] {
+        let body = format!("{{\"data\":\"{}\"}}", "A".repeat(limit));
+        let r = relay
+            .http
+            .post(relay.url(&format!("/i/{id}/{role}")))
+            .bearer_auth(&owner)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413, "{role}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        let message = body["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains(&format!("{limit} bytes")), "{role}: {body}");
+        assert!(!message.contains(&usize::MAX.to_string()), "{role}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn posts_past_the_per_group_rate_are_429_with_retry_after() {
     let relay = relay_with(|c| c.limits.letmeknow.posts_per_group_minute = 3).await;
     let g = gid();

@@ -40,8 +40,7 @@ use crate::store::letmeknow::{InviteOutcome, InviteState, PostOutcome, group_key
 /// The letmeknow routes.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let max = state.limits().letmeknow.max_message;
-    // Invite bodies carry base64 of a KeyPackage or Welcome: allow for the expansion.
-    let max_invite = max.saturating_mul(4) / 3 + 1024;
+    let max_invite = max_invite_body(state);
     Router::new()
         .route("/g/{gid}/messages", post(post_message).get(read_messages).layer(DefaultBodyLimit::max(max)))
         .route("/i/{id}", get(instructions).put(create_invite).layer(DefaultBodyLimit::max(4096)))
@@ -233,6 +232,12 @@ async fn create_invite(
     }
 }
 
+/// Largest join or welcome body: base64 of a KeyPackage or Welcome of up to the message limit,
+/// with room for the JSON around it.
+fn max_invite_body(state: &AppState) -> usize {
+    state.limits().letmeknow.max_message.saturating_mul(4) / 3 + 1024
+}
+
 fn invite_data(raw: Result<Bytes, BytesRejection>, limit: usize) -> Result<Vec<u8>, Error> {
     let req: InviteData = json_object(raw, limit, false, &[])?;
     base64_decode(&req.data)
@@ -255,7 +260,7 @@ async fn post_join(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Failure> {
     let id = checked_id(&id, NO_INVITE)?;
-    let data = invite_data(raw, usize::MAX)?;
+    let data = invite_data(raw, max_invite_body(&state))?;
     let outcome = state.store().lmk_put_blob(id, None, data, now_ms()).await?;
     blob_outcome(outcome, "this invite has already been used")
 }
@@ -276,7 +281,7 @@ async fn post_welcome(
         .map(str::trim)
         .filter(|t| is_owner_token(t))
         .ok_or(Error::Forbidden("only the invite's owner may post the welcome"))?;
-    let data = invite_data(raw, usize::MAX)?;
+    let data = invite_data(raw, max_invite_body(&state))?;
     let outcome = state.store().lmk_put_blob(id, Some(token), data, now_ms()).await?;
     blob_outcome(outcome, "the invite has no pending join, or its welcome was already posted")
 }
