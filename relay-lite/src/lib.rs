@@ -18,6 +18,7 @@ pub mod error;
 pub mod hub;
 pub mod limits;
 pub mod origin;
+pub mod parking;
 pub mod routes;
 pub mod store;
 pub mod tls;
@@ -131,6 +132,9 @@ pub struct StringcupLimits {
     /// Requests that may be parked in a long-poll at once; beyond it `wait` answers at once with
     /// `X-Long-Poll: unavailable`.
     pub long_poll_slots: usize,
+    /// Of those, how many one identity may hold (its inbox and rendezvous waits together); 0
+    /// means no per-identity share.
+    pub long_poll_per_identity: usize,
     /// A token unused for this long stops working and its identity is reclaimed (ms).
     pub token_inactivity_ms: i64,
     /// How long an `Idempotency-Key` is remembered (ms).
@@ -165,6 +169,7 @@ impl Default for StringcupLimits {
             registrations_per_hour_per_ip: 60,
             long_poll_max_secs: 25,
             long_poll_slots: 1024,
+            long_poll_per_identity: 16,
             token_inactivity_ms: 30 * 24 * 3600 * 1000,
             idempotency_ttl_ms: 24 * 3600 * 1000,
             rendezvous_ttl_ms: 15 * 60 * 1000,
@@ -252,6 +257,8 @@ pub(crate) struct Shared {
     pub(crate) ip_rate: IpLimiter,
     /// Posts per letmeknow group per minute.
     pub(crate) letmeknow_rate: SlidingWindow,
+    /// Parked letmeknow reads (group logs and invites), shared per client address.
+    pub(crate) letmeknow_parking: parking::ParkingPool,
     /// Stringcup budgets, long-poll pool, idempotency keys in flight, statistics snapshot.
     pub(crate) stringcup: routes::stringcup::StringcupState,
     /// Becomes `true` when the relay shuts down; websocket sessions watch it.
@@ -367,6 +374,10 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         send_rate: SlidingWindow::new(limits.sends_per_minute, Duration::from_secs(60)),
         ip_rate: IpLimiter::new(limits.ip_requests_per_minute),
         letmeknow_rate: SlidingWindow::new(limits.letmeknow.posts_per_group_minute, Duration::from_secs(60)),
+        letmeknow_parking: parking::ParkingPool::new(
+            limits.letmeknow.long_poll_slots,
+            limits.letmeknow.long_poll_per_ip,
+        ),
         stringcup: routes::stringcup::StringcupState::new(&limits.stringcup),
         limits,
         origins,

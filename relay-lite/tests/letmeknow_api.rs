@@ -355,3 +355,55 @@ async fn unknown_invites_are_404() {
     assert_eq!(post_blob(&relay, &id, "join", None, b"kp").await, 404);
     assert_eq!(post_blob(&relay, &id, "welcome", Some(&owner()), b"w").await, 404);
 }
+
+#[tokio::test]
+async fn one_address_parking_reads_on_random_groups_cannot_starve_another() {
+    let relay = relay_with(|c| {
+        c.limits.letmeknow.long_poll_slots = 64;
+        c.limits.letmeknow.long_poll_per_ip = 8;
+    })
+    .await;
+    // 127.0.0.1 parks 200 reads of groups that do not exist: 8 are held, the rest are refused at
+    // once with 429 and Retry-After (so a client backs off instead of asking again in a loop).
+    let attacker = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let polls: Vec<_> = (0..200)
+        .map(|_| {
+            let url = relay.url(&format!("/g/{}/messages?after=0&wait=3", gid()));
+            let attacker = attacker.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let r = attacker.get(url).send().await.unwrap();
+                (started.elapsed(), r.status().as_u16(), r.headers().contains_key("retry-after"))
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 127.0.0.2 (loopback too) parks on a real group and is woken by the next post.
+    let g = gid();
+    assert_eq!(post(&relay, &g, build(g.as_bytes(), 0, ContentType::Application, b"first")).await.status(), 200);
+    let other = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let url = relay.url(&format!("/g/{g}/messages?after=1&wait=20"));
+    let reader = tokio::spawn(async move {
+        let started = Instant::now();
+        let r = other.get(url).send().await.unwrap();
+        (started.elapsed(), r.status().as_u16(), r.json::<Vec<RelayToClientLogEntry>>().await.unwrap())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(post(&relay, &g, build(g.as_bytes(), 0, ContentType::Application, b"second")).await.status(), 200);
+    let (took, status, entries) = reader.await.unwrap();
+    assert_eq!((status, entries.len()), (200, 1), "after {took:?}");
+    assert!(took >= Duration::from_millis(250), "answered before the post: not parked ({took:?})");
+    let (mut held, mut refused) = (0, 0);
+    for poll in polls {
+        match poll.await.unwrap() {
+            (took, 200, _) if took >= Duration::from_secs(2) => held += 1,
+            (took, 429, true) if took < Duration::from_secs(2) => refused += 1,
+            other => panic!("unexpected answer to a parked read: {other:?}"),
+        }
+    }
+    assert_eq!((held, refused), (8, 192));
+}

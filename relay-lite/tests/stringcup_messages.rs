@@ -708,3 +708,50 @@ async fn a_full_long_poll_pool_answers_unavailable_at_once() {
     relay.send(&alice, &carol, "now there is room").await;
     assert_eq!(poll.await.unwrap().header("x-long-poll"), Some("waited"));
 }
+
+#[tokio::test]
+async fn one_identity_cannot_take_the_long_poll_pool_from_others() {
+    let relay = Arc::new(
+        relay_with(|l| {
+            l.long_poll_slots = 64;
+            l.long_poll_per_identity = 4;
+        })
+        .await,
+    );
+    let (alice, bob, mallory) =
+        (relay.register("alice").await, relay.register("bob").await, relay.register("mallory").await);
+    // Mallory asks for 20 waits at once: her share is 4, the rest are answered at once.
+    let waits: Vec<_> = (0..20)
+        .map(|_| {
+            let (relay, mallory) = (relay.clone(), mallory.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = relay.get(&mallory, "/messages?wait=3").await;
+                (started.elapsed(), reply.header("x-long-poll").map(str::to_owned))
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Bob still parks, and his wait ends with the message sent to him.
+    let parked = {
+        let (relay, bob) = (relay.clone(), bob.clone());
+        tokio::spawn(async move { relay.get(&bob, "/messages?wait=20").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.send(&alice, &bob, "you still get through").await;
+    let reply = parked.await.unwrap();
+    assert_eq!((reply.body["count"].as_u64(), reply.header("x-long-poll")), (Some(1), Some("waited")));
+    let mut held = 0;
+    for wait in waits {
+        let (took, state) = wait.await.unwrap();
+        match state.as_deref() {
+            Some("waited") => {
+                held += 1;
+                assert!(took >= Duration::from_secs(2), "a parked wait ended early: {took:?}");
+            }
+            Some("unavailable") => assert!(took < Duration::from_secs(2), "refused late: {took:?}"),
+            other => panic!("unexpected X-Long-Poll {other:?}"),
+        }
+    }
+    assert_eq!(held, 4, "mallory parked more than her share");
+}

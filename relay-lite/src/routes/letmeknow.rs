@@ -12,16 +12,17 @@
 //!   (`200 {"data"}` or `204`). An unknown or expired invite is `404` everywhere; any id that is
 //!   not 32 lower-case hex is `404` too.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use switchboard_core::protocol::letagents::wire::ErrorBody;
 use switchboard_core::protocol::letmeknow::wire::{
@@ -31,10 +32,10 @@ use switchboard_core::protocol::letmeknow::{PAGE, header as mls_header, is_id, i
 use switchboard_core::util::now_ms;
 
 use super::host_hint;
-use super::stringcup::{base64, base64_decode, json_object, long_poll, parse_wait};
+use super::stringcup::{LongPoll, base64, base64_decode, json_object, long_poll, parse_wait};
 use crate::AppState;
 use crate::error::Error;
-use crate::limits::retry_after_secs;
+use crate::limits::{IpLimiter, retry_after_secs};
 use crate::store::letmeknow::{InviteOutcome, InviteState, PostOutcome, group_key, invite_key};
 
 /// The letmeknow routes.
@@ -152,8 +153,25 @@ fn query(q: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>) 
     q.map(|Query(q)| q).map_err(|e| Error::BadRequest(e.body_text()))
 }
 
+/// Whose share of the letmeknow parking pool a read uses: its client address (IPv4, or IPv6
+/// /64), or one shared key for a router used in-process without addresses.
+fn reader(connect: Option<&Extension<ConnectInfo<SocketAddr>>>) -> String {
+    connect
+        .map_or_else(|| "in-process".to_owned(), |Extension(ConnectInfo(peer))| IpLimiter::key(peer.ip()).to_string())
+}
+
+/// A read that found nothing and could not park: `429` (its client would otherwise ask again at
+/// once, in a loop), to retry after the wait it asked for.
+fn parked_or_429(parked: LongPoll, wait: Duration) -> Result<(), Error> {
+    match parked {
+        LongPoll::Unavailable => Err(Error::RateLimited { retry_after_secs: wait.as_secs().max(1) }),
+        LongPoll::Off | LongPoll::Waited(_) => Ok(()),
+    }
+}
+
 async fn read_messages(
     State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path(gid): Path<String>,
     q: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<RelayToClientLogEntry>>, Failure> {
@@ -169,12 +187,15 @@ async fn read_messages(
     };
     let wait = parse_wait(None, q.wait.as_deref(), state.limits().letmeknow.max_wait_secs)?;
     let store = state.store();
-    let (rows, _) = long_poll(&state, &group_key(gid), wait, || async {
+    let caller = reader(connect.as_ref());
+    let pool = (&state.shared().letmeknow_parking, caller.as_str());
+    let (rows, parked) = long_poll(&state, pool, &group_key(gid), wait, || async {
         let rows = store.lmk_messages(gid, after, PAGE).await?;
         let ready = !rows.is_empty();
         Ok((rows, ready))
     })
     .await?;
+    parked_or_429(parked, wait)?;
     Ok(Json(
         rows.into_iter()
             .map(|(seq, data)| RelayToClientLogEntry { seq: seq.max(0).unsigned_abs(), data: base64(&data) })
@@ -295,6 +316,7 @@ struct WaitQuery {
 /// the invite's expiry).
 async fn get_blob(
     state: AppState,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     id: String,
     q: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
     welcome: bool,
@@ -306,7 +328,9 @@ async fn get_blob(
     let left = Duration::from_millis(invite.expires_at.saturating_sub(now_ms()).max(0).unsigned_abs());
     let wait = wait.min(left);
     let store = state.store();
-    let (found, _) = long_poll(&state, &invite_key(id), wait, || async {
+    let caller = reader(connect.as_ref());
+    let pool = (&state.shared().letmeknow_parking, caller.as_str());
+    let (found, parked) = long_poll(&state, pool, &invite_key(id), wait, || async {
         let invite = store.lmk_invite(id, now_ms()).await?;
         let data = invite.as_ref().and_then(|i| if welcome { i.welcome.clone() } else { i.join.clone() });
         let gone = invite.is_none();
@@ -314,6 +338,7 @@ async fn get_blob(
         Ok(((data, gone), ready))
     })
     .await?;
+    parked_or_429(parked, wait)?;
     match found {
         (_, true) => Err(NO_INVITE.into()),
         (Some(data), false) => Ok(Json(InviteData { data: base64(&data) }).into_response()),
@@ -327,16 +352,18 @@ async fn get_blob(
 
 async fn get_join(
     State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path(id): Path<String>,
     q: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Failure> {
-    get_blob(state, id, q, false).await
+    get_blob(state, connect, id, q, false).await
 }
 
 async fn get_welcome(
     State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path(id): Path<String>,
     q: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Failure> {
-    get_blob(state, id, q, true).await
+    get_blob(state, connect, id, q, true).await
 }

@@ -329,7 +329,8 @@ async fn inbox(
     let store = state.store();
     let me = caller.id.as_str();
     let after = since.unwrap_or(0);
-    let (mut page, long_poll_state) = long_poll(&state, &inbox_key(me), wait, move || async move {
+    let pool = (&state.shared().stringcup.parking, me);
+    let (mut page, long_poll_state) = long_poll(&state, pool, &inbox_key(me), wait, move || async move {
         // One extra row says whether more remain.
         let rows = store.stringcup().inbox(me, after, limit + 1).await?;
         let ready = !rows.is_empty();
