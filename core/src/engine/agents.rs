@@ -101,7 +101,11 @@ impl Runtime {
                 let contact = contact.clone();
                 let v = self.handle_core(req, one_shot).await?;
                 let c = self.contact(&contact).await?;
-                self.operator_input(c.id).await?;
+                // The message is queued; failing to note the operator's turn (a full disk) must
+                // not report the send as failed.
+                if let Err(e) = self.operator_input(c.id).await {
+                    tracing::warn!("noting the operator's send to {contact}: {e}");
+                }
                 Ok(v)
             }
             Request::SessionOpen { agent, harness } => {

@@ -117,6 +117,7 @@ impl Error {
             Error::Pending(_) => "pending_contact",
             Error::Invalid(_) => "invalid_input",
             Error::UnknownMessage(_) => "unknown_message",
+            Error::Store(StoreError::DiskFull(_)) => "disk_full",
             Error::Store(_) => "store",
             Error::Keystore(_) => "keystore",
             Error::Transport(_) => "relay",
@@ -135,7 +136,7 @@ impl Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        Error::Store(StoreError::Sql(e))
+        Error::Store(e.into())
     }
 }
 
@@ -584,8 +585,10 @@ impl Runtime {
                         to_agent.as_deref(),
                     )
                     .await?;
-                if one_shot {
-                    self.flush_once(true).await?;
+                // Queued (committed) now: a failed first attempt is the outbox's to retry, not
+                // an error that would invite a duplicate.
+                if one_shot && let Err(e) = self.flush_once(true).await {
+                    tracing::warn!("message {id} is queued; sending it now failed: {e}");
                 }
                 self.message_view(&id).await
             }

@@ -15,9 +15,14 @@ use sqlx::{Row, SqliteConnection, SqlitePool};
 /// Store failures: local (disk, corruption) or bugs.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The disk holding the profile is full (`SQLITE_FULL`; local, not the peer's or the
+    /// relay's): the transaction was rolled back, so nothing of it was saved, acknowledged or
+    /// queued. The same request succeeds once space is freed.
+    #[error("the profile's disk is full, so nothing was saved; free some space and try again ({0})")]
+    DiskFull(sqlx::Error),
     /// SQLite said no.
     #[error("database: {0}")]
-    Sql(#[from] sqlx::Error),
+    Sql(sqlx::Error),
     /// A migration failed.
     #[error("database migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -25,6 +30,54 @@ pub enum StoreError {
 
 /// Result alias.
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// SQLite's primary result code for a full disk (the low byte of an extended code).
+const SQLITE_FULL: i64 = 13;
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let primary = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .and_then(|code| code.parse::<i64>().ok())
+            .map(|extended| extended & 0xff);
+        if primary == Some(SQLITE_FULL) { Self::DiskFull(e) } else { Self::Sql(e) }
+    }
+}
+
+/// Keeps a pooled connection only if it is back in autocommit mode.
+///
+/// When `COMMIT` fails on a full disk, SQLite rolls the transaction back by itself; the
+/// `ROLLBACK` sqlx then sends fails ("no transaction is active"), and sqlx, which counts
+/// transaction depth itself and only decrements it when `COMMIT` or `ROLLBACK` succeeds, still
+/// believes the connection is inside a transaction. Returned to the pool like that, its next
+/// `begin()` would issue `SAVEPOINT` and its `commit()` `RELEASE`; after one more failed commit
+/// SQLite leaves autocommit off for good and every later "commit" on the connection only
+/// releases a savepoint: reported saved, never written. Such a connection is closed instead, and
+/// the pool opens a fresh one.
+fn keep_after_release(
+    conn: &mut SqliteConnection,
+    _: sqlx::pool::PoolConnectionMetadata,
+) -> futures_util::future::BoxFuture<'_, std::result::Result<bool, sqlx::Error>> {
+    use sqlx::Connection as _;
+    Box::pin(async move {
+        if !conn.is_in_transaction() {
+            return Ok(true);
+        }
+        // A dropped transaction queues its ROLLBACK; a ping runs it first.
+        conn.ping().await?;
+        if conn.is_in_transaction() {
+            return Ok(false);
+        }
+        // Rolled back as sqlx believes; a plain BEGIN, which fails inside a transaction, checks
+        // that SQLite agrees.
+        if sqlx::query("BEGIN").execute(&mut *conn).await.is_err() {
+            return Ok(false);
+        }
+        sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+        Ok(true)
+    })
+}
 
 /// The store handle.
 #[derive(Debug, Clone)]
@@ -276,7 +329,8 @@ impl Store {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+        let pool =
+            SqlitePoolOptions::new().max_connections(4).after_release(keep_after_release).connect_with(opts).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         #[cfg(unix)]
         {

@@ -125,7 +125,11 @@ async fn send(
     if let Err(wait) = state.shared().send_rate.check(&id, Instant::now()) {
         return Err(Error::RateLimited { retry_after_secs: retry_after_secs(wait) });
     }
-    let outcome = state.store().deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms()).await?;
+    let outcome = state
+        .store()
+        .deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms())
+        .await
+        .map_err(Error::from_send)?;
     match outcome {
         DepositOutcome::Stored { seq } => {
             tracing::debug!(mailbox = %id, seq, "envelope stored");
