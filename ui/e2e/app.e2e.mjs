@@ -52,7 +52,7 @@ await scenario(async ({ browser, page }) => {
   await page.getByRole('navigation', { name: 'Main' }).waitFor();
 
   step('add a contact by pasting its address anywhere');
-  await page.locator('h2', { hasText: 'Contacts' }).waitFor();
+  await page.getByRole('heading', { name: 'Chats', exact: true }).waitFor();
   await pasteAnywhere(page, BOB_ADDRESS);
   const dialog = page.getByRole('dialog', { name: 'Add this contact?' });
   await dialog.waitFor();
@@ -86,6 +86,32 @@ await scenario(async ({ browser, page }) => {
   await page.locator('.msg.out blockquote.parent', { hasText: 'hi alice, bob here' }).waitFor();
   await shot(page, '04-conversation');
 
+  step('unread: a message that arrives while another screen is open is counted');
+  await nav(page, 'Settings').click();
+  await page.getByRole('heading', { name: 'Settings', exact: true }).waitFor();
+  assert((await page.title()) === 'Switchboard', `no unread yet: ${await page.title()}`);
+  await driver({ op: 'bob_send', text: 'are you there?', kind: 'send' });
+  await driver({ op: 'bob_send', text: 'ping again', kind: 'send' });
+  await nav(page, 'Chats, 2 unread').waitFor({ timeout: 30_000 });
+  assert((await page.title()) === '(2) Switchboard', `the window title counts: ${await page.title()}`);
+  await nav(page, 'Chats').click();
+  const bobRow = page.locator('.chat[data-contact="bob"]');
+  await bobRow.locator('.unread-count', { hasText: '2' }).waitFor();
+  assert((await bobRow.locator('.chat-preview').textContent()) === 'ping again', 'the preview is the newest message');
+  assert(/\d\d:\d\d/.test(await bobRow.locator('.chat-time').textContent()), 'a short time, no seconds');
+  const weight = await bobRow.locator('.chat-preview').evaluate((e) => getComputedStyle(e).fontWeight);
+  assert(Number(weight) >= 600, `an unread conversation is bold: ${weight}`);
+  assert(
+    (await page.locator('.chat[data-contact]').first().getAttribute('data-contact')) === 'bob',
+    'the latest activity comes first',
+  );
+  await shot(page, '04a-unread');
+  await page.getByRole('link', { name: /Open conversation with bob, 2 unread/ }).click();
+  await page.locator('.msg.in', { hasText: 'ping again' }).waitFor();
+  await page.waitForFunction(() => document.title === 'Switchboard');
+  assert((await bobRow.locator('.unread-count').count()) === 0, 'opening the conversation reads it');
+  assert((await nav(page, 'Chats').textContent()).trim() === 'Chats', 'no count in the navigation');
+
   step('keyboard only: the navigation, a contact, the composer, and the preview dialog');
   /** Presses Tab until `isHere` (run in the page) holds for the focused element. */
   const tabTo = async (what, isHere) => {
@@ -96,9 +122,9 @@ await scenario(async ({ browser, page }) => {
     throw new Error(`Tab never reached ${what}`);
   };
   await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
-  await tabTo('the Contacts link', () => document.activeElement?.closest('nav') && document.activeElement.textContent === 'Contacts');
+  await tabTo('the Chats link', () => document.activeElement?.closest('nav') && document.activeElement.textContent.startsWith('Chats'));
   await page.keyboard.press('Enter');
-  await page.locator('h2', { hasText: 'Contacts' }).waitFor();
+  await page.getByRole('heading', { name: 'Chats', exact: true }).waitFor();
   await tabTo("bob's conversation link", () => document.activeElement?.getAttribute('href') === '#/c/bob');
   await page.keyboard.press('Enter');
   await tabTo('the message field', () => document.activeElement?.id === 'compose');
@@ -117,7 +143,7 @@ await scenario(async ({ browser, page }) => {
 
   step('approve a hello request');
   await driver({ op: 'carol_hello', to: aliceAddress });
-  await nav(page, 'Contacts').click();
+  await nav(page, 'Chats').click();
   const approve = page.getByRole('button', { name: `Approve ${CAROL_NAME}` });
   await approve.waitFor({ timeout: 30_000 });
   await shot(page, '05-request');
@@ -142,7 +168,7 @@ await scenario(async ({ browser, page }) => {
   await page.locator('.conversation .badge.ok', { hasText: 'Verified' }).waitFor();
 
   step('a key change shows a banner and blocks sending');
-  await nav(page, 'Contacts').click();
+  await nav(page, 'Chats').click();
   await page.getByLabel('Address to add').fill(MALLORY_ADDRESS);
   await page.getByRole('button', { name: 'Preview' }).click();
   await dialog.waitFor();

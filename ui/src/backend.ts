@@ -186,7 +186,8 @@ export interface Backend {
   contactAllow(name: string, kinds: string[]): Promise<Contact>;
   pair(token: string, name?: string): Promise<Contact>;
   send(contact: string, text: string, opts?: SendOptions): Promise<Message>;
-  conversation(contact: string): Promise<Message[]>;
+  /** A conversation, oldest first: the newest `limit` messages (the runtime's default 500). */
+  conversation(contact: string, limit?: number): Promise<Message[]>;
   log(search?: string, limit?: number): Promise<AuditRow[]>;
   agents(): Promise<Agent[]>;
   reviewList(): Promise<ReviewItem[]>;
@@ -281,8 +282,8 @@ abstract class RequestBackend implements Backend {
   send(contact: string, text: string, opts: SendOptions = {}) {
     return this.rpc<Message>({ op: 'send', contact, text, kind: opts.kind ?? null, reply_to: opts.reply_to ?? null });
   }
-  conversation(contact: string) {
-    return this.rpc<Message[]>({ op: 'conversation', contact });
+  conversation(contact: string, limit?: number) {
+    return this.rpc<Message[]>({ op: 'conversation', contact, limit: limit ?? null });
   }
   log(search?: string, limit = 500) {
     return this.rpc<AuditRow[]>({ op: 'log', search: search || null, limit });

@@ -14,12 +14,15 @@ import {
   type HostedRelay,
   type Identity,
   type Message,
+  type ReviewItem,
+  type Status,
   type Whoami,
   pickBackend,
 } from './backend';
-import { field, fmtTime, h, mount } from './dom';
+import { field, fmtTime, h, mount, shortTime } from './dom';
 import { type Recognised, recognise } from './paste';
 import { S } from './strings';
+import { ReadMarkers } from './unread';
 
 const backend: Backend = pickBackend();
 const root = document.getElementById('app') as HTMLElement;
@@ -149,25 +152,39 @@ const main = h('main', { id: 'main', tabindex: '-1' });
 let me: Whoami | null = null;
 let rendering = 0;
 
-function navLink(hash: string, label: string, current: boolean) {
-  return h('a', { href: hash, 'aria-current': current ? 'page' : null }, label);
+function navLink(hash: string, label: string, current: boolean, count?: string) {
+  let counter: HTMLElement | null = null;
+  if (count) {
+    counter = h('span', { class: 'nav-count' });
+    navCounts.set(count, counter);
+  }
+  return h('a', { href: hash, 'aria-current': current ? 'page' : null }, label, counter);
 }
 
 function shell(route: Route) {
+  navCounts.clear();
+  const chats = route.name === 'contacts' || route.name === 'conversation';
   const nav = h(
     'nav',
     { 'aria-label': S.nav.label },
     h('ul', null, [
-      h('li', null, navLink('#/contacts', S.nav.contacts, route.name === 'contacts' || route.name === 'conversation')),
+      h('li', null, navLink('#/contacts', S.nav.contacts, chats, 'contacts')),
       h('li', null, navLink('#/agents', S.nav.agents, route.name === 'agents')),
-      h('li', null, navLink('#/groups', S.nav.groups, route.name === 'groups')),
-      h('li', null, navLink('#/review', S.nav.review, route.name === 'review')),
+      h('li', null, navLink('#/groups', S.nav.groups, route.name === 'groups', 'groups')),
+      h('li', null, navLink('#/review', S.nav.review, route.name === 'review', 'review')),
       h('li', null, navLink('#/log', S.nav.log, route.name === 'log')),
       h('li', null, navLink('#/settings', S.nav.settings, route.name === 'settings')),
       h('li', null, navLink('#/me', S.nav.me, route.name === 'me')),
     ]),
   );
-  mount(root, h('header', null, h('h1', null, S.appName), me ? h('span', { class: 'whoami' }, me.name) : null), nav, notice, main);
+  document.body.classList.toggle('chat-layout', chats);
+  mount(
+    root,
+    h('header', null, h('h1', null, S.appName), nav, me ? h('span', { class: 'whoami' }, me.name) : null),
+    notice,
+    main,
+  );
+  updateChrome();
 }
 
 async function render(background = false) {
@@ -176,12 +193,13 @@ async function render(background = false) {
   if (!background) shell(route);
   let view: Node;
   try {
+    await refreshSummary();
     switch (route.name) {
       case 'contacts':
-        view = await contactsView();
+        view = await chatsView(null);
         break;
       case 'conversation':
-        view = await conversationView(route.contact);
+        view = await chatsView(route.contact);
         break;
       case 'verify':
         view = await verifyView(route.contact);
@@ -222,9 +240,11 @@ async function render(background = false) {
       if (el && !el.disabled) el.value = value;
     }
     if (focused) document.getElementById(focused)?.focus();
+    updateChrome();
     return;
   }
   mount(main, view);
+  updateChrome();
 }
 
 // ----- first run ----------------------------------------------------------------------------
@@ -318,92 +338,237 @@ function contactBadges(c: Contact) {
   ];
 }
 
-async function contactsView() {
-  const [contacts, requests] = await Promise.all([backend.contacts(), backend.requests()]);
+// ----- the chat list: conversations by latest activity, unread counts ------------------------
+
+/** One conversation in the list. */
+interface Chat {
+  contact: Contact;
+  /** Its newest messages, oldest first (a window: enough for the preview and unread count). */
+  msgs: Message[];
+  last: Message | undefined;
+  unread: number;
+}
+
+/** What every screen's chrome shows: unread totals, the review count, the relay's health. */
+interface Summary {
+  chats: Chat[];
+  requests: Contact[];
+  groups: GroupSummary[];
+  review: ReviewItem[];
+  status: Status | null;
+}
+
+/** Messages per conversation read for the list (preview, time, unread count up to this many). */
+const LIST_WINDOW = 50;
+let summary: Summary | null = null;
+let reads: ReadMarkers | null = null;
+
+function markers(): ReadMarkers {
+  if (!reads) reads = new ReadMarkers(me?.profile ?? 'default');
+  return reads;
+}
+
+function byActivity(a: Chat, b: Chat) {
+  if (a.last && b.last) return b.last.ts - a.last.ts;
+  if (a.last) return -1;
+  if (b.last) return 1;
+  return a.contact.name.localeCompare(b.contact.name);
+}
+
+async function refreshSummary(): Promise<Summary> {
+  const [contacts, requests, groups, review, status] = await Promise.all([
+    backend.contacts(),
+    backend.requests(),
+    backend.groups().catch(() => [] as GroupSummary[]),
+    backend.reviewList().catch(() => [] as ReviewItem[]),
+    backend.status().catch(() => null),
+  ]);
   const active = contacts.filter((c) => c.state !== 'pending');
+  const convs = await Promise.all(active.map((c) => backend.conversation(c.name, LIST_WINDOW).catch(() => [] as Message[])));
+  const r = markers();
+  const firstLook = r.fresh && summary === null;
+  const chats = active.map((contact, i) => {
+    const msgs = convs[i] ?? [];
+    // The first start on this device: what is already there counts as read.
+    if (firstLook) r.markRead(contact.name, msgs);
+    return { contact, msgs, last: msgs[msgs.length - 1], unread: r.unread(contact.name, msgs) };
+  });
+  chats.sort(byActivity);
+  summary = { chats, requests, groups, review, status };
+  return summary;
+}
+
+function totals(s: Summary) {
+  const chats = s.chats.reduce((n, c) => n + c.unread, 0);
+  const groups = s.groups.reduce((n, g) => n + (g.unread || 0), 0);
+  return { chats, groups, all: chats + groups };
+}
+
+/** The counters in the navigation, keyed by route. */
+const navCounts = new Map<string, HTMLElement>();
+
+/** Unread totals in the navigation and the window title, the review count, the relay bar. */
+function updateChrome() {
+  const s = summary;
+  if (!s) return;
+  const t = totals(s);
+  const set = (key: string, n: number, label: (n: number) => string) => {
+    const el = navCounts.get(key);
+    if (!el) return;
+    mount(el, n > 0 ? [h('span', { class: 'count', 'aria-hidden': 'true' }, String(n)), h('span', { class: 'sr-only' }, `, ${label(n)}`)] : null);
+  };
+  set('contacts', t.chats, S.unread);
+  set('groups', t.groups, S.unread);
+  set('review', s.review.length, S.review.waiting);
+  document.title = t.all > 0 ? `(${t.all}) ${S.appName}` : S.appName;
+}
+
+function preview(m: Message | undefined): string {
+  if (!m) return S.chats.noMessages;
+  const text = messageText(m).replace(/\s+/g, ' ');
+  return m.direction === 'out' ? S.chats.you(text) : text;
+}
+
+function chatItem(c: Chat, open: string | null) {
+  const name = c.contact.name;
+  const pid = `chat-preview-${name.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+  return h(
+    'li',
+    { 'data-contact': name, class: c.unread > 0 ? 'chat unread' : 'chat' },
+    h(
+      'a',
+      {
+        href: `#/c/${encodeURIComponent(name)}`,
+        'aria-label': c.unread > 0 ? `${S.contacts.open(name)}, ${S.unread(c.unread)}` : S.contacts.open(name),
+        'aria-describedby': pid,
+        'aria-current': open === name ? 'true' : null,
+      },
+      h(
+        'span',
+        { class: 'chat-top' },
+        h('span', { class: 'chat-name' }, name),
+        c.contact.key_changed ? badge(S.contacts.keyChanged, 'danger') : null,
+        c.last ? h('time', { class: 'chat-time', datetime: new Date(c.last.ts).toISOString() }, shortTime(c.last.ts)) : null,
+      ),
+      h(
+        'span',
+        { class: 'chat-bottom' },
+        h('span', { class: 'chat-preview', id: pid }, preview(c.last)),
+        c.unread > 0 ? h('span', { class: 'unread-count', 'aria-hidden': 'true' }, String(c.unread)) : null,
+      ),
+    ),
+  );
+}
+
+function groupItem(g: GroupSummary) {
+  const label = S.chats.group(g.group);
+  return h(
+    'li',
+    { class: g.unread > 0 ? 'chat unread' : 'chat', 'data-group': g.group },
+    h(
+      'a',
+      { href: '#/groups', 'aria-label': g.unread > 0 ? `${label}, ${S.unread(g.unread)}` : label },
+      h('span', { class: 'chat-top' }, h('span', { class: 'chat-name' }, label)),
+      h(
+        'span',
+        { class: 'chat-bottom' },
+        h('span', { class: 'chat-preview' }, S.chats.groupNote),
+        g.unread > 0 ? h('span', { class: 'unread-count', 'aria-hidden': 'true' }, String(g.unread)) : null,
+      ),
+    ),
+  );
+}
+
+function requestsBox(requests: Contact[]) {
+  if (requests.length === 0) return null;
+  return h(
+    'section',
+    { 'aria-labelledby': 'req-title', class: 'requests' },
+    h('h3', { id: 'req-title' }, S.contacts.pending),
+    h(
+      'ul',
+      { class: 'list' },
+      requests.map((c) =>
+        h(
+          'li',
+          { class: 'request', 'data-contact': c.name },
+          h('strong', null, c.name),
+          ' ',
+          contactBadges(c),
+          c.request ? h('span', { class: 'says' }, ' ', S.contacts.says(c.request)) : null,
+          c.safety_number ? h('div', { class: 'safety' }, c.safety_number) : null,
+          h(
+            'div',
+            { class: 'actions' },
+            h(
+              'button',
+              {
+                type: 'button',
+                'aria-label': `${S.contacts.approve} ${c.name}`,
+                onclick: () => act(() => backend.contactAccept(c.name), S.contacts.approved(c.name)),
+              },
+              S.contacts.approve,
+            ),
+            h(
+              'button',
+              {
+                type: 'button',
+                class: 'secondary',
+                'aria-label': `${S.contacts.deny} ${c.name}`,
+                onclick: () => act(() => backend.contactDeny(c.name)),
+              },
+              S.contacts.deny,
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+function addContactForm() {
   const pasteInput = h('input', { type: 'text', id: 'paste-field', autocomplete: 'off', spellcheck: false });
   return h(
-    'div',
-    null,
-    h('h2', null, S.contacts.title),
-    h(
-      'form',
-      {
-        class: 'paste-form',
-        onsubmit: (e: Event) => {
-          e.preventDefault();
-          openPreview(pasteInput.value);
-        },
+    'form',
+    {
+      class: 'paste-form',
+      'aria-labelledby': 'add-title',
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        openPreview(pasteInput.value);
       },
-      h('p', null, S.contacts.pasteHint),
-      field(S.contacts.pasteField, pasteInput),
-      h('button', { type: 'submit' }, S.contacts.preview),
-    ),
-    h(
-      'section',
-      { 'aria-labelledby': 'req-title', class: 'requests' },
-      h('h3', { id: 'req-title' }, S.contacts.pending),
-      requests.length === 0
-        ? h('p', { class: 'muted' }, S.contacts.pendingEmpty)
-        : h(
-            'ul',
-            { class: 'list' },
-            requests.map((c) =>
-              h(
-                'li',
-                { class: 'request', 'data-contact': c.name },
-                h('strong', null, c.name),
-                ' ',
-                contactBadges(c),
-                c.request ? h('span', { class: 'says' }, ' ', S.contacts.says(c.request)) : null,
-                c.safety_number ? h('div', { class: 'safety' }, c.safety_number) : null,
-                h(
-                  'div',
-                  { class: 'actions' },
-                  h(
-                    'button',
-                    {
-                      type: 'button',
-                      'aria-label': `${S.contacts.approve} ${c.name}`,
-                      onclick: () => act(() => backend.contactAccept(c.name)),
-                    },
-                    S.contacts.approve,
-                  ),
-                  h(
-                    'button',
-                    {
-                      type: 'button',
-                      class: 'secondary',
-                      'aria-label': `${S.contacts.deny} ${c.name}`,
-                      onclick: () => act(() => backend.contactDeny(c.name)),
-                    },
-                    S.contacts.deny,
-                  ),
-                ),
-              ),
-            ),
-          ),
-    ),
-    h(
-      'section',
-      { 'aria-labelledby': 'ct-title' },
-      h('h3', { id: 'ct-title' }, S.contacts.title),
-      active.length === 0
-        ? h('p', { class: 'muted' }, S.contacts.empty)
-        : h(
-            'ul',
-            { class: 'list contacts' },
-            active.map((c) =>
-              h(
-                'li',
-                { 'data-contact': c.name },
-                h('a', { href: `#/c/${encodeURIComponent(c.name)}`, 'aria-label': S.contacts.open(c.name) }, c.name),
-                ' ',
-                contactBadges(c),
-              ),
-            ),
-          ),
-    ),
+    },
+    h('h3', { id: 'add-title' }, S.contacts.add),
+    h('p', { class: 'muted' }, S.contacts.pasteHint),
+    h('div', { class: 'inline-field' }, field(S.contacts.pasteField, pasteInput), h('button', { type: 'submit' }, S.contacts.preview)),
+  );
+}
+
+/** The left pane: requests, conversations by latest activity, groups, adding a contact. */
+function chatList(s: Summary, open: string | null) {
+  return h(
+    'section',
+    { class: 'chat-list', 'aria-labelledby': 'chats-title' },
+    h('h2', { id: 'chats-title' }, S.chats.title),
+    requestsBox(s.requests),
+    s.chats.length === 0 && s.groups.length === 0
+      ? h('p', { class: 'muted' }, S.contacts.empty)
+      : h('ul', { class: 'chats-ul', 'aria-label': S.chats.title }, s.chats.map((c) => chatItem(c, open)), s.groups.map(groupItem)),
+    addContactForm(),
+  );
+}
+
+/** Contacts and conversations: the list on the left, the open conversation on the right. */
+async function chatsView(open: string | null) {
+  const pane = open ? await conversationView(open) : h('div', { class: 'chat-empty' }, h('p', { class: 'muted' }, S.chats.choose));
+  // The open conversation marked itself read: the list and totals follow.
+  const s = summary ?? (await refreshSummary());
+  for (const c of s.chats) c.unread = markers().unread(c.contact.name, c.msgs);
+  return h(
+    'div',
+    { class: 'chats', 'data-open': open ? 'conversation' : 'list' },
+    chatList(s, open),
+    h('div', { class: 'chat-pane' }, pane),
   );
 }
 
@@ -538,6 +703,10 @@ async function conversationView(name: string) {
   ]);
   const c = contacts.find((x) => x.name === name);
   if (!c) throw new BackendError('unknown_contact', `no contact named ${name}`);
+  // Shown is read (a hidden window reads nothing); the list takes this window of it.
+  if (document.visibilityState === 'visible') markers().markRead(c.name, msgs);
+  const chat = summary?.chats.find((x) => x.contact.name === c.name);
+  if (chat) chat.msgs = msgs.slice(-LIST_WINDOW);
   // Notifications are the desktop app's: no mute switch where there are none.
   const muteKey = `c:${c.name}`;
   const muteBox =

@@ -5,7 +5,7 @@ export const S = {
   loading: 'Loading…',
   nav: {
     label: 'Main',
-    contacts: 'Contacts',
+    contacts: 'Chats',
     agents: 'Agents',
     review: 'Review',
     groups: 'Groups',
@@ -39,8 +39,18 @@ export const S = {
     copied: 'Copied',
     qr: (proto: string) => `QR code of your ${proto} address`,
   },
+  chats: {
+    title: 'Chats',
+    noMessages: 'No messages yet',
+    you: (text: string) => `You: ${text}`,
+    group: (id: string) => `Group ${id.slice(0, 8)}`,
+    groupNote: 'Group: open on the Groups screen',
+    choose: 'Choose a conversation. To add a contact, paste their address anywhere in this window.',
+  },
   contacts: {
     title: 'Contacts',
+    add: 'Add a contact',
+    approved: (name: string) => `${name} is now a contact.`,
     empty: 'No contacts yet. Paste an address anywhere in this window to add one.',
     pending: 'Requests',
     pendingEmpty: 'No pending requests.',
@@ -152,6 +162,7 @@ export const S = {
     reject: 'Reject',
     toGroup: (group: string) => `To group ${group}`,
     toContact: (contact: string) => `To ${contact}`,
+    waiting: (n: number) => (n === 1 ? '1 waiting' : `${n} waiting`),
   },
   log: {
     title: 'Activity log',
