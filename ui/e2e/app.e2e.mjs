@@ -5,7 +5,7 @@
 // Environment: UI_URL (the single-use first-run link), RELAY_URL, BOB_ADDRESS, BOB_SAFETY,
 // CAROL_NAME, MALLORY_ADDRESS, SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
 
-import { assert, driver, env, nav, newGroupInvite, readQr, scenario, shot, step } from './harness.mjs';
+import { assert, driver, env, inViewport, nav, newGroupInvite, readQr, scenario, scrollsSideways, shot, step } from './harness.mjs';
 
 const UI_URL = env('UI_URL');
 const RELAY_URL = env('RELAY_URL');
@@ -69,22 +69,43 @@ await scenario(async ({ browser, page }) => {
   step('exchange messages with a second profile');
   await driver({ op: 'bob_accept', from: aliceAddress });
   await page.getByRole('link', { name: 'Open conversation with bob' }).click();
-  await page.getByLabel('Message').fill('hello bob, from the browser');
+  await page.getByLabel('Message', { exact: true }).fill('hello bob, from the browser');
   await page.getByRole('button', { name: 'Send' }).click();
   const got = await driver({ op: 'bob_wait_for', text: 'hello bob, from the browser' });
   assert(got.from, 'bob received the message');
   await page.locator('.msg.out[data-state="delivered"]').first().waitFor({ timeout: 30_000 });
+  const delivered = page.locator('.msg.out[data-state="delivered"] .tick-delivered').first();
+  assert((await delivered.textContent()) === 'Delivered', 'a delivered message says so to a screen reader');
+  assert((await delivered.locator('svg path').count()) === 2, 'delivered shows two ticks');
   await driver({ op: 'bob_send', text: 'hi alice, bob here', kind: 'ask' });
   const incoming = page.locator('.msg.in', { hasText: 'hi alice, bob here' });
   await incoming.waitFor({ timeout: 30_000 });
   step('reply in a thread');
   await incoming.getByRole('button', { name: /^Reply/ }).click();
-  await page.getByLabel('Message').fill('answering your question');
+  await page.getByLabel('Message', { exact: true }).fill('answering your question');
   await page.getByRole('button', { name: 'Send' }).click();
   const reply = await driver({ op: 'bob_wait_for', text: 'answering your question' });
   assert(reply.kind === 'reply' && reply.reply_to, `bob got a reply in the thread: ${JSON.stringify(reply)}`);
   await page.locator('.msg.out blockquote.parent', { hasText: 'hi alice, bob here' }).waitFor();
+  step('the conversation is a chat: newest at the bottom, composer pinned, day separator, short times');
+  await page.getByText('Enter to send · Shift+Enter for a new line').waitFor();
+  assert((await page.locator('.messages .day').first().textContent()) === 'Today', 'a day separator');
+  const times = await page.locator('.msg .meta time').allTextContents();
+  assert(times.length > 0 && times.every((t) => /^\d\d:\d\d( [AP]M)?$/.test(t)), `short times: ${times}`);
+  assert(await inViewport(page.locator('form.compose')), 'the composer is on screen');
+  const scrolledToNewest = await page.locator('#message-scroll').evaluate((e) => e.scrollHeight - e.scrollTop - e.clientHeight < 2);
+  assert(scrolledToNewest, 'the conversation shows its newest message');
+  const tabStops = await page.locator('#message-scroll').evaluate(
+    (e) => [...e.querySelectorAll('a[href], button, input, textarea, select, [tabindex]')].filter((x) => x.tabIndex >= 0).length,
+  );
+  assert(tabStops === 0, `no tab stop per message (the list itself is one): ${tabStops}`);
+  await page.getByRole('button', { name: 'Details' }).click();
+  const panel = page.getByRole('complementary', { name: 'About bob' });
+  await panel.getByLabel('My messages are').waitFor();
+  await panel.getByRole('group', { name: 'They may send me' }).waitFor();
   await shot(page, '04-conversation');
+  await panel.getByRole('button', { name: 'Close' }).click();
+  await panel.waitFor({ state: 'hidden' });
 
   step('unread: a message that arrives while another screen is open is counted');
   await nav(page, 'Settings').click();
@@ -129,9 +150,17 @@ await scenario(async ({ browser, page }) => {
   await page.keyboard.press('Enter');
   await tabTo('the message field', () => document.activeElement?.id === 'compose');
   await page.keyboard.type('typed with the keyboard alone');
-  await page.keyboard.press('Control+Enter');
-  const typed = await driver({ op: 'bob_wait_for', text: 'typed with the keyboard alone' });
-  assert(typed.from, 'bob received the message sent with Ctrl+Enter');
+  await page.keyboard.press('Shift+Enter');
+  await page.keyboard.type('on two lines');
+  await page.keyboard.press('Enter');
+  const typed = await driver({ op: 'bob_wait_for', text: 'typed with the keyboard alone\non two lines' });
+  assert(typed.from, 'bob received the message sent with Enter, Shift+Enter a new line in it');
+  assert((await page.getByLabel('Message', { exact: true }).inputValue()) === '', 'the composer is empty after sending');
+  await page.locator('.msg.out', { hasText: 'on two lines' }).waitFor();
+  assert(
+    await page.locator('#message-scroll').evaluate((e) => e.scrollHeight - e.scrollTop - e.clientHeight < 2),
+    'the sent message is in view',
+  );
   // The preview dialog takes the focus and Escape closes it, adding nothing.
   await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
   await pasteAnywhere(page, MALLORY_ADDRESS);
@@ -140,6 +169,23 @@ await scenario(async ({ browser, page }) => {
   assert(await kbDialog.evaluate((d) => d.contains(document.activeElement)), 'the dialog has the focus');
   await page.keyboard.press('Escape');
   await kbDialog.waitFor({ state: 'hidden' });
+
+  step('a 480×400 window: one pane at a time, no sideways scrolling, the composer and newest message in view');
+  await page.setViewportSize({ width: 480, height: 400 });
+  await nav(page, 'Chats').click();
+  await page.getByRole('link', { name: /Open conversation with bob/ }).waitFor();
+  assert(!(await scrollsSideways(page)), 'the chat list does not scroll sideways at 480 px');
+  await shot(page, '04b-small-chats');
+  await page.getByRole('link', { name: /Open conversation with bob/ }).click();
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  assert(!(await scrollsSideways(page)), 'the conversation does not scroll sideways at 480 px');
+  assert(await inViewport(page.getByLabel('Message', { exact: true })), 'the composer is in view at 480×400');
+  assert(await inViewport(page.getByRole('button', { name: 'Send' })), 'the send button is in view at 480×400');
+  const newest = page.locator('.msg').last();
+  assert(await inViewport(newest), 'the newest message is in view at 480×400');
+  assert(await inViewport(page.getByRole('link', { name: 'Back to chats' })), 'a way back to the list');
+  await shot(page, '04c-small-conversation');
+  await page.setViewportSize({ width: 1280, height: 800 });
 
   step('approve a hello request');
   await driver({ op: 'carol_hello', to: aliceAddress });
@@ -180,7 +226,7 @@ await scenario(async ({ browser, page }) => {
   const banner = page.getByRole('alert').filter({ hasText: 'key changed' });
   await banner.waitFor({ timeout: 30_000 });
   assert(await page.getByRole('button', { name: 'Send' }).isDisabled(), 'send button disabled');
-  assert(await page.getByLabel('Message').isDisabled(), 'compose disabled');
+  assert(await page.getByLabel('Message', { exact: true }).isDisabled(), 'compose disabled');
   // The runtime refuses too, not just the button.
   const refused = await page.evaluate(async () => {
     const r = await fetch('/v1/rpc', {

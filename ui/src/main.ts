@@ -19,7 +19,7 @@ import {
   type Whoami,
   pickBackend,
 } from './backend';
-import { field, fmtTime, h, mount, shortTime } from './dom';
+import { clock, dayLabel, field, fmtTime, h, mount, sameLocalDay, shortTime } from './dom';
 import { type Recognised, recognise } from './paste';
 import { S } from './strings';
 import { ReadMarkers } from './unread';
@@ -115,7 +115,7 @@ function identityCard(protocol: string, id: Identity) {
 
 type Route =
   | { name: 'contacts' }
-  | { name: 'conversation'; contact: string }
+  | { name: 'conversation'; contact: string; highlight?: string }
   | { name: 'verify'; contact: string }
   | { name: 'agents' }
   | { name: 'review' }
@@ -125,10 +125,10 @@ type Route =
   | { name: 'me' };
 
 function parseRoute(): Route {
-  const [, a, b] = location.hash.split('/').map(decodeURIComponent);
+  const [, a, b, c] = location.hash.split('/').map(decodeURIComponent);
   switch (a) {
     case 'c':
-      return b ? { name: 'conversation', contact: b } : { name: 'contacts' };
+      return b ? { name: 'conversation', contact: b, highlight: c } : { name: 'contacts' };
     case 'verify':
       return b ? { name: 'verify', contact: b } : { name: 'contacts' };
     case 'agents':
@@ -199,7 +199,7 @@ async function render(background = false) {
         view = await chatsView(null);
         break;
       case 'conversation':
-        view = await chatsView(route.contact);
+        view = await chatsView(route.contact, route.highlight);
         break;
       case 'verify':
         view = await verifyView(route.contact);
@@ -234,7 +234,9 @@ async function render(background = false) {
       if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
     });
     const focused = main.contains(document.activeElement) ? (document.activeElement as HTMLElement).id : '';
+    const scrolls = saveScrolls();
     mount(main, view);
+    restoreScrolls(scrolls, route);
     for (const [id, value] of typed) {
       const el = document.getElementById(id) as HTMLInputElement | HTMLTextAreaElement | null;
       if (el && !el.disabled) el.value = value;
@@ -244,7 +246,35 @@ async function render(background = false) {
     return;
   }
   mount(main, view);
+  scrollToNewest = true;
+  restoreScrolls(new Map(), route);
   updateChrome();
+}
+
+/** Scroll positions of the panes (by id) and whether each was at its end. */
+function saveScrolls() {
+  const out = new Map<string, { top: number; atEnd: boolean }>();
+  for (const el of main.querySelectorAll<HTMLElement>('#message-scroll, .chat-list')) {
+    const key = el.id || el.className;
+    out.set(key, { top: el.scrollTop, atEnd: el.scrollHeight - el.scrollTop - el.clientHeight < 40 });
+  }
+  return out;
+}
+
+/** A conversation opens at its newest message and stays there as messages arrive, unless the
+ * person scrolled up to read; a search result scrolls to the message found. */
+function restoreScrolls(saved: Map<string, { top: number; atEnd: boolean }>, route: Route) {
+  const list = main.querySelector<HTMLElement>('.chat-list');
+  const prevList = list ? saved.get(list.className) : undefined;
+  if (list && prevList) list.scrollTop = prevList.top;
+  const log = main.querySelector<HTMLElement>('#message-scroll');
+  if (!log) return;
+  const prev = saved.get('message-scroll');
+  const found = route.name === 'conversation' && route.highlight ? document.getElementById(`msg-${route.highlight}`) : null;
+  if (found && !prev) found.scrollIntoView({ block: 'center' });
+  else if (scrollToNewest || !prev || prev.atEnd) log.scrollTop = log.scrollHeight;
+  else log.scrollTop = prev.top;
+  scrollToNewest = false;
 }
 
 // ----- first run ----------------------------------------------------------------------------
@@ -559,8 +589,8 @@ function chatList(s: Summary, open: string | null) {
 }
 
 /** Contacts and conversations: the list on the left, the open conversation on the right. */
-async function chatsView(open: string | null) {
-  const pane = open ? await conversationView(open) : h('div', { class: 'chat-empty' }, h('p', { class: 'muted' }, S.chats.choose));
+async function chatsView(open: string | null, highlight?: string) {
+  const pane = open ? await conversationView(open, highlight) : h('div', { class: 'chat-empty' }, h('p', { class: 'muted' }, S.chats.choose));
   // The open conversation marked itself read: the list and totals follow.
   const s = summary ?? (await refreshSummary());
   for (const c of s.chats) c.unread = markers().unread(c.contact.name, c.msgs);
@@ -689,13 +719,196 @@ document.addEventListener('paste', (e: ClipboardEvent) => {
 // ----- conversation -------------------------------------------------------------------------
 
 let replyTo: string | null = null;
+/** Whether the contact panel (kind, allowed kinds, mute, verify) is open. */
+let panelOpen = false;
+/** The kind of what I send, per contact (send or ask), chosen in the contact panel. */
+const composeKind = new Map<string, string>();
+/** Set when the conversation should show its newest message after the next render. */
+let scrollToNewest = true;
 
 function messageText(m: Message): string {
   if (typeof m.body === 'string') return m.body;
   return JSON.stringify(m.body);
 }
 
-async function conversationView(name: string) {
+const SVG = 'http://www.w3.org/2000/svg';
+/** A 16×16 line icon from path data (drawn in the text colour, hidden from screen readers). */
+function icon(paths: string[], circle = false): SVGSVGElement {
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', '0 0 16 16');
+  svg.setAttribute('width', '16');
+  svg.setAttribute('height', '16');
+  svg.setAttribute('aria-hidden', 'true');
+  svg.setAttribute('focusable', 'false');
+  if (circle) {
+    const c = document.createElementNS(SVG, 'circle');
+    for (const [k, v] of [['cx', '8'], ['cy', '8'], ['r', '6.25']]) c.setAttribute(k, v);
+    svg.appendChild(c);
+  }
+  for (const d of paths) {
+    const p = document.createElementNS(SVG, 'path');
+    p.setAttribute('d', d);
+    svg.appendChild(p);
+  }
+  return svg;
+}
+
+/** Delivery ticks: queued a clock, relayed one check, delivered two, refused or failed a warning. */
+function tick(state: string) {
+  const [label, svg] = (() => {
+    switch (state) {
+      case 'queued':
+        return [S.ticks.queued, icon(['M8 4.5V8l2.25 1.5'], true)];
+      case 'relayed':
+        return [S.ticks.relayed, icon(['M3 8.5l3 3 7-7.5'])];
+      case 'delivered':
+        return [S.ticks.delivered, icon(['M1 8.5l3 3 7-7.5', 'M7.5 11.5l7-7.5'])];
+      case 'refused':
+      case 'failed':
+        return [state === 'refused' ? S.ticks.refused : S.ticks.failed, icon(['M8 4.5v4.25', 'M8 11v.5'], true)];
+      default:
+        return [state, null];
+    }
+  })();
+  return h('span', { class: `tick tick-${state}`, title: label }, svg, h('span', { class: svg ? 'sr-only' : '' }, label));
+}
+
+/** The contact panel: safety, verify, mute, the kind of my messages and what they may send me. */
+function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null, blocked: boolean) {
+  const allowBoxes = KINDS.map((k) =>
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: c.allow.includes(k) }), ' ', k),
+  );
+  return h(
+    'aside',
+    { class: 'contact-panel', id: 'contact-panel', 'aria-labelledby': 'panel-title', hidden: !panelOpen },
+    h(
+      'div',
+      { class: 'panel-head' },
+      h('h3', { id: 'panel-title' }, S.conversation.details(c.name)),
+      h(
+        'button',
+        {
+          type: 'button',
+          class: 'small secondary',
+          onclick: () => {
+            panelOpen = false;
+            void render(true).then(() => document.getElementById('conv-details')?.focus());
+          },
+        },
+        S.conversation.closeDetails,
+      ),
+    ),
+    h('p', null, contactBadges(c)),
+    c.safety_number ? [h('p', { class: 'muted' }, S.verify.theirs(c.name)), h('p', { class: 'safety' }, c.safety_number)] : null,
+    h('p', null, h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link small' }, S.conversation.verify)),
+    muteBox,
+    h('div', { class: 'field' }, h('label', { for: 'compose-kind' }, S.conversation.kind), kind, h('p', { class: 'muted hint' }, S.conversation.kindHint)),
+    h(
+      'form',
+      {
+        class: 'allow',
+        onsubmit: (e: Event) => {
+          e.preventDefault();
+          const kinds = allowBoxes
+            .map((l) => l.querySelector('input') as HTMLInputElement)
+            .filter((i) => i.checked)
+            .map((i) => i.value);
+          void act(() => backend.contactAllow(c.name, kinds), S.settings.saved);
+        },
+      },
+      h('fieldset', { disabled: blocked && c.key_changed }, h('legend', null, S.conversation.allowed), allowBoxes),
+      h('button', { type: 'submit', class: 'secondary small' }, S.conversation.saveAllowed),
+    ),
+  );
+}
+
+/** The messages, oldest first, with a separator per day; one tab stop for the whole list. */
+function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m: Message) => void, highlight?: string) {
+  const byId = new Map(msgs.map((m) => [m.id, m]));
+  const items: Node[] = [];
+  let prev: Message | undefined;
+  for (const m of msgs) {
+    if (!prev || !sameLocalDay(prev.ts, m.ts)) items.push(h('li', { class: 'day' }, h('span', null, dayLabel(m.ts))));
+    prev = m;
+    const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
+    const canReply = m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked;
+    items.push(
+      h(
+        'li',
+        {
+          class: `msg ${m.direction}${m.id === highlight ? ' found' : ''}`,
+          'data-id': m.id,
+          'data-state': m.state,
+          id: `msg-${m.id}`,
+        },
+        m.from_agent || m.to_agent
+          ? h(
+              'p',
+              { class: 'agents' },
+              m.from_agent ? h('span', { class: 'chip' }, S.conversation.fromAgent(m.from_agent)) : null,
+              m.to_agent ? h('span', { class: 'chip' }, S.conversation.toAgent(m.to_agent)) : null,
+            )
+          : null,
+        parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
+        h('div', { class: 'body' }, messageText(m)),
+        h(
+          'div',
+          { class: 'meta' },
+          m.kind !== 'send' && m.kind !== 'reply' ? badge(S.conversation.kindBadge[m.kind] ?? m.kind, 'kind') : null,
+          h('time', { datetime: new Date(m.ts).toISOString(), title: new Date(m.ts).toLocaleString() }, clock(m.ts)),
+          m.direction === 'out' ? tick(m.state) : null,
+          m.direction === 'out' && (m.state === 'failed' || m.state === 'refused') && m.detail
+            ? h('span', { class: 'detail' }, m.detail)
+            : null,
+        ),
+        canReply
+          ? h(
+              'button',
+              {
+                type: 'button',
+                class: 'small secondary reply',
+                // One tab stop for the list: arrow keys move between these.
+                tabindex: '-1',
+                'aria-label': `${S.conversation.reply}: ${messageText(m).slice(0, 40)}`,
+                onclick: () => onReply(m),
+              },
+              S.conversation.reply,
+            )
+          : null,
+      ),
+    );
+  }
+  const ol = h('ol', { class: 'messages' }, items);
+  const log = h(
+    'div',
+    {
+      class: 'message-scroll',
+      id: 'message-scroll',
+      role: 'log',
+      tabindex: '0',
+      'aria-label': S.conversation.title(c.name),
+      'aria-describedby': 'log-hint',
+    },
+    msgs.length === 0 ? h('p', { class: 'muted chat-empty' }, S.conversation.empty) : ol,
+    h('p', { class: 'sr-only', id: 'log-hint' }, S.conversation.logHint),
+  );
+  // Up and down move between the messages one can answer; the list itself is one tab stop.
+  log.addEventListener('keydown', (e: KeyboardEvent) => {
+    if (e.key !== 'ArrowUp' && e.key !== 'ArrowDown') return;
+    const buttons = [...log.querySelectorAll<HTMLButtonElement>('button.reply')];
+    if (buttons.length === 0) return;
+    const i = buttons.indexOf(document.activeElement as HTMLButtonElement);
+    const next = i < 0 ? (e.key === 'ArrowUp' ? buttons.length - 1 : 0) : i + (e.key === 'ArrowUp' ? -1 : 1);
+    const b = buttons[Math.max(0, Math.min(buttons.length - 1, next))];
+    if (b) {
+      e.preventDefault();
+      b.focus();
+    }
+  });
+  return log;
+}
+
+async function conversationView(name: string, highlight?: string) {
   const [contacts, msgs, muted] = await Promise.all([
     backend.contacts(),
     backend.conversation(name),
@@ -724,27 +937,94 @@ async function conversationView(name: string) {
           }),
           h('label', { for: 'conv-mute' }, S.conversation.mute),
         );
-  const byId = new Map(msgs.map((m) => [m.id, m]));
   const blocked = c.key_changed || c.state !== 'active';
-  const text = h('textarea', { id: 'compose', rows: 3, disabled: blocked, required: true });
+  const text = h('textarea', {
+    id: 'compose',
+    rows: 1,
+    disabled: blocked,
+    required: true,
+    'aria-describedby': 'compose-hint',
+    placeholder: S.conversation.placeholder,
+  });
   const kind = h(
     'select',
-    { id: 'compose-kind', disabled: blocked },
-    ['send', 'ask'].map((k) => h('option', { value: k }, k)),
+    {
+      id: 'compose-kind',
+      disabled: blocked,
+      onchange: (e: Event) => composeKind.set(c.name, (e.currentTarget as HTMLSelectElement).value),
+    },
+    ['send', 'ask'].map((k) => h('option', { value: k, selected: (composeKind.get(c.name) ?? 'send') === k }, S.conversation.kinds[k] ?? k)),
   );
-  const replyNote = h('p', { class: 'reply-note', hidden: !replyTo }, replyTo ? S.conversation.replyTo(replyTo) : '');
-  const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
-  text.addEventListener('keydown', (e: KeyboardEvent) => {
-    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) (text.form as HTMLFormElement | null)?.requestSubmit();
-  });
-  const allowBoxes = KINDS.map((k) =>
-    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: c.allow.includes(k) }), ' ', k),
-  );
-  return h(
+  const byId = new Map(msgs.map((m) => [m.id, m]));
+  const replyText = h('span', null, replyTo && byId.get(replyTo) ? S.conversation.replyTo(messageText(byId.get(replyTo) as Message)) : '');
+  const replyNote = h(
     'div',
-    { class: 'conversation', 'data-contact': c.name },
-    h('p', null, h('a', { href: '#/contacts' }, S.conversation.back)),
-    h('h2', null, S.conversation.title(c.name), ' ', contactBadges(c)),
+    { class: 'reply-note', hidden: !replyTo || !byId.has(replyTo) },
+    replyText,
+    h(
+      'button',
+      {
+        type: 'button',
+        class: 'small secondary',
+        onclick: () => {
+          replyTo = null;
+          replyNote.hidden = true;
+          text.focus();
+        },
+      },
+      S.conversation.cancelReply,
+    ),
+  );
+  const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
+  const grow = () => {
+    text.style.height = 'auto';
+    text.style.height = `${Math.min(text.scrollHeight + 2, 160)}px`;
+  };
+  text.addEventListener('input', grow);
+  text.addEventListener('keydown', (e: KeyboardEvent) => {
+    // Enter sends, Shift+Enter is a new line; an IME's Enter confirms its composition.
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      (text.form as HTMLFormElement | null)?.requestSubmit();
+    } else if (e.key === 'Escape' && replyTo) {
+      replyTo = null;
+      replyNote.hidden = true;
+    }
+  });
+  const onReply = (m: Message) => {
+    replyTo = m.id;
+    replyText.textContent = S.conversation.replyTo(messageText(m));
+    replyNote.hidden = false;
+    text.focus();
+  };
+  return h(
+    'section',
+    { class: 'conversation', 'data-contact': c.name, 'aria-labelledby': 'conv-title' },
+    h(
+      'div',
+      { class: 'conv-head' },
+      h('a', { href: '#/contacts', class: 'back', 'aria-label': S.conversation.back }, '‹'),
+      h('h2', { id: 'conv-title' }, h('span', { class: 'sr-only' }, S.conversation.titlePrefix), c.name),
+      h('span', { class: 'conv-badges' }, contactBadges(c)),
+      h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link small secondary-link' }, S.conversation.verify),
+      h(
+        'button',
+        {
+          type: 'button',
+          id: 'conv-details',
+          class: 'small secondary',
+          'aria-expanded': String(panelOpen),
+          'aria-controls': 'contact-panel',
+          onclick: () => {
+            panelOpen = !panelOpen;
+            void render(true).then(() => {
+              if (panelOpen) document.getElementById('panel-title')?.parentElement?.querySelector('button')?.focus();
+            });
+          },
+        },
+        S.conversation.detailsButton,
+      ),
+    ),
     c.key_changed
       ? h(
           'div',
@@ -757,60 +1037,11 @@ async function conversationView(name: string) {
         ? h('div', { class: 'banner', role: 'alert' }, S.conversation.blockedPending)
         : null,
     h(
-      'p',
-      null,
-      h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link' }, S.conversation.verify),
+      'div',
+      { class: 'conv-body' },
+      messageList(c, msgs, blocked, onReply, highlight),
+      contactPanel(c, kind, muteBox, blocked),
     ),
-    muteBox,
-    msgs.length === 0
-      ? h('p', { class: 'muted' }, S.conversation.empty)
-      : h(
-          'div',
-          // The live region wraps the list (a role on the <ol> itself would unmake it a list).
-          { role: 'log', 'aria-label': S.conversation.title(c.name) },
-          h(
-            'ol',
-            { class: 'messages' },
-            msgs.map((m) => {
-              const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
-              return h(
-                'li',
-                { class: `msg ${m.direction}`, 'data-id': m.id, 'data-state': m.state },
-                h(
-                  'div',
-                  { class: 'meta' },
-                  h('span', null, m.direction === 'out' ? S.conversation.me : m.from),
-                  m.from_agent ? h('span', null, ` (${m.from_agent})`) : null,
-                  ' · ',
-                  badge(m.kind, 'kind'),
-                  ' · ',
-                  h('time', { datetime: new Date(m.ts).toISOString() }, fmtTime(m.ts)),
-                  ' · ',
-                  badge(m.state, `state state-${m.state}`),
-                ),
-                parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
-                h('div', { class: 'body' }, messageText(m)),
-                m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked
-                  ? h(
-                      'button',
-                      {
-                        type: 'button',
-                        class: 'small secondary',
-                        'aria-label': `${S.conversation.reply}: ${messageText(m).slice(0, 40)}`,
-                        onclick: () => {
-                          replyTo = m.id;
-                          replyNote.textContent = S.conversation.replyTo(m.id);
-                          replyNote.hidden = false;
-                          text.focus();
-                        },
-                      },
-                      S.conversation.reply,
-                    )
-                  : null,
-              );
-            }),
-          ),
-        ),
     h(
       'form',
       {
@@ -826,6 +1057,7 @@ async function conversationView(name: string) {
             });
             replyTo = null;
             text.value = '';
+            scrollToNewest = true;
             await render(true);
             document.getElementById('compose')?.focus();
           } catch (x) {
@@ -835,25 +1067,14 @@ async function conversationView(name: string) {
         },
       },
       replyNote,
-      field(S.conversation.compose, text),
-      field(S.conversation.kind, kind),
-      sendBtn,
-    ),
-    h(
-      'form',
-      {
-        class: 'allow',
-        onsubmit: (e: Event) => {
-          e.preventDefault();
-          const kinds = allowBoxes
-            .map((l) => l.querySelector('input') as HTMLInputElement)
-            .filter((i) => i.checked)
-            .map((i) => i.value);
-          void act(() => backend.contactAllow(c.name, kinds), S.settings.saved);
-        },
-      },
-      h('fieldset', null, h('legend', null, S.conversation.allowed), allowBoxes),
-      h('button', { type: 'submit', class: 'secondary' }, S.conversation.saveAllowed),
+      h(
+        'div',
+        { class: 'compose-row' },
+        h('label', { for: 'compose', class: 'sr-only' }, S.conversation.compose),
+        text,
+        sendBtn,
+      ),
+      h('p', { class: 'hint', id: 'compose-hint' }, S.conversation.hint),
     ),
   );
 }
