@@ -212,6 +212,32 @@ await scenario(async ({ browser, page }) => {
   await page.getByRole('button', { name: 'Mark verified' }).click();
   await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
   await page.locator('.conversation .badge.ok', { hasText: 'Verified' }).waitFor();
+  step('a notice goes away by itself after a few seconds');
+  const verifiedNotice = page.getByRole('status').filter({ hasText: 'Verified.' });
+  await verifiedNotice.waitFor();
+  const shownAt = Date.now();
+  await verifiedNotice.waitFor({ state: 'hidden', timeout: 10_000 });
+  assert(Date.now() - shownAt < 8_000, 'the notice cleared within a few seconds');
+
+  step('pasting garbage says so, in plain words, and the notice clears on navigation');
+  await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
+  await pasteAnywhere(page, 'just some words, not an address');
+  const garbage = page.getByRole('alert').filter({ hasText: 'Nothing to add' });
+  await garbage.waitFor();
+  await shot(page, '06a-paste-garbage');
+  await nav(page, 'Chats').click();
+  await garbage.waitFor({ state: 'hidden', timeout: 2_000 });
+
+  step('a runtime error in plain words, without its code');
+  await page.getByLabel('Address to add').fill(aliceAddress);
+  await page.getByRole('button', { name: 'Preview' }).click();
+  await dialog.getByLabel('Name for this contact').fill('myself');
+  await dialog.getByRole('button', { name: 'Add contact' }).click();
+  const ownErr = dialog.getByRole('alert');
+  await ownErr.waitFor();
+  const ownText = (await ownErr.textContent()).trim();
+  assert(/^That is our own address\.?$/i.test(ownText) && !ownText.includes('invalid_input'), `plain words: ${ownText}`);
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
 
   step('a key change shows a banner and blocks sending');
   await nav(page, 'Chats').click();

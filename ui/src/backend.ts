@@ -350,12 +350,17 @@ export class HttpBackend extends RequestBackend {
   }
 
   private async post<T>(path: string, body: Json): Promise<T> {
-    const r = await fetch(this.base + path, {
-      method: 'POST',
-      credentials: 'same-origin',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
+    let r: Response;
+    try {
+      r = await fetch(this.base + path, {
+        method: 'POST',
+        credentials: 'same-origin',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    } catch (e) {
+      throw new BackendError('unreachable', `the runtime did not answer: ${e}`);
+    }
     const text = await r.text();
     let data: unknown = null;
     try {

@@ -30,17 +30,33 @@ const KINDS = ['send', 'ask', 'reply', 'list'];
 
 // ----- small shared pieces ------------------------------------------------------------------
 
+/** An error in plain words for the person; its code and the runtime's words go to the log. */
 function errorText(e: unknown): string {
-  if (e instanceof BackendError) return S.error(e.code, e.message);
-  return String(e);
+  if (e instanceof BackendError) {
+    console.warn(`switchboard: ${e.code}: ${e.message}`);
+    return S.error(e.code, e.message);
+  }
+  console.warn('switchboard:', e);
+  return S.errors.unexpected;
 }
 
 const notice = h('div', { class: 'notice', role: 'status', 'aria-live': 'polite' });
+let noticeTimer: ReturnType<typeof setTimeout> | undefined;
+/** The screen a notice belongs to: leaving it clears the notice. */
+let noticeHash = '';
+/** Shows a notice; it clears on navigation, or after a few seconds (errors stay longer). */
 function say(text: string, isError = false) {
   notice.textContent = text;
   notice.className = isError ? 'notice error' : 'notice';
-  if (isError) notice.setAttribute('role', 'alert');
-  else notice.setAttribute('role', 'status');
+  notice.setAttribute('role', isError ? 'alert' : 'status');
+  noticeHash = location.hash;
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(clearNotice, isError ? 12_000 : 4_000);
+}
+function clearNotice() {
+  clearTimeout(noticeTimer);
+  notice.textContent = '';
+  notice.className = 'notice';
 }
 
 /** `text` as a QR code image (an SVG data URL: crisp at any scale, allowed by the CSP's img-src). */
@@ -711,7 +727,11 @@ document.addEventListener('paste', (e: ClipboardEvent) => {
   if (!me) return;
   const text = e.clipboardData?.getData('text/plain') ?? '';
   const rec = recognise(text);
-  if (!rec) return;
+  if (!rec) {
+    // Pasted into the window, not into a field: say why nothing happens.
+    if (text.trim()) say(S.preview.notRecognised, true);
+    return;
+  }
   e.preventDefault();
   showPreview(rec);
 });
@@ -1584,6 +1604,7 @@ async function start() {
     return;
   }
   window.onhashchange = () => {
+    if (location.hash !== noticeHash) clearNotice();
     void render();
     main.focus();
   };

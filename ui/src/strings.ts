@@ -75,7 +75,8 @@ export const S = {
     add: 'Add contact',
     join: 'Join',
     cancel: 'Cancel',
-    notRecognised: 'This is not an address Switchboard recognises.',
+    notRecognised:
+      'Nothing to add: that is not an address, ID, pairing token or invite link Switchboard knows. Ask your contact to copy their full address from \u201cMy addresses\u201d.',
     unsupported: (proto: string) => `This runtime cannot add ${proto} contacts yet.`,
     added: (name: string) => `Added ${name}.`,
   },
@@ -214,6 +215,45 @@ export const S = {
     trayOnlyDesktop: 'Tray settings apply to the desktop app.',
     saved: 'Saved.',
   },
-  error: (code: string, message: string) => `${message} (${code})`,
+  errors: {
+    unexpected: 'Something went wrong in Switchboard. Try again; if it keeps happening, the activity log may say why.',
+    byCode: {
+      not_initialized: 'This profile has no identity yet.',
+      already_initialized: 'This profile already has an identity.',
+      unknown_contact: 'There is no contact by that name.',
+      contact_exists: 'You already have a contact by that name or address.',
+      key_changed: 'This contact\u2019s key changed. Compare safety numbers and verify again before sending.',
+      pending_contact: 'This contact is still a request: approve it first.',
+      unknown_message: 'That message is no longer here.',
+      store: 'Switchboard could not read or write its database on this device.',
+      keystore: 'Switchboard could not open its keys in the system keyring.',
+      relay: 'The relay could not be reached. Messages wait in the queue and go out when it is back.',
+      profile: 'Switchboard could not open this profile\u2019s files.',
+      internal: 'Something went wrong inside Switchboard.',
+      forbidden: 'That is not allowed here.',
+      loop_guard: 'The loop guard paused this conversation: take part in it to resume.',
+      unreachable: 'Switchboard is not answering. Is the app (or `switchboard ui`) still running?',
+      unsupported: 'This works in the desktop app only.',
+      http: 'Switchboard answered with an error.',
+    } as Record<string, string>,
+    /** Runtime messages that name a command line where the app has a button. */
+    rewrite: [
+      [/no group session/i, 'Groups need a group session first: choose \u201cStart a group session\u201d on the Groups screen.'],
+    ] as [RegExp, string][],
+  },
+  /** The words for an error: a rewrite, the runtime's own sentence for bad input, else by code. */
+  error: (code: string, message: string) => {
+    for (const [re, text] of S.errors.rewrite) if (re.test(message)) return text;
+    if (code === 'invalid_input' && message) return sentence(message);
+    return S.errors.byCode[code] ?? (message ? sentence(message) : S.errors.unexpected);
+  },
   unread: (n: number) => (n === 1 ? '1 unread' : `${n} unread`),
 };
+
+/** `text` as a sentence: a capital first letter and a full stop. */
+function sentence(text: string): string {
+  const t = text.trim();
+  if (!t) return t;
+  const first = t.charAt(0).toUpperCase() + t.slice(1);
+  return /[.!?]$/.test(first) ? first : `${first}.`;
+}
