@@ -289,6 +289,45 @@ await scenario(async ({ browser, page }) => {
   await page.getByLabel('Search the log').fill('');
   await page.locator('table.log tbody tr').first().waitFor();
 
+  step('Ctrl+F from another screen searches the message text');
+  await page.keyboard.press('Control+f');
+  const search = page.getByLabel('Search messages');
+  await search.waitFor();
+  await page.waitForFunction(() => document.activeElement?.id === 'msg-search');
+  await page.keyboard.type('PING');
+  const hit = page.getByRole('list', { name: 'Messages found' }).getByRole('link').filter({ hasText: 'ping again' });
+  await hit.waitFor();
+  assert((await hit.locator('mark').textContent()) === 'ping', 'the match is marked');
+  await page.getByText('Searched on this device', { exact: false }).waitFor();
+  await shot(page, '09a-search');
+  await hit.click();
+  await page.locator('.msg.found', { hasText: 'ping again' }).waitFor();
+  assert(await inViewport(page.locator('.msg.found')), 'the message found is scrolled into view');
+  await search.focus();
+  await page.keyboard.press('Escape');
+  await page.getByRole('list', { name: 'Chats' }).waitFor();
+
+  step('dark mode follows the system, and Settings can override it');
+  const bg = () => page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+  const light = await bg();
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await page.waitForFunction((l) => getComputedStyle(document.documentElement).backgroundColor !== l, light);
+  const dark = await bg();
+  assert(dark === 'rgb(17, 19, 24)', `the dark background: ${dark}`);
+  await shot(page, '09b-dark-conversation');
+  await nav(page, 'Settings').click();
+  await page.getByLabel('Theme').selectOption('light');
+  assert((await bg()) === light, 'the setting overrides the system');
+  await page.reload();
+  await page.getByLabel('Theme').waitFor();
+  assert((await bg()) === light && (await page.getByLabel('Theme').inputValue()) === 'light', 'the choice is kept');
+  await page.getByLabel('Theme').selectOption('system');
+  assert((await bg()) === dark, 'back to following the system');
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.getByLabel('Theme').selectOption('dark');
+  assert((await bg()) === dark, 'dark chosen in a light system');
+  await page.getByLabel('Theme').selectOption('system');
+
   step('the other screens pass the accessibility audit too');
   for (const [link, heading, name] of [
     ['Agents', 'Local agents', '10-agents'],

@@ -5,6 +5,7 @@
 import './harden';
 import { renderSVG } from 'uqr';
 import './style.css';
+import { type Theme, setTheme, theme } from './theme';
 import {
   type AuditRow,
   type Backend,
@@ -265,7 +266,13 @@ async function render(background = false) {
   scrollToNewest = true;
   restoreScrolls(new Map(), route);
   updateChrome();
+  const after = afterRender;
+  afterRender = null;
+  after?.();
 }
+
+/** Runs once after the next full render (e.g. focus a field on the screen navigated to). */
+let afterRender: (() => void) | null = null;
 
 /** Scroll positions of the panes (by id) and whether each was at its end. */
 function saveScrolls() {
@@ -590,19 +597,134 @@ function addContactForm() {
   );
 }
 
+// ----- message search: the runtime has no search over message text (its `log` search reads the
+// audit log), so the UI searches the conversations it loads, on this device ---------------------
+
+/** Messages per conversation searched. */
+const SEARCH_WINDOW = 500;
+let msgSearch = '';
+let searchTimer: ReturnType<typeof setTimeout> | undefined;
+
+interface Hit {
+  contact: string;
+  m: Message;
+}
+
+async function searchMessages(s: Summary, q: string): Promise<Hit[]> {
+  const needle = q.toLocaleLowerCase();
+  const convs = await Promise.all(
+    s.chats.map((c) => backend.conversation(c.contact.name, SEARCH_WINDOW).catch(() => [] as Message[])),
+  );
+  const hits: Hit[] = [];
+  s.chats.forEach((c, i) => {
+    for (const m of convs[i] ?? []) if (messageText(m).toLocaleLowerCase().includes(needle)) hits.push({ contact: c.contact.name, m });
+  });
+  return hits.sort((a, b) => b.m.ts - a.m.ts).slice(0, 200);
+}
+
+/** `text` with every occurrence of `q` marked. */
+function marked(text: string, q: string): Node[] {
+  const out: Node[] = [];
+  const lower = text.toLocaleLowerCase();
+  const needle = q.toLocaleLowerCase();
+  let at = 0;
+  for (let i = lower.indexOf(needle); i >= 0 && needle; i = lower.indexOf(needle, i + needle.length)) {
+    out.push(document.createTextNode(text.slice(at, i)), h('mark', null, text.slice(i, i + needle.length)));
+    at = i + needle.length;
+  }
+  out.push(document.createTextNode(text.slice(at)));
+  return out;
+}
+
+function searchBox() {
+  const input = h('input', { type: 'search', id: 'msg-search', value: msgSearch, autocomplete: 'off', 'aria-describedby': 'search-hint' });
+  input.addEventListener('input', () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => {
+      msgSearch = input.value.trim();
+      void render(true);
+    }, 200);
+  });
+  input.addEventListener('keydown', (e: KeyboardEvent) => {
+    if (e.key === 'Escape' && input.value) {
+      e.preventDefault();
+      input.value = '';
+      msgSearch = '';
+      void render(true);
+    }
+  });
+  return h(
+    'div',
+    { class: 'search-box', role: 'search' },
+    field(S.search.label, input),
+    h('p', { class: 'sr-only', id: 'search-hint' }, S.search.hint),
+  );
+}
+
+function resultsList(hits: Hit[], q: string) {
+  return [
+    h('p', { class: 'muted results-note', role: 'status' }, S.search.count(hits.length, q), ' ', S.search.local(SEARCH_WINDOW)),
+    h(
+      'ul',
+      { class: 'chats-ul', 'aria-label': S.search.results },
+      hits.map(({ contact, m }) =>
+        h(
+          'li',
+          { class: 'result' },
+          h(
+            'a',
+            { href: `#/c/${encodeURIComponent(contact)}/${encodeURIComponent(m.id)}` },
+            h(
+              'span',
+              { class: 'chat-top' },
+              h('span', { class: 'chat-name' }, contact),
+              h('time', { class: 'chat-time', datetime: new Date(m.ts).toISOString() }, shortTime(m.ts)),
+            ),
+            h('span', { class: 'chat-preview' }, m.direction === 'out' ? `${S.chats.you('')}` : null, marked(messageText(m), q)),
+          ),
+        ),
+      ),
+    ),
+  ];
+}
+
 /** The left pane: requests, conversations by latest activity, groups, adding a contact. */
-function chatList(s: Summary, open: string | null) {
+async function chatList(s: Summary, open: string | null) {
+  const q = msgSearch;
   return h(
     'section',
     { class: 'chat-list', 'aria-labelledby': 'chats-title' },
     h('h2', { id: 'chats-title' }, S.chats.title),
-    requestsBox(s.requests),
-    s.chats.length === 0 && s.groups.length === 0
-      ? h('p', { class: 'muted' }, S.contacts.empty)
-      : h('ul', { class: 'chats-ul', 'aria-label': S.chats.title }, s.chats.map((c) => chatItem(c, open)), s.groups.map(groupItem)),
-    addContactForm(),
+    searchBox(),
+    q
+      ? resultsList(await searchMessages(s, q), q)
+      : [
+          requestsBox(s.requests),
+          s.chats.length === 0 && s.groups.length === 0
+            ? h('p', { class: 'muted' }, S.contacts.empty)
+            : h('ul', { class: 'chats-ul', 'aria-label': S.chats.title }, s.chats.map((c) => chatItem(c, open)), s.groups.map(groupItem)),
+          addContactForm(),
+        ],
   );
 }
+
+/** Ctrl+F (Cmd+F): search the messages, from any screen. */
+document.addEventListener('keydown', (e: KeyboardEvent) => {
+  if (!(e.ctrlKey || e.metaKey) || e.altKey || e.key.toLowerCase() !== 'f' || !me) return;
+  if (document.querySelector('dialog[open]')) return;
+  e.preventDefault();
+  const focus = () => {
+    const el = document.getElementById('msg-search') as HTMLInputElement | null;
+    el?.focus();
+    el?.select();
+  };
+  const r = parseRoute().name;
+  if (r === 'contacts' || r === 'conversation') focus();
+  else {
+    go('#/contacts');
+    afterRender = focus;
+  }
+});
 
 /** Contacts and conversations: the list on the left, the open conversation on the right. */
 async function chatsView(open: string | null, highlight?: string) {
@@ -613,7 +735,7 @@ async function chatsView(open: string | null, highlight?: string) {
   return h(
     'div',
     { class: 'chats', 'data-open': open ? 'conversation' : 'list' },
-    chatList(s, open),
+    await chatList(s, open),
     h('div', { class: 'chat-pane' }, pane),
   );
 }
@@ -1468,10 +1590,27 @@ async function settingsView() {
     });
     return h('div', { class: 'check' }, box, h('label', { for: id }, label));
   };
+  const themeSelect = h(
+    'select',
+    {
+      id: 'set-theme',
+      onchange: (e: Event) => {
+        setTheme((e.currentTarget as HTMLSelectElement).value as Theme);
+        say(S.settings.saved);
+      },
+    },
+    (['system', 'light', 'dark'] as Theme[]).map((t) => h('option', { value: t, selected: theme() === t }, S.settings.themes[t])),
+  );
   return h(
     'div',
     null,
     h('h2', null, S.settings.title),
+    h(
+      'section',
+      { 'aria-labelledby': 'appearance-title' },
+      h('h3', { id: 'appearance-title' }, S.settings.appearance),
+      field(S.settings.theme, themeSelect),
+    ),
     h(
       'section',
       { 'aria-labelledby': 'relays-title' },

@@ -47,6 +47,13 @@ export const S = {
     groupNote: 'Group: open on the Groups screen',
     choose: 'Choose a conversation. To add a contact, paste their address anywhere in this window.',
   },
+  search: {
+    label: 'Search messages',
+    hint: 'Ctrl+F from anywhere. Escape clears the search.',
+    results: 'Messages found',
+    count: (n: number, q: string) => (n === 1 ? `1 message with \u201c${q}\u201d.` : `${n} messages with \u201c${q}\u201d.`),
+    local: (n: number) => `Searched on this device, in the last ${n} messages of each conversation.`,
+  },
   contacts: {
     title: 'Contacts',
     add: 'Add a contact',
@@ -194,6 +201,9 @@ export const S = {
   },
   settings: {
     title: 'Settings',
+    appearance: 'Appearance',
+    theme: 'Theme',
+    themes: { system: 'Same as the system', light: 'Light', dark: 'Dark' } as Record<string, string>,
     relays: 'Relays',
     health: 'Health',
     lastError: 'Last error',
