@@ -187,6 +187,31 @@ await scenario(async ({ browser, page }) => {
   await shot(page, '04c-small-conversation');
   await page.setViewportSize({ width: 1280, height: 800 });
 
+  step('the relay goes down: a connection bar, and a queued message shows a clock, unlike a delivered one');
+  await driver({ op: 'relay_stop' });
+  const bar = page.locator('.connection').filter({ hasText: 'reach the relay' });
+  await bar.waitFor({ timeout: 30_000 });
+  assert((await bar.getAttribute('role')) === 'status', 'the bar is announced politely');
+  await page.getByLabel('Message', { exact: true }).fill('sent while the relay is down');
+  await page.keyboard.press('Enter');
+  const queued = page.locator('.msg.out[data-state="queued"]', { hasText: 'sent while the relay is down' });
+  await queued.waitFor();
+  const qTick = queued.locator('.tick-queued');
+  assert((await qTick.textContent()) === 'Queued: not sent yet', 'a queued message says so');
+  assert((await qTick.locator('svg circle').count()) === 1, 'queued shows a clock');
+  const dTick = page.locator('.msg.out[data-state="delivered"] .tick').first();
+  const colour = (l) => l.evaluate((e) => getComputedStyle(e).color);
+  assert((await colour(qTick)) !== (await colour(dTick)), 'queued and delivered differ in colour');
+  await bar.filter({ hasText: '1 message waits' }).waitFor({ timeout: 10_000 });
+  await shot(page, '04d-relay-down');
+  await driver({ op: 'relay_restart' });
+  await bar.waitFor({ state: 'hidden', timeout: 60_000 });
+  await page
+    .locator('.msg.out', { hasText: 'sent while the relay is down' })
+    .and(page.locator('[data-state="relayed"], [data-state="delivered"]'))
+    .waitFor({ timeout: 60_000 });
+  await driver({ op: 'bob_wait_for', text: 'sent while the relay is down' });
+
   step('approve a hello request');
   await driver({ op: 'carol_hello', to: aliceAddress });
   await nav(page, 'Chats').click();

@@ -198,6 +198,7 @@ function shell(route: Route) {
   mount(
     root,
     h('header', null, h('h1', null, S.appName), nav, me ? h('span', { class: 'whoami' }, me.name) : null),
+    connectionBar,
     notice,
     main,
   );
@@ -457,6 +458,27 @@ function totals(s: Summary) {
   return { chats, groups, all: chats + groups };
 }
 
+/** The connection bar: shown while a relay the runtime uses cannot be reached. */
+const connectionBar = h('div', { class: 'connection', role: 'status', 'aria-live': 'polite' });
+
+function updateConnection(st: Status | null) {
+  const down = (st?.relays ?? []).filter((r) => r.health.state === 'disconnected');
+  let text = '';
+  if (down.length > 0) {
+    const r = down[0];
+    let host = r?.url ?? '';
+    try {
+      host = new URL(host).host;
+    } catch {
+      /* keep the URL as given */
+    }
+    text = `${S.connection.down(host, r?.health.since ? clock(r.health.since) : '')} ${S.connection.queued(st?.outbox ?? 0)}`;
+  }
+  // Only a change is announced.
+  if (connectionBar.textContent !== text) connectionBar.textContent = text;
+  connectionBar.hidden = !text;
+}
+
 /** The counters in the navigation, keyed by route. */
 const navCounts = new Map<string, HTMLElement>();
 
@@ -473,6 +495,7 @@ function updateChrome() {
   set('contacts', t.chats, S.unread);
   set('groups', t.groups, S.unread);
   set('review', s.review.length, S.review.waiting);
+  updateConnection(s.status);
   document.title = t.all > 0 ? `(${t.all}) ${S.appName}` : S.appName;
 }
 

@@ -116,6 +116,13 @@ export const S = {
     back: 'Back to chats',
     mute: 'Mute notifications for this conversation',
   },
+  connection: {
+    down: (host: string, since: string) => `Can\u2019t reach the relay ${host}${since ? ` (since ${since})` : ''}.`,
+    queued: (n: number) =>
+      n === 0
+        ? 'Messages you send wait here and go out when it is back.'
+        : `${n === 1 ? '1 message waits' : `${n} messages wait`} here and will go out when it is back.`,
+  },
   ticks: {
     queued: 'Queued: not sent yet',
     relayed: 'Sent to the relay',
