@@ -353,6 +353,35 @@ await scenario(async ({ browser, page }) => {
   assert((await bg()) === dark, 'dark chosen in a light system');
   await page.getByLabel('Theme').selectOption('system');
 
+  step("review mode from Settings: an agent's message is held, counted in a badge, readable, approved");
+  await nav(page, 'Settings').click();
+  await page.getByLabel('Hold messages my agents write until I approve them').check();
+  await page.getByRole('status').filter({ hasText: 'Review mode is on.' }).waitFor();
+  const policy = await page.evaluate(async () => {
+    const r = await fetch('/v1/rpc', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"op":"policy"}' });
+    return r.json();
+  });
+  assert(policy.review === 'review', `the runtime's policy changed: ${JSON.stringify(policy)}`);
+  const held = await driver({ op: 'alice_agent_send', agent: 'coder', to: 'bob', text: 'may I share the plan?' });
+  assert(JSON.stringify(held).includes('held'), `the agent's message is held: ${JSON.stringify(held)}`);
+  await nav(page, 'Review, 1 waiting').waitFor({ timeout: 30_000 });
+  await nav(page, 'Review').click();
+  const item = page.getByRole('listitem', { name: /coder → bob/ });
+  await item.waitFor();
+  assert(/^coder → bob, (just now|\d+ seconds? ago|1 minute ago)$/.test((await item.locator('.review-head').textContent()).trim()), `readable: ${await item.locator('.review-head').textContent()}`);
+  const itemText = await item.textContent();
+  assert(!/\d{12,}/.test(itemText) && !itemText.includes('created_at'), `no raw timestamps or field names: ${itemText}`);
+  await item.getByText('may I share the plan?').waitFor();
+  await shot(page, '11a-review-item');
+  await item.getByRole('button', { name: /^Approve and send/ }).click();
+  await page.getByRole('status').filter({ hasText: 'Approved: sent to bob.' }).waitFor();
+  await page.getByText('Nothing is waiting for review.').waitFor();
+  assert((await nav(page, 'Review').textContent()).trim() === 'Review', 'the badge is gone');
+  await driver({ op: 'bob_wait_for', text: 'may I share the plan?' });
+  await nav(page, 'Settings').click();
+  await page.getByLabel('Hold messages my agents write until I approve them').uncheck();
+  await page.getByRole('status').filter({ hasText: 'Review mode is off.' }).waitFor();
+
   step('the other screens pass the accessibility audit too');
   for (const [link, heading, name] of [
     ['Agents', 'Local agents', '10-agents'],

@@ -20,7 +20,7 @@ import {
   type Whoami,
   pickBackend,
 } from './backend';
-import { clock, dayLabel, field, fmtTime, h, mount, sameLocalDay, shortTime } from './dom';
+import { ago, clock, dayLabel, field, fmtTime, h, mount, sameLocalDay, shortTime } from './dom';
 import { type Recognised, recognise } from './paste';
 import { S } from './strings';
 import { ReadMarkers } from './unread';
@@ -1489,42 +1489,74 @@ async function groupsView() {
   );
 }
 
+function reviewTarget(it: ReviewItem): string {
+  if (typeof it.group === 'string' && it.group) return S.review.toGroup(it.group, it.to ?? null);
+  return it.contact ?? '?';
+}
+
 async function reviewView() {
-  const items = await backend.reviewList();
+  const [items, policy] = await Promise.all([backend.reviewList(), backend.policy().catch(() => null)]);
   return h(
     'div',
-    null,
+    { class: 'review' },
     h('h2', null, S.review.title),
-    h('p', null, S.review.intro),
+    h(
+      'p',
+      null,
+      policy?.review === 'review' ? S.review.onIntro : S.review.offIntro,
+      ' ',
+      h('a', { href: '#/settings' }, S.review.change),
+    ),
     items.length === 0
       ? h('p', { class: 'muted' }, S.review.empty)
       : h(
           'ul',
-          { class: 'list' },
-          items.map((it) =>
-            h(
+          { class: 'list review-list' },
+          items.map((it) => {
+            const target = reviewTarget(it);
+            const headId = `review-${it.id}`;
+            return h(
               'li',
-              null,
-              h('p', null, typeof it.group === 'string' ? S.review.toGroup(it.group) : S.review.toContact(String(it.contact ?? ''))),
+              { class: 'card review-item', 'aria-labelledby': headId, 'data-review': String(it.id) },
               h(
-                'dl',
-                { class: 'inline' },
-                Object.entries(it)
-                  .filter(([k, v]) => k !== 'id' && v !== null && v !== undefined)
-                  .map(([k, v]) => [h('dt', null, k), h('dd', null, typeof v === 'string' ? v : JSON.stringify(v))]),
+                'p',
+                { class: 'review-head', id: headId },
+                h('strong', null, `${it.agent} \u2192 ${target}`),
+                ', ',
+                h('time', { datetime: new Date(it.created_at).toISOString(), title: new Date(it.created_at).toLocaleString() }, ago(it.created_at)),
               ),
+              h(
+                'p',
+                { class: 'review-tags' },
+                it.kind !== 'send' ? h('span', { class: 'chip' }, S.conversation.kindBadge[it.kind] ?? it.kind) : null,
+                it.to_agent ? h('span', { class: 'chip' }, S.conversation.toAgent(it.to_agent)) : null,
+              ),
+              h('blockquote', { class: 'review-text' }, it.text),
               h(
                 'div',
                 { class: 'actions' },
-                h('button', { type: 'button', onclick: () => act(() => backend.reviewDecide(it.id, true)) }, S.review.approve),
                 h(
                   'button',
-                  { type: 'button', class: 'secondary', onclick: () => act(() => backend.reviewDecide(it.id, false)) },
+                  {
+                    type: 'button',
+                    'aria-label': `${S.review.approve}: ${it.agent} \u2192 ${target}`,
+                    onclick: () => act(() => backend.reviewDecide(it.id, true), S.review.approved(target)),
+                  },
+                  S.review.approve,
+                ),
+                h(
+                  'button',
+                  {
+                    type: 'button',
+                    class: 'secondary',
+                    'aria-label': `${S.review.reject}: ${it.agent} \u2192 ${target}`,
+                    onclick: () => act(() => backend.reviewDecide(it.id, false), S.review.rejected),
+                  },
                   S.review.reject,
                 ),
               ),
-            ),
-          ),
+            );
+          }),
         ),
   );
 }
@@ -1596,11 +1628,23 @@ async function logView() {
 }
 
 async function settingsView() {
-  const [st, prefs, hosted] = await Promise.all([
+  const [st, prefs, hosted, policy] = await Promise.all([
     backend.status(),
     backend.settings(),
     backend.hostedRelay().catch(() => null),
+    backend.policy().catch(() => null),
   ]);
+  const reviewBox = h('input', {
+    type: 'checkbox',
+    id: 'set-review',
+    checked: policy?.review === 'review',
+    disabled: policy === null,
+    'aria-describedby': 'set-review-note',
+    onchange: (e: Event) => {
+      const on = (e.currentTarget as HTMLInputElement).checked;
+      void act(() => backend.policy(on ? 'review' : 'auto'), on ? S.settings.reviewOn : S.settings.reviewOff);
+    },
+  });
   const toggle = (key: string, label: string) => {
     const id = `set-${key}`;
     const box = h('input', {
@@ -1633,6 +1677,13 @@ async function settingsView() {
       { 'aria-labelledby': 'appearance-title' },
       h('h3', { id: 'appearance-title' }, S.settings.appearance),
       field(S.settings.theme, themeSelect),
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'review-title' },
+      h('h3', { id: 'review-title' }, S.settings.review),
+      h('div', { class: 'check' }, reviewBox, h('label', { for: 'set-review' }, S.settings.reviewMode)),
+      h('p', { class: 'muted hint', id: 'set-review-note' }, S.settings.reviewNote),
     ),
     h(
       'section',
