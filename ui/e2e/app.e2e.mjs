@@ -91,7 +91,7 @@ await scenario(async ({ browser, page }) => {
   await page.getByText('Enter to send · Shift+Enter for a new line').waitFor();
   assert((await page.locator('.messages .day').first().textContent()) === 'Today', 'a day separator');
   const times = await page.locator('.msg .meta time').allTextContents();
-  assert(times.length > 0 && times.every((t) => /^\d\d:\d\d( [AP]M)?$/.test(t)), `short times: ${times}`);
+  assert(times.length > 0 && times.every((t) => /^\d\d:\d\d(\s?[AP]M)?$/.test(t)), `short times: ${times}`);
   assert(await inViewport(page.locator('form.compose')), 'the composer is on screen');
   const scrolledToNewest = await page.locator('#message-scroll').evaluate((e) => e.scrollHeight - e.scrollTop - e.clientHeight < 2);
   assert(scrolledToNewest, 'the conversation shows its newest message');
@@ -393,6 +393,33 @@ await scenario(async ({ browser, page }) => {
     await page.getByRole('heading', { name: heading, exact: true }).waitFor();
     await shot(page, name);
   }
+
+  step('every main screen in light and dark, at 1280×800 and 480×400: audited, no sideways scrolling');
+  const screens = [
+    ['chats', '#/contacts', () => page.getByRole('heading', { name: 'Chats', exact: true })],
+    ['conversation', '#/c/bob', () => page.getByRole('heading', { name: 'Conversation with bob' })],
+    ['groups', '#/groups', () => page.getByRole('heading', { name: 'Groups', exact: true })],
+    ['review', '#/review', () => page.getByRole('heading', { name: 'Review queue' })],
+    ['activity', '#/log', () => page.getByRole('heading', { name: 'Activity log' })],
+    ['settings', '#/settings', () => page.getByRole('heading', { name: 'Settings', exact: true })],
+    ['addresses', '#/me', () => page.getByRole('heading', { name: 'My addresses' })],
+    ['agents', '#/agents', () => page.getByRole('heading', { name: 'Local agents' })],
+  ];
+  for (const [w, hgt] of [[1280, 800], [480, 400]]) {
+    await page.setViewportSize({ width: w, height: hgt });
+    for (const scheme of ['light', 'dark']) {
+      await page.emulateMedia({ colorScheme: scheme });
+      for (const [name, hash, heading] of screens) {
+        await page.evaluate((x) => (location.hash = x), hash);
+        await heading().waitFor();
+        await page.waitForTimeout(100);
+        if (w === 480) assert(!(await scrollsSideways(page)), `${name} does not scroll sideways at 480 px (${scheme})`);
+        await shot(page, `20-${name}-${w}x${hgt}-${scheme}`);
+      }
+    }
+  }
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.setViewportSize({ width: 1280, height: 800 });
 
   step('a browser without the cookie, or from another origin, is refused');
   const other = await browser.newContext();

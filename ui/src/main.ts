@@ -251,15 +251,33 @@ async function render(background = false) {
     main.querySelectorAll<HTMLInputElement | HTMLTextAreaElement>('input[id], textarea[id]').forEach((el) => {
       if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
     });
-    const focused = main.contains(document.activeElement) ? (document.activeElement as HTMLElement).id : '';
+    const active = main.contains(document.activeElement) ? (document.activeElement as HTMLElement) : null;
+    const focused = active?.id ?? '';
+    const caret =
+      active instanceof HTMLTextAreaElement || (active instanceof HTMLInputElement && active.type !== 'checkbox')
+        ? [active.selectionStart, active.selectionEnd]
+        : null;
     const scrolls = saveScrolls();
     mount(main, view);
-    restoreScrolls(scrolls, route);
     for (const [id, value] of typed) {
       const el = document.getElementById(id) as HTMLInputElement | HTMLTextAreaElement | null;
       if (el && !el.disabled) el.value = value;
     }
-    if (focused) document.getElementById(focused)?.focus();
+    // The composer grows with what it holds.
+    const compose = document.getElementById('compose');
+    if (compose instanceof HTMLTextAreaElement && compose.value) compose.dispatchEvent(new Event('input'));
+    restoreScrolls(scrolls, route);
+    if (focused) {
+      const el = document.getElementById(focused);
+      el?.focus({ preventScroll: true });
+      if (caret && (el instanceof HTMLTextAreaElement || el instanceof HTMLInputElement)) {
+        try {
+          el.setSelectionRange(caret[0], caret[1]);
+        } catch {
+          /* some input types have no selection */
+        }
+      }
+    }
     updateChrome();
     return;
   }
@@ -945,7 +963,7 @@ function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null,
   );
   return h(
     'aside',
-    { class: 'contact-panel', id: 'contact-panel', 'aria-labelledby': 'panel-title', hidden: !panelOpen },
+    { class: 'contact-panel', id: 'contact-panel', role: 'complementary', 'aria-labelledby': 'panel-title', hidden: !panelOpen },
     h(
       'div',
       { class: 'panel-head' },
@@ -1580,6 +1598,9 @@ function csv(rows: AuditRow[]): string {
 
 async function logView() {
   const rows = await backend.log(logSearch || undefined);
+  // Peers by their contact names where they are contacts.
+  const names = new Map((summary?.chats ?? []).map((c) => [c.contact.id, c.contact.name] as [string, string]));
+  for (const c of summary?.requests ?? []) names.set(c.id, c.name);
   const search = h('input', { type: 'search', id: 'log-search', value: logSearch });
   let timer: ReturnType<typeof setTimeout> | undefined;
   search.addEventListener('input', () => {
@@ -1613,10 +1634,10 @@ async function logView() {
               h(
                 'tr',
                 null,
-                h('td', null, fmtTime(r.at)),
+                h('td', null, h('time', { datetime: new Date(r.at).toISOString(), title: new Date(r.at).toLocaleString() }, shortTime(r.at))),
                 h('td', null, r.direction),
                 h('td', null, protocolBadge(r.protocol)),
-                h('td', null, h('code', null, r.peer.slice(0, 12))),
+                h('td', null, names.get(r.peer) ?? (r.peer ? h('code', null, r.peer.slice(0, 12)) : '—')),
                 h('td', null, r.kind),
                 h('td', null, badge(r.state, `state state-${r.state}`)),
                 h('td', null, r.detail),
