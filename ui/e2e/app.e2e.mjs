@@ -113,7 +113,7 @@ await scenario(async ({ browser, page }) => {
   assert((await page.title()) === 'Switchboard', `no unread yet: ${await page.title()}`);
   await driver({ op: 'bob_send', text: 'are you there?', kind: 'send' });
   await driver({ op: 'bob_send', text: 'ping again', kind: 'send' });
-  await nav(page, 'Chats, 2 unread').waitFor({ timeout: 30_000 });
+  await nav(page, 'Chats (2 unread)').waitFor({ timeout: 30_000 });
   assert((await page.title()) === '(2) Switchboard', `the window title counts: ${await page.title()}`);
   await nav(page, 'Chats').click();
   const bobRow = page.locator('.chat[data-contact="bob"]');
@@ -236,7 +236,7 @@ await scenario(async ({ browser, page }) => {
   await shot(page, '06-verify');
   await page.getByRole('button', { name: 'Mark verified' }).click();
   await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
-  await page.locator('.conversation .badge.ok', { hasText: 'Verified' }).waitFor();
+  await page.locator('.conversation .conv-head .badge.ok', { hasText: 'Verified' }).waitFor();
   step('a notice goes away by itself after a few seconds');
   const verifiedNotice = page.getByRole('status').filter({ hasText: 'Verified.' });
   await verifiedNotice.waitFor();
@@ -364,7 +364,7 @@ await scenario(async ({ browser, page }) => {
   assert(policy.review === 'review', `the runtime's policy changed: ${JSON.stringify(policy)}`);
   const held = await driver({ op: 'alice_agent_send', agent: 'coder', to: 'bob', text: 'may I share the plan?' });
   assert(JSON.stringify(held).includes('held'), `the agent's message is held: ${JSON.stringify(held)}`);
-  await nav(page, 'Review, 1 waiting').waitFor({ timeout: 30_000 });
+  await nav(page, 'Review (1 waiting)').waitFor({ timeout: 30_000 });
   await nav(page, 'Review').click();
   const item = page.getByRole('listitem', { name: /coder → bob/ });
   await item.waitFor();

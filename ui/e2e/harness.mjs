@@ -122,10 +122,10 @@ export async function inViewport(locator) {
   });
 }
 
-/** A link of the main navigation (its name may carry a count: "Chats, 2 unread"). */
+/** A link of the main navigation (its name may carry a count: "Chats (2 unread)"). */
 export function nav(page, name) {
   const esc = name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: new RegExp(`^${esc}(, .*)?$`) });
+  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: new RegExp(`^${esc}( \\(.*\\))?$`) });
 }
 
 /** Runs `body({ browser, page })` in a fresh headless Chromium page. */

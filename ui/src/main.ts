@@ -508,7 +508,7 @@ function updateChrome() {
   const set = (key: string, n: number, label: (n: number) => string) => {
     const el = navCounts.get(key);
     if (!el) return;
-    mount(el, n > 0 ? [h('span', { class: 'count', 'aria-hidden': 'true' }, String(n)), h('span', { class: 'sr-only' }, `, ${label(n)}`)] : null);
+    mount(el, n > 0 ? [h('span', { class: 'count', 'aria-hidden': 'true' }, String(n)), h('span', { class: 'sr-only' }, ` (${label(n)})`)] : null);
   };
   set('contacts', t.chats, S.unread);
   set('groups', t.groups, S.unread);
@@ -519,58 +519,83 @@ function updateChrome() {
 
 function preview(m: Message | undefined): string {
   if (!m) return S.chats.noMessages;
+  if (m.kind === 'hello') return m.direction === 'out' ? S.conversation.helloOut : S.conversation.helloIn(m.from);
   const text = messageText(m).replace(/\s+/g, ' ');
   return m.direction === 'out' ? S.chats.you(text) : text;
 }
 
-function chatItem(c: Chat, open: string | null) {
-  const name = c.contact.name;
-  const pid = `chat-preview-${name.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+/**
+ * One row of the list. The link holds the name only (its accessible name says what it opens and
+ * the unread count); the time, preview and count sit beside it, and the link covers the row.
+ */
+function chatRow(opts: {
+  key: Record<string, string>;
+  href: string;
+  name: string;
+  label: string;
+  unread: number;
+  current: boolean;
+  time: number | null;
+  preview: string;
+  extra?: Node | null;
+}) {
+  const pid = `chat-preview-${Object.values(opts.key).join('-').replace(/[^A-Za-z0-9_-]/g, '_')}`;
   return h(
     'li',
-    { 'data-contact': name, class: c.unread > 0 ? 'chat unread' : 'chat' },
+    { ...opts.key, class: `chat${opts.unread > 0 ? ' unread' : ''}${opts.current ? ' current' : ''}` },
     h(
-      'a',
-      {
-        href: `#/c/${encodeURIComponent(name)}`,
-        'aria-label': c.unread > 0 ? `${S.contacts.open(name)}, ${S.unread(c.unread)}` : S.contacts.open(name),
-        'aria-describedby': pid,
-        'aria-current': open === name ? 'true' : null,
-      },
+      'span',
+      { class: 'chat-top' },
       h(
-        'span',
-        { class: 'chat-top' },
-        h('span', { class: 'chat-name' }, name),
-        c.contact.key_changed ? badge(S.contacts.keyChanged, 'danger') : null,
-        c.last ? h('time', { class: 'chat-time', datetime: new Date(c.last.ts).toISOString() }, shortTime(c.last.ts)) : null,
+        'a',
+        {
+          href: opts.href,
+          class: 'chat-name',
+          'aria-label': opts.unread > 0 ? `${opts.label}, ${S.unread(opts.unread)}` : opts.label,
+          'aria-describedby': pid,
+          'aria-current': opts.current ? 'true' : null,
+        },
+        opts.name,
       ),
-      h(
-        'span',
-        { class: 'chat-bottom' },
-        h('span', { class: 'chat-preview', id: pid }, preview(c.last)),
-        c.unread > 0 ? h('span', { class: 'unread-count', 'aria-hidden': 'true' }, String(c.unread)) : null,
-      ),
+      opts.extra ?? null,
+      opts.time !== null ? h('time', { class: 'chat-time', datetime: new Date(opts.time).toISOString() }, shortTime(opts.time)) : null,
+    ),
+    h(
+      'span',
+      { class: 'chat-bottom' },
+      h('span', { class: 'chat-preview', id: pid }, opts.preview),
+      opts.unread > 0 ? h('span', { class: 'unread-count', 'aria-hidden': 'true' }, String(opts.unread)) : null,
     ),
   );
 }
 
+function chatItem(c: Chat, open: string | null) {
+  const name = c.contact.name;
+  return chatRow({
+    key: { 'data-contact': name },
+    href: `#/c/${encodeURIComponent(name)}`,
+    name,
+    label: S.contacts.open(name),
+    unread: c.unread,
+    current: open === name,
+    time: c.last ? c.last.ts : null,
+    preview: preview(c.last),
+    extra: c.contact.key_changed ? badge(S.contacts.keyChanged, 'danger') : null,
+  });
+}
+
 function groupItem(g: GroupSummary) {
   const label = S.chats.group(g.group);
-  return h(
-    'li',
-    { class: g.unread > 0 ? 'chat unread' : 'chat', 'data-group': g.group },
-    h(
-      'a',
-      { href: '#/groups', 'aria-label': g.unread > 0 ? `${label}, ${S.unread(g.unread)}` : label },
-      h('span', { class: 'chat-top' }, h('span', { class: 'chat-name' }, label)),
-      h(
-        'span',
-        { class: 'chat-bottom' },
-        h('span', { class: 'chat-preview' }, S.chats.groupNote),
-        g.unread > 0 ? h('span', { class: 'unread-count', 'aria-hidden': 'true' }, String(g.unread)) : null,
-      ),
-    ),
-  );
+  return chatRow({
+    key: { 'data-group': g.group },
+    href: '#/groups',
+    name: label,
+    label,
+    unread: g.unread || 0,
+    current: false,
+    time: null,
+    preview: S.chats.groupNote,
+  });
 }
 
 function requestsBox(requests: Contact[]) {
@@ -1013,6 +1038,19 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
   for (const m of msgs) {
     if (!prev || !sameLocalDay(prev.ts, m.ts)) items.push(h('li', { class: 'day' }, h('span', null, dayLabel(m.ts))));
     prev = m;
+    if (m.kind === 'hello') {
+      // The contact request that opened the conversation: a line, not a bubble.
+      items.push(
+        h(
+          'li',
+          { class: `msg system ${m.direction}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.id}` },
+          m.direction === 'out' ? S.conversation.helloOut : S.conversation.helloIn(c.name),
+          ' \u00b7 ',
+          h('time', { datetime: new Date(m.ts).toISOString() }, clock(m.ts)),
+        ),
+      );
+      continue;
+    }
     const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
     const canReply = m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked;
     items.push(

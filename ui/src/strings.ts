@@ -104,6 +104,8 @@ export const S = {
     reply: 'Reply',
     cancelReply: 'Cancel reply',
     me: 'me',
+    helloOut: 'You asked to be contacts',
+    helloIn: (name: string) => `${name} asked to be contacts`,
     fromAgent: (agent: string) => `from ${agent}`,
     toAgent: (agent: string) => `to ${agent}`,
     blockedPending: 'This contact is a pending request: approve it before sending.',
