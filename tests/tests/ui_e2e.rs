@@ -137,7 +137,8 @@ impl Driver for World {
                 let (url, _, owner) = bridge_of(&self.alice_home);
                 let agent = open_session(&self.http, &url, &owner, req["agent"].as_str().unwrap_or("coder")).await;
                 let body = json!({"op": "send", "contact": req["to"], "text": req["text"]});
-                let sent = self.http.post(&url).bearer_auth(&agent).json(&body).send().await.map_err(|e| e.to_string())?;
+                let sent =
+                    self.http.post(&url).bearer_auth(&agent).json(&body).send().await.map_err(|e| e.to_string())?;
                 sent.json::<Value>().await.map_err(|e| e.to_string())
             }
             other => Err(format!("unknown driver op {other}")),

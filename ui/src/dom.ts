@@ -66,7 +66,7 @@ function sameDay(a: Date, b: Date) {
 
 /** Hours and minutes, as a messenger shows a message's time. */
 export function clock(ms: number): string {
-  return new Date(ms).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  return new Date(ms).toLocaleTimeString([], { hour: 'numeric', minute: '2-digit' });
 }
 
 /** A conversation list's time: today the clock, then "Yesterday", a weekday, or a date. */

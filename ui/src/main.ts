@@ -703,7 +703,14 @@ function marked(text: string, q: string): Node[] {
 }
 
 function searchBox() {
-  const input = h('input', { type: 'search', id: 'msg-search', value: msgSearch, autocomplete: 'off', 'aria-describedby': 'search-hint' });
+  const input = h('input', {
+    type: 'search',
+    id: 'msg-search',
+    value: msgSearch,
+    autocomplete: 'off',
+    placeholder: S.search.placeholder,
+    'aria-describedby': 'search-hint',
+  });
   input.addEventListener('input', () => {
     clearTimeout(searchTimer);
     searchTimer = setTimeout(() => {
@@ -722,7 +729,8 @@ function searchBox() {
   return h(
     'div',
     { class: 'search-box', role: 'search' },
-    field(S.search.label, input),
+    h('label', { for: 'msg-search', class: 'sr-only' }, S.search.label),
+    input,
     h('p', { class: 'sr-only', id: 'search-hint' }, S.search.hint),
   );
 }

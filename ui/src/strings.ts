@@ -49,6 +49,7 @@ export const S = {
   },
   search: {
     label: 'Search messages',
+    placeholder: 'Search messages (Ctrl+F)',
     hint: 'Ctrl+F from anywhere. Escape clears the search.',
     results: 'Messages found',
     count: (n: number, q: string) => (n === 1 ? `1 message with \u201c${q}\u201d.` : `${n} messages with \u201c${q}\u201d.`),
