@@ -186,7 +186,7 @@ async fn the_ui_in_chromium_first_run_paste_converse_approve_verify_and_key_chan
         ("CAROL_NAME", "carol".to_owned()),
         ("MALLORY_ADDRESS", mallory_address),
     ];
-    let shots = run_scenario("app.e2e.mjs", &url, &env, "ui-e2e", Duration::from_secs(240), &mut world).await;
+    let shots = run_scenario("app.e2e.mjs", &url, &env, "ui-e2e", Duration::from_secs(540), &mut world).await;
     assert!(shots.join("07-key-changed.png").is_file());
     ui_proc.start_kill().unwrap();
 }
