@@ -1,7 +1,9 @@
 //! The UI end to end in headless Chromium: `switchboard ui` serves the built ui/dist and runs the
 //! runtime for a new profile; `ui/e2e/app.e2e.mjs` (playwright-core, Debian's chromium) walks
-//! first run, paste-to-add, a conversation with a second profile, a hello request, verification
-//! and a key change, asking this test to act as the other parties. Nothing is built here:
+//! first run, paste-to-add, a conversation with a second profile (unread counts, Enter to send,
+//! 480×400), the relay going down and coming back, a hello request, verification, a key change,
+//! message search, dark mode, review mode with an agent's held message, and every main screen in
+//! light and dark at two sizes, asking this test to act as the other parties. Nothing is built here:
 //! scripts/install-deps.sh installs chromium, runs `npm ci` and builds ui/dist; a missing piece
 //! fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
