@@ -78,6 +78,9 @@ pub struct Limits {
     /// Connections one client address (IPv4, or IPv6 /64) may hold open at once; the next is
     /// closed on accept. 0 means no limit.
     pub max_connections_per_ip: usize,
+    /// A websocket client that has not taken a frame within this long is dropped (ms): it has
+    /// stopped reading, and it reconnects and catches up from the backlog.
+    pub websocket_send_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -96,6 +99,7 @@ impl Default for Limits {
             header_read_timeout_ms: 30_000,
             request_body_timeout_ms: 60_000,
             max_connections_per_ip: 256,
+            websocket_send_timeout_ms: 10_000,
         }
     }
 }

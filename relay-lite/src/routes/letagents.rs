@@ -237,6 +237,10 @@ enum SessionEnd {
     Json(#[from] serde_json::Error),
     #[error("client silent for {KEEPALIVE_TIMEOUT:?}")]
     Silent,
+    /// The client stopped reading: a frame could not be handed to its socket in time. Dropping
+    /// it frees what it held; it reconnects and catches up from the backlog.
+    #[error("client not reading: a frame waited {0:?}")]
+    Stalled(Duration),
 }
 
 async fn session(state: AppState, id: String, mut socket: WebSocket) {
@@ -250,10 +254,19 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
     hub.release(&id);
 }
 
-async fn send_frame(socket: &mut WebSocket, frame: &RelayToClient) -> Result<(), SessionEnd> {
-    let text = serde_json::to_string(frame)?;
-    socket.send(Message::Text(text.into())).await?;
+/// Hands `message` to the socket, or ends the session when the client has not made room for it
+/// within the relay's websocket send timeout (a client that never reads would otherwise hold
+/// the session, and everything queued for it, forever: the keepalive check never runs while a
+/// send blocks).
+async fn send_within(state: &AppState, socket: &mut WebSocket, message: Message) -> Result<(), SessionEnd> {
+    let limit = Duration::from_millis(state.limits().websocket_send_timeout_ms.max(1));
+    tokio::time::timeout(limit, socket.send(message)).await.map_err(|_| SessionEnd::Stalled(limit))??;
     Ok(())
+}
+
+async fn send_frame(state: &AppState, socket: &mut WebSocket, frame: &RelayToClient) -> Result<(), SessionEnd> {
+    let text = serde_json::to_string(frame)?;
+    send_within(state, socket, Message::Text(text.into())).await
 }
 
 /// Sends every envelope above `sent`, in seq order; returns the last seq sent.
@@ -270,7 +283,7 @@ async fn push_waiting(
         let page = state.store().waiting(id, sent, INBOX_PAGE).await?;
         let full = page.len() == INBOX_PAGE;
         for w in page {
-            send_frame(socket, &RelayToClient::Msg { seq: w.seq, ct: b64u(&w.body) }).await?;
+            send_frame(state, socket, &RelayToClient::Msg { seq: w.seq, ct: b64u(&w.body) }).await?;
             sent = w.seq;
         }
         if !full {
@@ -289,11 +302,11 @@ async fn run_session(
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE_EVERY, KEEPALIVE_EVERY);
     let mut heard = tokio::time::Instant::now();
     let mut sent = push_waiting(state, id, socket, newest, 0).await?;
-    send_frame(socket, &RelayToClient::Ready).await?;
+    send_frame(state, socket, &RelayToClient::Ready).await?;
     loop {
         if *closing.borrow_and_update() {
             let frame = CloseFrame { code: close_code::AWAY, reason: "relay shutting down".into() };
-            socket.send(Message::Close(Some(frame))).await?;
+            send_within(state, socket, Message::Close(Some(frame))).await?;
             return Ok(());
         }
         tokio::select! {
@@ -308,7 +321,7 @@ async fn run_session(
                 if heard.elapsed() > KEEPALIVE_TIMEOUT {
                     return Err(SessionEnd::Silent);
                 }
-                socket.send(Message::Ping(Bytes::new())).await?;
+                send_within(state, socket, Message::Ping(Bytes::new())).await?;
             }
             incoming = socket.recv() => {
                 let Some(incoming) = incoming else { return Ok(()) };
@@ -318,7 +331,7 @@ async fn run_session(
                         Ok(ClientToRelay::Ack { seq }) => {
                             state.store().ack(id, vec![seq], now_ms()).await?;
                         }
-                        Ok(ClientToRelay::Ping) => send_frame(socket, &RelayToClient::Pong).await?,
+                        Ok(ClientToRelay::Ping) => send_frame(state, socket, &RelayToClient::Pong).await?,
                         Err(e) => tracing::debug!(mailbox = %id, error = %e, "ignoring a frame"),
                     },
                     Message::Close(_) => return Ok(()),
