@@ -5,9 +5,11 @@
 //! - [`ConnLimiter`] counts open connections per client (IPv4 address or IPv6 /64, as the rate
 //!   limiter keys them); [`LimitAcceptor`] refuses (closes at once) a connection over the cap and
 //!   wraps the others in [`Counted`], which gives the slot back when the connection is dropped.
-//! - [`body_deadline`] gives a request's body one deadline from the moment the head arrived: a
-//!   client that trickles a body (one byte every few seconds) fails the read at the deadline and
-//!   its connection is closed, where a per-read timeout would be reset by every byte.
+//! - [`body_guard`] gives a request's body one deadline from the moment the head arrived (a
+//!   client that trickles a body, one byte every few seconds, fails the read at the deadline and
+//!   its connection is closed, where a per-read timeout would be reset by every byte), and
+//!   reserves the body's size from one [`BodyBudget`] shared by all requests before it is read,
+//!   so many large bodies at once meet `503` instead of the memory limit.
 //! - [`raise_nofile_limit`] lifts the soft descriptor limit to the hard one, so the cap, not the
 //!   process, decides who is refused.
 
@@ -23,9 +25,10 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::AppState;
 use crate::limits::IpLimiter;
@@ -196,12 +199,60 @@ impl HttpBody for DeadlineBody {
     }
 }
 
-/// Middleware: the request's body must arrive whole within `Limits::request_body_timeout_ms`
-/// of its head. Bodies already complete (none, or small and buffered) are left alone.
-pub(crate) async fn body_deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// Request-body bytes in flight across all requests, in KiB permits.
+#[derive(Debug)]
+pub struct BodyBudget {
+    kib: Arc<Semaphore>,
+    total_kib: u32,
+    unknown_length_kib: u32,
+}
+
+impl BodyBudget {
+    /// A budget of `bytes`; a body of unknown length reserves `largest_body` (capped at the
+    /// whole budget, so one such request always fits an idle relay).
+    pub fn new(bytes: u64, largest_body: u64) -> Self {
+        let total_kib = kib(bytes).max(1);
+        Self {
+            kib: Arc::new(Semaphore::new(total_kib as usize)),
+            total_kib,
+            unknown_length_kib: kib(largest_body).clamp(1, total_kib),
+        }
+    }
+
+    /// Reserves room for a body of `length` bytes (`None`: unknown), or `None` when the budget
+    /// cannot hold it now.
+    pub fn reserve(&self, length: Option<u64>) -> Option<OwnedSemaphorePermit> {
+        let want = length.map_or(self.unknown_length_kib, |l| kib(l).clamp(1, self.total_kib));
+        self.kib.clone().try_acquire_many_owned(want).ok()
+    }
+
+    /// KiB free now.
+    pub fn available_kib(&self) -> usize {
+        self.kib.available_permits()
+    }
+}
+
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
+/// Middleware: the request's body must fit the relay's [`BodyBudget`] now (else `503` with
+/// `Retry-After`, before a byte of it is read) and arrive whole within
+/// `Limits::request_body_timeout_ms` of its head. The reservation is held until the answer.
+/// Bodies already complete (none, or small and buffered) are left alone.
+pub(crate) async fn body_guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if request.body().is_end_stream() {
         return next.run(request).await;
     }
+    let length = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(_reserved) = state.shared().body_budget.reserve(length) else {
+        tracing::debug!(?length, "request body refused: the in-flight budget is spent");
+        return crate::Error::Busy.into_response();
+    };
     let limit = Duration::from_millis(state.limits().request_body_timeout_ms.max(1));
     let request =
         request.map(|inner| Body::new(DeadlineBody { inner, deadline: Box::pin(tokio::time::sleep(limit)), limit }));
@@ -243,6 +294,21 @@ mod tests {
         let _one = limiter.acquire("2001:db8::1".parse().unwrap()).unwrap();
         assert!(limiter.acquire("2001:db8::2".parse().unwrap()).is_none());
         assert!(limiter.acquire("2001:db8:0:1::1".parse().unwrap()).is_some());
+    }
+
+    #[test]
+    fn the_body_budget_holds_reservations_until_dropped() {
+        let budget = BodyBudget::new(1024 * 1024, 70 * 1024 * 1024);
+        let big = budget.reserve(Some(900 * 1024)).unwrap();
+        assert!(budget.reserve(Some(200 * 1024)).is_none());
+        let small = budget.reserve(Some(100)).unwrap();
+        // Unknown length reserves the largest body, capped at the whole budget.
+        assert!(budget.reserve(None).is_none());
+        drop((big, small));
+        let whole = budget.reserve(None).unwrap();
+        assert_eq!(budget.available_kib(), 0);
+        drop(whole);
+        assert_eq!(budget.available_kib(), 1024);
     }
 
     #[test]

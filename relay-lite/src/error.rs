@@ -80,6 +80,10 @@ pub enum Error {
     /// The relay is shutting down (relay's state, nobody's fault): `503`.
     #[error("relay is shutting down")]
     Unavailable,
+    /// The relay is already receiving as many request-body bytes as its memory budget allows
+    /// (its load, nobody's fault): `503` with `Retry-After`; nothing was read or stored.
+    #[error("the relay is receiving too much at once; nothing was stored; retry in {BUSY_RETRY_AFTER_SECS} s")]
+    Busy,
     /// The relay's disk is full, so nothing was stored (the relay's condition, not the
     /// client's): `507` on a send, where letagents and Stringcup define `507` as "not stored,
     /// retry later", `503` elsewhere; both with `Retry-After`. The relay recovers by itself once
@@ -192,6 +196,9 @@ fn pending_message(limit: PendingLimit) -> String {
 /// What `Retry-After` says when the relay's disk is full or failing.
 pub const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 
+/// `Retry-After` when the request-body budget is spent.
+pub const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
@@ -236,6 +243,7 @@ impl Error {
             }
             Self::PendingFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "inbox_full"),
             Self::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             Self::StorageFull { send: true } => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
             Self::StorageFull { send: false } => (StatusCode::SERVICE_UNAVAILABLE, "storage_full"),
             Self::StorageFailed => (StatusCode::SERVICE_UNAVAILABLE, "storage_failed"),
@@ -271,6 +279,9 @@ impl IntoResponse for Error {
             }
             Self::StorageFull { .. } | Self::StorageFailed => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(STORAGE_RETRY_AFTER_SECS));
+            }
+            Self::Busy => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_AFTER_SECS));
             }
             Self::Unauthorized(_) => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -81,6 +81,10 @@ pub struct Limits {
     /// A websocket client that has not taken a frame within this long is dropped (ms): it has
     /// stopped reading, and it reconnects and catches up from the backlog.
     pub websocket_send_timeout_ms: u64,
+    /// Request-body bytes the relay receives at once, across all requests: each request with a
+    /// body reserves its `Content-Length` (a chunked one the largest body any route takes)
+    /// before it is read, and a request that does not fit gets `503` with `Retry-After`.
+    pub body_bytes_in_flight: u64,
 }
 
 impl Default for Limits {
@@ -100,6 +104,7 @@ impl Default for Limits {
             request_body_timeout_ms: 60_000,
             max_connections_per_ip: 256,
             websocket_send_timeout_ms: 10_000,
+            body_bytes_in_flight: 256 * 1024 * 1024,
         }
     }
 }
@@ -257,6 +262,8 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     /// This relay's own names ([`Config::public_urls`]).
     pub(crate) origins: Arc<PublicOrigins>,
+    /// [`Limits::body_bytes_in_flight`], in KiB permits.
+    pub(crate) body_budget: conn::BodyBudget,
     pub(crate) send_rate: SlidingWindow,
     pub(crate) ip_rate: IpLimiter,
     /// Posts per letmeknow group per minute.
@@ -385,12 +392,27 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         stringcup: routes::stringcup::StringcupState::new(&limits.stringcup),
         limits,
         origins,
+        body_budget: conn::BodyBudget::new(config.limits.body_bytes_in_flight, max_body(&config.limits)),
         closing: tokio::sync::watch::channel(false).0,
         agent_mail_clock: config.agent_mail_clock.clone(),
     });
     spawn_sweeper(Arc::downgrade(&shared), config.sweep_interval);
     let state = AppState { shared };
     Ok((routes::router(state.clone()), state))
+}
+
+/// The largest body any route takes (what a chunked body of unknown length reserves).
+fn max_body(limits: &Limits) -> u64 {
+    let largest = [
+        limits.max_envelope,
+        limits.stringcup.batch_max_body_bytes,
+        limits.letmeknow.max_message.saturating_mul(4) / 3 + 1024,
+        switchboard_core::protocol::agent_mail::MAX_RAW_BYTES,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    u64::try_from(largest).unwrap_or(u64::MAX)
 }
 
 fn spawn_sweeper(shared: Weak<Shared>, every: Duration) {

@@ -9,7 +9,7 @@ mod sc_common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sc_common::{b64, ciphertext, ct, message, relay, relay_with, unb64};
+use sc_common::{b64, ciphertext, ct, message, relay, relay_config, relay_with, unb64};
 use serde_json::{Value, json};
 use switchboard_core::util::random_array;
 
@@ -754,4 +754,38 @@ async fn one_identity_cannot_take_the_long_poll_pool_from_others() {
         }
     }
     assert_eq!(held, 4, "mallory parked more than her share");
+}
+
+#[tokio::test]
+async fn request_bodies_in_flight_share_one_budget_and_the_overflow_is_503_with_retry_after() {
+    use tokio::io::AsyncWriteExt as _;
+    let relay = relay_config(|c| {
+        c.limits.body_bytes_in_flight = 1024 * 1024;
+        c.limits.request_body_timeout_ms = 20_000;
+    })
+    .await;
+    let (alice, bob) = (relay.register("alice").await, relay.register("bob").await);
+    // Alice starts a 900 KiB batch and sends half of it: its whole length is reserved.
+    let mut slow = tokio::net::TcpStream::connect(relay.relay.addr).await.unwrap();
+    let head = format!(
+        "POST /api/v2/messages/batch HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        alice.token,
+        900 * 1024
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&vec![b' '; 450 * 1024]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Another large body does not fit now: 503 with Retry-After, before it is read.
+    let entries: Vec<_> = (0..4).map(|i| message(&bob.id, &ciphertext(&format!("big {i}"), 50 * 1024))).collect();
+    let refused = relay.post(&bob, "/messages/batch", &json!({ "messages": entries.clone() })).await;
+    assert_eq!(refused.status, 503, "{:?}", refused.body);
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    // A small send still fits in what is left.
+    assert!(relay.send(&bob, &alice, "small still fits").await > 0);
+    // Alice gives up; her reservation is released and the large body goes through.
+    drop(slow);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let accepted = relay.post(&bob, "/messages/batch", &json!({ "messages": entries })).await;
+    assert!(accepted.status < 300, "{} {:?}", accepted.status, accepted.body);
 }

@@ -27,7 +27,7 @@ pub fn router(state: AppState) -> Router {
         .merge(letmeknow::routes(&state))
         .merge(stringcup::routes(&state))
         .fallback(no_route)
-        .layer(middleware::from_fn_with_state(state.clone(), crate::conn::body_deadline))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::conn::body_guard))
         .layer(middleware::from_fn_with_state(state.clone(), ip_limit))
         .with_state(state)
 }
