@@ -114,12 +114,20 @@ export async function scrollsSideways(page) {
   return page.evaluate(() => document.documentElement.scrollWidth > document.documentElement.clientWidth + 1);
 }
 
-/** Whether the element at `locator` is wholly inside the viewport. */
-export async function inViewport(locator) {
-  return locator.evaluate((el) => {
-    const r = el.getBoundingClientRect();
-    return r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight + 1 && r.right <= innerWidth + 1 && r.height > 0;
-  });
+/**
+ * Whether the element at `locator` is wholly inside the viewport, waiting up to `timeoutMs` for
+ * the layout to settle (a screen just opened may still be scrolling to its newest message).
+ */
+export async function inViewport(locator, timeoutMs = 3000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const inside = await locator.evaluate((el) => {
+      const r = el.getBoundingClientRect();
+      return r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight + 1 && r.right <= innerWidth + 1 && r.height > 0;
+    });
+    if (inside || Date.now() > deadline) return inside;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 /** A link of the main navigation (its name may carry a count: "Chats (2 unread)"). */
