@@ -12,6 +12,9 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
+mod protocol;
+pub use protocol::Protocol;
+
 /// Store failures: local (disk, corruption) or bugs.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -41,7 +44,7 @@ pub struct ContactRow {
     /// Local name.
     pub name: String,
     /// Protocol.
-    pub protocol: String,
+    pub protocol: Protocol,
     /// Protocol-level id (letagents: mailbox id).
     pub peer_id: String,
     /// Full address.
@@ -87,7 +90,7 @@ pub struct MessageRow {
     /// in | out.
     pub direction: String,
     /// Protocol.
-    pub protocol: String,
+    pub protocol: Protocol,
     /// Contact row id.
     #[serde(skip)]
     pub contact_id: Option<i64>,
@@ -124,7 +127,7 @@ pub struct OutboxRow {
     /// Message id.
     pub message_id: String,
     /// Protocol.
-    pub protocol: String,
+    pub protocol: Protocol,
     /// Kind of the message.
     pub kind: String,
     /// Relay base URL.
@@ -191,7 +194,7 @@ pub struct NewContact<'a> {
     /// Local name.
     pub name: &'a str,
     /// Protocol.
-    pub protocol: &'a str,
+    pub protocol: Protocol,
     /// Peer id.
     pub peer_id: &'a str,
     /// Address.
@@ -222,7 +225,7 @@ pub struct NewMessage<'a> {
     /// in | out.
     pub direction: &'a str,
     /// Protocol.
-    pub protocol: &'a str,
+    pub protocol: Protocol,
     /// Contact.
     pub contact_id: Option<i64>,
     /// Peer id.
@@ -372,7 +375,7 @@ impl Store {
             now,
             Audit {
                 direction: "out",
-                protocol: &row.protocol,
+                protocol: row.protocol.as_str(),
                 peer: &row.target,
                 message_id: &row.message_id,
                 kind: &row.kind,
@@ -410,7 +413,7 @@ impl Store {
             now,
             Audit {
                 direction: "out",
-                protocol: &row.protocol,
+                protocol: row.protocol.as_str(),
                 peer: &row.target,
                 message_id: &row.message_id,
                 kind: &row.kind,
@@ -501,7 +504,11 @@ pub async fn insert_contact(conn: &mut SqliteConnection, c: &NewContact<'_>) -> 
 }
 
 /// A contact by protocol id.
-pub async fn contact_by_peer(conn: &mut SqliteConnection, protocol: &str, peer_id: &str) -> Result<Option<ContactRow>> {
+pub async fn contact_by_peer(
+    conn: &mut SqliteConnection,
+    protocol: Protocol,
+    peer_id: &str,
+) -> Result<Option<ContactRow>> {
     Ok(sqlx::query_as("SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?")
         .bind(protocol)
         .bind(peer_id)
@@ -526,7 +533,7 @@ pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<V
 }
 
 /// Records (sender, id) as processed. Returns false if it was already there.
-pub async fn mark_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str, ts: i64) -> Result<bool> {
+pub async fn mark_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &str, id: &str, ts: i64) -> Result<bool> {
     let n = sqlx::query("INSERT INTO seen (protocol, peer, id, ts) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
         .bind(protocol)
         .bind(peer)
@@ -539,7 +546,7 @@ pub async fn mark_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, 
 }
 
 /// Whether (sender, id) was already processed.
-pub async fn was_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str) -> Result<bool> {
+pub async fn was_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &str, id: &str) -> Result<bool> {
     Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM seen WHERE protocol = ? AND peer = ? AND id = ?")
         .bind(protocol)
         .bind(peer)
@@ -580,7 +587,7 @@ pub struct Queued<'a> {
     /// The message it carries.
     pub message_id: &'a str,
     /// Its protocol.
-    pub protocol: &'a str,
+    pub protocol: Protocol,
     /// Its kind (for the audit log).
     pub kind: &'a str,
     /// Where it is posted.
@@ -615,7 +622,7 @@ pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Re
     .await?;
     let queued = Audit {
         direction: "out",
-        protocol: o.protocol,
+        protocol: o.protocol.as_str(),
         peer: o.peer,
         message_id: o.message_id,
         kind: o.kind,
