@@ -17,25 +17,26 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast, watch};
 
-use crate::bridge::api::{ApiError, Request};
+use crate::bridge::api::Request;
 use crate::identity::DeviceIdentity;
 use crate::identity::keystore::{Keystore, KeystoreError, KeystoreKind, KeystorePreference};
 use crate::profile::Profile;
 use crate::protocol::letagents::inner::RosterEntry;
 use crate::protocol::letagents::{self as la, Kind, PeerKeys, STALE_AFTER_MS};
-use crate::store::{self, ContactRow, Store, StoreError};
-use crate::transport::TransportError;
+use crate::store::{self, ContactRow, Store};
 use crate::transport::letagents::RelayClient;
 
 mod agents;
 mod channels;
 mod delivery;
+mod error;
 mod groups;
 mod outbox;
 
 pub use agents::Caller;
 pub use channels::Protocol;
 pub use delivery::{LEASE_MS, fence};
+pub use error::{Error, Fault, Result};
 pub use groups::random_handle;
 pub use outbox::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, backoff_ms};
 
@@ -46,92 +47,6 @@ const DEFAULT_ALLOW: &str = "send,ask,reply,list";
 /// Most pending contact requests kept; further hellos from strangers are dropped.
 pub const MAX_PENDING_REQUESTS: i64 = 100;
 
-/// Engine errors, each with a stable code for clients.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// `init` has not run for this profile.
-    #[error("profile not initialised: run `switchboard init --name NAME --relay URL`")]
-    NotInitialized,
-    /// `init` already ran.
-    #[error("profile already initialised")]
-    AlreadyInitialized,
-    /// No such contact.
-    #[error("no contact named `{0}`")]
-    UnknownContact(String),
-    /// The name or peer is already a contact.
-    #[error("{0}")]
-    ContactExists(String),
-    /// Sending is blocked until the user re-verifies.
-    #[error("{0}'s key changed: compare the new safety number and run `switchboard contact verify {0}` before sending")]
-    KeyChanged(String),
-    /// The contact has not been accepted.
-    #[error("`{0}` is a pending request: accept it first")]
-    Pending(String),
-    /// The caller gave something invalid.
-    #[error("{0}")]
-    Invalid(String),
-    /// No message with that id.
-    #[error("no message with id `{0}`")]
-    UnknownMessage(String),
-    /// Local storage failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The keystore failed.
-    #[error(transparent)]
-    Keystore(#[from] KeystoreError),
-    /// The relay failed.
-    #[error(transparent)]
-    Transport(#[from] TransportError),
-    /// Profile files.
-    #[error(transparent)]
-    Profile(#[from] crate::profile::ProfileError),
-    /// Something that cannot happen did.
-    #[error("internal error: {0}")]
-    Bug(String),
-    /// The caller (an agent session) may not do this.
-    #[error("{0}")]
-    Forbidden(String),
-    /// The loop guard paused this conversation until the operator resumes it.
-    #[error("{0}")]
-    LoopGuard(String),
-}
-
-impl Error {
-    /// The stable code clients see.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Error::NotInitialized => "not_initialized",
-            Error::AlreadyInitialized => "already_initialized",
-            Error::UnknownContact(_) => "unknown_contact",
-            Error::ContactExists(_) => "contact_exists",
-            Error::KeyChanged(_) => "key_changed",
-            Error::Pending(_) => "pending_contact",
-            Error::Invalid(_) => "invalid_input",
-            Error::UnknownMessage(_) => "unknown_message",
-            Error::Store(_) => "store",
-            Error::Keystore(_) => "keystore",
-            Error::Transport(_) => "relay",
-            Error::Profile(_) => "profile",
-            Error::Bug(_) => "internal",
-            Error::Forbidden(_) => "forbidden",
-            Error::LoopGuard(_) => "loop_guard",
-        }
-    }
-
-    /// As it crosses to clients.
-    pub fn to_api(&self) -> ApiError {
-        ApiError { code: self.code().into(), message: self.to_string() }
-    }
-}
-
-impl From<sqlx::Error> for Error {
-    fn from(e: sqlx::Error) -> Self {
-        Error::Store(StoreError::Sql(e))
-    }
-}
-
-/// Result alias.
-pub type Result<T> = std::result::Result<T, Error>;
 
 /// Something a UI or waiting agent may care about.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -186,7 +186,7 @@ async fn observe_card(conn: &mut sqlx::SqliteConnection, card: &MailboxCard) -> 
                 tracing::info!("agent mail: card refused by the pin ({e}); keeping the pinned card");
                 Ok(pinned)
             }
-            None => Err(Error::Invalid(format!("card refused: {e}"))),
+            None => Err(Error::CardRefused(e)),
         },
     }
 }
@@ -475,7 +475,7 @@ impl AgentMail {
                     let mut conn = rt.store().pool.acquire().await?;
                     return observe_card(&mut conn, &rec.card).await;
                 }
-                Ok(_) => last_err = Some(Error::Invalid("the route served a card for another mailbox".into())),
+                Ok(_) => last_err = Some(Error::RelayServed("the route served a card for another mailbox".into())),
                 Err(e) => last_err = Some(e.into()),
             }
         }
@@ -494,7 +494,7 @@ impl AgentMail {
         allow: Option<&[String]>,
     ) -> Result<String> {
         let st = self.am_state(rt).await?;
-        let addr = MailAddress::parse(address).map_err(|e| Error::Invalid(format!("mail address: {e}")))?;
+        let addr = MailAddress::parse(address)?;
         if addr.owner == st.id {
             return Err(Error::Invalid("that is our own Agent Mail address".into()));
         }
@@ -614,7 +614,7 @@ impl AgentMail {
             message.subject = Some(s.to_owned());
         }
         message.reply_card = Some(own_card);
-        message.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+        message.validate()?;
         let id = message.message_id.to_string();
         let route =
             card.payload().routes.first().cloned().ok_or_else(|| Error::Invalid("the mailbox is closed".into()))?;
@@ -625,8 +625,7 @@ impl AgentMail {
             &SealRequest { sender: &st.key, card: &card, message: &message, created_at: now, nonce },
             now,
             &mut OsRng,
-        )
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        )?;
         insert_am_message(&mut tx, "out", &message, &card.mailbox_id().to_string(), now).await?;
         let mailbox = card.mailbox_id().to_string();
         let payload = packet.to_jcs();
@@ -704,8 +703,7 @@ impl AgentMail {
             &SealRequest { sender: &st.key, card: &card, message: &message, created_at: now, nonce },
             now,
             &mut OsRng,
-        )
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        )?;
         sqlx::query("UPDATE outbox SET payload = ?, target = ?, relay_url = ? WHERE id = ?")
             .bind(packet.to_jcs())
             .bind(card.mailbox_id().to_string())

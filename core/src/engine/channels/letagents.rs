@@ -144,7 +144,7 @@ impl Channel for Letagents {
 impl Letagents {
     async fn contact_add(&self, rt: &Runtime, req: ContactAdd<'_>) -> Result<String> {
         let ContactAdd { address, name, allow, relay, hello } = req;
-        let addr = Address::parse(address).map_err(|e| Error::Invalid(e.to_string()))?;
+        let addr = Address::parse(address)?;
         let drop =
             addr.drop.ok_or_else(|| Error::Invalid("the address has no drop code: ask for the full address".into()))?;
         if addr.keys == rt.keys() {
@@ -237,7 +237,7 @@ impl Letagents {
         inner.reply_to = reply_to.map(str::to_owned);
         inner.from_agent = from_agent.map(str::to_owned);
         inner.to_agent = to_agent.map(str::to_owned);
-        inner.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+        inner.validate()?;
         let mut tx = rt.store().pool.begin().await?;
         self.queue_sealed(rt, &mut tx, c, &inner, kind).await?;
         rt.commit_queued(tx).await?;
@@ -258,7 +258,7 @@ impl Letagents {
             c.drop_code.as_deref().ok_or_else(|| Error::Bug("queued to a contact without a drop code".into()))?;
         let json = serde_json::to_string(inner).map_err(|e| Error::Bug(e.to_string()))?;
         let envelope =
-            la::seal(&rt.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng).map_err(|e| Error::Invalid(e.to_string()))?;
+            la::seal(&rt.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng)?;
         let now = now_ms();
         let relay = c.relay_url.clone().unwrap_or_else(|| rt.inner.relay_url.clone());
         let body = match &inner.body {

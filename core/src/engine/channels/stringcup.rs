@@ -346,8 +346,7 @@ impl Stringcup {
         {
             self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, "active").await?;
         }
-        let (header, ciphertext) = crypto::seal(&me.id, &c.peer_id, &pinned_key(c)?, text, &mut OsRng)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let (header, ciphertext) = crypto::seal(&me.id, &c.peer_id, &pinned_key(c)?, text, &mut OsRng)?;
         let body = serde_json::to_vec(&Outgoing { recipient_id: c.peer_id.clone(), header, ciphertext })
             .map_err(|e| Error::Bug(e.to_string()))?;
         // The message id doubles as the Idempotency-Key every retry reuses.
