@@ -360,12 +360,7 @@ impl Runtime {
     /// One incoming message as an agent sees it: attributed and fenced.
     async fn fenced_dto(&self, m: &crate::store::MessageRow, mode: &str) -> Result<Value> {
         let c: Option<ContactRow> = match m.contact_id {
-            Some(id) => {
-                sqlx::query_as("SELECT * FROM contacts WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(&self.store().pool)
-                    .await?
-            }
+            Some(id) => self.store().contact_by_id(id).await?,
             None => None,
         };
         let (contact, fingerprint, verified) = match &c {

@@ -619,8 +619,7 @@ impl Runtime {
             row.get::<Vec<u8>, _>("mls_state").as_slice(),
             row.get::<Vec<u8>, _>("signature_key").as_slice(),
             row.get::<String, _>("name").as_str(),
-        )
-        ?;
+        )?;
         let s = Arc::new(Mutex::new(Session { handle: handle.to_owned(), member }));
         sessions.insert(handle.to_owned(), s.clone());
         Ok(s)
@@ -909,8 +908,7 @@ impl Runtime {
             .bind(&id)
             .fetch_optional(&mut *tx)
             .await?;
-        let mut group =
-            s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+        let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
         if let Some(own) = own {
             // Our own message (we cannot decrypt it): a commit we posted but had not merged
             // (the runtime stopped between the relay's answer and the merge) is merged now.
@@ -1180,8 +1178,7 @@ impl Runtime {
         let client = self.lmk_client(&relay)?;
         for _ in 0..MAX_REBASES {
             self.sync_locked(s, gid, 0).await?;
-            let mut group =
-                s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+            let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
             let (commit, welcome) = stage(&s.member, &mut group)?;
             let id = message_id(&commit);
             // The pending commit is durable before the relay sees it, so a crash in between is
@@ -1526,8 +1523,7 @@ impl Runtime {
         let client = self.lmk_client(&relay)?;
         for _ in 0..MAX_REBASES {
             self.sync_locked(&mut s, gid, 0).await?;
-            let mut group =
-                s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+            let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
             let to = match to {
                 Some(fp) => {
                     let fp = canonical_fp(fp);
@@ -1625,11 +1621,8 @@ impl Runtime {
     pub async fn lmk_members(&self, handle: &str, gid: &str) -> Result<Value> {
         let session = self.lmk_load(handle).await?;
         let s = session.lock().await;
-        let group = s
-            .member
-            .load_group(gid)
-            ?
-            .ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
+        let group =
+            s.member.load_group(gid)?.ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
         let notes =
             sqlx::query("SELECT fingerprint, invited_by FROM lmk_member_notes WHERE handle = ? AND group_id = ?")
                 .bind(handle)

@@ -47,7 +47,6 @@ const DEFAULT_ALLOW: &str = "send,ask,reply,list";
 /// Most pending contact requests kept; further hellos from strangers are dropped.
 pub const MAX_PENDING_REQUESTS: i64 = 100;
 
-
 /// Something a UI or waiting agent may care about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -587,10 +586,7 @@ impl Runtime {
 
     async fn contact_name(&self, id: Option<i64>) -> Result<Option<String>> {
         let Some(id) = id else { return Ok(None) };
-        Ok(sqlx::query_scalar("SELECT name FROM contacts WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.store().pool)
-            .await?)
+        Ok(self.store().contact_name(id).await?)
     }
 
     async fn contact(&self, name: &str) -> Result<ContactRow> {
@@ -630,12 +626,10 @@ impl Runtime {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
         let mut tx = self.store().pool.begin().await?;
-        sqlx::query("UPDATE contacts SET state = 'active' WHERE id = ?").bind(c.id).execute(&mut *tx).await?;
-        // Messages that arrived with the request (Stringcup has no hello) are shown now.
-        sqlx::query("UPDATE messages SET state = 'received', shown = 0 WHERE contact_id = ? AND state = 'held'")
-            .bind(c.id)
-            .execute(&mut *tx)
+        store::update_contact(&mut tx, c.id, &store::ContactUpdate { state: Some("active"), ..Default::default() })
             .await?;
+        // Messages that arrived with the request (Stringcup has no hello) are shown now.
+        store::release_held(&mut tx, c.id).await?;
         tx.commit().await?;
         Ok(self.contact_dto(&self.contact(name).await?))
     }
@@ -645,7 +639,7 @@ impl Runtime {
         if c.state != "pending" {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
-        sqlx::query("DELETE FROM contacts WHERE id = ?").bind(c.id).execute(&self.store().pool).await?;
+        self.store().delete_contact(c.id).await?;
         Ok(json!({"denied": name}))
     }
 
@@ -653,14 +647,18 @@ impl Runtime {
         let c = self.contact(name).await?;
         let mut tx = self.store().pool.begin().await?;
         if let Some(new_box) = &c.changed_box_pub {
-            sqlx::query("UPDATE contacts SET box_pub = ?, changed_box_pub = NULL, key_changed_at = NULL, address = ? WHERE id = ?")
-                .bind(new_box)
-                .bind(self.channel(c.protocol).address_with_box(&c, new_box)?)
-                .bind(c.id)
-                .execute(&mut *tx)
-                .await?;
+            let address = self.channel(c.protocol).address_with_box(&c, new_box)?;
+            let adopt = store::ContactUpdate {
+                box_pub: Some(new_box),
+                changed_box_pub: Some(None),
+                key_changed_at: Some(None),
+                address: Some(&address),
+                ..Default::default()
+            };
+            store::update_contact(&mut tx, c.id, &adopt).await?;
         }
-        sqlx::query("UPDATE contacts SET verified = 1 WHERE id = ?").bind(c.id).execute(&mut *tx).await?;
+        store::update_contact(&mut tx, c.id, &store::ContactUpdate { verified: Some(true), ..Default::default() })
+            .await?;
         tx.commit().await?;
         Ok(self.contact_dto(&self.contact(name).await?))
     }
@@ -668,10 +666,8 @@ impl Runtime {
     async fn contact_allow(&self, name: &str, kinds: &[String]) -> Result<Value> {
         let c = self.contact(name).await?;
         let allow = kinds_to_string(kinds)?;
-        sqlx::query("UPDATE contacts SET allow_kinds = ? WHERE id = ?")
-            .bind(allow)
-            .bind(c.id)
-            .execute(&self.store().pool)
+        self.store()
+            .update_contact(c.id, &store::ContactUpdate { allow_kinds: Some(&allow), ..Default::default() })
             .await?;
         Ok(self.contact_dto(&self.contact(name).await?))
     }
@@ -686,17 +682,7 @@ impl Runtime {
                 return Err(Error::Invalid(format!("`{g}` is not a glob (`*`, `prefix*` or a name)")));
             }
         }
-        sqlx::query(
-            "INSERT INTO agent_rules (contact_id, position, from_glob, to_glob, action) \
-             VALUES (?1, (SELECT COALESCE(MAX(position), 0) + 1 FROM agent_rules WHERE contact_id = ?1), ?2, ?3, ?4)",
-        )
-        .bind(c.id)
-        .bind(from)
-        .bind(to)
-        .bind(action)
-        .execute(&self.store().pool)
-        .await?;
-        let rules = store::rules_for(&mut *self.store().pool.acquire().await?, c.id).await?;
+        let rules = self.store().add_rule(c.id, from, to, action).await?;
         Ok(
             json!({"name": name, "rules": rules.iter().map(|(f, t, a)| json!({"from": f, "to": t, "action": a})).collect::<Vec<_>>()}),
         )

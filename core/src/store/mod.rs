@@ -10,9 +10,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{SqliteConnection, SqlitePool};
 
+mod contacts;
 mod protocol;
+pub use contacts::{
+    ContactUpdate, contact_by_peer, insert_contact, name_taken, pending_requests, release_held, rules_for,
+    update_contact,
+};
 pub use protocol::Protocol;
 
 /// Store failures: local (disk, corruption) or bugs.
@@ -299,19 +304,6 @@ impl Store {
         set_meta(&mut *self.pool.acquire().await?, key, value).await
     }
 
-    /// All contacts in `state` (or all), by name.
-    pub async fn contacts(&self, state: Option<&str>) -> Result<Vec<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE (?1 IS NULL OR state = ?1) ORDER BY name")
-            .bind(state)
-            .fetch_all(&self.pool)
-            .await?)
-    }
-
-    /// A contact by local name.
-    pub async fn contact_by_name(&self, name: &str) -> Result<Option<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE name = ?").bind(name).fetch_optional(&self.pool).await?)
-    }
-
     /// Unshown incoming messages (or all with `all`), oldest first.
     pub async fn inbox(&self, all: bool, limit: i64) -> Result<Vec<MessageRow>> {
         Ok(sqlx::query_as(
@@ -477,59 +469,6 @@ pub async fn audit(conn: &mut SqliteConnection, now: i64, a: Audit<'_>) -> Resul
     .execute(conn)
     .await?;
     Ok(())
-}
-
-/// Inserts a contact, returning its id.
-pub async fn insert_contact(conn: &mut SqliteConnection, c: &NewContact<'_>) -> Result<i64> {
-    let id = sqlx::query(
-        "INSERT INTO contacts (name, protocol, peer_id, address, sig_pub, box_pub, drop_code, relay_url, state, \
-         allow_kinds, request_body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(c.name)
-    .bind(c.protocol)
-    .bind(c.peer_id)
-    .bind(c.address)
-    .bind(c.sig_pub)
-    .bind(c.box_pub)
-    .bind(c.drop_code)
-    .bind(c.relay_url)
-    .bind(c.state)
-    .bind(c.allow_kinds)
-    .bind(c.request_body)
-    .bind(c.now)
-    .execute(conn)
-    .await?
-    .last_insert_rowid();
-    Ok(id)
-}
-
-/// A contact by protocol id.
-pub async fn contact_by_peer(
-    conn: &mut SqliteConnection,
-    protocol: Protocol,
-    peer_id: &str,
-) -> Result<Option<ContactRow>> {
-    Ok(sqlx::query_as("SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?")
-        .bind(protocol)
-        .bind(peer_id)
-        .fetch_optional(conn)
-        .await?)
-}
-
-/// Whether `name` is taken.
-pub async fn name_taken(conn: &mut SqliteConnection, name: &str) -> Result<bool> {
-    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM contacts WHERE name = ?").bind(name).fetch_one(conn).await?
-        > 0)
-}
-
-/// The agent rules of a contact, in order.
-pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<Vec<(String, String, String)>> {
-    let rows =
-        sqlx::query("SELECT from_glob, to_glob, action FROM agent_rules WHERE contact_id = ? ORDER BY position, id")
-            .bind(contact_id)
-            .fetch_all(conn)
-            .await?;
-    Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
 }
 
 /// Records (sender, id) as processed. Returns false if it was already there.

@@ -512,21 +512,15 @@ impl AgentMail {
                 if new_name != c.name && store::name_taken(&mut tx, &new_name).await? {
                     return Err(Error::ContactExists(format!("a contact named `{new_name}` already exists")));
                 }
-                sqlx::query(
-                    "UPDATE contacts SET name = ?, state = 'active', allow_kinds = ?, address = ? WHERE id = ?",
-                )
-                .bind(&new_name)
-                .bind(&allow)
-                .bind(&full)
-                .bind(c.id)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "UPDATE messages SET state = 'received', shown = 0 WHERE contact_id = ? AND state = 'held'",
-                )
-                .bind(c.id)
-                .execute(&mut *tx)
-                .await?;
+                let accept = store::ContactUpdate {
+                    name: Some(&new_name),
+                    state: Some("active"),
+                    allow_kinds: Some(&allow),
+                    address: Some(&full),
+                    ..Default::default()
+                };
+                store::update_contact(&mut tx, c.id, &accept).await?;
+                store::release_held(&mut tx, c.id).await?;
                 new_name
             }
             Some(c) => return Err(Error::ContactExists(format!("already a contact, as `{}`", c.name))),
@@ -930,8 +924,7 @@ impl AgentMail {
         let mut contact = store::contact_by_peer(&mut tx, AM, &sender).await?;
         let mut event = None;
         if contact.is_none() {
-            let pending: i64 =
-                sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(&mut *tx).await?;
+            let pending = store::pending_requests(&mut tx).await?;
             if pending >= crate::engine::MAX_PENDING_REQUESTS {
                 let d = "unknown_sender: too many pending requests";
                 store::audit(&mut tx, now, audit_in(&sender, &msg_id, kind, "dropped", d)).await?;
@@ -967,7 +960,8 @@ impl AgentMail {
             event = Some(Event::Request { name });
             contact = store::contact_by_peer(&mut tx, AM, &sender).await?;
         } else if let (Some(c), Some(a)) = (&contact, &reply_address) {
-            sqlx::query("UPDATE contacts SET address = ? WHERE id = ?").bind(a).bind(c.id).execute(&mut *tx).await?;
+            store::update_contact(&mut tx, c.id, &store::ContactUpdate { address: Some(a), ..Default::default() })
+                .await?;
         }
         let c = contact.ok_or_else(|| bug("contact vanished"))?;
         let held = c.state != "active";

@@ -168,15 +168,16 @@ impl Letagents {
                 if new_name != c.name && store::name_taken(&mut tx, &new_name).await? {
                     return Err(Error::ContactExists(format!("a contact named `{new_name}` already exists")));
                 }
-                sqlx::query("UPDATE contacts SET name = ?, state = 'active', allow_kinds = ?, drop_code = ?, address = ?, relay_url = ? WHERE id = ?")
-                    .bind(&new_name)
-                    .bind(&allow)
-                    .bind(drop.as_slice())
-                    .bind(addr.to_string())
-                    .bind(relay)
-                    .bind(c.id)
-                    .execute(&mut *tx)
-                    .await?;
+                let accept = store::ContactUpdate {
+                    name: Some(&new_name),
+                    state: Some("active"),
+                    allow_kinds: Some(&allow),
+                    drop_code: Some(drop.as_slice()),
+                    address: Some(&addr.to_string()),
+                    relay_url: Some(relay),
+                    ..Default::default()
+                };
+                store::update_contact(&mut tx, c.id, &accept).await?;
                 new_name
             }
             Some(c) => {
@@ -257,8 +258,7 @@ impl Letagents {
         let drop =
             c.drop_code.as_deref().ok_or_else(|| Error::Bug("queued to a contact without a drop code".into()))?;
         let json = serde_json::to_string(inner).map_err(|e| Error::Bug(e.to_string()))?;
-        let envelope =
-            la::seal(&rt.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng)?;
+        let envelope = la::seal(&rt.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng)?;
         let now = now_ms();
         let relay = c.relay_url.clone().unwrap_or_else(|| rt.inner.relay_url.clone());
         let body = match &inner.body {
@@ -340,8 +340,7 @@ impl Letagents {
         let mut verdict = decide(&opened, view.as_ref(), seen, now);
         if verdict == Verdict::PendingRequest && contact.is_none() {
             // Strangers cannot grow the request list without bound.
-            let pending: i64 =
-                sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(&mut *tx).await?;
+            let pending = store::pending_requests(&mut tx).await?;
             if pending >= MAX_PENDING_REQUESTS {
                 verdict = Verdict::Drop(la::receive::DropReason::UnknownSender);
             }
@@ -358,13 +357,13 @@ impl Letagents {
                 let drop = opened.from.drop.unwrap_or_default();
                 match &contact {
                     Some(c) => {
-                        sqlx::query("UPDATE contacts SET request_body = ?, drop_code = ?, address = ? WHERE id = ?")
-                            .bind(&body)
-                            .bind(drop.as_slice())
-                            .bind(&full)
-                            .bind(c.id)
-                            .execute(&mut *tx)
-                            .await?;
+                        let request = store::ContactUpdate {
+                            request_body: Some(&body),
+                            drop_code: Some(drop.as_slice()),
+                            address: Some(&full),
+                            ..Default::default()
+                        };
+                        store::update_contact(&mut tx, c.id, &request).await?;
                         event = Some(Event::Request { name: c.name.clone() });
                     }
                     None => {
@@ -402,24 +401,25 @@ impl Letagents {
             Verdict::RefreshAddress => {
                 store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
                 if let (Some(c), Some(drop)) = (&contact, opened.from.drop) {
-                    sqlx::query("UPDATE contacts SET drop_code = ?, address = ? WHERE id = ?")
-                        .bind(drop.as_slice())
-                        .bind(opened.from.to_string())
-                        .bind(c.id)
-                        .execute(&mut *tx)
-                        .await?;
+                    let address = opened.from.to_string();
+                    let refresh = store::ContactUpdate {
+                        drop_code: Some(drop.as_slice()),
+                        address: Some(&address),
+                        ..Default::default()
+                    };
+                    store::update_contact(&mut tx, c.id, &refresh).await?;
                 }
                 audit_in("received", "hello from a known contact: address refreshed".into())
             }
             Verdict::Refuse { reason, receipt } => {
                 store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
                 if let (la::receive::RefuseReason::KeyChanged, Some(c)) = (reason, &contact) {
-                    sqlx::query("UPDATE contacts SET changed_box_pub = ?, key_changed_at = ? WHERE id = ?")
-                        .bind(opened.from.keys.boxk.as_slice())
-                        .bind(now)
-                        .bind(c.id)
-                        .execute(&mut *tx)
-                        .await?;
+                    let changed = store::ContactUpdate {
+                        changed_box_pub: Some(Some(opened.from.keys.boxk.as_slice())),
+                        key_changed_at: Some(Some(now)),
+                        ..Default::default()
+                    };
+                    store::update_contact(&mut tx, c.id, &changed).await?;
                     event = Some(Event::KeyChanged { name: c.name.clone() });
                 }
                 if *receipt && let Some(c) = &contact {
@@ -493,11 +493,8 @@ impl Letagents {
                         }
                     }
                     Kind::Roster => {
-                        sqlx::query("UPDATE contacts SET roster = ? WHERE id = ?")
-                            .bind(&body)
-                            .bind(c.id)
-                            .execute(&mut *tx)
-                            .await?;
+                        let roster = store::ContactUpdate { roster: Some(&body), ..Default::default() };
+                        store::update_contact(&mut tx, c.id, &roster).await?;
                     }
                     Kind::List => {
                         let roster = rt.roster().await?;

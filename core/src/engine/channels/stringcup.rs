@@ -237,28 +237,21 @@ impl Stringcup {
         let mut tx = rt.store().pool.begin().await?;
         match store::contact_by_peer(&mut tx, Protocol::Stringcup, id).await? {
             Some(c) if c.box_pub.as_slice() != key => {
-                sqlx::query("UPDATE contacts SET changed_box_pub = ?, key_changed_at = ? WHERE id = ?")
-                    .bind(key.as_slice())
-                    .bind(now)
-                    .bind(c.id)
-                    .execute(&mut *tx)
-                    .await?;
+                let changed = store::ContactUpdate {
+                    changed_box_pub: Some(Some(key.as_slice())),
+                    key_changed_at: Some(Some(now)),
+                    ..Default::default()
+                };
+                store::update_contact(&mut tx, c.id, &changed).await?;
                 tx.commit().await?;
                 rt.emit(Event::KeyChanged { name: c.name.clone() });
                 return Err(Error::KeyChanged(c.name));
             }
             Some(c) if c.state == "pending" && state == "active" => {
-                sqlx::query("UPDATE contacts SET state = 'active', allow_kinds = ? WHERE id = ?")
-                    .bind(allow)
-                    .bind(c.id)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
-                    "UPDATE messages SET state = 'received', shown = 0 WHERE contact_id = ? AND state = 'held'",
-                )
-                .bind(c.id)
-                .execute(&mut *tx)
-                .await?;
+                let accept =
+                    store::ContactUpdate { state: Some("active"), allow_kinds: Some(allow), ..Default::default() };
+                store::update_contact(&mut tx, c.id, &accept).await?;
+                store::release_held(&mut tx, c.id).await?;
             }
             Some(_) => {}
             None => {
@@ -396,8 +389,7 @@ impl Stringcup {
             return Ok(false);
         }
         let mut contact = store::contact_by_peer(&mut conn, Protocol::Stringcup, sender).await?;
-        let pending: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(&mut *conn).await?;
+        let pending = store::pending_requests(&mut conn).await?;
         drop(conn);
         // Strangers cannot grow the request list without bound (as with letagents hellos).
         let room = pending < crate::engine::MAX_PENDING_REQUESTS;
