@@ -321,6 +321,7 @@ impl Stringcup {
         Ok(c.name)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::engine) async fn stringcup_send(
         &self,
         rt: &Runtime,
