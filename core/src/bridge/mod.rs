@@ -147,7 +147,20 @@ async fn guard(State(s): State<BridgeState>, mut req: HttpRequest, next: Next) -
 fn status_for(e: &Error) -> StatusCode {
     match e {
         Error::UnknownContact(_) | Error::UnknownMessage(_) => StatusCode::NOT_FOUND,
-        Error::Invalid(_) | Error::NotInitialized => StatusCode::BAD_REQUEST,
+        Error::Invalid(_)
+        | Error::Address(_)
+        | Error::MailAddress(_)
+        | Error::InviteLink(_)
+        | Error::LetagentsMessage(_)
+        | Error::MailMessage(_)
+        | Error::LetagentsSeal(_)
+        | Error::StringcupSeal(_)
+        | Error::MailSeal(_)
+        | Error::CardRefused(_)
+        | Error::Peer(_)
+        | Error::RelayServed(_)
+        | Error::UnknownMember(_)
+        | Error::NotInitialized => StatusCode::BAD_REQUEST,
         Error::ContactExists(_) | Error::KeyChanged(_) | Error::Pending(_) | Error::AlreadyInitialized => {
             StatusCode::CONFLICT
         }
