@@ -2,7 +2,7 @@
 //! the strict JSON parse of the same body measured in the same run; and the MIME adapter per
 //! mail. Each iteration is one inbound mail with a fresh delivery id and a clock one second on.
 //! Budgets are raised so every mail is admitted. Compare medians as ratios, not absolute times.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::hint::black_box;
 
