@@ -136,7 +136,7 @@ await scenario(async ({ browser, page }) => {
   step('keyboard only: the navigation, a contact, the composer, and the preview dialog');
   /** Presses Tab until `isHere` (run in the page) holds for the focused element. */
   const tabTo = async (what, isHere) => {
-    for (let i = 0; i < 80; i++) {
+    for (let i = 0; i < 150; i++) {
       await page.keyboard.press('Tab');
       if (await page.evaluate(isHere)) return;
     }
@@ -148,6 +148,10 @@ await scenario(async ({ browser, page }) => {
   await page.getByRole('heading', { name: 'Chats', exact: true }).waitFor();
   await tabTo("bob's conversation link", () => document.activeElement?.getAttribute('href') === '#/c/bob');
   await page.keyboard.press('Enter');
+  // Tab only once the conversation has rendered: presses made while the list is replaced by the
+  // conversation land on elements that are about to go.
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  await page.getByLabel('Message', { exact: true }).waitFor();
   await tabTo('the message field', () => document.activeElement?.id === 'compose');
   await page.keyboard.type('typed with the keyboard alone');
   await page.keyboard.press('Shift+Enter');
