@@ -25,14 +25,18 @@ done
 for f in /usr/bin/switchboard-app /usr/bin/switchboard /usr/bin/relay-lite; do
   [ -x "$f" ] || fail "$f missing"
 done
-dpkg -L "$name" | grep -q '^/usr/share/icons/hicolor/.*/apps/.*\.png$' || fail "no icon installed"
+# Lists are captured first: with pipefail, `cmd | grep -q` fails when grep exits at its first
+# match and cmd is still writing (SIGPIPE); that failed CI once.
+installed="$(dpkg -L "$name")"
+grep -q '^/usr/share/icons/hicolor/.*/apps/.*\.png$' <<<"$installed" || fail "no icon installed"
 grep -qx 'MimeType=x-scheme-handler/switchboard;' "$desktop" || fail "$desktop has no switchboard: handler"
 grep -q '^Exec=switchboard-app %u$' "$desktop" || fail "$desktop does not pass the link to the app"
 handler="$(XDG_CURRENT_DESKTOP=X-Generic xdg-mime query default x-scheme-handler/switchboard)"
 [ "$handler" = "$(basename "$desktop")" ] || fail "switchboard: links open with '$handler', not $(basename "$desktop")"
 switchboard --version
 relay-lite --version
-rpm -qpl "$rpm" 2>/dev/null | grep -qx /usr/bin/switchboard || fail "the rpm lacks /usr/bin/switchboard"
+rpm_files="$(rpm -qpl "$rpm" 2>/dev/null)"
+grep -qx /usr/bin/switchboard <<<"$rpm_files" || fail "the rpm lacks /usr/bin/switchboard"
 
 # The installed app, started as a user would, until its window is mapped and painted.
 SWITCHBOARD_APP_BIN=/usr/bin/switchboard-app cargo test --workspace --test window -- --nocapture 2>&1 \
