@@ -188,6 +188,38 @@ async fn a_topic_fans_out_in_one_batch_to_pinned_members() {
     assert_eq!(carol.inbox(0).await[0]["body"], "standup in 5");
 }
 
+/// Issue 12 §4: a live sender's outbox must not post a topic message on its own while the batch
+/// posts the same payload (the batch carries no Idempotency-Key, so the relay would store both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sender_fans_out_a_topic_message_exactly_once_per_member() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::live("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let carol = Peer::offline("carol", &relay.url()).await;
+    let alice_id = alice.stringcup_id().await;
+    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
+        p.add_contact(&alice_id, "alice").await;
+        alice.add_contact(&p.stringcup_id().await, n).await;
+    }
+    let topic = alice.call(Request::TopicCreate { members: vec!["bob".into(), "carol".into()] }).await;
+    let topic = topic["topic"].as_str().unwrap().to_owned();
+    for round in 0..5 {
+        let text = format!("standup {round}");
+        let r = alice.call(Request::TopicSend { topic: topic.clone(), text: text.clone() }).await;
+        assert_eq!(r["sent"].as_u64().unwrap() + r["queued"].as_u64().unwrap(), 2, "{r}");
+    }
+    // Whatever the batch left queued goes out through the outbox; then nothing is left.
+    assert!(alice.eventually(10, || async { alice.rt.store().outbox_len().await.unwrap() == 0 }).await);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for p in [&bob, &carol] {
+        let bodies: Vec<String> = p.inbox(0).await.iter().map(|m| m["body"].as_str().unwrap().to_owned()).collect();
+        let want: Vec<String> = (0..5).map(|r| format!("standup {r}")).collect();
+        let mut sorted = bodies.clone();
+        sorted.sort();
+        assert_eq!(sorted, want, "{}: each topic message exactly once, got {bodies:?}", p.name);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_two_kinds_of_507_are_told_apart() {
     let mut limits = relay_lite::Limits::default();

@@ -57,6 +57,10 @@ struct Stored {
     token: String,
 }
 
+/// How long a topic fan-out holds its queued entries from the outbox worker while its batch
+/// request runs (longer than any request's timeout; released as soon as the batch answers).
+const TOPIC_BATCH_HOLD_MS: i64 = 120_000;
+
 fn slot(ks: &Keystore) -> std::result::Result<Keystore, crate::identity::keystore::KeystoreError> {
     ks.slot("stringcup")
 }
@@ -340,12 +344,30 @@ impl Stringcup {
         {
             self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, "active").await?;
         }
+        let now = now_ms();
+        let mut tx = rt.store().pool.begin().await?;
+        let id = Self::seal_and_queue(rt, &mut tx, &me, c, kind, text, (reply_to, from_agent, to_agent), now).await?;
+        rt.commit_queued(tx).await?;
+        Ok(id)
+    }
+
+    /// Seals `text` for `c` and queues it in `tx`; returns the message id, which doubles as the
+    /// Idempotency-Key every retry reuses.
+    #[allow(clippy::too_many_arguments)]
+    async fn seal_and_queue(
+        rt: &Runtime,
+        tx: &mut sqlx::SqliteConnection,
+        me: &ScIdentity,
+        c: &ContactRow,
+        kind: Kind,
+        text: &str,
+        (reply_to, from_agent, to_agent): (Option<&str>, Option<&str>, Option<&str>),
+        now: i64,
+    ) -> Result<String> {
         let (header, ciphertext) = crypto::seal(&me.id, &c.peer_id, &pinned_key(c)?, text, &mut OsRng)?;
         let body = serde_json::to_vec(&Outgoing { recipient_id: c.peer_id.clone(), header, ciphertext })
             .map_err(|e| Error::Bug(e.to_string()))?;
-        // The message id doubles as the Idempotency-Key every retry reuses.
         let id = uuid::Uuid::new_v4().hyphenated().to_string();
-        let now = now_ms();
         let sealed = Sealed {
             id: &id,
             protocol: Protocol::Stringcup,
@@ -361,9 +383,7 @@ impl Stringcup {
             drop_code: &[],
             payload: &body,
         };
-        let mut tx = rt.store().pool.begin().await?;
-        outbox::queue(&mut tx, sealed, now).await?;
-        rt.commit_queued(tx).await?;
+        outbox::queue(tx, sealed, now).await?;
         Ok(id)
     }
 
@@ -659,20 +679,24 @@ impl Stringcup {
                 None => skipped.push(json!({"id": m.id, "reason": "not a contact (no pinned key)"})),
             }
         }
+        // The batch is the first attempt. The entries are queued (so nothing is lost if we stop
+        // here) but held from the outbox worker until the batch has answered: the batch carries
+        // no Idempotency-Key (B.3.1), so a worker posting the same payload meanwhile would make
+        // the relay store it twice. What the batch did not store is released to the worker,
+        // which retries each entry with its own key. A crash after the relay stored the batch and
+        // before `outbox_sent` commits can still deliver one entry twice, after the hold.
+        let now = now_ms();
+        let mut tx = rt.store().pool.begin().await?;
         let mut queued = Vec::new();
         for c in &targets {
-            queued.push(self.stringcup_send(rt, c, Kind::Send, text, None, None, None).await?);
+            let id = Self::seal_and_queue(rt, &mut tx, &me, c, Kind::Send, text, (None, None, None), now).await?;
+            store::outbox_hold(&mut tx, &id, now + TOPIC_BATCH_HOLD_MS).await?;
+            queued.push(id);
         }
-        // First attempt: one request for the whole fan-out; refused entries stay queued and the
-        // outbox retries each on its own with its Idempotency-Key.
+        tx.commit().await?;
         let mut rows = Vec::new();
         for id in &queued {
-            let row: Option<OutboxRow> = sqlx::query_as("SELECT * FROM outbox WHERE message_id = ? AND protocol = ?")
-                .bind(id)
-                .bind(Protocol::Stringcup)
-                .fetch_optional(&rt.store().pool)
-                .await?;
-            rows.extend(row);
+            rows.extend(rt.store().outbox_row(id, Protocol::Stringcup).await?);
         }
         let entries: Vec<Outgoing> = rows.iter().filter_map(|r| serde_json::from_slice(&r.payload).ok()).collect();
         let mut sent = 0;
@@ -689,6 +713,8 @@ impl Stringcup {
                 Err(e) => tracing::info!("topic batch: {e}; the outbox sends each message on its own"),
             }
         }
+        rt.store().outbox_release(&queued, now_ms()).await?;
+        rt.inner.outbox_wake.notify_one();
         Ok(json!({"topic": topic, "sent": sent, "queued": queued.len() - sent, "messages": queued, "skipped": skipped}))
     }
 }
