@@ -188,6 +188,41 @@ async fn a_topic_fans_out_in_one_batch_to_pinned_members() {
     assert_eq!(carol.inbox(0).await[0]["body"], "standup in 5");
 }
 
+/// Issue 12 §4: the Stringcup plaintext is the text alone, so an ask, a reply-to and an agent
+/// address are refused with a clear error instead of being recorded here and lost on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_stringcup_cannot_carry_is_refused_not_dropped() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    bob.add_contact(&alice.stringcup_id().await, "alice").await;
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
+    let first = alice.call(send("bob", "hello")).await;
+    let first = first["id"].as_str().unwrap().to_owned();
+    let refused = [
+        (Some("ask"), None, None, "the kind (ask/reply)"),
+        (Some("reply"), Some(first.clone()), None, "the kind (ask/reply)"),
+        (None, Some(first.clone()), None, "which message this replies to"),
+        (None, None, Some("coder".to_owned()), "the addressed agent"),
+    ];
+    for (kind, reply_to, to_agent, what) in refused {
+        let req = Request::Send {
+            contact: "bob".into(),
+            text: "lost?".into(),
+            kind: kind.map(Into::into),
+            reply_to,
+            from_agent: None,
+            to_agent,
+        };
+        let e = alice.rt.handle(req, true).await.unwrap_err();
+        assert_eq!(e.code(), "invalid_input");
+        let e = e.to_string();
+        assert!(e.contains("Stringcup carries only the text") && e.contains(what), "{e}");
+    }
+    let got: Vec<String> = bob.inbox(0).await.iter().map(|m| m["body"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(got, vec!["hello".to_owned()], "only the plain message was sent");
+}
+
 /// Issue 12 §4: a live sender's outbox must not post a topic message on its own while the batch
 /// posts the same payload (the batch carries no Idempotency-Key, so the relay would store both).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

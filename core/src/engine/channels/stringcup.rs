@@ -104,11 +104,19 @@ impl Channel for Stringcup {
     ) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move {
             let text = msg.body.as_str().ok_or_else(|| Error::Invalid("Stringcup carries text only".into()))?;
-            if !matches!(msg.kind, Kind::Send | Kind::Ask | Kind::Reply) {
-                return Err(Error::Invalid(format!(
-                    "`{}` is a letagents kind; Stringcup carries text",
-                    msg.kind.as_str()
-                )));
+            // The Stringcup plaintext is the text alone (B.2): no kind, no correlation (B.6.1 §3),
+            // no addressing of the peer's agents. Refused rather than recorded here and lost on
+            // the wire; `from_agent` is ours and stays local.
+            let lost = match msg.kind {
+                Kind::Send => None,
+                Kind::Ask | Kind::Reply => Some("the kind (ask/reply)"),
+                _ => Some("a letagents kind"),
+            };
+            let lost = lost
+                .or(msg.reply_to.map(|_| "which message this replies to"))
+                .or(msg.to_agent.map(|_| "the addressed agent"));
+            if let Some(what) = lost {
+                return Err(Error::NotCarried { protocol: "Stringcup", what });
             }
             self.stringcup_send(rt, c, msg.kind, text, msg.reply_to, msg.from_agent, msg.to_agent).await
         })
