@@ -288,6 +288,35 @@ async fn the_two_kinds_of_507_are_told_apart() {
     assert!(outbox.0.contains("the recipient is behind"), "{}", outbox.0);
 }
 
+/// Issue 12 §4: a 507 is "not stored yet", never a permanent failure (B.3.6): a message refused
+/// for 30 days (its outbox entry aged so) is still queued, and goes out once the inbox drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stringcup_507_is_retried_however_long_it_lasts() {
+    let mut limits = relay_lite::Limits::default();
+    limits.stringcup.inbox_max_pending_per_sender = 1;
+    let relay = TestRelay::start_with(limits).await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    bob.add_contact(&alice.stringcup_id().await, "alice").await;
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
+    alice.call(send("bob", "1")).await;
+    let second = alice.call(send("bob", "2")).await;
+    let second = second["id"].as_str().unwrap().to_owned();
+    assert_eq!(alice.state_of(&second).await, "queued");
+    sqlx::query("UPDATE outbox SET created_at = ?, next_attempt_at = 0 WHERE message_id = ?")
+        .bind(switchboard_core::util::now_ms() - 30 * 86_400_000)
+        .bind(&second)
+        .execute(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    alice.call(Request::Flush).await;
+    assert_eq!(alice.state_of(&second).await, "queued", "a 507 is never given up");
+    assert_eq!(bob.inbox(0).await[0]["body"], "1");
+    alice.call(Request::Flush).await;
+    assert_eq!(alice.state_of(&second).await, "relayed");
+    assert_eq!(bob.inbox(0).await[0]["body"], "2");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_token_is_saved_and_keeps_working() {
     let relay = TestRelay::start().await;

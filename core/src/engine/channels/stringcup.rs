@@ -126,6 +126,12 @@ impl Channel for Stringcup {
         Box::pin(async move { Ok(self.stringcup_attempt(rt, row).await) })
     }
 
+    /// Never: nothing expires at a Stringcup relay, and a 507 means "not stored yet", never a
+    /// permanent failure (B.3.6); the message waits, with its last error, until the inbox drains.
+    fn give_up_at(&self, _row: &OutboxRow) -> Option<(i64, &'static str)> {
+        None
+    }
+
     fn sync<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<usize>> {
         Box::pin(self.stringcup_sync(rt))
     }
