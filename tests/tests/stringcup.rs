@@ -317,6 +317,33 @@ async fn a_stringcup_507_is_retried_however_long_it_lasts() {
     assert_eq!(bob.inbox(0).await[0]["body"], "2");
 }
 
+/// Issue 12 §4 (B.8): the client reads the inbox budget relay-lite advertises and paces on it;
+/// once it is spent, the 429 says when to come back. (The receive loop's use of both is in
+/// `stringcup_receive_loop`; `Budget::pace_ms` is unit-tested in core.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_budget_is_read_from_the_relay_and_a_429_says_when_to_return() {
+    use switchboard_core::transport::TransportError;
+    use switchboard_core::transport::letagents::RelayClient;
+    use switchboard_core::transport::stringcup::StringcupClient;
+    let mut limits = relay_lite::Limits::default();
+    limits.stringcup.inbox_requests_per_hour = 3;
+    let relay = TestRelay::start_with(limits).await;
+    let client = StringcupClient::new(&RelayClient::new(&relay.url(), None).unwrap());
+    let key = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from([7u8; 32]));
+    let me = client.register(&data_encoding::BASE64.encode(key.as_bytes()), "pacer").await.unwrap();
+    let now = switchboard_core::util::now_ms();
+    for left in [2, 1, 0] {
+        let (_, _, budget) = client.inbox(&me.api_token, 0).await.unwrap();
+        assert_eq!(budget.remaining, Some(left));
+        let pause = budget.pace_ms(now).expect("fewer than PACE_BELOW left: paced");
+        assert!(pause > 0 && pause <= 3_600_000, "{pause}");
+    }
+    match client.inbox(&me.api_token, 0).await {
+        Err(TransportError::Status { status: 429, retry_after: Some(secs), .. }) => assert!(secs > 0 && secs <= 3600),
+        other => panic!("expected a 429 with Retry-After, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_token_is_saved_and_keeps_working() {
     let relay = TestRelay::start().await;

@@ -57,6 +57,20 @@ struct Stored {
     token: String,
 }
 
+/// One inbox page as the receive loop sees it.
+struct Page {
+    /// Messages processed (and acknowledged).
+    count: usize,
+    /// Whether any of them is something `inbox` shows.
+    showable: bool,
+    /// The relay has more waiting.
+    more: bool,
+    /// Whether the relay held the request.
+    long_poll: LongPoll,
+    /// What is left of the inbox budget.
+    budget: sct::Budget,
+}
+
 /// How long a topic fan-out holds its queued entries from the outbox worker while its batch
 /// request runs (longer than any request's timeout; released as soon as the batch answers).
 const TOPIC_BATCH_HOLD_MS: i64 = 120_000;
@@ -496,8 +510,8 @@ impl Stringcup {
 
     /// Reads one inbox page (holding up to `wait` s), commits each message, then acks the page.
     /// Returns (messages processed, any showable, more waiting, long-poll state).
-    async fn stringcup_page(&self, rt: &Runtime, me: &ScIdentity, wait: u64) -> Result<(usize, bool, bool, LongPoll)> {
-        let (page, long_poll) = self.client.inbox(&me.token, wait).await?;
+    async fn stringcup_page(&self, rt: &Runtime, me: &ScIdentity, wait: u64) -> Result<Page> {
+        let (page, long_poll, budget) = self.client.inbox(&me.token, wait).await?;
         let mut showable = false;
         let mut ids = Vec::with_capacity(page.messages.len());
         for m in &page.messages {
@@ -507,7 +521,7 @@ impl Stringcup {
         if !ids.is_empty() {
             self.client.ack(&me.token, &ids).await?;
         }
-        Ok((ids.len(), showable, page.has_more, long_poll))
+        Ok(Page { count: ids.len(), showable, more: page.has_more, long_poll, budget })
     }
 
     /// Drains the inbox without waiting. Zero when we have no Stringcup identity.
@@ -515,9 +529,9 @@ impl Stringcup {
         let Some(me) = self.registered().await else { return Ok(0) };
         let mut total = 0;
         loop {
-            let (n, _, more, _) = self.stringcup_page(rt, &me, 0).await?;
-            total += n;
-            if !more || n == 0 {
+            let page = self.stringcup_page(rt, &me, 0).await?;
+            total += page.count;
+            if !page.more || page.count == 0 {
                 return Ok(total);
             }
         }
@@ -549,20 +563,30 @@ impl Stringcup {
                 _ = stop.changed() => return Ok(()),
             };
             match page {
-                Ok((_, showable, more, long_poll)) => {
+                Ok(page) => {
                     failures = 0;
-                    if showable && until_showable {
+                    if page.showable && until_showable {
                         return Ok(());
                     }
-                    // A relay that did not hold the request must not be polled at full speed.
-                    if !more && long_poll != LongPoll::Waited {
-                        self.pause(i64::try_from(POLL_INTERVAL_MS).unwrap_or(12_000), &mut stop).await;
+                    // A relay that did not hold the request must not be polled at full speed, and
+                    // the inbox budget must last until it refills.
+                    let mut wait = page.budget.pace_ms(now_ms());
+                    if !page.more && page.long_poll != LongPoll::Waited {
+                        wait = wait.max(Some(i64::try_from(POLL_INTERVAL_MS).unwrap_or(12_000)));
+                    }
+                    if let Some(ms) = wait {
+                        self.pause(ms, &mut stop).await;
                     }
                 }
                 Err(e) => {
                     tracing::info!("stringcup inbox: {e}");
                     failures = failures.saturating_add(1);
-                    self.pause(crate::engine::backoff_ms(failures), &mut stop).await;
+                    let mut wait = crate::engine::backoff_ms(failures);
+                    // A 429 says when to come back (B.8); asking sooner only spends more.
+                    if let Error::Transport(TransportError::Status { status: 429, retry_after: Some(secs), .. }) = &e {
+                        wait = wait.max(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX));
+                    }
+                    self.pause(wait, &mut stop).await;
                 }
             }
         }
