@@ -358,6 +358,33 @@ pub enum TopicCmd {
         /// Text.
         text: String,
     },
+    /// The topics this profile belongs to.
+    List,
+    /// Add Stringcup contacts to a topic you own.
+    Add {
+        /// The `tp-` id.
+        topic: String,
+        /// Contact names.
+        #[arg(required = true)]
+        members: Vec<String>,
+    },
+    /// Remove a contact from a topic you own.
+    Remove {
+        /// The `tp-` id.
+        topic: String,
+        /// Contact name.
+        member: String,
+    },
+    /// Leave a topic you belong to.
+    Leave {
+        /// The `tp-` id.
+        topic: String,
+    },
+    /// Delete a topic you own (messages already sent stay).
+    Delete {
+        /// The `tp-` id.
+        topic: String,
+    },
 }
 
 /// `agent` subcommands.
@@ -522,6 +549,11 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Flush => Request::Flush,
         Command::Topic(TopicCmd::Create { members }) => Request::TopicCreate { members },
         Command::Topic(TopicCmd::Send { topic, text }) => Request::TopicSend { topic, text },
+        Command::Topic(TopicCmd::List) => Request::TopicList,
+        Command::Topic(TopicCmd::Add { topic, members }) => Request::TopicAdd { topic, members },
+        Command::Topic(TopicCmd::Remove { topic, member }) => Request::TopicRemove { topic, member: Some(member) },
+        Command::Topic(TopicCmd::Leave { topic }) => Request::TopicRemove { topic, member: None },
+        Command::Topic(TopicCmd::Delete { topic }) => Request::TopicDelete { topic },
         Command::RotateToken => Request::TokenRotate,
         Command::RotateMailKey => Request::MailRotate,
         Command::Review(ReviewCmd::List) => Request::ReviewList,

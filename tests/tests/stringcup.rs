@@ -344,6 +344,54 @@ async fn the_inbox_budget_is_read_from_the_relay_and_a_429_says_when_to_return()
     }
 }
 
+/// Issue 12 §4: the topic commands of B.3.4 a user could not reach: list, add, remove, leave,
+/// delete, each through real relay-lite; and a pairing that times out gives its claim back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_can_be_listed_changed_left_and_deleted() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let carol = Peer::offline("carol", &relay.url()).await;
+    let alice_id = alice.stringcup_id().await;
+    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
+        p.add_contact(&alice_id, "alice").await;
+        alice.add_contact(&p.stringcup_id().await, n).await;
+    }
+    let t = alice.call(Request::TopicCreate { members: vec!["bob".into()] }).await;
+    let topic = t["topic"].as_str().unwrap().to_owned();
+    let listed = alice.call(Request::TopicList).await;
+    assert_eq!(listed, serde_json::json!([{"topic": topic, "owner": "me", "members": 2}]));
+    let seen_by_bob = bob.call(Request::TopicList).await;
+    assert_eq!(seen_by_bob[0]["owner"], "alice", "the owner by our contact name: {seen_by_bob}");
+
+    let added =
+        alice.call(Request::TopicAdd { topic: topic.clone(), members: vec!["carol".into(), "bob".into()] }).await;
+    assert_eq!((added["added"].as_u64(), added["already_member"].as_u64()), (Some(1), Some(1)), "{added}");
+    assert_eq!(carol.call(Request::TopicList).await.as_array().unwrap().len(), 1);
+    let not_a_contact =
+        alice.try_call(Request::TopicAdd { topic: topic.clone(), members: vec!["mallory".into()] }).await;
+    assert_eq!(not_a_contact.unwrap_err(), "unknown_contact");
+
+    alice.call(Request::TopicRemove { topic: topic.clone(), member: Some("carol".into()) }).await;
+    assert_eq!(carol.call(Request::TopicList).await, serde_json::json!([]));
+    bob.call(Request::TopicRemove { topic: topic.clone(), member: None }).await;
+    assert_eq!(bob.call(Request::TopicList).await, serde_json::json!([]), "bob left");
+    assert_eq!(alice.call(Request::TopicList).await[0]["members"], 1);
+    let not_owner = bob.try_call(Request::TopicDelete { topic: topic.clone() }).await;
+    assert!(not_owner.is_err(), "only the owner deletes: {not_owner:?}");
+    alice.call(Request::TopicDelete { topic: topic.clone() }).await;
+    assert_eq!(alice.call(Request::TopicList).await, serde_json::json!([]));
+
+    // A pairing nobody joins times out and releases the claim: the relay forgets the rendezvous,
+    // so the token cannot be completed later behind alice's back.
+    let opened = alice.call(Request::PairOpen).await;
+    let token = opened["token"].as_str().unwrap().to_owned();
+    let waited = alice.call(Request::PairWait { token: token.clone(), name: None, timeout_secs: 1 }).await;
+    assert_eq!((waited["status"].as_str(), waited["released"].as_bool()), (Some("timeout"), Some(true)), "{waited}");
+    let late = bob.rt.handle(Request::PairWait { token, name: None, timeout_secs: 1 }, true).await.unwrap_err();
+    assert!(late.to_string().contains("no such rendezvous"), "{late}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_token_is_saved_and_keeps_working() {
     let relay = TestRelay::start().await;

@@ -175,6 +175,28 @@ pub enum Request {
         /// Text.
         text: String,
     },
+    /// Stringcup: the topics we belong to.
+    TopicList,
+    /// Stringcup: add contacts to a topic we own.
+    TopicAdd {
+        /// The `tp-` id.
+        topic: String,
+        /// Contact names.
+        members: Vec<String>,
+    },
+    /// Stringcup: remove a contact from a topic we own, or leave it (no member).
+    TopicRemove {
+        /// The `tp-` id.
+        topic: String,
+        /// The contact to remove; none: ourselves.
+        #[serde(default)]
+        member: Option<String>,
+    },
+    /// Stringcup: delete a topic we own.
+    TopicDelete {
+        /// The `tp-` id.
+        topic: String,
+    },
     /// Stringcup: rotate the API token now.
     TokenRotate,
     /// Agent Mail: a new card key now (higher nonce, published; the old key stays retained).

@@ -491,6 +491,12 @@ impl Runtime {
                 self.inner.stringcup.pair_wait(self, &token, name.as_deref(), timeout_secs.min(3600)).await
             }
             Request::TopicCreate { members } => self.inner.stringcup.topic_create(self, &members).await,
+            Request::TopicList => self.inner.stringcup.topic_list(self).await,
+            Request::TopicAdd { topic, members } => self.inner.stringcup.topic_add(self, &topic, &members).await,
+            Request::TopicRemove { topic, member } => {
+                self.inner.stringcup.topic_remove(self, &topic, member.as_deref()).await
+            }
+            Request::TopicDelete { topic } => self.inner.stringcup.topic_delete(self, &topic).await,
             Request::TopicSend { topic, text } => {
                 let v = self.inner.stringcup.topic_send(self, &topic, &text).await?;
                 if one_shot {

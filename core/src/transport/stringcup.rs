@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::letagents::RelayClient;
 use super::{TransportError, status_error, unreachable};
 use crate::protocol::stringcup::wire::{
-    AckIn, BatchIn, IdentityIn, InboxPageIn, Outgoing, RegisteredIn, RendezvousIn, RosterIn, RotatedIn, SentIn,
-    TokenInfoIn,
+    AckIn, BatchIn, IdentityIn, InboxPageIn, MembersAddedIn, Outgoing, RegisteredIn, RendezvousIn, RosterIn, RotatedIn,
+    SentIn, TokenInfoIn, TopicsIn,
 };
 
 /// Longest long-poll hold the spec allows.
@@ -246,6 +246,43 @@ impl StringcupClient {
                 self.post_json(token, &format!("/topics/{id}/members"), &json!({ "members": members })).await?;
         }
         Ok(id)
+    }
+
+    /// The topics we belong to.
+    pub async fn topics(&self, token: &str) -> Result<TopicsIn, TransportError> {
+        json_of(self.http.get(self.url("/topics")).bearer_auth(token).send().await.map_err(unreachable)?).await
+    }
+
+    /// Adds members to a topic we own (adding a member twice is a no-op).
+    pub async fn topic_add(&self, token: &str, topic: &str, ids: &[String]) -> Result<MembersAddedIn, TransportError> {
+        self.post_json(token, &format!("/topics/{topic}/members"), &json!({ "members": ids })).await
+    }
+
+    /// Removes `id` from a topic (the owner removes anyone but itself; a member, itself).
+    pub async fn topic_remove(&self, token: &str, topic: &str, id: &str) -> Result<(), TransportError> {
+        self.delete(token, &format!("/topics/{topic}/members/{id}"), None).await
+    }
+
+    /// Deletes a topic we own (messages already sent are unaffected).
+    pub async fn topic_delete(&self, token: &str, topic: &str) -> Result<(), TransportError> {
+        self.delete(token, &format!("/topics/{topic}"), None).await
+    }
+
+    /// Gives up our claim under a rendezvous token (never the counterpart's).
+    pub async fn rendezvous_release(&self, token: &str, rv: &str) -> Result<(), TransportError> {
+        self.delete(token, "/rendezvous", Some(&json!({ "token": rv }))).await
+    }
+
+    async fn delete(&self, token: &str, path: &str, body: Option<&Value>) -> Result<(), TransportError> {
+        let mut req = self.http.delete(self.url(path)).bearer_auth(token);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await.map_err(unreachable)?;
+        if !resp.status().is_success() {
+            return Err(status_error(resp).await);
+        }
+        Ok(())
     }
 
     /// A topic's roster (members with their keys).

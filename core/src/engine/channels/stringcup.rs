@@ -639,11 +639,23 @@ impl Stringcup {
         let me = self.stringcup_identity(rt).await?;
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now()).as_secs();
-            if left == 0 {
-                return Ok(json!({"status": "timeout", "detail": "no peer arrived before the deadline"}));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                // Give our side back, so the token cannot be completed later behind our back
+                // (the claim would otherwise stand until the token expires).
+                let released = self.client.rendezvous_release(&me.token, token).await;
+                if let Err(e) = &released {
+                    tracing::info!("releasing the rendezvous claim: {e}");
+                }
+                return Ok(json!({
+                    "status": "timeout",
+                    "detail": "no peer arrived before the deadline",
+                    "released": released.is_ok(),
+                }));
             }
-            let rv = match self.client.rendezvous(&me.token, Some(token), left.min(sct::MAX_WAIT_SECS)).await {
+            // At least one claim, however short the timeout (a hold is whole seconds).
+            let hold = left.as_secs().clamp(1, sct::MAX_WAIT_SECS);
+            let rv = match self.client.rendezvous(&me.token, Some(token), hold).await {
                 Ok(rv) => rv,
                 Err(TransportError::Status { status: 409, .. }) => {
                     return Err(Error::Invalid(
@@ -689,6 +701,68 @@ impl Stringcup {
         }
         let topic = self.client.topic_create(&me.token, &ids).await?;
         Ok(json!({"topic": topic, "members": ids.len() + 1}))
+    }
+
+    /// The topics we belong to, owners and members named as our contacts where we know them.
+    pub(in crate::engine) async fn topic_list(&self, rt: &Runtime) -> Result<Value> {
+        let me = self.stringcup_identity(rt).await?;
+        let mut out = Vec::new();
+        for t in self.client.topics(&me.token).await?.topics {
+            let owner = if t.owner_id == me.id { "me".to_owned() } else { self.name_of(rt, &t.owner_id).await? };
+            out.push(json!({"topic": t.id, "owner": owner, "members": t.member_count}));
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// Adds Stringcup contacts to a topic we own.
+    pub(in crate::engine) async fn topic_add(&self, rt: &Runtime, topic: &str, members: &[String]) -> Result<Value> {
+        let me = self.stringcup_identity(rt).await?;
+        let mut ids = Vec::new();
+        for m in members {
+            ids.push(self.member_id(rt, m).await?);
+        }
+        let r = self.client.topic_add(&me.token, topic, &ids).await?;
+        Ok(
+            json!({"topic": topic, "added": r.added.len(), "already_member": r.already_member.len(), "unknown": r.unknown}),
+        )
+    }
+
+    /// Removes a contact from a topic we own, or (no member) leaves the topic.
+    pub(in crate::engine) async fn topic_remove(
+        &self,
+        rt: &Runtime,
+        topic: &str,
+        member: Option<&str>,
+    ) -> Result<Value> {
+        let me = self.stringcup_identity(rt).await?;
+        let id = match member {
+            Some(m) => self.member_id(rt, m).await?,
+            None => me.id.clone(),
+        };
+        self.client.topic_remove(&me.token, topic, &id).await?;
+        Ok(json!({"topic": topic, "removed": member.unwrap_or("me")}))
+    }
+
+    /// Deletes a topic we own.
+    pub(in crate::engine) async fn topic_delete(&self, rt: &Runtime, topic: &str) -> Result<Value> {
+        let me = self.stringcup_identity(rt).await?;
+        self.client.topic_delete(&me.token, topic).await?;
+        Ok(json!({"topic": topic, "deleted": true}))
+    }
+
+    /// The Stringcup id of contact `name`.
+    async fn member_id(&self, rt: &Runtime, name: &str) -> Result<String> {
+        let c = rt.store().contact_by_name(name).await?.ok_or_else(|| Error::UnknownContact(name.to_owned()))?;
+        if c.protocol != Protocol::Stringcup {
+            return Err(Error::Invalid(format!("`{name}` is not a Stringcup contact")));
+        }
+        Ok(c.peer_id)
+    }
+
+    /// Our contact's name for Stringcup id `id`, else the id.
+    async fn name_of(&self, rt: &Runtime, id: &str) -> Result<String> {
+        let mut conn = rt.store().pool.acquire().await?;
+        Ok(store::contact_by_peer(&mut conn, Protocol::Stringcup, id).await?.map_or_else(|| id.to_owned(), |c| c.name))
     }
 
     /// Sends `text` to every member of `topic` we have pinned, in one batch request. Members with

@@ -173,6 +173,38 @@ pub struct RosterIn {
     pub members: Vec<MemberIn>,
 }
 
+/// A topic in `GET /topics` (B.3.4).
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct TopicIn {
+    /// `tp-...`.
+    pub id: String,
+    /// Its owner's id.
+    pub owner_id: String,
+    /// Members, owner included.
+    pub member_count: i64,
+}
+
+/// `GET /topics`: the topics the caller belongs to.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TopicsIn {
+    /// Oldest first.
+    pub topics: Vec<TopicIn>,
+}
+
+/// `POST /topics/{topic}/members`: what became of each id asked for.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MembersAddedIn {
+    /// Newly added.
+    #[serde(default)]
+    pub added: Vec<String>,
+    /// Already members (a no-op).
+    #[serde(default)]
+    pub already_member: Vec<String>,
+    /// No such identity.
+    #[serde(default)]
+    pub unknown: Vec<String>,
+}
+
 /// Whether `s` looks like an assigned Stringcup id: `sc-` and 24 lowercase base32 characters.
 pub fn is_identity_id(s: &str) -> bool {
     s.strip_prefix("sc-")
