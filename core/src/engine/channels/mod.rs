@@ -12,6 +12,7 @@
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use super::delivery::SenderAuth;
 use super::{Result, Runtime};
 use crate::protocol::letagents::Kind;
 use crate::store::{ContactRow, OutboxRow};
@@ -97,6 +98,9 @@ pub(super) trait Channel: Send + Sync {
 
     /// The contact's address once `verify` adopts the changed box key `new_box`.
     fn address_with_box(&self, c: &ContactRow, new_box: &[u8]) -> Result<String>;
+
+    /// What this protocol proves about who sent a message (the fence label and DTOs say it).
+    fn sender_auth(&self) -> SenderAuth;
 
     /// Whether contacts of this protocol are told our roster when local agents change.
     fn carries_roster(&self) -> bool {
