@@ -22,6 +22,11 @@ async fn delivered(p: &Peer) -> Value {
     got[0].clone()
 }
 
+/// Digests are handed over at once (no tick to wait for).
+async fn digest_now(p: &Peer) {
+    p.call(Request::Policy { review: None, loop_limit: None, digest_secs: Some(0) }).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn letagents_label_says_the_sender_signed_end_to_end() {
     let relay = TestRelay::start().await;
@@ -29,6 +34,7 @@ async fn letagents_label_says_the_sender_signed_end_to_end() {
     let bob = Peer::offline("bob", &relay.url()).await;
     befriend(&alice, &bob).await;
     bob.open_session("coder").await;
+    digest_now(&bob).await;
     alice.send("bob", "hello").await;
     let m = delivered(&bob).await;
     assert_eq!(m["sender_auth"], "signed_end_to_end");
@@ -53,6 +59,7 @@ async fn agent_mail_label_says_the_sender_signed_end_to_end() {
     let name = reqs[0]["name"].as_str().unwrap().to_owned();
     bob.call(Request::ContactAccept { name: name.clone() }).await;
     bob.open_session("coder").await;
+    digest_now(&bob).await;
     alice.call(Request::MailSend { contact: "bob".into(), text: "again".into(), subject: None, reply_to: None }).await;
     // The agent's queue starts with the catch-up: both messages, each labelled the same way.
     let got = bob.agent_wait("coder", 0).await;
@@ -79,6 +86,7 @@ async fn stringcup_label_says_the_relay_asserted_the_sender_even_when_verified()
     bob.call(Request::ContactAccept { name: "alice".into() }).await;
     bob.call(Request::ContactVerify { name: "alice".into() }).await;
     bob.open_session("coder").await;
+    digest_now(&bob).await;
     let m = delivered(&bob).await;
     assert_eq!(m["sender_auth"], "asserted_by_relay");
     assert_eq!(m["verified"], true);

@@ -292,6 +292,7 @@ impl Runtime {
             "SELECT m.rowid_, m.contact_id, m.to_agent, m.reply_to, m.created_at FROM messages m \
              WHERE +m.direction = 'in' AND m.state = 'received' AND m.kind IN ('send', 'ask', 'reply') \
              AND m.rowid_ > ?2 AND NOT EXISTS (SELECT 1 FROM agent_deliveries d WHERE d.agent = ?1 AND d.message = m.rowid_) \
+             AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = m.contact_id AND c.blocked = 1) \
              ORDER BY m.rowid_ LIMIT ?3",
         )
         .bind(agent)

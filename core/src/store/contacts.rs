@@ -168,7 +168,8 @@ pub async fn pending_requests(conn: &mut SqliteConnection) -> Result<i64> {
 
 /// Blocks or unblocks contact `id`. Blocking also keeps what it sent while pending from ever
 /// being shown (held messages become `blocked`, which accepting does not release) and takes
-/// what agents have not been handed yet out of their queues. Returns false when the contact
+/// what agents have not acknowledged yet out of their queues (the queue's classifier skips a
+/// blocked contact's messages it has not seen yet). Returns false when the contact
 /// was already in that state.
 pub async fn set_blocked(conn: &mut SqliteConnection, id: i64, blocked: bool, now: i64) -> Result<bool> {
     let changed = sqlx::query("UPDATE contacts SET blocked = ?1, blocked_at = ?2 WHERE id = ?3 AND blocked != ?1")
@@ -185,7 +186,7 @@ pub async fn set_blocked(conn: &mut SqliteConnection, id: i64, blocked: bool, no
             .execute(&mut *conn)
             .await?;
         sqlx::query(
-            "UPDATE agent_deliveries SET state = 'skipped' WHERE state IN ('queued', 'paused') \
+            "UPDATE agent_deliveries SET state = 'skipped' WHERE state IN ('queued', 'paused', 'handed') \
              AND message IN (SELECT rowid_ FROM messages WHERE contact_id = ?)",
         )
         .bind(id)
