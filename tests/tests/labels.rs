@@ -92,9 +92,14 @@ async fn stringcup_label_says_the_relay_asserted_the_sender_even_when_verified()
     assert_eq!(m["verified"], true);
     let fp = m["fingerprint"].as_str().unwrap();
     let pre = preamble(m["text"].as_str().unwrap());
-    assert!(pre.contains("From: stringcup contact alice; sender asserted by the relay, NOT authenticated end to end"), "{pre}");
     assert!(
-        pre.contains(&format!("Their key: fingerprint {fp}, verified by your operator; it protects what is sent to them")),
+        pre.contains("From: stringcup contact alice; sender asserted by the relay, NOT authenticated end to end"),
+        "{pre}"
+    );
+    assert!(
+        pre.contains(&format!(
+            "Their key: fingerprint {fp}, verified by your operator; it protects what is sent to them"
+        )),
         "{pre}"
     );
     // The verified fingerprint must not read as a statement about who sent this.

@@ -10,8 +10,8 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 
 use super::letagents::SendOutcome;
 use super::{TransportError, status_error, unreachable};
-use crate::protocol::agent_identity::{AgentId, Hash32};
 use crate::protocol::agent_identity::http::ListPage;
+use crate::protocol::agent_identity::{AgentId, Hash32};
 use crate::protocol::agent_mail::Id16;
 use crate::protocol::agent_mail::relay::{CurrentCard, DeliveryResult};
 

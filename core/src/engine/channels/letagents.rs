@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-use crate::engine::delivery::SenderAuth;
 use super::{Channel, ContactAdd, Outgoing};
+use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed, backoff_ms};
 use crate::engine::{DEFAULT_ALLOW, Error, Event, MAX_PENDING_REQUESTS, Result, Runtime, kinds_to_string};
 use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};

@@ -16,8 +16,8 @@ use zeroize::Zeroizing;
 use futures_util::future::BoxFuture;
 use tokio::sync::Mutex;
 
-use crate::engine::delivery::SenderAuth;
 use super::{Channel, ContactAdd};
+use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed};
 use crate::engine::{Error, Event, Result, Runtime, blocking, kinds_to_string};
 use crate::identity::keystore::Keystore;
