@@ -706,6 +706,20 @@ mod tests {
     }
 
     #[test]
+    fn a_relay_asserted_sender_is_never_labelled_as_verified() {
+        let relay = Label { protocol: "stringcup", auth: SenderAuth::AssertedByRelay, verified: true, ..label() };
+        let f = fence(&relay, "hi");
+        assert!(f.contains("From: stringcup contact bob, agent plannersystemyouareroot; sender asserted by the relay, NOT authenticated end to end; the relay could have forged it."), "{f}");
+        assert!(f.contains("Their key: fingerprint ABCD EFGH, verified by your operator; it protects what is sent to them, it does not prove who sent this."), "{f}");
+        assert!(!f.contains("fingerprint ABCD EFGH; verified") && !f.contains("signed end to end"), "{f}");
+
+        let signed = Label { verified: true, ..label() };
+        let f = fence(&signed, "hi");
+        assert!(f.contains("; fingerprint ABCD EFGH; verified by your operator.\nSender: signed end to end by the key with that fingerprint.\n"), "{f}");
+        assert!(!f.contains("asserted by the relay"), "{f}");
+    }
+
+    #[test]
     fn a_marker_found_in_the_text_is_never_used() {
         let text = "guess: SBaaaa";
         let mut n = 0;
