@@ -303,8 +303,19 @@ pub enum ContactCmd {
         /// Contact name.
         name: String,
     },
-    /// Deny a request.
+    /// Deny a request (the peer stays blocked until you unblock it).
     Deny {
+        /// Contact name.
+        name: String,
+    },
+    /// Block a contact: what it sends is dropped before any agent sees it (Agent Mail: at the
+    /// relay too), and nothing is sent to it.
+    Block {
+        /// Contact name.
+        name: String,
+    },
+    /// Unblock a contact.
+    Unblock {
         /// Contact name.
         name: String,
     },
@@ -503,6 +514,8 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             ContactCmd::Requests => Request::ContactRequests,
             ContactCmd::Accept { name } => Request::ContactAccept { name },
             ContactCmd::Deny { name } => Request::ContactDeny { name },
+            ContactCmd::Block { name } => Request::ContactBlock { name },
+            ContactCmd::Unblock { name } => Request::ContactUnblock { name },
             ContactCmd::Verify { name } => Request::ContactVerify { name },
             ContactCmd::Allow { name, kinds } => Request::ContactAllow { name, kinds },
             ContactCmd::Rule { name, action, from, to } => Request::ContactRule { name, from, to, action },
@@ -599,6 +612,15 @@ fn s<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
+/// What a DTO's `sender_auth` code means, in the words the fence uses.
+fn sender_auth_text(v: &Value) -> Option<&'static str> {
+    match v["sender_auth"].as_str()? {
+        "signed_end_to_end" => Some("sender signed end to end"),
+        "asserted_by_relay" => Some("sender asserted by the relay, not authenticated end to end"),
+        _ => None,
+    }
+}
+
 fn print_text(kind: &str, v: &Value) {
     match kind {
         "whoami" => {
@@ -638,6 +660,12 @@ fn print_text(kind: &str, v: &Value) {
                 if c["key_changed"].as_bool() == Some(true) {
                     flags.push(format!("KEY CHANGED (new safety number {})", s(&c, "new_safety_number")));
                 }
+                if c["blocked"].as_bool() == Some(true) {
+                    flags.push(format!("BLOCKED ({} dropped)", c["blocked_dropped"]));
+                }
+                if let Some(a) = sender_auth_text(&c) {
+                    flags.push(a.into());
+                }
                 let req = s(&c, "request");
                 let req = if req.is_empty() { String::new() } else { format!(" says \"{req}\"") };
                 println!(
@@ -651,13 +679,18 @@ fn print_text(kind: &str, v: &Value) {
         }
         "contact" => {
             println!(
-                "{} ({}): safety number {}  [{}{}]",
+                "{} ({}): safety number {}  [{}{}{}]{}",
                 s(v, "name"),
                 s(v, "protocol"),
                 s(v, "safety_number"),
                 s(v, "state"),
-                if v["verified"].as_bool() == Some(true) { ", verified" } else { "" }
+                if v["verified"].as_bool() == Some(true) { ", verified" } else { "" },
+                if v["blocked"].as_bool() == Some(true) { ", BLOCKED" } else { "" },
+                sender_auth_text(v).map(|a| format!("; {a}")).unwrap_or_default()
             );
+            if v["relay_block"]["told"].as_bool() == Some(false) {
+                println!("warning: the relay was not told: {}", s(&v["relay_block"], "error"));
+            }
         }
         "message" => println!("{}  {}", s(v, "id"), s(v, "state")),
         "inbox" => {
@@ -674,7 +707,8 @@ fn print_text(kind: &str, v: &Value) {
                 };
                 let re = m["reply_to"].as_str().map(|r| format!(" re {r}")).unwrap_or_default();
                 let subject = m["subject"].as_str().map(|t| format!(" \"{t}\"")).unwrap_or_default();
-                println!("[{}] {}{agent} {}{re}{subject}: {body}", s(&m, "id"), s(&m, "from"), s(&m, "kind"));
+                let auth = sender_auth_text(&m).map(|a| format!(" ({a})")).unwrap_or_default();
+                println!("[{}] {}{auth}{agent} {}{re}{subject}: {body}", s(&m, "id"), s(&m, "from"), s(&m, "kind"));
             }
         }
         "log" => {
@@ -701,7 +735,12 @@ fn output_kind(cmd: &Command) -> &'static str {
         Command::Whoami => "whoami",
         Command::Contact(ContactCmd::List | ContactCmd::Requests) => "contacts",
         Command::Contact(
-            ContactCmd::Add { .. } | ContactCmd::Accept { .. } | ContactCmd::Verify { .. } | ContactCmd::Allow { .. },
+            ContactCmd::Add { .. }
+            | ContactCmd::Accept { .. }
+            | ContactCmd::Verify { .. }
+            | ContactCmd::Allow { .. }
+            | ContactCmd::Block { .. }
+            | ContactCmd::Unblock { .. },
         ) => "contact",
         Command::Send(_) | Command::List { .. } => "message",
         Command::Inbox { .. } => "inbox",

@@ -248,6 +248,23 @@ await scenario(async ({ browser, page }) => {
   await verifiedNotice.waitFor({ state: 'hidden', timeout: 10_000 });
   assert(Date.now() - shownAt < 8_000, 'the notice cleared within a few seconds');
 
+  step('the contact panel says what the protocol proves about the sender, and blocks and unblocks');
+  await page.getByRole('button', { name: 'Details' }).click();
+  const blockPanel = page.locator('#contact-panel');
+  await blockPanel.waitFor();
+  const senderLabel = (await blockPanel.locator('.sender-auth').textContent()).trim();
+  assert(senderLabel.startsWith('Sender signed end to end'), `letagents sender label: ${senderLabel}`);
+  // `exact`: "Unblock bob" contains "Block bob".
+  await page.getByRole('button', { name: 'Block bob', exact: true }).click();
+  await page.locator('.conversation .conv-head .badge.danger', { hasText: 'Blocked' }).waitFor();
+  assert((await page.locator('.banner', { hasText: 'You blocked this contact' }).count()) === 1, 'a blocked banner');
+  assert(await page.getByRole('button', { name: 'Send' }).isDisabled(), 'no sending to a blocked contact');
+  await page.getByRole('button', { name: 'Unblock bob', exact: true }).click();
+  await page.getByRole('button', { name: 'Block bob', exact: true }).waitFor();
+  await page.locator('.conversation .conv-head .badge', { hasText: 'Blocked' }).waitFor({ state: 'detached' });
+  assert(!(await page.getByRole('button', { name: 'Send' }).isDisabled()), 'sending allowed again');
+  await blockPanel.getByRole('button', { name: 'Close' }).click();
+
   step('pasting garbage says so, in plain words, and the notice clears on navigation');
   await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
   await pasteAnywhere(page, 'just some words, not an address');

@@ -46,6 +46,12 @@ export interface Contact {
   new_safety_number: string | null;
   relay: string | null;
   request: string;
+  /** The owner blocked this contact: what it sends is dropped, nothing is sent to it. */
+  blocked?: boolean;
+  /** Messages dropped while blocked. */
+  blocked_dropped?: number;
+  /** What the protocol proves about who sent a message. */
+  sender_auth?: 'signed_end_to_end' | 'asserted_by_relay';
 }
 
 export interface Message {
@@ -62,6 +68,8 @@ export interface Message {
   ts: number;
   state: string;
   detail: string;
+  /** Incoming only: what the protocol proves about the sender. */
+  sender_auth?: 'signed_end_to_end' | 'asserted_by_relay' | null;
 }
 
 export interface RelayStatus {
@@ -203,6 +211,8 @@ export interface Backend {
   contactAdd(address: string, name?: string): Promise<Contact>;
   contactAccept(name: string): Promise<Contact>;
   contactDeny(name: string): Promise<void>;
+  /** Blocks (or unblocks) a contact; Agent Mail contacts at the relay too. */
+  contactBlock(name: string, blocked: boolean): Promise<Contact>;
   contactVerify(name: string): Promise<Contact>;
   contactAllow(name: string, kinds: string[]): Promise<Contact>;
   pair(token: string, name?: string): Promise<Contact>;
@@ -292,6 +302,9 @@ abstract class RequestBackend implements Backend {
   }
   async contactDeny(name: string) {
     await this.rpc({ op: 'contact_deny', name });
+  }
+  contactBlock(name: string, blocked: boolean) {
+    return this.rpc<Contact>({ op: blocked ? 'contact_block' : 'contact_unblock', name });
   }
   contactVerify(name: string) {
     return this.rpc<Contact>({ op: 'contact_verify', name });

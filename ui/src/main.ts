@@ -401,7 +401,7 @@ function firstRunDone(who: Whoami) {
 function contactBadges(c: Contact) {
   return [
     protocolBadge(c.protocol),
-    c.state !== 'active' ? badge(c.state, 'state') : null,
+    c.blocked ? badge(S.contacts.blocked, 'danger') : c.state !== 'active' ? badge(c.state, 'state') : null,
     c.key_changed
       ? badge(S.contacts.keyChanged, 'danger')
       : c.verified
@@ -1015,7 +1015,28 @@ function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null,
       ),
     ),
     h('p', null, contactBadges(c)),
+    c.sender_auth ? h('p', { class: 'sender-auth', 'data-auth': c.sender_auth }, S.contacts.senderAuth[c.sender_auth]) : null,
     c.safety_number ? [h('p', { class: 'muted' }, S.verify.theirs(c.name)), h('p', { class: 'safety' }, c.safety_number)] : null,
+    c.blocked && c.blocked_dropped ? h('p', { class: 'muted' }, S.contacts.blockedDropped(c.blocked_dropped)) : null,
+    h(
+      'p',
+      null,
+      h(
+        'button',
+        {
+          type: 'button',
+          class: 'small secondary',
+          id: 'contact-block',
+          'aria-label': `${c.blocked ? S.contacts.unblock : S.contacts.block} ${c.name}`,
+          onclick: () =>
+            act(
+              () => backend.contactBlock(c.name, !c.blocked),
+              c.blocked ? S.contacts.unblockedDone(c.name) : S.contacts.blockedDone(c.name),
+            ),
+        },
+        c.blocked ? S.contacts.unblock : S.contacts.block,
+      ),
+    ),
     h('p', null, h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link small' }, S.conversation.verify)),
     muteBox,
     h('div', { class: 'field' }, h('label', { for: 'compose-kind' }, S.conversation.kind), kind, h('p', { class: 'muted hint' }, S.conversation.kindHint)),
@@ -1166,7 +1187,7 @@ async function conversationView(name: string, highlight?: string) {
           }),
           h('label', { for: 'conv-mute' }, S.conversation.mute),
         );
-  const blocked = c.key_changed || c.state !== 'active';
+  const blocked = c.key_changed || c.state !== 'active' || !!c.blocked;
   const text = h('textarea', {
     id: 'compose',
     rows: 1,
@@ -1263,9 +1284,11 @@ async function conversationView(name: string, highlight?: string) {
           ' ',
           h('a', { href: `#/verify/${encodeURIComponent(c.name)}` }, S.keyChange.action),
         )
-      : c.state !== 'active'
-        ? h('div', { class: 'banner', role: 'alert' }, S.conversation.blockedPending)
-        : null,
+      : c.blocked
+        ? h('div', { class: 'banner', role: 'alert' }, S.contacts.blockedBanner)
+        : c.state !== 'active'
+          ? h('div', { class: 'banner', role: 'alert' }, S.conversation.blockedPending)
+          : null,
     h(
       'div',
       { class: 'conv-body' },

@@ -68,6 +68,18 @@ export const S = {
     verified: 'Verified',
     unverified: 'Not verified',
     keyChanged: 'Key changed',
+    blocked: 'Blocked',
+    block: 'Block',
+    unblock: 'Unblock',
+    blockedDone: (name: string) => `${name} is blocked. What they send is dropped.`,
+    unblockedDone: (name: string) => `${name} is no longer blocked.`,
+    blockedDropped: (n: number) => (n === 1 ? '1 message dropped while blocked.' : `${n} messages dropped while blocked.`),
+    blockedBanner: 'You blocked this contact: nothing is sent to them and what they send is dropped.',
+    senderAuth: {
+      signed_end_to_end: 'Sender signed end to end: the relay cannot forge who sent a message.',
+      asserted_by_relay:
+        'Sender asserted by the relay, not authenticated end to end: the relay could forge who sent a message. The safety number protects what you send them.',
+    } as Record<string, string>,
     open: (name: string) => `Open conversation with ${name}`,
     pasteHint: 'Paste an address, ID, rendezvous token or invite link:',
     pasteField: 'Address to add',

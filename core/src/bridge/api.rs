@@ -37,8 +37,18 @@ pub enum Request {
         /// Contact name.
         name: String,
     },
-    /// Deny (delete) a pending request.
+    /// Deny a pending request: the peer is blocked until the owner unblocks it.
     ContactDeny {
+        /// Contact name.
+        name: String,
+    },
+    /// Block a contact (any protocol; Agent Mail at the relay too): what it sends is dropped.
+    ContactBlock {
+        /// Contact name.
+        name: String,
+    },
+    /// Unblock a contact.
+    ContactUnblock {
         /// Contact name.
         name: String,
     },

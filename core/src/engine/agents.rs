@@ -77,6 +77,8 @@ fn agent_contact_dto(rt: &Runtime, c: &ContactRow) -> Value {
         "state": c.state,
         "allow": full["allow"],
         "key_changed": full["key_changed"],
+        "sender_auth": full["sender_auth"],
+        "blocked": c.blocked,
         "roster_claimed_by_peer": roster,
     })
 }

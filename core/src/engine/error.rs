@@ -50,6 +50,9 @@ pub enum Error {
     /// The contact has not been accepted.
     #[error("`{0}` is a pending request: accept it first")]
     Pending(String),
+    /// The owner blocked this contact: nothing is sent to it or taken from it.
+    #[error("`{0}` is blocked: run `switchboard contact unblock {0}` first")]
+    Blocked(String),
     /// The caller gave something invalid.
     #[error("{0}")]
     Invalid(String),
@@ -130,6 +133,7 @@ impl Error {
             Error::ContactExists(_) => "contact_exists",
             Error::KeyChanged(_) => "key_changed",
             Error::Pending(_) => "pending_contact",
+            Error::Blocked(_) => "blocked_contact",
             Error::Invalid(_)
             | Error::Address(_)
             | Error::MailAddress(_)
@@ -165,6 +169,7 @@ impl Error {
             | Error::ContactExists(_)
             | Error::KeyChanged(_)
             | Error::Pending(_)
+            | Error::Blocked(_)
             | Error::Invalid(_)
             | Error::Address(_)
             | Error::MailAddress(_)

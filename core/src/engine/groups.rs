@@ -172,6 +172,8 @@ fn row_dto(r: &sqlx::sqlite::SqliteRow) -> Value {
             (r.get("group_id"), r.get("id"), r.get("sender_fp"), r.get("sender_name"), r.get("reply_to"));
         let label = Label {
             protocol: "letmeknow",
+            // MLS: every application message is signed by the sender's leaf credential.
+            auth: super::delivery::SenderAuth::SignedEndToEnd,
             contact: &gid,
             from_agent: (!name.is_empty()).then_some(name.as_str()),
             fingerprint: if fp.is_empty() { "(none: a local event)" } else { &fp },

@@ -35,7 +35,7 @@ mod outbox;
 
 pub use agents::Caller;
 pub use channels::Protocol;
-pub use delivery::{LEASE_MS, fence};
+pub use delivery::{LEASE_MS, SenderAuth, fence};
 pub use error::{Error, Fault, Result};
 pub use groups::random_handle;
 pub use outbox::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, backoff_ms};
@@ -194,7 +194,9 @@ fn kinds_to_string(kinds: &[String]) -> Result<String> {
     Ok(out.join(","))
 }
 
-fn message_dto(m: &store::MessageRow, contact: Option<&str>) -> Value {
+/// A message as clients see it; `auth` is what its protocol proves about the sender (shown on
+/// incoming messages).
+fn message_dto(m: &store::MessageRow, contact: Option<&str>, auth: SenderAuth) -> Value {
     let body = match m.kind.as_str() {
         "roster" | "receipt" => serde_json::from_str(&m.body).unwrap_or(Value::String(m.body.clone())),
         _ => Value::String(m.body.clone()),
@@ -214,6 +216,7 @@ fn message_dto(m: &store::MessageRow, contact: Option<&str>) -> Value {
         "ts": m.ts,
         "state": m.state,
         "detail": m.detail,
+        "sender_auth": if m.direction == "in" { Value::from(auth.as_str()) } else { Value::Null },
     })
 }
 
@@ -402,6 +405,8 @@ impl Runtime {
             }
             Request::ContactAccept { name } => self.contact_accept(&name).await,
             Request::ContactDeny { name } => self.contact_deny(&name).await,
+            Request::ContactBlock { name } => self.contact_block(&name, true).await,
+            Request::ContactUnblock { name } => self.contact_block(&name, false).await,
             Request::ContactVerify { name } => self.contact_verify(&name).await,
             Request::ContactAllow { name, kinds } => self.contact_allow(&name, &kinds).await,
             Request::ContactRule { name, from, to, action } => self.contact_rule(&name, &from, &to, &action).await,
@@ -438,6 +443,9 @@ impl Runtime {
                 let c = self.contact(&contact).await?;
                 if c.protocol != Protocol::AgentMail {
                     return Err(Error::Invalid(format!("`{contact}` is not an Agent Mail contact")));
+                }
+                if c.blocked {
+                    return Err(Error::Blocked(contact));
                 }
                 if c.state != "active" {
                     return Err(Error::Pending(contact));
@@ -573,7 +581,7 @@ impl Runtime {
             None => self.store().message("in", id).await?.ok_or_else(|| Error::UnknownMessage(id.into()))?,
         };
         let name = self.contact_name(m.contact_id).await?;
-        let mut view = [message_dto(&m, name.as_deref())];
+        let mut view = [message_dto(&m, name.as_deref(), self.channel(m.protocol).sender_auth())];
         self.inner.agent_mail.agent_mail_decorate(self, &mut view).await?;
         let [view] = view;
         Ok(view)
@@ -589,7 +597,8 @@ impl Runtime {
         .bind(limit.unwrap_or(500).clamp(1, 10_000))
         .fetch_all(&self.store().pool)
         .await?;
-        Ok(Value::Array(rows.iter().map(|m| message_dto(m, Some(&c.name))).collect()))
+        let auth = self.channel(c.protocol).sender_auth();
+        Ok(Value::Array(rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect()))
     }
 
     async fn contact_name(&self, id: Option<i64>) -> Result<Option<String>> {
@@ -618,6 +627,9 @@ impl Runtime {
             "relay": c.relay_url,
             "roster": serde_json::from_str::<Value>(&c.roster).unwrap_or(Value::Array(vec![])),
             "request": c.request_body,
+            "sender_auth": self.channel(c.protocol).sender_auth().as_str(),
+            "blocked": c.blocked,
+            "blocked_dropped": c.blocked_dropped,
         })
     }
 
@@ -630,6 +642,9 @@ impl Runtime {
 
     async fn contact_accept(&self, name: &str) -> Result<Value> {
         let c = self.contact(name).await?;
+        if c.blocked {
+            return Err(Error::Blocked(name.into()));
+        }
         if c.state != "pending" {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
@@ -642,13 +657,54 @@ impl Runtime {
         Ok(self.contact_dto(&self.contact(name).await?))
     }
 
+    /// Denies a pending request: the peer is blocked (not forgotten), so it cannot ask again
+    /// until the owner unblocks it.
     async fn contact_deny(&self, name: &str) -> Result<Value> {
         let c = self.contact(name).await?;
-        if c.state != "pending" {
+        if c.state != "pending" || c.blocked {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
-        self.store().delete_contact(c.id).await?;
-        Ok(json!({"denied": name}))
+        let mut v = self.contact_block(name, true).await?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("denied".into(), json!(name));
+        }
+        Ok(v)
+    }
+
+    /// Blocks or unblocks a contact of any protocol: locally first (what it sends is dropped
+    /// before any agent sees it), then, for Agent Mail, at our relay too (§7.4), so that the
+    /// relay stops accepting its packets. The local block holds even when the relay cannot be
+    /// told; the answer says whether it was (`relay`).
+    async fn contact_block(&self, name: &str, blocked: bool) -> Result<Value> {
+        let c = self.contact(name).await?;
+        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        store::set_blocked(&mut tx, c.id, blocked, now_ms()).await?;
+        let audit = store::Audit {
+            direction: "out",
+            protocol: c.protocol.as_str(),
+            peer: &c.peer_id,
+            message_id: "",
+            kind: "",
+            state: if blocked { "blocked" } else { "unblocked" },
+            detail: if blocked { "the owner blocked this contact" } else { "the owner unblocked this contact" },
+        };
+        store::audit(&mut tx, now_ms(), audit).await?;
+        tx.commit().await?;
+        let relay = match c.protocol {
+            Protocol::AgentMail => match self.inner.agent_mail.agent_mail_block(self, &c.peer_id, blocked).await {
+                Ok(()) => json!({"told": true}),
+                Err(e) => {
+                    tracing::warn!("agent mail: the relay was not told about {name}'s block: {e}");
+                    json!({"told": false, "error": e.to_string()})
+                }
+            },
+            Protocol::Letagents | Protocol::Stringcup => Value::Null,
+        };
+        let mut v = self.contact_dto(&self.contact(name).await?);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("relay_block".into(), relay);
+        }
+        Ok(v)
     }
 
     async fn contact_verify(&self, name: &str) -> Result<Value> {
@@ -761,6 +817,9 @@ impl Runtime {
         to_agent: Option<&str>,
     ) -> Result<String> {
         let c = self.contact(name).await?;
+        if c.blocked {
+            return Err(Error::Blocked(name.into()));
+        }
         if c.state != "active" {
             return Err(Error::Pending(name.into()));
         }
@@ -820,7 +879,13 @@ impl Runtime {
         }
         let mut out: Vec<Value> = rows
             .iter()
-            .map(|m| message_dto(m, m.contact_id.and_then(|id| names.get(&id)).map(String::as_str)))
+            .map(|m| {
+                message_dto(
+                    m,
+                    m.contact_id.and_then(|id| names.get(&id)).map(String::as_str),
+                    self.channel(m.protocol).sender_auth(),
+                )
+            })
             .collect();
         self.inner.agent_mail.agent_mail_decorate(self, &mut out).await?;
         let ids: Vec<i64> = rows.iter().filter(|m| !m.shown).map(|m| m.rowid_).collect();

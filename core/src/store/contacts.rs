@@ -159,9 +159,50 @@ pub async fn name_taken(conn: &mut SqliteConnection, name: &str) -> Result<bool>
         > 0)
 }
 
-/// How many contact requests are pending.
+/// How many contact requests are pending (a denied request is blocked, not pending).
 pub async fn pending_requests(conn: &mut SqliteConnection) -> Result<i64> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(conn).await?)
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending' AND blocked = 0")
+        .fetch_one(conn)
+        .await?)
+}
+
+/// Blocks or unblocks contact `id`. Blocking also keeps what it sent while pending from ever
+/// being shown (held messages become `blocked`, which accepting does not release) and takes
+/// what agents have not acknowledged yet out of their queues (the queue's classifier skips a
+/// blocked contact's messages it has not seen yet). Returns false when the contact
+/// was already in that state.
+pub async fn set_blocked(conn: &mut SqliteConnection, id: i64, blocked: bool, now: i64) -> Result<bool> {
+    let changed = sqlx::query("UPDATE contacts SET blocked = ?1, blocked_at = ?2 WHERE id = ?3 AND blocked != ?1")
+        .bind(blocked)
+        .bind(if blocked { now } else { 0 })
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+        > 0;
+    if changed && blocked {
+        sqlx::query("UPDATE messages SET state = 'blocked' WHERE contact_id = ? AND state = 'held'")
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(
+            "UPDATE agent_deliveries SET state = 'skipped' WHERE state IN ('queued', 'paused', 'handed') \
+             AND message IN (SELECT rowid_ FROM messages WHERE contact_id = ?)",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(changed)
+}
+
+/// Counts one message of blocked contact `id` that was dropped.
+pub async fn count_blocked_drop(conn: &mut SqliteConnection, id: i64) -> Result<()> {
+    sqlx::query("UPDATE contacts SET blocked_dropped = blocked_dropped + 1 WHERE id = ?")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// Shows what a contact sent while its request was pending (held messages become received and
@@ -185,9 +226,12 @@ pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<V
 }
 
 impl Store {
-    /// All contacts in `state` (or all), by name.
+    /// All contacts in `state` (or all), by name. Pending requests (`Some("pending")`) leave out
+    /// the blocked ones: a denied request is no longer a request.
     pub async fn contacts(&self, state: Option<&str>) -> Result<Vec<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE (?1 IS NULL OR state = ?1) ORDER BY name")
+        Ok(sqlx::query_as(
+            "SELECT * FROM contacts WHERE (?1 IS NULL OR (state = ?1 AND (?1 != 'pending' OR blocked = 0))) ORDER BY name",
+        )
             .bind(state)
             .fetch_all(&self.pool)
             .await?)

@@ -15,8 +15,8 @@ use sqlx::{SqliteConnection, SqlitePool};
 mod contacts;
 mod protocol;
 pub use contacts::{
-    ContactUpdate, contact_by_peer, insert_contact, name_taken, pending_requests, release_held, rules_for,
-    update_contact,
+    ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
+    rules_for, set_blocked, update_contact,
 };
 pub use protocol::Protocol;
 
@@ -135,6 +135,12 @@ pub struct ContactRow {
     pub request_body: String,
     /// When added.
     pub created_at: i64,
+    /// Whether the owner blocked this peer (migration 0009): what it sends is dropped.
+    pub blocked: bool,
+    /// When it was blocked (0: never).
+    pub blocked_at: i64,
+    /// How many of its messages were dropped while it was blocked.
+    pub blocked_dropped: i64,
 }
 
 /// A message row.

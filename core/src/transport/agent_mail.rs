@@ -10,8 +10,8 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 
 use super::letagents::SendOutcome;
 use super::{TransportError, status_error, unreachable};
-use crate::protocol::agent_identity::Hash32;
 use crate::protocol::agent_identity::http::ListPage;
+use crate::protocol::agent_identity::{AgentId, Hash32};
 use crate::protocol::agent_mail::Id16;
 use crate::protocol::agent_mail::relay::{CurrentCard, DeliveryResult};
 
@@ -180,6 +180,25 @@ impl MailClient {
             return Err(mail_error(resp).await);
         }
         ListPage::parse(&bytes_of(resp).await?).map_err(malformed)
+    }
+
+    /// `PUT` (block) or `DELETE` (unblock) `/v1/mailboxes/{id}/blocked/{agent_id}` as the owner:
+    /// the relay stops (or resumes) accepting new packets from `sender` (`204`). relay-lite's
+    /// endpoint; Agent Mail §7.4 leaves the admission API to the relay.
+    pub async fn set_blocked(
+        &self,
+        mailbox: &Id16,
+        sender: &AgentId,
+        blocked: bool,
+        jwt: &str,
+    ) -> Result<(), TransportError> {
+        let url = self.url(&format!("/v1/mailboxes/{mailbox}/blocked/{sender}"));
+        let req = if blocked { self.http.put(url) } else { self.http.delete(url) };
+        let resp = req.header(AUTHORIZATION, format!("Bearer {jwt}")).send().await.map_err(unreachable)?;
+        if resp.status() != StatusCode::NO_CONTENT {
+            return Err(mail_error(resp).await);
+        }
+        Ok(())
     }
 
     /// `DELETE /v1/mailboxes/{id}/packets/{packet_id}` as the owner (`204`, also when absent).

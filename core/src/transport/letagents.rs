@@ -99,6 +99,10 @@ impl RelayClient {
             // Drop idle connections before a relay does (relay-lite closes them after 30 s), so
             // a request is never written onto a connection the relay is closing.
             .pool_idle_timeout(Duration::from_secs(20))
+            // Every protocol's authenticated requests (owner JWTs, bearer tokens, signed logins)
+            // go through this client; a redirect would carry them to another origin (Agent Mail
+            // §8.1: MUST NOT follow redirects for authenticated requests). A 3xx is an answer.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| TransportError::Config(e.to_string()))?;
         let host = authority(&base);

@@ -27,6 +27,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::Mutex;
 
 use super::{Channel, ContactAdd};
+use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed};
 use crate::engine::{Error, Event, Result, Runtime, blocking};
 use crate::identity::keystore::Keystore;
@@ -263,6 +264,11 @@ impl Channel for AgentMail {
 
     fn whoami<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, (&'static str, Value)> {
         Box::pin(async move { ("agent_mail", self.agent_mail_whoami(rt).await) })
+    }
+
+    fn sender_auth(&self) -> SenderAuth {
+        // Every packet is signed by the sender's Agent ID key (Identity §6.4), verified before admission.
+        SenderAuth::SignedEndToEnd
     }
 
     fn safety_numbers(&self, c: &ContactRow) -> (Option<String>, Option<String>) {
@@ -733,6 +739,17 @@ impl AgentMail {
         sign_request_jwt(&st.key, &st.origin, now - 5, now + 120, None)
     }
 
+    /// Blocks (or unblocks) `sender` at our relay, so that it stops accepting new packets from
+    /// it (§7.4). Our own policy is applied before decryption anyway (§7.2 step 1); this keeps a
+    /// blocked sender from filling the mailbox. Nothing to do before we have a mailbox.
+    pub(in crate::engine) async fn agent_mail_block(&self, rt: &Runtime, sender: &str, blocked: bool) -> Result<()> {
+        let Some(st) = self.state.lock().await.clone() else { return Ok(()) };
+        let sender = AgentId::parse(sender).map_err(|e| bug(format!("stored Agent ID: {e}")))?;
+        let client = self.mail_client(rt, &st, &st.origin)?;
+        client.set_blocked(&st.mailbox, &sender, blocked, &Self::owner_jwt(&st)).await?;
+        Ok(())
+    }
+
     /// Lists our mailbox, processes every packet and deletes each after its commit. Zero when
     /// this profile has no Agent Mail identity yet. Returns (processed, any showable).
     async fn agent_mail_drain(&self, rt: &Runtime) -> Result<(usize, bool)> {
@@ -863,7 +880,25 @@ impl AgentMail {
             }
         };
         let sender = verified.sender().to_string();
-        let opened = match verified.admit(SenderPolicy::Allow).and_then(|a| a.open(&st.id, keys, now)) {
+        // §7.2 step 1: the profile's policy for the verified actor, before anything is decrypted.
+        // A blocked contact is refused; a stranger is admitted and becomes a pending request
+        // below, its mail held until the owner accepts.
+        let blocked = rt.store().contact_by_peer(AM, &sender).await?.filter(|c| c.blocked);
+        let policy = if blocked.is_some() { SenderPolicy::Block } else { SenderPolicy::Allow };
+        let admitted = match verified.admit(policy) {
+            Ok(a) => a,
+            Err(e) => {
+                let mut tx = rt.store().pool.begin().await?;
+                if let Some(c) = &blocked {
+                    store::count_blocked_drop(&mut tx, c.id).await?;
+                }
+                let detail = refuse(e);
+                store::audit(&mut tx, now, audit_in(&sender, &packet_id.to_string(), "", "blocked", &detail)).await?;
+                tx.commit().await?;
+                return Ok((Some(packet_id), false));
+            }
+        };
+        let opened = match admitted.open(&st.id, keys, now) {
             Ok(o) => o,
             Err(e) => {
                 self.am_audit(rt, &sender, &packet_id.to_string(), "dropped", &refuse(e)).await?;

@@ -21,6 +21,7 @@ use tokio::sync::Mutex;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::{Channel, ContactAdd, Outgoing};
+use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed, backoff_ms};
 use crate::engine::{DEFAULT_ALLOW, Error, Event, MAX_PENDING_REQUESTS, Result, Runtime, kinds_to_string};
 use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};
@@ -117,6 +118,11 @@ impl Channel for Letagents {
             });
             ("letagents", v)
         })
+    }
+
+    fn sender_auth(&self) -> SenderAuth {
+        // The envelope's inner message is signed by the sender's Ed25519 key, checked on open.
+        SenderAuth::SignedEndToEnd
     }
 
     fn safety_numbers(&self, c: &ContactRow) -> (Option<String>, Option<String>) {
@@ -316,6 +322,23 @@ impl Letagents {
         // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox) commits between.
         let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let contact = store::contact_by_peer(&mut tx, Protocol::Letagents, &peer).await?;
+        // A blocked sender (the signature names it) is dropped here: no request, no receipt, no
+        // message; counted and audited.
+        if let Some(c) = contact.as_ref().filter(|c| c.blocked) {
+            store::count_blocked_drop(&mut tx, c.id).await?;
+            let audit = Audit {
+                direction: "in",
+                protocol: Protocol::Letagents.as_str(),
+                peer: &peer,
+                message_id: &msg_id,
+                kind: kind.as_str(),
+                state: "blocked",
+                detail: "sender is blocked",
+            };
+            store::audit(&mut tx, now, audit).await?;
+            tx.commit().await?;
+            return Ok(false);
+        }
         let view = match &contact {
             Some(c) => {
                 let rules = store::rules_for(&mut tx, c.id)

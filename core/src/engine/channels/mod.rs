@@ -12,6 +12,7 @@
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use super::delivery::SenderAuth;
 use super::{Result, Runtime};
 use crate::protocol::letagents::{Kind, STALE_AFTER_MS};
 use crate::store::{ContactRow, OutboxRow};
@@ -104,6 +105,9 @@ pub(super) trait Channel: Send + Sync {
     fn give_up_at(&self, row: &OutboxRow) -> Option<(i64, &'static str)> {
         Some((row.created_at.saturating_add(STALE_AFTER_MS), "after 48 h"))
     }
+
+    /// What this protocol proves about who sent a message (the fence label and DTOs say it).
+    fn sender_auth(&self) -> SenderAuth;
 
     /// Whether contacts of this protocol are told our roster when local agents change.
     fn carries_roster(&self) -> bool {

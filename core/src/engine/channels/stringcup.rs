@@ -17,6 +17,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::Mutex;
 
 use super::{Channel, ContactAdd};
+use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed};
 use crate::engine::{Error, Event, Result, Runtime, blocking, kinds_to_string};
 use crate::identity::keystore::Keystore;
@@ -175,6 +176,11 @@ impl Channel for Stringcup {
 
     fn whoami<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, (&'static str, Value)> {
         Box::pin(async move { ("stringcup", self.stringcup_whoami(rt).await) })
+    }
+
+    fn sender_auth(&self) -> SenderAuth {
+        // Seed 003 B.6: the relay matches `sender_id` to the token; the ciphertext does not bind the sender.
+        SenderAuth::AssertedByRelay
     }
 
     fn safety_numbers(&self, c: &ContactRow) -> (Option<String>, Option<String>) {
@@ -438,6 +444,25 @@ impl Stringcup {
             return Ok(false);
         }
         let mut contact = store::contact_by_peer(&mut conn, Protocol::Stringcup, sender).await?;
+        // A blocked sender (as the relay names it) is dropped before decryption: counted and
+        // audited, never stored or shown.
+        if let Some(c) = contact.as_ref().filter(|c| c.blocked) {
+            let mut tx = rt.store().pool.begin().await?;
+            store::mark_seen(&mut tx, Protocol::Stringcup, sender, &msg_id, now).await?;
+            store::count_blocked_drop(&mut tx, c.id).await?;
+            let audit = Audit {
+                direction: "in",
+                protocol: Protocol::Stringcup.as_str(),
+                peer: sender,
+                message_id: &msg_id,
+                kind: "send",
+                state: "blocked",
+                detail: "sender is blocked",
+            };
+            store::audit(&mut tx, now, audit).await?;
+            tx.commit().await?;
+            return Ok(false);
+        }
         let pending = store::pending_requests(&mut conn).await?;
         drop(conn);
         // Strangers cannot grow the request list without bound (as with letagents hellos).
@@ -777,6 +802,7 @@ impl Stringcup {
             let c = store::contact_by_peer(&mut conn, Protocol::Stringcup, &m.id).await?;
             let served = crypto::decode_public_key(&m.identity_public_key);
             match c {
+                Some(c) if c.blocked => skipped.push(json!({"id": m.id, "reason": "blocked"})),
                 Some(c)
                     if c.state == "active"
                         && c.changed_box_pub.is_none()
