@@ -431,3 +431,33 @@ async fn agent_mail_is_retried_until_the_messages_deadline() {
     assert!(gave_up.iter().any(|d| d.starts_with("gave up at the message's deadline")), "{gave_up:?}");
     assert_eq!(alice.state_of(&id).await, "queued", "the long-lived one is still queued");
 }
+
+/// Issue 12 §4 (§4.3, §10): a retired card key is erased, from the keystore too, once every card
+/// with it is past its `receive_until`; the keys of cards that can still receive stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retired_card_keys_are_erased_past_receive_until() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    // `whoami` nests the Agent Mail section; `rotate-mail-key` answers with it alone.
+    let keys = |v: Value| v.get("agent_mail").unwrap_or(&v)["card_keys"].as_u64().unwrap();
+    assert_eq!(keys(alice.call(Request::Whoami).await), 1);
+    assert_eq!(keys(alice.call(Request::MailRotate).await), 2, "the old key stays until its receive_until");
+    // The first card's receive_until passes (its time is set back; nothing else changes).
+    sqlx::query("UPDATE am_own_cards SET receive_until = ? WHERE nonce = (SELECT MIN(nonce) FROM am_own_cards)")
+        .bind(now_ms() - 1)
+        .execute(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    assert_eq!(keys(alice.call(Request::MailRotate).await), 2, "the first key erased, the second retained");
+    let cards: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM am_own_cards").fetch_one(&alice.rt.store().pool).await.unwrap();
+    assert_eq!(cards, 2, "the expired card is forgotten too");
+
+    let (profile, dir) = alice.close();
+    let alice = Peer::reopen("alice", profile, dir).await;
+    assert_eq!(keys(alice.call(Request::Whoami).await), 2, "erased from the keystore, not only from memory");
+    add(&bob, &mail_address(&alice).await, "alice").await;
+    bob.send("alice", "still reachable").await;
+    request_from(&alice, &agent_id(&bob).await).await;
+}

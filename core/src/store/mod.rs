@@ -433,6 +433,30 @@ impl Store {
         Ok(())
     }
 
+    /// Agent Mail: the public keys (base64url) of our cards that can still receive, past
+    /// nothing yet (`receive_until` after `now`), and of the current card, whatever its time.
+    pub async fn am_live_card_keys(&self, now: i64) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT public_key FROM am_own_cards WHERE receive_until > ? \
+             UNION SELECT public_key FROM (SELECT public_key FROM am_own_cards ORDER BY nonce DESC LIMIT 1)",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Agent Mail: forgets our cards past `receive_until` (the current one stays). Returns how
+    /// many went.
+    pub async fn am_forget_cards(&self, now: i64) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM am_own_cards WHERE receive_until <= ? AND nonce < (SELECT MAX(nonce) FROM am_own_cards)",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Number of queued outbox entries.
     pub async fn outbox_len(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox").fetch_one(&self.pool).await?)

@@ -47,7 +47,7 @@ use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, P
 use crate::transport::TransportError;
 use crate::transport::agent_mail::{Delivered, MailClient, Published};
 use crate::transport::letagents::{RelayClient, SendOutcome};
-use crate::util::{OsRng, b64u, b64u_decode, now_ms, random_array};
+use crate::util::{OsRng, b64u, b64u_array, b64u_decode, now_ms, random_array};
 
 /// The protocol.
 const AM: Protocol = Protocol::AgentMail;
@@ -262,6 +262,14 @@ impl Channel for AgentMail {
         })
     }
 
+    fn housekeeping<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.agent_mail_forget_retired(rt).await {
+                tracing::warn!("agent mail: erasing retired card keys: {e}");
+            }
+        })
+    }
+
     fn whoami<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, (&'static str, Value)> {
         Box::pin(async move { ("agent_mail", self.agent_mail_whoami(rt).await) })
     }
@@ -454,7 +462,33 @@ impl AgentMail {
         let st = self.new_card(rt, st).await?;
         *self.state.lock().await = Some(st);
         self.agent_mail_publish(rt).await?;
+        self.agent_mail_forget_retired(rt).await?;
         Ok(self.agent_mail_whoami(rt).await)
+    }
+
+    /// Erases the card secrets no card of ours can receive under any more (every card with that
+    /// key is past its `receive_until`, §4.3/§10), from memory and from the keystore, then those
+    /// cards. The current card's key always stays. Returns how many secrets were erased.
+    pub(in crate::engine) async fn agent_mail_forget_retired(&self, rt: &Runtime) -> Result<usize> {
+        let mut guard = self.state.lock().await;
+        let Some(st) = guard.as_mut() else { return Ok(0) };
+        let now = now_ms();
+        let live: std::collections::BTreeSet<[u8; 32]> =
+            rt.store().am_live_card_keys(now).await?.iter().filter_map(|k| b64u_array::<32>(k)).collect();
+        if live.is_empty() {
+            return Ok(0);
+        }
+        let mut next = st.clone();
+        next.secrets.retain(|public, _| live.contains(public));
+        let erased = st.secrets.len() - next.secrets.len();
+        if erased > 0 {
+            // The keystore first: a crash after it leaves cards whose secret is gone, which
+            // `retained` skips; the other order could leave a secret no card accounts for.
+            self.save_am(rt, &next).await?;
+            *st = next;
+        }
+        rt.store().am_forget_cards(now).await?;
+        Ok(erased)
     }
 
     /// Our contact address (stable address + our relay as route).
@@ -476,6 +510,7 @@ impl AgentMail {
             "card_nonce": card.as_ref().map(|(c, _)| c.nonce()),
             "card_expires_at": card.as_ref().map(|(c, _)| c.payload().expires_at),
             "published": card.as_ref().is_some_and(|(_, p)| *p),
+            "card_keys": st.secrets.len(),
         })
     }
 
