@@ -253,7 +253,7 @@ pub fn ui_event(e: &Event) -> Value {
         Event::KeyChanged { name } => json!({"type": "key_changed", "name": name}),
         Event::Resumed { .. } => json!({"type": "changed"}),
         Event::Dnd { on } => json!({"type": "dnd", "on": on}),
-        Event::GroupResumed { .. } => json!({"type": "changed"}),
+        Event::GroupResumed { .. } | Event::GroupChanged { .. } => json!({"type": "changed"}),
         Event::GroupMessage { handle, group, id, from, own } => {
             json!({"type": "group_message", "handle": handle, "group": group, "id": id, "from": from, "own": own})
         }

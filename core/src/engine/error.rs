@@ -93,6 +93,9 @@ pub enum Error {
     /// No message with that id.
     #[error("no message with id `{0}`")]
     UnknownMessage(String),
+    /// No session of this profile is (or was) in that group.
+    #[error("you are not in group {0}")]
+    UnknownGroup(String),
     /// Local storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -140,6 +143,7 @@ impl Error {
             | Error::RelayServed(_)
             | Error::UnknownMember(_) => "invalid_input",
             Error::UnknownMessage(_) => "unknown_message",
+            Error::UnknownGroup(_) => "unknown_group",
             Error::Store(StoreError::DiskFull(_)) => "disk_full",
             Error::Store(_) => "store",
             Error::Keystore(_) => "keystore",
@@ -170,6 +174,7 @@ impl Error {
             | Error::MailSeal(_)
             | Error::UnknownMember(_)
             | Error::UnknownMessage(_)
+            | Error::UnknownGroup(_)
             | Error::Forbidden(_)
             | Error::LoopGuard(_) => Fault::Caller,
             // The key we seal to is the one the peer published.

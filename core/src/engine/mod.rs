@@ -90,6 +90,11 @@ pub enum Event {
         /// The group.
         group: String,
     },
+    /// A letmeknow group was renamed, or an invite to it was used or ended.
+    GroupChanged {
+        /// The group.
+        group: String,
+    },
     /// A letmeknow group message or alert from someone else was stored for a local session.
     GroupMessage {
         /// The group session.
@@ -525,7 +530,11 @@ impl Runtime {
             | Request::GroupLeave { .. }
             | Request::GroupDeliveries { .. }
             | Request::GroupMode { .. }
-            | Request::GroupResume { .. }) => self.handle_group(None, group).await,
+            | Request::GroupResume { .. }
+            | Request::GroupCreate { .. }
+            | Request::GroupRename { .. }
+            | Request::GroupHistory { .. }
+            | Request::GroupInvites) => self.handle_group(None, group).await,
         }
     }
 
