@@ -414,7 +414,8 @@ pub enum Request {
     },
     /// letmeknow: a page of a group's local log as a conversation shows it, oldest first: the
     /// newest `limit` rows (default 200) before row `before`. With `mark_read` (owner only, and
-    /// only for the owner's default session) the rows shown enter the session's read frontier.
+    /// only for the owner's default session while no agent acts as it) the rows shown enter the
+    /// session's read frontier.
     /// Answers `{group, name, handle, messages}`.
     GroupHistory {
         /// The session (owner callers; default: the owner's session in the group, else any).

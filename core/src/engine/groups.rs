@@ -58,7 +58,8 @@
 //! (`lmk_group_names`: set at creation, taken from the inviter's name for it on join, renamable);
 //! invite links state the inviter's name and the group's. `GroupHistory` pages a group's log for
 //! the window; with `mark_read` the rows shown enter the default session's read frontier (never an
-//! agent session's: its rows are read when its agent acks them). `GroupInvites` says what became
+//! agent session's, nor the default session's while an agent acts as it: their rows are read when
+//! the agent acks them). `GroupInvites` says what became
 //! of the invites this runtime opened (waiting, used by whom, expired).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -607,7 +608,10 @@ impl Runtime {
         let rows = self.store().group_log_page(handle, gid, before, i64::from(limit)).await?;
         let owner = self.store().meta(OWNER_HANDLE).await?;
         let newest = rows.last().map(|r| r.rowid_);
-        if let Some(upto) = newest.filter(|_| mark_read && owner.as_deref() == Some(handle)) {
+        // An agent acting as this session reads by acking its deliveries: the person's look
+        // must not take them from it.
+        let persons = owner.as_deref() == Some(handle) && !self.store().is_agent(handle).await?;
+        if let Some(upto) = newest.filter(|_| mark_read && persons) {
             self.store().mark_group_read(handle, gid, upto).await?;
         }
         let name = self.store().group_names().await?.remove(gid).unwrap_or_default();

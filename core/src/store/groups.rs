@@ -110,6 +110,13 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// Whether a local agent session goes by `name` (an agent may act as a group session).
+    pub async fn is_agent(&self, name: &str) -> Result<bool> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM agents WHERE name = ?").bind(name).fetch_optional(&self.pool).await?;
+        Ok(found.is_some())
+    }
+
     /// The names of the members of `group` that `handle` noted, but for fingerprint `me`.
     pub async fn group_member_names(&self, handle: &str, group: &str, me: &str) -> Result<Vec<String>> {
         Ok(sqlx::query_scalar(
