@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
 use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
-use switchboard_tests::{Peer, TestRelay, befriend_cli};
+use switchboard_tests::{Peer, TestRelay, switchboard_ok};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
@@ -106,10 +106,13 @@ async fn a_group_is_a_chat_named_invited_to_read_written_renamed_and_joined_from
     // Alice (initialised from the command line, carol her contact); `switchboard ui` runs her.
     let home = tempfile::tempdir().unwrap();
     let (alice_home, carol_home) = (home.path().join("alice"), home.path().join("carol"));
-    befriend_cli(&bin(), &alice_home, &carol_home, &relay.url());
+    let run = |home: &PathBuf, args: &[&str]| switchboard_ok(&bin(), home, args);
+    run(&alice_home, &["init", "--name", "Alice", "--relay", &relay.url(), "--keystore", "file"]);
+    run(&carol_home, &["init", "--name", "carol", "--relay", &relay.url(), "--keystore", "file"]);
+    let carol: Value = serde_json::from_str(&run(&carol_home, &["whoami", "--json"])).unwrap();
+    run(&alice_home, &["contact", "add", carol["letagents"]["address"].as_str().unwrap(), "--name", "carol"]);
     // No loop guard in the way: this is about the conversation, not the delivery policy.
-    let (ok, _, err) = switchboard_tests::switchboard(&bin(), &alice_home, &["policy", "--loop-limit", "10000"]);
-    assert!(ok, "policy: {err}");
+    run(&alice_home, &["policy", "--loop-limit", "10000"]);
     let (mut ui_proc, url) = serve_ui(&bin(), &alice_home).await;
     let mut world = World { bob, band: None };
     let shots =

@@ -41,8 +41,8 @@ await scenario(async ({ page }) => {
   const invite = page.getByRole('region', { name: 'Invite link' });
   await invite.getByText(/expires in \d+:\d\d/).waitFor();
   const link = (await invite.locator('code').textContent()).trim();
-  assert(/#[A-Za-z0-9_-]+&from=alice&group=Weekend%20trip$/.test(link), `the link names inviter and group: ${link}`);
-  await page.getByRole('cell', { name: 'alice (you)' }).waitFor();
+  assert(/#[A-Za-z0-9_-]+&from=Alice&group=Weekend%20trip$/.test(link), `the link names inviter and group: ${link}`);
+  await page.getByRole('cell', { name: 'Alice (you)' }).waitFor();
   await shot(page, '02-group-created');
 
   step('bob joins with the link: the single-use link shows as used, no countdown');
@@ -80,7 +80,7 @@ await scenario(async ({ page }) => {
   await compose.press('Enter');
   await log.locator('li.msg.out').getByText('I will bring it').waitFor();
   const got = await driver({ op: 'bob_wait_for', group, text: 'I will bring it' });
-  assert(got.from.name === 'alice', `bob got it from alice: ${JSON.stringify(got)}`);
+  assert(got.from.name === 'Alice', `bob got it from Alice: ${JSON.stringify(got)}`);
   await page.getByRole('button', { name: 'Details' }).click();
   await page.getByRole('complementary', { name: 'Group details' }).waitFor({ state: 'hidden' });
   await shot(page, '05-group-chat');
