@@ -94,7 +94,10 @@ async fn a_named_group_is_created_invited_to_and_joined_without_any_session_hand
     assert_eq!(joined["name"], "Team Rocket", "the joiner takes the inviter's name for the group");
     let names: Vec<&str> = joined["members"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 2);
-    assert!(names.contains(&"Alice") && names.contains(&"Bob"), "default sessions carry the profiles' names: {names:?}");
+    assert!(
+        names.contains(&"Alice") && names.contains(&"Bob"),
+        "default sessions carry the profiles' names: {names:?}"
+    );
 
     // The single-use link shows as used, by whom.
     let used = settled_invite(&alice, inv["invite"].as_str().unwrap()).await;

@@ -56,8 +56,14 @@ impl Driver for World {
                 Ok(me.ok_or("bob is no member")?["fingerprint"].clone())
             }
             "bob_say" => {
-                self.call(Request::GroupSend { handle: None, group: s("group"), text: s("text"), to: None, reply_to: None })
-                    .await
+                self.call(Request::GroupSend {
+                    handle: None,
+                    group: s("group"),
+                    text: s("text"),
+                    to: None,
+                    reply_to: None,
+                })
+                .await
             }
             "bob_wait_for" => {
                 let group = s("group");
@@ -74,7 +80,9 @@ impl Driver for World {
                             mark_read: true,
                         })
                         .await?;
-                    let found = page["messages"].as_array().and_then(|m| m.iter().find(|m| m["content"] == req["text"]).cloned());
+                    let found = page["messages"]
+                        .as_array()
+                        .and_then(|m| m.iter().find(|m| m["content"] == req["text"]).cloned());
                     if let Some(m) = found {
                         return Ok(m);
                     }

@@ -135,6 +135,8 @@ export interface GroupSummary {
   /** The session in the group is the owner's default one (not an agent's). */
   own?: boolean;
   handle: string;
+  /** When this profile made or joined it (Unix ms). */
+  joined_at?: number;
   relay: string;
   state: string;
   unread: number;

@@ -358,7 +358,8 @@ function firstRun() {
           me = who;
           if (backend.kind === 'tauri') firstRunDone(who);
         } catch (x) {
-          err.textContent = errorText(x);
+          // A relay that does not answer: no identity was made; say what failed, in its words.
+          err.textContent = x instanceof BackendError && x.code === 'relay' ? S.firstRun.relayDown(x.message) : errorText(x);
           err.hidden = false;
           submit.disabled = false;
           submit.textContent = S.firstRun.create;
@@ -520,8 +521,11 @@ function groupName(g: GroupSummary | undefined): string {
 
 /** Membership events as the runtime words them, without the fingerprints (the details show those). */
 function eventText(m: GroupMessage): string {
-  const text = m.content.replace(/ \((?:[0-9a-f]{4} ){7}[0-9a-f]{4}\)/g, '').replace(/; /g, '. ');
-  return text.charAt(0).toUpperCase() + text.slice(1);
+  const text = m.content.replace(/ \((?:[0-9a-f]{4} ){7}[0-9a-f]{4}\)/g, '');
+  return text
+    .split(/; /)
+    .map((t) => t.charAt(0).toUpperCase() + t.slice(1))
+    .join('. ');
 }
 
 function groupPreview(m: GroupMessage | undefined): string {
@@ -659,11 +663,16 @@ function groupItem(gc: GroupChat, open: string | null) {
   });
 }
 
+/** When a group was last active: its newest row, else when this profile joined or made it. */
+function groupActivity(g: GroupChat): number | null {
+  return g.last ? g.last.at : (g.g.joined_at ?? null);
+}
+
 /** Contacts and groups in one list, the latest activity first. */
 function chatItems(s: Summary, open: string | null, openGroup: string | null) {
   const rows: { ts: number | null; name: string; node: HTMLElement }[] = [
     ...s.chats.map((c) => ({ ts: c.last ? c.last.ts : null, name: c.contact.name, node: chatItem(c, open) })),
-    ...s.groups.map((g) => ({ ts: g.last ? g.last.at : null, name: groupName(g.g), node: groupItem(g, openGroup) })),
+    ...s.groups.map((g) => ({ ts: groupActivity(g), name: groupName(g.g), node: groupItem(g, openGroup) })),
   ];
   rows.sort((a, b) => (a.ts !== null && b.ts !== null ? b.ts - a.ts : a.ts !== null ? -1 : b.ts !== null ? 1 : a.name.localeCompare(b.name)));
   return rows.map((r) => r.node);
@@ -1857,7 +1866,7 @@ async function groupsView() {
     h('div', { class: 'inline-field' }, field(S.groups.nameField, nameInput), h('button', { type: 'submit' }, S.groups.create)),
     h('p', { class: 'muted hint' }, S.groups.createHint),
   );
-  const sorted = [...s.groups].sort((a, b) => (b.last?.at ?? 0) - (a.last?.at ?? 0));
+  const sorted = [...s.groups].sort((a, b) => (groupActivity(b) ?? 0) - (groupActivity(a) ?? 0));
   return h(
     'div',
     { class: 'groups' },

@@ -26,6 +26,8 @@ export const S = {
     create: 'Create identity',
     creating: 'Creating…',
     done: 'Your identity is ready',
+    relayDown: (why: string) =>
+      `No identity was made yet: Switchboard could not reach the relay. ${why.replace(/^relay unreachable: /, '').replace(/^./, (c) => c.toUpperCase())}. Check the URL (and that the relay is running), then try again.`,
     continue: 'Continue',
   },
   me: {

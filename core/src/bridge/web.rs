@@ -544,6 +544,8 @@ async fn setup(s: &SetupState, body: &Value) -> Result<Value, (StatusCode, ApiEr
             ),
         ));
     };
+    // An identity is made only for a relay that answers (the person hears what failed).
+    crate::engine::check_relay(&relay, None).await.map_err(bad)?;
     let opts = InitOptions { name, relay, relay_cert_sha256: None, keystore: s.keystore };
     let rt = Runtime::init(&s.profile, opts).await.map_err(bad)?;
     let who = rt.handle_as(&Caller::Owner, Request::Whoami, false).await.map_err(bad)?;

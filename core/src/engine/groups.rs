@@ -1932,11 +1932,12 @@ impl Runtime {
 
     /// The groups of a session.
     pub async fn lmk_groups(&self, handle: &str) -> Result<Value> {
-        let rows =
-            sqlx::query("SELECT group_id, relay, state, cursor FROM lmk_groups WHERE handle = ? ORDER BY joined_at")
-                .bind(handle)
-                .fetch_all(&self.store().pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT group_id, relay, state, cursor, joined_at FROM lmk_groups WHERE handle = ? ORDER BY joined_at",
+        )
+        .bind(handle)
+        .fetch_all(&self.store().pool)
+        .await?;
         let policy = self.policy().await?;
         let pending = self.lmk_pending(handle).await?;
         let names = self.store().group_names().await?;
@@ -1971,6 +1972,7 @@ impl Runtime {
                 "own": owner.as_deref() == Some(handle),
                 "group": gid,
                 "handle": handle,
+                "joined_at": r.get::<i64, _>("joined_at"),
                 "relay": r.get::<String, _>("relay"),
                 "state": r.get::<String, _>("state"),
                 "unread": unread,
