@@ -553,8 +553,9 @@ impl Runtime {
     }
 
     /// The owner's default group session, created (with the profile's name) on first use. A
-    /// profile whose only session already carries the profile's name (started in the window
-    /// before the default session existed) keeps that one.
+    /// profile with exactly one session already (started by `listen --handle`, or in the window
+    /// before the default session existed) keeps that one, as requests without a handle always
+    /// did.
     pub async fn lmk_owner_handle(&self) -> Result<String> {
         let _once = self.inner.groups.owner.lock().await;
         if let Some(h) = self.store().meta(OWNER_HANDLE).await? {
@@ -571,10 +572,13 @@ impl Runtime {
                 .fetch_all(&self.store().pool)
                 .await?;
         let handle = match sessions.as_slice() {
-            [(h, name)] if *name == self.inner.name => h.clone(),
+            [(h, _)] => h.clone(),
             _ => {
                 let made = self.lmk_session(None, Some(&self.inner.name)).await?;
-                made["handle"].as_str().ok_or_else(|| Error::Bug("a session without a handle".into()))?.to_owned()
+                made.get("handle")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Error::Bug("a session without a handle".into()))?
+                    .to_owned()
             }
         };
         self.store().set_meta(OWNER_HANDLE, &handle).await?;
@@ -1476,7 +1480,7 @@ impl Runtime {
         let task = tokio::spawn(async move {
             let out = rt.lmk_admit(&h, &g, &l, &owner, expires_at).await;
             let outcome = match &out {
-                Ok(v) => Ok(v["joined"]["name"].as_str().unwrap_or_default().to_owned()),
+                Ok(v) => Ok(v.pointer("/joined/name").and_then(Value::as_str).unwrap_or_default().to_owned()),
                 Err(e) => Err(e.to_string()),
             };
             if let Ok(mut invites) = rt.inner.groups.invites.lock()

@@ -107,7 +107,7 @@ impl RelayClient {
 
     /// Whether anything answers at the relay's URL: the host resolves, the port accepts, TLS
     /// completes (with the pinned certificate). Any HTTP status counts as an answer; the error
-    /// says what failed, with its causes.
+    /// says what failed.
     pub async fn probe(&self) -> Result<(), TransportError> {
         match self.http.get(self.endpoint("/")).timeout(Duration::from_secs(10)).send().await {
             Ok(_) => Ok(()),
@@ -118,7 +118,10 @@ impl RelayClient {
                     why.push(c.to_string());
                     cause = c.source();
                 }
-                let what = if e.is_timeout() { "no answer within 10 s".to_owned() } else { why.join(": ") };
+                // The innermost cause is the one a person can act on (refused, no such host,
+                // certificate not the pinned one).
+                let what =
+                    if e.is_timeout() { "no answer within 10 s".to_owned() } else { why.pop().unwrap_or_default() };
                 Err(TransportError::Unreachable(if what.is_empty() { e.to_string() } else { what }))
             }
         }
