@@ -230,7 +230,11 @@ impl AppState {
         };
         let mut hosted = self.hosted.lock().await;
         let (relay, pin) = match relay {
-            Some(url) => (url, None),
+            // An identity is made only for a relay that answers (the person hears what failed).
+            Some(url) => {
+                switchboard_core::engine::check_relay(&url, None).await.map_err(|e| e.to_api())?;
+                (url, None)
+            }
             None => {
                 if hosted.is_none() {
                     let r = HostedRelay::start_first(&self.profile.dir, self.hosted_port)

@@ -11,11 +11,18 @@ use serde_json::{Value, json};
 use switchboard_app::host::AppState;
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::Profile;
+use switchboard_tests::TestRelay;
 use tauri::test::{MockRuntime, mock_builder};
 use tauri::{App, WebviewWindow, WebviewWindowBuilder};
 
-/// A relay address nothing listens on: init and local requests do not need a relay.
+/// A relay address nothing listens on.
 const NO_RELAY: &str = "http://127.0.0.1:9";
+
+/// A real relay (relay-lite on a loopback port, on Tauri's runtime): first run checks that the
+/// relay answers before it makes an identity.
+fn relay() -> TestRelay {
+    tauri::async_runtime::block_on(TestRelay::start())
+}
 
 fn app(profile: Profile) -> (App<MockRuntime>, WebviewWindow<MockRuntime>) {
     let mut state =
@@ -38,14 +45,29 @@ fn profile() -> (tempfile::TempDir, Profile) {
 }
 
 #[test]
+fn first_run_refuses_a_relay_that_does_not_answer_and_makes_no_identity() {
+    let (_d, p) = profile();
+    let (_app, w) = app(p);
+    let e = support::invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap_err();
+    assert_eq!(e["code"], "relay", "{e}");
+    let message = e["message"].as_str().unwrap();
+    assert!(message.contains("the relay at http://127.0.0.1:9 did not answer"), "says what failed: {message}");
+    assert_eq!(support::invoke(&w, "profile_initialized", json!({})).unwrap(), json!(false), "no identity made");
+    let relay = relay();
+    let who = support::invoke(&w, "profile_init", json!({"name": "alice", "relay": relay.url()})).unwrap();
+    assert_eq!(who["name"], "alice", "the same window then succeeds with a relay that answers");
+}
+
+#[test]
 fn first_run_creates_the_identity_then_requests_reach_the_runtime() {
+    let relay = relay();
     let (_d, p) = profile();
     let (_app, w) = app(p.clone());
     assert_eq!(support::invoke(&w, "profile_initialized", json!({})).unwrap(), json!(false));
     let e = request(&w, json!({"op": "whoami"})).unwrap_err();
     assert_eq!(e["code"], "not_initialized");
 
-    let who = support::invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    let who = support::invoke(&w, "profile_init", json!({"name": "alice", "relay": relay.url()})).unwrap();
     assert_eq!(who["name"], "alice");
     assert!(who["letagents"]["address"].as_str().unwrap().starts_with("la1."));
     assert_eq!(support::invoke(&w, "profile_initialized", json!({})).unwrap(), json!(true));
@@ -54,15 +76,16 @@ fn first_run_creates_the_identity_then_requests_reach_the_runtime() {
     // The embedded runtime serves its bridge for the CLI and agents.
     assert!(p.read_bridge_files().is_some());
 
-    let again = support::invoke(&w, "profile_init", json!({"name": "eve", "relay": NO_RELAY})).unwrap_err();
+    let again = support::invoke(&w, "profile_init", json!({"name": "eve", "relay": relay.url()})).unwrap_err();
     assert_eq!(again["code"], "already_initialized");
 }
 
 #[test]
 fn errors_cross_as_code_and_message() {
+    let relay = relay();
     let (_d, p) = profile();
     let (_app, w) = app(p);
-    support::invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    support::invoke(&w, "profile_init", json!({"name": "alice", "relay": relay.url()})).unwrap();
     let e = request(&w, json!({"op": "contact_verify", "name": "nobody"})).unwrap_err();
     assert_eq!(e["code"], "unknown_contact");
     assert!(e["message"].as_str().unwrap().contains("nobody"));
@@ -93,9 +116,10 @@ fn settings_are_kept_in_the_profile() {
 
 #[test]
 fn a_second_app_attaches_to_the_runtime_that_owns_the_profile() {
+    let relay = relay();
     let (_d, p) = profile();
     let (_app, owner) = app(p.clone());
-    support::invoke(&owner, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    support::invoke(&owner, "profile_init", json!({"name": "alice", "relay": relay.url()})).unwrap();
     let state =
         tauri::async_runtime::block_on(AppState::start(p.clone(), KeystorePreference::File, Instant::now())).unwrap();
     assert!(tauri::async_runtime::block_on(state.attached()));
@@ -249,12 +273,13 @@ fn the_hosted_relay_starts_again_with_the_app() {
 
 #[test]
 fn do_not_disturb_is_the_runtimes_and_the_apps() {
+    let relay = relay();
     let (_d, p) = profile();
     {
         let (app, w) = app(p.clone());
         // Before first run there is no runtime: the switch is kept and handed over at init.
         support::invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": true})).unwrap();
-        support::invoke(&w, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+        support::invoke(&w, "profile_init", json!({"name": "alice", "relay": relay.url()})).unwrap();
         assert_eq!(request(&w, json!({"op": "dnd"})).unwrap(), json!({"dnd": true}));
         // The settings switch turns the runtime's off (agent wakes resume).
         support::invoke(&w, "settings_set", json!({"key": "do_not_disturb", "value": false})).unwrap();
@@ -293,10 +318,11 @@ fn muted_conversations_are_kept_in_the_profile() {
 
 #[test]
 fn an_attached_app_follows_the_owning_runtimes_events() {
+    let relay = relay();
     use tauri::Listener as _;
     let (_d, p) = profile();
     let (_owner_app, owner) = app(p.clone());
-    support::invoke(&owner, "profile_init", json!({"name": "alice", "relay": NO_RELAY})).unwrap();
+    support::invoke(&owner, "profile_init", json!({"name": "alice", "relay": relay.url()})).unwrap();
     let (attached_app, w) = app(p);
     assert!(tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&attached_app).attached()));
     let (tx, rx) = std::sync::mpsc::channel::<Value>();

@@ -1,4 +1,4 @@
-//! The groups screen's delivery policy end to end in headless Chromium: `switchboard ui` serves
+//! A group's delivery policy (in its chat's details) end to end in headless Chromium: `switchboard ui` serves
 //! the built ui/dist and runs alice's runtime (loop limit 1); `ui/e2e/group_policy.e2e.mjs`
 //! creates a group in the window, switches its outbound mode to review, sees the loop guard's
 //! banner after bob's messages and resumes the group, then approves alice's agent's held group
@@ -25,6 +25,35 @@ struct World {
     bob_handle: String,
     alice_home: PathBuf,
     http: reqwest::Client,
+    /// Alice's agent's session token, once it attached to her group session.
+    agent: Option<String>,
+}
+
+impl World {
+    /// Alice's agent attaches to her group session (the window's): a session token from her
+    /// bridge, as `switchboard mcp` would get. From then on the window's look at the group no
+    /// longer marks its messages read: they are the agent's to take.
+    async fn alice_agent(&mut self) -> Result<String, String> {
+        if let Some(t) = &self.agent {
+            return Ok(t.clone());
+        }
+        let (url, _, owner) = bridge_of(&self.alice_home);
+        let groups: Value = self
+            .http
+            .post(&url)
+            .bearer_auth(&owner)
+            .json(&json!({"op": "group_list"}))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        let handle = groups[0]["handle"].as_str().ok_or(format!("no group session: {groups}"))?.to_owned();
+        let token = open_session(&self.http, &url, &owner, &handle).await;
+        self.agent = Some(token.clone());
+        Ok(token)
+    }
 }
 
 impl Driver for World {
@@ -52,22 +81,11 @@ impl Driver for World {
                     }
                 }
             }
+            "alice_agent_attach" => Ok(Value::from(self.alice_agent().await?.len())),
             "alice_agent_send" => {
                 // Alice's agent session is her group session's handle, with its own token.
-                let (url, _, owner) = bridge_of(&self.alice_home);
-                let groups: Value = self
-                    .http
-                    .post(&url)
-                    .bearer_auth(&owner)
-                    .json(&json!({"op": "group_list"}))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .json()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let handle = groups[0]["handle"].as_str().ok_or(format!("no group session: {groups}"))?.to_owned();
-                let agent = open_session(&self.http, &url, &owner, &handle).await;
+                let agent = self.alice_agent().await?;
+                let (url, _, _) = bridge_of(&self.alice_home);
                 let sent: Value = self
                     .http
                     .post(&url)
@@ -108,7 +126,7 @@ async fn the_groups_screen_switches_review_mode_resumes_the_loop_guard_and_appro
         assert!(ok, "switchboard {args:?}: {err}");
     }
     let (mut ui_proc, url) = serve_ui(&bin(), &alice_home).await;
-    let mut world = World { bob, bob_handle, alice_home, http: reqwest::Client::new() };
+    let mut world = World { bob, bob_handle, alice_home, http: reqwest::Client::new(), agent: None };
     let shots =
         run_scenario("group_policy.e2e.mjs", &url, &[], "ui-group-policy-e2e", Duration::from_secs(180), &mut world)
             .await;

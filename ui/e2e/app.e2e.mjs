@@ -32,6 +32,14 @@ await scenario(async ({ browser, page }) => {
   assert(!page.url().includes('code='), 'the sign-in code is erased from the address bar');
   await page.getByLabel('Your name, as contacts see it').fill('Alice');
   await page.getByLabel('Use a relay at this URL').check();
+  // A relay that does not answer: first run says so and makes no identity.
+  await page.getByLabel('Relay URL').fill('http://127.0.0.1:9');
+  await page.getByRole('button', { name: 'Create identity' }).click();
+  const down = page.getByRole('alert').filter({ hasText: 'could not reach the relay' });
+  await down.waitFor();
+  assert((await down.textContent()).includes('http://127.0.0.1:9 did not answer'), `what failed: ${await down.textContent()}`);
+  await shot(page, '01a-first-run-relay-down');
+  assert((await page.getByRole('heading', { name: 'Welcome to Switchboard' }).count()) === 1, 'still on first run');
   await page.getByLabel('Relay URL').fill(RELAY_URL);
   await shot(page, '01-first-run');
   await page.getByRole('button', { name: 'Create identity' }).click();

@@ -1,4 +1,4 @@
-// End-to-end: the groups screen's delivery policy, in headless Chromium against the UI served by
+// End-to-end: a group's delivery policy in its details panel, in headless Chromium against the UI served by
 // a real `switchboard ui` runtime (alice, loop limit 1). Driven by tests/tests/ui_group_policy_e2e.rs,
 // which plays bob and alice's agent session: a line `REQ <json>` on stdout gets one line
 // `RES <json>` on stdin.
@@ -20,11 +20,18 @@ async function groupState(page, group) {
 await scenario(async ({ page }) => {
   step('a group made in the window, bob joins it');
   await page.goto(UI_URL);
-  const link = await newGroupInvite(page);
+  const link = await newGroupInvite(page, 'Planning');
   const group = await driver({ op: 'bob_join', link });
-  await nav(page, 'Review').click();
-  await nav(page, 'Groups').click();
-  const card = () => page.getByRole('region', { name: group });
+  // Alice's agent works in the group as her session: what bob writes is for it to take.
+  await driver({ op: 'alice_agent_attach' });
+  // The group's chat, its details open (where a new group lands).
+  const reopen = async () => {
+    await nav(page, 'Review').click();
+    await page.evaluate((g) => (location.hash = `#/g/${g}`), group);
+    await page.getByRole('heading', { name: 'Group: Planning' }).waitFor();
+  };
+  await reopen();
+  const card = () => page.getByRole('complementary', { name: 'Group details' });
   await card().getByRole('cell', { name: /Bob's agent/ }).waitFor();
 
   step('the mode switch: agent messages to this group are held for review');
@@ -35,8 +42,7 @@ await scenario(async ({ page }) => {
     const r = await fetch('/v1/rpc', { method: 'POST', body: '{"op":"group_list"}', headers: { 'content-type': 'application/json' } });
     return (await r.json()).find((x) => x.group === g)?.mode === 'review';
   }, group);
-  await nav(page, 'Review').click();
-  await nav(page, 'Groups').click();
+  await reopen();
   assert((await mode().inputValue()) === 'review', 'the switch shows the saved mode');
   await shot(page, '01-review-mode');
 
@@ -49,9 +55,7 @@ await scenario(async ({ page }) => {
   const heldShown = async () => (await banner().count()) > 0 && (await banner().textContent()).includes('1 held');
   for (let i = 0; i < 100 && !(await heldShown()); i++) {
     await page.waitForTimeout(200);
-    await nav(page, 'Review').click();
-    await nav(page, 'Groups').click();
-    await page.getByRole('heading', { name: 'Groups' }).waitFor();
+    await reopen();
   }
   await banner().waitFor();
   assert((await banner().textContent()).includes('1 held'), `the held message is counted: ${await banner().textContent()}`);
@@ -65,7 +69,7 @@ await scenario(async ({ page }) => {
   const held = await driver({ op: 'alice_agent_send', group, text: 'may I share the plan?' });
   assert(held.state === 'held_for_review', `held: ${JSON.stringify(held)}`);
   await nav(page, 'Review').click();
-  await page.getByText(`→ group ${group.slice(0, 8)}`).waitFor();
+  await page.getByText('→ group Planning').waitFor();
   await page.getByText('may I share the plan?').waitFor();
   await shot(page, '03-review-group-item');
   await page.getByRole('button', { name: /^Approve and send/ }).click();

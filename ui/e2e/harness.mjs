@@ -96,15 +96,15 @@ export async function readQr(locator) {
 }
 
 /**
- * On the Groups screen: starts a group session if there is none, makes a new group, waits for
- * its invite link's countdown and returns the link.
+ * On the Groups screen: creates a group named `name`, which opens as a chat with its details and
+ * an invite link counting down; returns the link.
  */
-export async function newGroupInvite(page) {
+export async function newGroupInvite(page, name = 'Team') {
   await nav(page, 'Groups').click();
-  await page.getByRole('heading', { name: 'Groups' }).waitFor();
-  const startSession = page.getByRole('button', { name: 'Start a group session' });
-  if (await startSession.count()) await startSession.click();
-  await page.getByRole('button', { name: 'New group and invite link' }).click();
+  await page.getByRole('heading', { name: 'Groups', exact: true }).waitFor();
+  await page.getByLabel('Group name').fill(name);
+  await page.getByRole('button', { name: 'Create group' }).click();
+  await page.getByRole('heading', { name: `Group: ${name}` }).waitFor();
   await page.getByText(/expires in \d+:\d\d/).waitFor();
   return (await page.getByRole('region', { name: 'Invite link' }).locator('code').textContent()).trim();
 }

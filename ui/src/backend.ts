@@ -136,6 +136,15 @@ export interface Policy {
 
 export interface GroupSummary {
   group: string;
+  /** The person's local name for it ('' when never named). */
+  name?: string;
+  /** The other members' names as this session noted them (for an unnamed group). */
+  member_names?: string[];
+  /** The session in the group is the owner's default one (not an agent's). */
+  own?: boolean;
+  handle: string;
+  /** When this profile made or joined it (Unix ms). */
+  joined_at?: number;
   relay: string;
   state: string;
   unread: number;
@@ -143,6 +152,43 @@ export interface GroupSummary {
   mode?: string;
   /** The group's loop guard: hops since your last input, the limit, whether it paused. */
   loop_guard?: { hops: number; limit: number; paused: boolean; held: number };
+}
+
+/** One row of a group's local log. */
+export interface GroupMessage {
+  row: number;
+  id: string;
+  /** message, leave, event (membership) or alert (an integrity problem). */
+  kind: string;
+  /** done, sending or commit_pending. */
+  state: string;
+  outgoing: boolean;
+  from: { name: string; fingerprint: string };
+  to: string;
+  reply_to: string;
+  content: string;
+  read: boolean;
+  /** Unix time in milliseconds. */
+  at: number;
+}
+
+export interface GroupHistory {
+  group: string;
+  name: string;
+  handle: string;
+  messages: GroupMessage[];
+}
+
+/** An invite this runtime opened and what became of it. */
+export interface InviteStatus {
+  invite: string;
+  group: string;
+  link: string;
+  expires_at: number;
+  state: 'waiting' | 'used' | 'expired' | 'failed';
+  /** Who joined through it (used). */
+  joined: string;
+  error: string;
 }
 
 export interface GroupMember {
@@ -226,7 +272,16 @@ export interface Backend {
   groupSession(name: string): Promise<unknown>;
   groupMembers(group: string): Promise<GroupMembers>;
   groupInvite(group?: string): Promise<GroupInvite>;
-  groupJoin(link: string): Promise<unknown>;
+  /** Joins with an invite link (waits until the inviter lets this profile in). */
+  groupJoin(link: string): Promise<{ group: string; name: string }>;
+  /** A new group with a local name, made by the owner's default session. */
+  groupCreate(name: string): Promise<{ group: string; name: string }>;
+  groupRename(group: string, name: string): Promise<void>;
+  /** A group's newest messages, oldest first; `markRead` when the person sees them. */
+  groupHistory(group: string, limit?: number, markRead?: boolean): Promise<GroupHistory>;
+  groupSend(group: string, text: string): Promise<unknown>;
+  /** The invites this runtime opened and what became of them. */
+  groupInvites(): Promise<InviteStatus[]>;
   reviewDecide(id: number, approve: boolean): Promise<void>;
   /** The delivery policy; with `review`, switches review mode first. */
   policy(review?: 'auto' | 'review'): Promise<Policy>;
@@ -343,7 +398,22 @@ abstract class RequestBackend implements Backend {
     return this.rpc<GroupInvite>({ op: 'group_invite', group: group ?? null });
   }
   groupJoin(link: string) {
-    return this.rpc({ op: 'group_join', link });
+    return this.rpc<{ group: string; name: string }>({ op: 'group_join', link });
+  }
+  groupCreate(name: string) {
+    return this.rpc<{ group: string; name: string }>({ op: 'group_create', name });
+  }
+  async groupRename(group: string, name: string) {
+    await this.rpc({ op: 'group_rename', group, name });
+  }
+  groupHistory(group: string, limit?: number, markRead = false) {
+    return this.rpc<GroupHistory>({ op: 'group_history', group, limit: limit ?? null, mark_read: markRead });
+  }
+  groupSend(group: string, text: string) {
+    return this.rpc({ op: 'group_send', group, text });
+  }
+  groupInvites() {
+    return this.rpc<InviteStatus[]>({ op: 'group_invites' });
   }
   async reviewDecide(id: number, approve: boolean) {
     await this.rpc({ op: approve ? 'review_approve' : 'review_reject', id });

@@ -11,7 +11,10 @@ import {
   type Backend,
   BackendError,
   type Contact,
+  type GroupMember,
+  type GroupMessage,
   type GroupSummary,
+  type InviteStatus,
   type HostedRelay,
   type Identity,
   type Message,
@@ -133,6 +136,7 @@ function identityCard(protocol: string, id: Identity) {
 type Route =
   | { name: 'contacts' }
   | { name: 'conversation'; contact: string; highlight?: string }
+  | { name: 'group'; group: string }
   | { name: 'verify'; contact: string }
   | { name: 'agents' }
   | { name: 'review' }
@@ -146,6 +150,8 @@ function parseRoute(): Route {
   switch (a) {
     case 'c':
       return b ? { name: 'conversation', contact: b, highlight: c } : { name: 'contacts' };
+    case 'g':
+      return b ? { name: 'group', group: b } : { name: 'groups' };
     case 'verify':
       return b ? { name: 'verify', contact: b } : { name: 'contacts' };
     case 'agents':
@@ -180,7 +186,7 @@ function navLink(hash: string, label: string, current: boolean, count?: string) 
 
 function shell(route: Route) {
   navCounts.clear();
-  const chats = route.name === 'contacts' || route.name === 'conversation';
+  const chats = route.name === 'contacts' || route.name === 'conversation' || route.name === 'group';
   const nav = h(
     'nav',
     { 'aria-label': S.nav.label },
@@ -218,6 +224,9 @@ async function render(background = false) {
         break;
       case 'conversation':
         view = await chatsView(route.contact, route.highlight);
+        break;
+      case 'group':
+        view = await chatsView(null, undefined, route.group);
         break;
       case 'verify':
         view = await verifyView(route.contact);
@@ -349,7 +358,8 @@ function firstRun() {
           me = who;
           if (backend.kind === 'tauri') firstRunDone(who);
         } catch (x) {
-          err.textContent = errorText(x);
+          // A relay that does not answer: no identity was made; say what failed, in its words.
+          err.textContent = x instanceof BackendError && x.code === 'relay' ? S.firstRun.relayDown(x.message) : errorText(x);
           err.hidden = false;
           submit.disabled = false;
           submit.textContent = S.firstRun.create;
@@ -421,11 +431,19 @@ interface Chat {
   unread: number;
 }
 
+/** One group in the list: as `Chat`, from the group's log. */
+interface GroupChat {
+  g: GroupSummary;
+  msgs: GroupMessage[];
+  last: GroupMessage | undefined;
+  unread: number;
+}
+
 /** What every screen's chrome shows: unread totals, the review count, the relay's health. */
 interface Summary {
   chats: Chat[];
   requests: Contact[];
-  groups: GroupSummary[];
+  groups: GroupChat[];
   review: ReviewItem[];
   status: Status | null;
 }
@@ -456,7 +474,14 @@ async function refreshSummary(): Promise<Summary> {
     backend.status().catch(() => null),
   ]);
   const active = contacts.filter((c) => c.state !== 'pending');
-  const convs = await Promise.all(active.map((c) => backend.conversation(c.name, LIST_WINDOW).catch(() => [] as Message[])));
+  // One entry per group: several local sessions in one group show once (the person's own first).
+  const byGroup = new Map<string, GroupSummary>();
+  for (const g of groups) if (!byGroup.has(g.group) || g.own) byGroup.set(g.group, g);
+  const groupList = [...byGroup.values()];
+  const [convs, logs] = await Promise.all([
+    Promise.all(active.map((c) => backend.conversation(c.name, LIST_WINDOW).catch(() => [] as Message[]))),
+    Promise.all(groupList.map((g) => backend.groupHistory(g.group, LIST_WINDOW).then((x) => x.messages).catch(() => [] as GroupMessage[]))),
+  ]);
   const r = markers();
   const firstLook = r.fresh && summary === null;
   const chats = active.map((contact, i) => {
@@ -466,13 +491,53 @@ async function refreshSummary(): Promise<Summary> {
     return { contact, msgs, last: msgs[msgs.length - 1], unread: r.unread(contact.name, msgs) };
   });
   chats.sort(byActivity);
-  summary = { chats, requests, groups, review, status };
+  const groupChats = groupList.map((g, i) => {
+    const msgs = logs[i] ?? [];
+    if (firstLook) r.markRead(groupKey(g.group), readable(msgs));
+    const last = [...msgs].reverse().find((m) => m.kind !== 'alert') ?? msgs[msgs.length - 1];
+    return { g, msgs, last, unread: r.unread(groupKey(g.group), readable(msgs)) };
+  });
+  summary = { chats, requests, groups: groupChats, review, status };
   return summary;
+}
+
+/** The read marker key of a group. */
+function groupKey(group: string) {
+  return `g:${group}`;
+}
+
+/** A group's messages as read markers count them: only what members wrote. */
+function readable(msgs: GroupMessage[]) {
+  return msgs.filter((m) => m.kind === 'message').map((m) => ({ id: m.id, direction: m.outgoing ? 'out' : 'in' }));
+}
+
+/** A group as the person knows it: their name for it, else its other members, never its id. */
+function groupName(g: GroupSummary | undefined): string {
+  if (!g) return S.groups.unnamed;
+  if (g.name) return g.name;
+  const others = g.member_names ?? [];
+  return others.length > 0 ? S.groups.withMembers(others) : S.groups.unnamed;
+}
+
+/** Membership events as the runtime words them, without the fingerprints (the details show those). */
+function eventText(m: GroupMessage): string {
+  const text = m.content.replace(/ \((?:[0-9a-f]{4} ){7}[0-9a-f]{4}\)/g, '');
+  return text
+    .split(/; /)
+    .map((t) => t.charAt(0).toUpperCase() + t.slice(1))
+    .join('. ');
+}
+
+function groupPreview(m: GroupMessage | undefined): string {
+  if (!m) return S.chats.noMessages;
+  const text = m.content.replace(/\s+/g, ' ');
+  if (m.kind !== 'message') return eventText(m);
+  return m.outgoing ? S.chats.you(text) : `${m.from.name}: ${text}`;
 }
 
 function totals(s: Summary) {
   const chats = s.chats.reduce((n, c) => n + c.unread, 0);
-  const groups = s.groups.reduce((n, g) => n + (g.unread || 0), 0);
+  const groups = s.groups.reduce((n, g) => n + g.unread, 0);
   return { chats, groups, all: chats + groups };
 }
 
@@ -584,18 +649,33 @@ function chatItem(c: Chat, open: string | null) {
   });
 }
 
-function groupItem(g: GroupSummary) {
-  const label = S.chats.group(g.group);
+function groupItem(gc: GroupChat, open: string | null) {
+  const name = groupName(gc.g);
   return chatRow({
-    key: { 'data-group': g.group },
-    href: '#/groups',
-    name: label,
-    label,
-    unread: g.unread || 0,
-    current: false,
-    time: null,
-    preview: S.chats.groupNote,
+    key: { 'data-group': gc.g.group },
+    href: `#/g/${encodeURIComponent(gc.g.group)}`,
+    name,
+    label: S.groups.open(name),
+    unread: gc.unread,
+    current: open === gc.g.group,
+    time: gc.last ? gc.last.at : null,
+    preview: groupPreview(gc.last),
   });
+}
+
+/** When a group was last active: its newest row, else when this profile joined or made it. */
+function groupActivity(g: GroupChat): number | null {
+  return g.last ? g.last.at : (g.g.joined_at ?? null);
+}
+
+/** Contacts and groups in one list, the latest activity first. */
+function chatItems(s: Summary, open: string | null, openGroup: string | null) {
+  const rows: { ts: number | null; name: string; node: HTMLElement }[] = [
+    ...s.chats.map((c) => ({ ts: c.last ? c.last.ts : null, name: c.contact.name, node: chatItem(c, open) })),
+    ...s.groups.map((g) => ({ ts: groupActivity(g), name: groupName(g.g), node: groupItem(g, openGroup) })),
+  ];
+  rows.sort((a, b) => (a.ts !== null && b.ts !== null ? b.ts - a.ts : a.ts !== null ? -1 : b.ts !== null ? 1 : a.name.localeCompare(b.name)));
+  return rows.map((r) => r.node);
 }
 
 function requestsBox(requests: Contact[]) {
@@ -762,8 +842,8 @@ function resultsList(hits: Hit[], q: string) {
   ];
 }
 
-/** The left pane: requests, conversations by latest activity, groups, adding a contact. */
-async function chatList(s: Summary, open: string | null) {
+/** The left pane: requests, conversations and groups by latest activity, adding a contact. */
+async function chatList(s: Summary, open: string | null, openGroup: string | null = null) {
   const q = msgSearch;
   return h(
     'section',
@@ -776,7 +856,7 @@ async function chatList(s: Summary, open: string | null) {
           requestsBox(s.requests),
           s.chats.length === 0 && s.groups.length === 0
             ? h('p', { class: 'muted' }, S.contacts.empty)
-            : h('ul', { class: 'chats-ul', 'aria-label': S.chats.title }, s.chats.map((c) => chatItem(c, open)), s.groups.map(groupItem)),
+            : h('ul', { class: 'chats-ul', 'aria-label': S.chats.title }, chatItems(s, open, openGroup)),
           addContactForm(),
         ],
   );
@@ -793,23 +873,28 @@ document.addEventListener('keydown', (e: KeyboardEvent) => {
     el?.select();
   };
   const r = parseRoute().name;
-  if (r === 'contacts' || r === 'conversation') focus();
+  if (r === 'contacts' || r === 'conversation' || r === 'group') focus();
   else {
     go('#/contacts');
     afterRender = focus;
   }
 });
 
-/** Contacts and conversations: the list on the left, the open conversation on the right. */
-async function chatsView(open: string | null, highlight?: string) {
-  const pane = open ? await conversationView(open, highlight) : h('div', { class: 'chat-empty' }, h('p', { class: 'muted' }, S.chats.choose));
+/** Contacts and conversations: the list on the left, the open conversation (or group) on the right. */
+async function chatsView(open: string | null, highlight?: string, openGroup: string | null = null) {
+  const pane = open
+    ? await conversationView(open, highlight)
+    : openGroup
+      ? await groupView(openGroup)
+      : h('div', { class: 'chat-empty' }, h('p', { class: 'muted' }, S.chats.choose));
   // The open conversation marked itself read: the list and totals follow.
   const s = summary ?? (await refreshSummary());
   for (const c of s.chats) c.unread = markers().unread(c.contact.name, c.msgs);
+  for (const g of s.groups) g.unread = markers().unread(groupKey(g.g.group), readable(g.msgs));
   return h(
     'div',
-    { class: 'chats', 'data-open': open ? 'conversation' : 'list' },
-    await chatList(s, open),
+    { class: 'chats', 'data-open': open || openGroup ? 'conversation' : 'list' },
+    await chatList(s, open, openGroup),
     h('div', { class: 'chat-pane' }, pane),
   );
 }
@@ -837,12 +922,16 @@ function openPreview(text: string) {
 
 function showPreview(rec: Recognised) {
   dialog?.remove();
+  if (rec.action === 'join') {
+    showJoin(rec);
+    return;
+  }
   const name = h('input', { type: 'text', id: 'preview-name', maxlength: 64, value: rec.suggestedName ?? '' });
   const fp = h('dd', { class: 'safety', id: 'preview-fingerprint' }, '…');
   if (rec.fingerprint) void rec.fingerprint.then((f) => (fp.textContent = f ?? '—'));
   else fp.textContent = '—';
   const err = h('p', { class: 'error', role: 'alert', hidden: true });
-  const confirm = h('button', { type: 'submit' }, rec.action === 'join' ? S.preview.join : S.preview.add);
+  const confirm = h('button', { type: 'submit' }, S.preview.add);
   const d = h(
     'dialog',
     { 'aria-labelledby': 'preview-title', class: 'preview', 'data-protocol': rec.protocol },
@@ -857,15 +946,7 @@ function showPreview(rec: Recognised) {
           try {
             let c: Contact;
             if (rec.action === 'pair') c = await backend.pair(rec.value, name.value.trim() || undefined);
-            else if (rec.action === 'add') c = await backend.contactAdd(rec.value, name.value.trim() || undefined);
-            else {
-              await backend.groupJoin(rec.value);
-              d.close();
-              d.remove();
-              say(S.groups.joined);
-              go('#/groups');
-              return;
-            }
+            else c = await backend.contactAdd(rec.value, name.value.trim() || undefined);
             d.close();
             d.remove();
             say(S.preview.added(c.name));
@@ -889,7 +970,7 @@ function showPreview(rec: Recognised) {
         h('dt', null, S.preview.fingerprint),
         fp,
       ),
-      rec.action !== 'join' ? field(S.preview.name, name) : null,
+      field(S.preview.name, name),
       err,
       h(
         'div',
@@ -913,7 +994,61 @@ function showPreview(rec: Recognised) {
   document.body.appendChild(d);
   dialog = d;
   d.showModal();
-  (rec.action !== 'join' ? name : confirm).focus();
+  name.focus();
+}
+
+/** A pasted group invite: who invites to what, and joining (which waits for the inviter). */
+function showJoin(rec: Recognised) {
+  const err = h('p', { class: 'error', role: 'alert', hidden: true });
+  const waiting = h('p', { class: 'muted', role: 'status' });
+  const confirm = h('button', { type: 'submit' }, S.join.join);
+  const close = () => {
+    d.close();
+    d.remove();
+  };
+  const d = h(
+    'dialog',
+    { 'aria-labelledby': 'join-title', 'aria-describedby': 'join-who', class: 'preview', 'data-protocol': rec.protocol },
+    h(
+      'form',
+      {
+        method: 'dialog',
+        onsubmit: async (e: Event) => {
+          e.preventDefault();
+          confirm.disabled = true;
+          err.hidden = true;
+          waiting.textContent = S.join.waiting(rec.inviter);
+          try {
+            const joined = await backend.groupJoin(rec.value);
+            close();
+            // The notice belongs to the group's screen: navigate first.
+            go(`#/g/${encodeURIComponent(joined.group)}`);
+            say(S.join.joined(joined.name || rec.groupName || ''));
+          } catch (x) {
+            waiting.textContent = '';
+            err.textContent = errorText(x);
+            err.hidden = false;
+            confirm.disabled = false;
+          }
+        },
+      },
+      h('h2', { id: 'join-title' }, S.join.title),
+      h('p', { id: 'join-who', class: 'join-who' }, S.join.who(rec.inviter, rec.groupName)),
+      h('p', { class: 'muted' }, S.join.note(me?.name ?? '', rec.fields[0]?.[1] ?? '')),
+      waiting,
+      err,
+      h(
+        'div',
+        { class: 'actions' },
+        confirm,
+        h('button', { type: 'button', class: 'secondary', onclick: close }, S.preview.cancel),
+      ),
+    ),
+  );
+  document.body.appendChild(d);
+  dialog = d;
+  d.showModal();
+  confirm.focus();
 }
 
 // Paste anywhere: text pasted outside an editable field is recognised and previewed.
@@ -1440,22 +1575,41 @@ async function agentsView() {
   );
 }
 
-/** The invite link shown with its expiry counting down (kept across refreshes). */
-let lastInvite: { link: string; expires_at: number } | null = null;
+/** The last invite link made in this window (kept across refreshes); its state comes from the runtime. */
+let lastInvite: { group: string; invite: string; link: string; expires_at: number } | null = null;
 let countdown: ReturnType<typeof setInterval> | undefined;
 
-function inviteBox() {
-  if (!lastInvite) return null;
-  const inv = lastInvite;
-  const left = h('span', { class: 'countdown', 'aria-live': 'off' });
-  const tick = () => (left.textContent = S.groups.expiresIn(Math.max(0, Math.round((inv.expires_at - Date.now()) / 1000))));
-  tick();
+/** Makes an invite link to `group` and shows it. */
+async function newInvite(group: string) {
+  const inv = await backend.groupInvite(group);
+  lastInvite = { group, invite: inv.invite, link: inv.link, expires_at: inv.expires_at };
+}
+
+/**
+ * The invite link of `group`, if one was made here: while it waits, the link, its QR code and the
+ * time left; once used (it is single-use), who joined with it, and no countdown.
+ */
+function inviteBox(group: string, invites: InviteStatus[]) {
   clearInterval(countdown);
-  countdown = setInterval(tick, 1000);
+  if (!lastInvite || lastInvite.group !== group) return null;
+  const inv = lastInvite;
+  const st = invites.find((i) => i.invite === inv.invite);
+  const state = st?.state ?? (Date.now() < inv.expires_at ? 'waiting' : 'expired');
+  const head = h('h4', null, S.groups.invite);
+  if (state !== 'waiting') {
+    const text =
+      state === 'used' ? S.groups.inviteUsed(st?.joined || S.groups.someone) : state === 'expired' ? S.groups.inviteExpired : S.groups.inviteFailed;
+    return h('section', { class: 'invite used', 'aria-label': S.groups.invite, 'data-state': state }, head, h('p', null, text));
+  }
+  const left = h('span', { class: 'countdown', 'aria-live': 'off' });
+  const tickDown = () => (left.textContent = S.groups.expiresIn(Math.max(0, Math.round((inv.expires_at - Date.now()) / 1000))));
+  tickDown();
+  countdown = setInterval(tickDown, 1000);
   return h(
     'section',
-    { class: 'card', 'aria-label': S.groups.invite },
-    h('h3', null, S.groups.invite),
+    { class: 'invite', 'aria-label': S.groups.invite, 'data-state': state },
+    head,
+    h('p', { class: 'muted hint' }, S.groups.inviteHint),
     h('code', { class: 'address' }, inv.link),
     ' ',
     copyButton(inv.link),
@@ -1464,121 +1618,296 @@ function inviteBox() {
   );
 }
 
-async function groupsView() {
-  let groups;
-  try {
-    groups = await backend.groups();
-  } catch (e) {
-    return h(
+/** Whether the group panel (name, members, invite, mute, policy) is open. */
+let groupPanelOpen = false;
+
+/** The group's details: its name, invite link, members with fingerprints, mute and policy. */
+function groupPanel(g: GroupSummary, members: GroupMember[] | null, invites: InviteStatus[], muted: string[] | null) {
+  const nameInput = h('input', { type: 'text', id: 'group-name', maxlength: 64, required: true, value: groupName(g) });
+  const muteKey = groupKey(g.group);
+  const modeSelect = h(
+    'select',
+    {
+      id: 'group-mode',
+      onchange: (e: Event) => act(() => backend.groupMode(g.group, (e.currentTarget as HTMLSelectElement).value), S.groups.modeSaved),
+    },
+    ['default', 'auto', 'review'].map((m) => h('option', { value: m, selected: (g.mode ?? 'default') === m }, S.groups.modes[m])),
+  );
+  const lg = g.loop_guard;
+  return h(
+    'aside',
+    { class: 'contact-panel', id: 'group-panel', role: 'complementary', 'aria-labelledby': 'panel-title', hidden: !groupPanelOpen },
+    h(
       'div',
-      null,
-      h('h2', null, S.groups.title),
-      h('p', { class: 'muted' }, errorText(e)),
-      h('button', { type: 'button', onclick: () => act(() => backend.groupSession(me?.name ?? 'me')) }, S.groups.startSession),
-    );
-  }
-  const [members, muted] = await Promise.all([
-    Promise.all(groups.map((g) => backend.groupMembers(g.group).catch(() => null))),
-    backend.muted().catch(() => null),
-  ]);
-  // Notifications are the desktop app's: no mute switch where there are none.
-  const muteBox = (group: string, i: number) => {
-    if (muted === null) return null;
-    const key = `g:${group}`;
-    const id = `group-mute-${i}`;
-    return h(
-      'div',
-      { class: 'check' },
-      h('input', {
-        type: 'checkbox',
-        id,
-        checked: muted.includes(key),
-        onchange: (e: Event) =>
-          act(() => backend.setMuted(key, (e.currentTarget as HTMLInputElement).checked), S.settings.saved),
-      }),
-      h('label', { for: id }, S.groups.mute),
-    );
-  };
-  const invite = async (group?: string) => {
-    const inv = await backend.groupInvite(group);
-    lastInvite = { link: inv.link, expires_at: inv.expires_at };
-  };
-  // The group's delivery policy: outbound mode of agent sends, and the loop guard's resume.
-  const policyBox = (g: GroupSummary, i: number) => {
-    const id = `group-mode-${i}`;
-    const select = h(
-      'select',
+      { class: 'panel-head' },
+      h('h3', { id: 'panel-title' }, S.groups.details),
+      h(
+        'button',
+        {
+          type: 'button',
+          class: 'small secondary',
+          onclick: () => {
+            groupPanelOpen = false;
+            void render(true).then(() => document.getElementById('conv-details')?.focus());
+          },
+        },
+        S.conversation.closeDetails,
+      ),
+    ),
+    h(
+      'form',
       {
-        id,
-        onchange: (e: Event) =>
-          act(() => backend.groupMode(g.group, (e.currentTarget as HTMLSelectElement).value), S.groups.modeSaved),
+        class: 'rename',
+        onsubmit: (e: Event) => {
+          e.preventDefault();
+          void act(() => backend.groupRename(g.group, nameInput.value), S.groups.renamed);
+        },
       },
-      ['default', 'auto', 'review'].map((m) => h('option', { value: m, selected: (g.mode ?? 'default') === m }, S.groups.modes[m])),
+      field(S.groups.nameField, nameInput),
+      h('p', { class: 'muted hint' }, S.groups.nameHint),
+      h('button', { type: 'submit', class: 'secondary small' }, S.groups.rename),
+    ),
+    g.state === 'active'
+      ? h('p', null, h('button', { type: 'button', onclick: () => act(() => newInvite(g.group)) }, S.groups.inviteTo))
+      : null,
+    inviteBox(g.group, invites),
+    members
+      ? h(
+          'table',
+          { class: 'members' },
+          h('caption', null, S.groups.membersCount(members.length)),
+          h('thead', null, h('tr', null, [S.groups.name, S.groups.fingerprint, S.groups.invitedBy].map((t) => h('th', { scope: 'col' }, t)))),
+          h(
+            'tbody',
+            null,
+            members.map((m) =>
+              h(
+                'tr',
+                null,
+                h('td', null, m.name, m.you ? ` ${S.groups.you}` : ''),
+                h('td', { class: 'safety' }, m.fingerprint),
+                h('td', null, m.invited_by ? m.invited_by.replace(/ \(.*\)$/, '') : '—'),
+              ),
+            ),
+          ),
+        )
+      : null,
+    muted === null
+      ? null
+      : h(
+          'div',
+          { class: 'check' },
+          h('input', {
+            type: 'checkbox',
+            id: 'group-mute',
+            checked: muted.includes(muteKey),
+            onchange: (e: Event) => act(() => backend.setMuted(muteKey, (e.currentTarget as HTMLInputElement).checked), S.settings.saved),
+          }),
+          h('label', { for: 'group-mute' }, S.groups.mute),
+        ),
+    h('div', { class: 'field group-policy' }, h('label', { for: 'group-mode' }, S.groups.mode), modeSelect),
+    lg?.paused
+      ? h(
+          'p',
+          { class: 'banner', role: 'status' },
+          S.groups.paused(lg.hops, lg.held),
+          ' ',
+          h('button', { type: 'button', onclick: () => act(() => backend.groupResume(g.group), S.groups.resumed) }, S.groups.resume),
+        )
+      : null,
+  );
+}
+
+/** A group's messages, oldest first: members' messages as bubbles with the sender's name, membership
+ * changes and alerts as lines; one tab stop for the list. */
+function groupMessageList(name: string, msgs: GroupMessage[]) {
+  const items: Node[] = [];
+  let prev: GroupMessage | undefined;
+  for (const m of msgs) {
+    const newDay = !prev || !sameLocalDay(prev.at, m.at);
+    if (newDay) items.push(h('li', { class: 'day' }, h('span', null, dayLabel(m.at))));
+    const time = h('time', { datetime: new Date(m.at).toISOString(), title: new Date(m.at).toLocaleString() }, clock(m.at));
+    if (m.kind !== 'message') {
+      items.push(
+        h(
+          'li',
+          { class: `msg system${m.kind === 'alert' ? ' alert' : ''}`, 'data-id': m.id, id: `msg-${m.row}` },
+          m.kind === 'alert' ? S.groups.alert(m.content) : eventText(m),
+          ' \u00b7 ',
+          time,
+        ),
+      );
+      prev = m;
+      continue;
+    }
+    // The sender's name heads a run of their messages, as in any group chat.
+    const sameRun = !newDay && prev?.kind === 'message' && !prev.outgoing && !m.outgoing && prev.from.fingerprint === m.from.fingerprint;
+    items.push(
+      h(
+        'li',
+        { class: `msg ${m.outgoing ? 'out' : 'in'}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.row}` },
+        !m.outgoing && !sameRun ? h('p', { class: 'sender' }, m.from.name) : null,
+        h('div', { class: 'body' }, m.content),
+        h(
+          'div',
+          { class: 'meta' },
+          time,
+          m.outgoing ? tick(m.state === 'done' ? 'relayed' : 'queued') : null,
+        ),
+      ),
     );
-    const lg = g.loop_guard;
-    return h(
-      'div',
-      { class: 'group-policy' },
-      h('label', { for: id }, S.groups.mode),
-      ' ',
-      select,
-      lg?.paused
-        ? h(
-            'p',
-            { class: 'banner', role: 'status' },
-            S.groups.paused(lg.hops, lg.held),
-            ' ',
-            h('button', { type: 'button', onclick: () => act(() => backend.groupResume(g.group), S.groups.resumed) }, S.groups.resume),
-          )
-        : null,
-    );
-  };
+    prev = m;
+  }
   return h(
     'div',
-    null,
+    { class: 'message-scroll', id: 'message-scroll', role: 'log', tabindex: '0', 'aria-label': S.groups.log(name) },
+    msgs.length === 0 ? h('p', { class: 'muted chat-empty' }, S.groups.noMessages) : h('ol', { class: 'messages' }, items),
+  );
+}
+
+/** A group as a chat: its messages, the composer (as the person's own group session), the details. */
+async function groupView(group: string) {
+  const s = summary ?? (await refreshSummary());
+  const gc = s.groups.find((x) => x.g.group === group);
+  if (!gc) throw new BackendError('unknown_group', `not in group ${group}`);
+  const g = gc.g;
+  const visible = document.visibilityState === 'visible';
+  const [hist, members, invites, muted] = await Promise.all([
+    backend.groupHistory(group, 500, visible),
+    backend
+      .groupMembers(group)
+      .then((x) => x.members)
+      .catch(() => null),
+    backend.groupInvites().catch(() => [] as InviteStatus[]),
+    backend.muted().catch(() => null),
+  ]);
+  // Shown is read (a hidden window reads nothing).
+  if (visible) markers().markRead(groupKey(group), readable(hist.messages));
+  gc.msgs = hist.messages.slice(-LIST_WINDOW);
+  const name = groupName(g);
+  const blocked = g.state !== 'active';
+  const text = h('textarea', {
+    id: 'compose',
+    rows: 1,
+    disabled: blocked,
+    required: true,
+    'aria-describedby': 'compose-hint',
+    placeholder: S.groups.placeholder(name),
+  });
+  const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
+  text.addEventListener('input', () => {
+    text.style.height = 'auto';
+    text.style.height = `${Math.min(text.scrollHeight + 2, 160)}px`;
+  });
+  text.addEventListener('keydown', (e: KeyboardEvent) => {
+    // Enter sends, Shift+Enter is a new line; an IME's Enter confirms its composition.
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      (text.form as HTMLFormElement | null)?.requestSubmit();
+    }
+  });
+  return h(
+    'section',
+    { class: 'conversation group-chat', 'data-group': group, 'aria-labelledby': 'conv-title' },
+    h(
+      'div',
+      { class: 'conv-head' },
+      h('a', { href: '#/contacts', class: 'back', 'aria-label': S.conversation.back }, '‹'),
+      h('h2', { id: 'conv-title' }, h('span', { class: 'sr-only' }, S.groups.titlePrefix), name),
+      h('span', { class: 'conv-badges muted' }, members ? S.groups.membersCount(members.length) : ''),
+      h(
+        'button',
+        {
+          type: 'button',
+          id: 'conv-details',
+          class: 'small secondary',
+          'aria-expanded': String(groupPanelOpen),
+          'aria-controls': 'group-panel',
+          onclick: () => {
+            groupPanelOpen = !groupPanelOpen;
+            void render(true).then(() => {
+              if (groupPanelOpen) document.getElementById('group-name')?.focus();
+            });
+          },
+        },
+        S.conversation.detailsButton,
+      ),
+    ),
+    blocked ? h('div', { class: 'banner', role: 'alert' }, S.groups.inactive(g.state)) : null,
+    h('div', { class: 'conv-body' }, groupMessageList(name, hist.messages), groupPanel(g, members, invites, muted)),
+    h(
+      'form',
+      {
+        class: 'compose',
+        onsubmit: async (e: Event) => {
+          e.preventDefault();
+          if (!text.value.trim()) return;
+          sendBtn.disabled = true;
+          try {
+            await backend.groupSend(group, text.value);
+            text.value = '';
+            scrollToNewest = true;
+            await render(true);
+            document.getElementById('compose')?.focus();
+          } catch (x) {
+            say(errorText(x), true);
+            sendBtn.disabled = false;
+          }
+        },
+      },
+      h(
+        'div',
+        { class: 'compose-row' },
+        h('label', { for: 'compose', class: 'sr-only' }, S.groups.compose(name)),
+        text,
+        sendBtn,
+      ),
+      h('p', { class: 'hint', id: 'compose-hint' }, S.conversation.hint),
+    ),
+  );
+}
+
+/** The Groups screen: a new group by name, and every group as a link to its chat. */
+async function groupsView() {
+  const s = summary ?? (await refreshSummary());
+  const nameInput = h('input', { type: 'text', id: 'new-group-name', maxlength: 64, required: true, autocomplete: 'off' });
+  const create = h(
+    'form',
+    {
+      class: 'paste-form',
+      'aria-labelledby': 'new-group-title',
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        void act(async () => {
+          const made = await backend.groupCreate(nameInput.value);
+          await newInvite(made.group);
+          groupPanelOpen = true;
+          go(`#/g/${encodeURIComponent(made.group)}`);
+        }, S.groups.created(nameInput.value.trim()));
+      },
+    },
+    h('h3', { id: 'new-group-title' }, S.groups.newGroup),
+    h('div', { class: 'inline-field' }, field(S.groups.nameField, nameInput), h('button', { type: 'submit' }, S.groups.create)),
+    h('p', { class: 'muted hint' }, S.groups.createHint),
+  );
+  const sorted = [...s.groups].sort((a, b) => (groupActivity(b) ?? 0) - (groupActivity(a) ?? 0));
+  return h(
+    'div',
+    { class: 'groups' },
     h('h2', null, S.groups.title),
     h('p', null, S.groups.intro),
-    h('button', { type: 'button', onclick: () => act(() => invite()) }, S.groups.newInvite),
-    inviteBox(),
-    groups.length === 0
+    create,
+    sorted.length === 0
       ? h('p', { class: 'muted' }, S.groups.empty)
-      : groups.map((g, i) =>
-          h(
-            'section',
-            { class: 'card', 'aria-label': g.group },
-            h('h3', null, protocolBadge('letmeknow'), ' ', h('code', null, g.group)),
-            h('p', null, `${S.groups.state}: ${g.state} · ${S.groups.unread}: ${g.unread} · ${g.relay}`),
-            h('button', { type: 'button', class: 'secondary', onclick: () => act(() => invite(g.group)) }, S.groups.inviteTo),
-            muteBox(g.group, i),
-            policyBox(g, i),
-            members[i]
-              ? h(
-                  'table',
-                  null,
-                  h('caption', null, S.groups.members),
-                  h('thead', null, h('tr', null, [S.groups.name, S.groups.fingerprint, S.groups.invitedBy].map((t) => h('th', { scope: 'col' }, t)))),
-                  h(
-                    'tbody',
-                    null,
-                    (members[i]?.members ?? []).map((m) =>
-                      h(
-                        'tr',
-                        null,
-                        h('td', null, m.name, m.you ? ` ${S.groups.you}` : ''),
-                        h('td', { class: 'safety' }, m.fingerprint),
-                        h('td', null, m.invited_by || '—'),
-                      ),
-                    ),
-                  ),
-                )
-              : null,
-          ),
-        ),
+      : h('ul', { class: 'chats-ul', 'aria-label': S.groups.title }, sorted.map((g) => groupItem(g, null))),
   );
 }
 
 function reviewTarget(it: ReviewItem): string {
-  if (typeof it.group === 'string' && it.group) return S.review.toGroup(it.group, it.to ?? null);
+  if (typeof it.group === 'string' && it.group) {
+    const g = summary?.groups.find((x) => x.g.group === it.group)?.g;
+    return S.review.toGroup(groupName(g), it.to ?? null);
+  }
   return it.contact ?? '?';
 }
 
@@ -1878,7 +2207,7 @@ function hookShell() {
   // A clicked notification opens its conversation.
   backend.onOpenConversation((conversation) => {
     if (me && conversation.startsWith('c:')) go(`#/c/${encodeURIComponent(conversation.slice(2))}`);
-    else if (me && conversation.startsWith('g:')) go('#/groups');
+    else if (me && conversation.startsWith('g:')) go(`#/g/${encodeURIComponent(conversation.slice(2))}`);
   });
 }
 

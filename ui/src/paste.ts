@@ -16,6 +16,24 @@ export interface Recognised {
   suggestedName?: string;
   /** The fingerprint to show, computed locally (may resolve later). */
   fingerprint?: Promise<string | null>;
+  /** A group invite: who invites, and their name for the group, as the link states them. */
+  inviter?: string;
+  groupName?: string;
+}
+
+/** A `key=value` parameter of an invite link's fragment (after the secret), decoded and tidied. */
+function fragmentParam(hash: string, key: string): string | undefined {
+  for (const part of hash.replace(/^#/, '').split('&').slice(1)) {
+    const [k, v] = part.split('=', 2);
+    if (k !== key || v === undefined) continue;
+    try {
+      const text = decodeURIComponent(v.replace(/\+/g, ' ')).replace(/[\u0000-\u001f\u007f]/g, '').trim();
+      return text ? text.slice(0, 64) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
 }
 
 const B64U = /^[A-Za-z0-9_-]+$/;
@@ -124,10 +142,9 @@ export function recognise(raw: string): Recognised | null {
         what: 'letmeknow group invite',
         value: text,
         action: 'join',
-        fields: [
-          ['Relay', u.origin],
-          ['Invite', m[1]],
-        ],
+        fields: [['Relay', u.host]],
+        inviter: fragmentParam(u.hash, 'from'),
+        groupName: fragmentParam(u.hash, 'group'),
       };
     }
   } catch {

@@ -26,6 +26,8 @@ export const S = {
     create: 'Create identity',
     creating: 'Creating…',
     done: 'Your identity is ready',
+    relayDown: (why: string) =>
+      `No identity was made yet: Switchboard could not reach the relay. ${why.replace(/^relay unreachable: /, '').replace(/^./, (c) => c.toUpperCase())}. Check the URL (and that the relay is running), then try again.`,
     continue: 'Continue',
   },
   me: {
@@ -43,8 +45,6 @@ export const S = {
     title: 'Chats',
     noMessages: 'No messages yet',
     you: (text: string) => `You: ${text}`,
-    group: (id: string) => `Group ${id.slice(0, 8)}`,
-    groupNote: 'Group: open on the Groups screen',
     choose: 'Choose a conversation. To add a contact, paste their address anywhere in this window.',
   },
   search: {
@@ -84,6 +84,22 @@ export const S = {
     pasteHint: 'Paste an address, ID, rendezvous token or invite link:',
     pasteField: 'Address to add',
     preview: 'Preview',
+  },
+  join: {
+    title: 'Join group?',
+    who: (inviter?: string, group?: string) =>
+      inviter && group
+        ? `${inviter} invited you to \u201c${group}\u201d.`
+        : inviter
+          ? `${inviter} invited you to a group.`
+          : group
+            ? `You are invited to \u201c${group}\u201d.`
+            : 'You are invited to a group.',
+    note: (me: string, relay: string) =>
+      `The members will see your name${me ? ` (${me})` : ''} and your fingerprint. The group\u2019s messages go through ${relay}, end-to-end encrypted.`,
+    join: 'Join group',
+    waiting: (inviter?: string) => `Waiting for ${inviter ?? 'the person who invited you'} to let you in\u2026 (their app must be running)`,
+    joined: (name: string) => (name ? `You joined \u201c${name}\u201d.` : 'You joined the group.'),
   },
   preview: {
     title: 'Add this contact?',
@@ -179,11 +195,39 @@ export const S = {
   },
   groups: {
     title: 'Groups',
-    intro: 'letmeknow groups: every member\u2019s fingerprint and who added them.',
-    empty: 'No groups yet.',
-    startSession: 'Start a group session',
-    newInvite: 'New group and invite link',
+    intro: 'A group is a conversation with several people, end-to-end encrypted (letmeknow). Its details show every member\u2019s fingerprint and who added them.',
+    empty: 'No groups yet. Create one above, or paste an invite link someone sent you anywhere in this window.',
+    newGroup: 'New group',
+    create: 'Create group',
+    createHint: 'The name is yours: members do not see it, and you can change it. Next you get an invite link to send.',
+    created: (name: string) => `Created \u201c${name}\u201d. Send the invite link to the person you want in it.`,
+    unnamed: 'New group',
+    withMembers: (names: string[]) => (names.length <= 3 ? names.join(', ') : `${names.slice(0, 3).join(', ')} +${names.length - 3}`),
+    open: (name: string) => `Open group ${name}`,
+    titlePrefix: 'Group: ',
+    log: (name: string) => `Messages in ${name}`,
+    compose: (name: string) => `Message to ${name}`,
+    placeholder: (name: string) => `Message ${name}`,
+    noMessages: 'No messages yet. Say hello.',
+    membersCount: (n: number) => (n === 1 ? '1 member' : `${n} members`),
+    details: 'Group details',
+    nameField: 'Group name',
+    nameHint: 'Only you see this name.',
+    rename: 'Rename',
+    renamed: 'Renamed.',
+    alert: (text: string) => `Warning: ${text}`,
+    inactive: (state: string) =>
+      state === 'left'
+        ? 'You left this group.'
+        : state === 'removed'
+          ? 'You were removed from this group.'
+          : 'This device was offline longer than the relay keeps messages: ask a member to invite you again.',
     invite: 'Invite link',
+    inviteHint: 'Send this link to one person: it lets one person in, once, while this app is running.',
+    inviteUsed: (name: string) => `Used: ${name} joined with this link. It cannot be used again; make a new one for someone else.`,
+    inviteExpired: 'This link expired before anyone used it.',
+    inviteFailed: 'This link can no longer be used. Make a new one.',
+    someone: 'someone',
     inviteTo: 'Invite someone',
     expiresIn: (s: number) => (s > 0 ? `expires in ${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}` : 'expired'),
     members: 'Members',
@@ -213,7 +257,7 @@ export const S = {
     reject: 'Reject',
     approved: (to: string) => `Approved: sent to ${to}.`,
     rejected: 'Rejected: it will not be sent.',
-    toGroup: (group: string, member: string | null) => `group ${group.slice(0, 8)}${member ? ` (member ${member.slice(0, 8)})` : ''}`,
+    toGroup: (group: string, member: string | null) => `group ${group}${member ? ` (member ${member.slice(0, 9)})` : ''}`,
     waiting: (n: number) => (n === 1 ? '1 waiting' : `${n} waiting`),
   },
   log: {
@@ -265,6 +309,7 @@ export const S = {
       key_changed: 'This contact\u2019s key changed. Compare safety numbers and verify again before sending.',
       pending_contact: 'This contact is still a request: approve it first.',
       unknown_message: 'That message is no longer here.',
+      unknown_group: 'You are not in that group (any more).',
       store: 'Switchboard could not read or write its database on this device.',
       keystore: 'Switchboard could not open its keys in the system keyring.',
       relay: 'The relay could not be reached. Messages wait in the queue and go out when it is back.',
@@ -278,7 +323,7 @@ export const S = {
     } as Record<string, string>,
     /** Runtime messages that name a command line where the app has a button. */
     rewrite: [
-      [/no group session/i, 'Groups need a group session first: choose \u201cStart a group session\u201d on the Groups screen.'],
+      [/no group session/i, 'You are not in any group yet: create one on the Groups screen, or paste an invite link.'],
     ] as [RegExp, string][],
   },
   /** The words for an error: a rewrite, the runtime's own sentence for bad input, else by code. */

@@ -3,7 +3,8 @@
 // contact, the id of the newest incoming message it showed. A conversation's unread count is the
 // number of incoming messages after that id, in the runtime's arrival order.
 
-import type { Message } from './backend';
+/** What a marker needs of a message: its id and whether it came in. */
+type Message = { id: string; direction: string };
 
 type Markers = Record<string, string>;
 

@@ -431,6 +431,43 @@ pub enum Request {
         /// The group.
         group: String,
     },
+    /// letmeknow (owner only): a new group named `name` (the person's local name for it), made
+    /// by the owner's default session (created when needed). Answers `{group, name, handle}`.
+    GroupCreate {
+        /// The group's local name.
+        name: String,
+    },
+    /// letmeknow (owner only): renames a group locally (members never see it).
+    GroupRename {
+        /// The group.
+        group: String,
+        /// The new name.
+        name: String,
+    },
+    /// letmeknow: a page of a group's local log as a conversation shows it, oldest first: the
+    /// newest `limit` rows (default 200) before row `before`. With `mark_read` (owner only, and
+    /// only for the owner's default session while no agent acts as it) the rows shown enter the
+    /// session's read frontier.
+    /// Answers `{group, name, handle, messages}`.
+    GroupHistory {
+        /// The session (owner callers; default: the owner's session in the group, else any).
+        #[serde(default)]
+        handle: Option<String>,
+        /// The group.
+        group: String,
+        /// Rows before this row (`row` of an earlier answer); none: the newest.
+        #[serde(default)]
+        before: Option<i64>,
+        /// How many rows.
+        #[serde(default)]
+        limit: Option<u32>,
+        /// The person saw them: mark them read.
+        #[serde(default)]
+        mark_read: bool,
+    },
+    /// letmeknow (owner only): the invites this runtime opened since it started, with what became
+    /// of each (`waiting`, `used` by whom, `expired`, `failed`).
+    GroupInvites,
     /// letmeknow: reads every group's log, waiting up to `wait_secs` for something new, and
     /// returns what is due to the session (the last 20 plus how many earlier were omitted) under
     /// a `lease` to `Ack` once the harness has them; unacked, they come again (`redelivered`)

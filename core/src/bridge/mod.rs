@@ -147,7 +147,7 @@ async fn guard(State(s): State<BridgeState>, mut req: HttpRequest, next: Next) -
 /// The HTTP status of an engine error, from its stable code (the one grouping of variants).
 fn status_for(e: &Error) -> StatusCode {
     match e.code() {
-        "unknown_contact" | "unknown_message" => StatusCode::NOT_FOUND,
+        "unknown_contact" | "unknown_message" | "unknown_group" => StatusCode::NOT_FOUND,
         "invalid_input" | "not_initialized" => StatusCode::BAD_REQUEST,
         "contact_exists" | "key_changed" | "pending_contact" | "already_initialized" | "loop_guard" => {
             StatusCode::CONFLICT

@@ -253,7 +253,7 @@ pub fn ui_event(e: &Event) -> Value {
         Event::KeyChanged { name } => json!({"type": "key_changed", "name": name}),
         Event::Resumed { .. } => json!({"type": "changed"}),
         Event::Dnd { on } => json!({"type": "dnd", "on": on}),
-        Event::GroupResumed { .. } => json!({"type": "changed"}),
+        Event::GroupResumed { .. } | Event::GroupChanged { .. } => json!({"type": "changed"}),
         Event::GroupMessage { handle, group, id, from, own } => {
             json!({"type": "group_message", "handle": handle, "group": group, "id": id, "from": from, "own": own})
         }
@@ -544,6 +544,8 @@ async fn setup(s: &SetupState, body: &Value) -> Result<Value, (StatusCode, ApiEr
             ),
         ));
     };
+    // An identity is made only for a relay that answers (the person hears what failed).
+    crate::engine::check_relay(&relay, None).await.map_err(bad)?;
     let opts = InitOptions { name, relay, relay_cert_sha256: None, keystore: s.keystore };
     let rt = Runtime::init(&s.profile, opts).await.map_err(bad)?;
     let who = rt.handle_as(&Caller::Owner, Request::Whoami, false).await.map_err(bad)?;

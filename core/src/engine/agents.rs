@@ -259,6 +259,7 @@ impl Runtime {
             | Request::GroupRead { .. }
             | Request::GroupMembers { .. }
             | Request::GroupLeave { .. }
+            | Request::GroupHistory { .. }
             | Request::GroupDeliveries { .. }) => self.handle_group(Some(me), group).await,
             other => Err(Error::Forbidden(format!(
                 "agent sessions may not `{}`: that is your operator's decision",

@@ -96,6 +96,9 @@ pub enum Error {
     /// No message with that id.
     #[error("no message with id `{0}`")]
     UnknownMessage(String),
+    /// No session of this profile is (or was) in that group.
+    #[error("you are not in group {0}")]
+    UnknownGroup(String),
     /// Local storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -149,6 +152,7 @@ impl Error {
             | Error::UnknownMember(_)
             | Error::NotCarried { .. } => "invalid_input",
             Error::UnknownMessage(_) => "unknown_message",
+            Error::UnknownGroup(_) => "unknown_group",
             Error::Store(StoreError::DiskFull(_)) => "disk_full",
             Error::Store(_) => "store",
             Error::Keystore(_) => "keystore",
@@ -180,6 +184,7 @@ impl Error {
             | Error::MailSeal(_)
             | Error::UnknownMember(_)
             | Error::UnknownMessage(_)
+            | Error::UnknownGroup(_)
             | Error::Forbidden(_)
             | Error::LoopGuard(_)
             | Error::NotCarried { .. } => Fault::Caller,

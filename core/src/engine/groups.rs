@@ -50,6 +50,17 @@
 //!   denial drops it. The owner's own sends are never reviewed.
 //! - **do-not-disturb** (`delivery`): nothing is handed over while it is on (not even rows whose
 //!   lease expired); it is all kept.
+//!
+//! The person's own conversations (the desktop window): the owner acts through one **default
+//! session** (meta `lmk_owner_handle`, display name = the profile's name, created on first use),
+//! so creating, inviting and joining never ask for a handle; a request naming a group without a
+//! handle acts as the session in that group (the default one first). Groups carry a local name
+//! (`lmk_group_names`: set at creation, taken from the inviter's name for it on join, renamable);
+//! invite links state the inviter's name and the group's. `GroupHistory` pages a group's log for
+//! the window; with `mark_read` the rows shown enter the default session's read frontier (never an
+//! agent session's, nor the default session's while an agent acts as it: their rows are read when
+//! the agent acks them). `GroupInvites` says what became
+//! of the invites this runtime opened (waiting, used by whom, expired).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -67,6 +78,7 @@ use crate::mls::{self, Member, Processed};
 use crate::protocol::letmeknow::invite::{InviteLink, Role, new_owner_token};
 use crate::protocol::letmeknow::wire::{JoinBlob, WelcomeBlob};
 use crate::protocol::letmeknow::{INVITE_TTL, MAX_WAIT_SECS, PAGE, fingerprint, is_id, message_id, new_id};
+use crate::store::name_group_if_unnamed;
 use crate::transport::TransportError;
 use crate::transport::letagents::RelayClient;
 use crate::transport::letmeknow::{LetmeknowClient, LogEntry, Posted};
@@ -79,6 +91,13 @@ const MAX_REBASES: usize = 8;
 /// How often the daemon looks for groups joined since its last look (a join in this runtime
 /// wakes it at once; the scan catches groups another process joined on the same profile).
 const FOLLOW_SCAN: Duration = Duration::from_secs(2);
+/// Meta key of the owner's default group session.
+const OWNER_HANDLE: &str = "lmk_owner_handle";
+/// Longest local group name (characters).
+const MAX_GROUP_NAME: usize = 64;
+/// Rows a history page holds by default, and at most.
+const HISTORY_PAGE: u32 = 200;
+const MAX_HISTORY_PAGE: u32 = 1000;
 
 const ADJECTIVES: &[&str] = &[
     "amber", "brave", "calm", "deft", "eager", "fair", "gentle", "hardy", "ivory", "jolly", "keen", "lucid", "mellow",
@@ -138,6 +157,32 @@ pub(crate) struct Groups {
     pre_join: Mutex<HashMap<PreJoinKey, Arc<BTreeSet<String>>>>,
     /// A session became an active member of a group: the daemon loop follows it at once.
     joined: tokio::sync::Notify,
+    /// The invites this runtime opened, by invite id, and what became of them.
+    invites: std::sync::Mutex<BTreeMap<String, InviteRecord>>,
+    /// Held while the owner's default session is looked up or created (made once).
+    owner: Mutex<()>,
+}
+
+/// An invite this runtime opened.
+struct InviteRecord {
+    group: String,
+    link: String,
+    expires_at: i64,
+    /// `None` while waiting; the joiner's name, or why the admission ended without one.
+    outcome: Option<std::result::Result<String, String>>,
+}
+
+/// A local group name as the person typed it: trimmed, no control characters, not empty.
+fn group_name(name: &str) -> Result<String> {
+    let clean: String = name.chars().filter(|c| !c.is_control()).collect();
+    let clean = clean.trim();
+    if clean.is_empty() {
+        return Err(Error::Invalid("a group needs a name".into()));
+    }
+    if clean.chars().count() > MAX_GROUP_NAME {
+        return Err(Error::Invalid(format!("a group name has at most {MAX_GROUP_NAME} characters")));
+    }
+    Ok(clean.to_owned())
 }
 
 fn canonical_fp(text: &str) -> String {
@@ -369,26 +414,30 @@ impl Runtime {
                 self.lmk_session(handle.as_deref(), name.as_deref()).await
             }
             Request::GroupInvite { handle, group, ttl_secs } => {
-                let h = self.resolve_handle(pick(handle)).await?;
+                let h = match (pick(handle), group.as_deref()) {
+                    (Some(h), _) => h,
+                    (None, Some(g)) => self.lmk_handle_in(g).await?,
+                    (None, None) => self.lmk_owner_handle().await?,
+                };
                 self.lmk_invite(&h, group.as_deref(), ttl_secs).await
             }
             Request::GroupInviteWait { invite } => self.lmk_invite_wait(&invite).await,
             Request::GroupJoin { handle, link, timeout_secs } => {
-                let h = self.resolve_handle(pick(handle)).await?;
+                let h = match pick(handle) {
+                    Some(h) => h,
+                    None => self.lmk_owner_handle().await?,
+                };
                 self.lmk_join(&h, &link, timeout_secs).await
             }
             Request::GroupList { handle } => match pick(handle) {
                 Some(h) => self.lmk_groups(&h).await,
                 // The owner without a handle: every session's groups (each entry names its handle);
-                // with no session yet, the same error as the other requests (start one first).
+                // none yet is an empty list (the first group makes the default session).
                 None => {
                     let handles: Vec<String> =
                         sqlx::query_scalar("SELECT handle FROM lmk_sessions ORDER BY created_at")
                             .fetch_all(&self.store().pool)
                             .await?;
-                    if handles.is_empty() {
-                        self.resolve_handle(None).await?;
-                    }
                     let mut all = Vec::new();
                     for h in handles {
                         if let Value::Array(groups) = self.lmk_groups(&h).await? {
@@ -399,7 +448,7 @@ impl Runtime {
                 }
             },
             Request::GroupSend { handle, group, text, to, reply_to } => {
-                let h = self.resolve_handle(pick(handle)).await?;
+                let h = self.group_handle(pick(handle), &group).await?;
                 if agent.is_some() {
                     // An agent session: under the loop guard and the group's outbound mode.
                     return self.lmk_agent_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await;
@@ -414,16 +463,16 @@ impl Runtime {
                 self.lmk_read(&h, &id, usize::try_from(ancestors.unwrap_or(0)).unwrap_or(usize::MAX)).await
             }
             Request::GroupMembers { handle, group } => {
-                let h = self.resolve_handle(pick(handle)).await?;
+                let h = self.group_handle(pick(handle), &group).await?;
                 self.lmk_sync_best_effort(&h, &group).await;
                 self.lmk_members(&h, &group).await
             }
             Request::GroupRemove { handle, group, fingerprint } => {
-                let h = self.resolve_handle(pick(handle)).await?;
+                let h = self.group_handle(pick(handle), &group).await?;
                 self.lmk_remove(&h, &group, &fingerprint).await
             }
             Request::GroupLeave { handle, group } => {
-                let h = self.resolve_handle(pick(handle)).await?;
+                let h = self.group_handle(pick(handle), &group).await?;
                 self.lmk_leave(&h, &group).await
             }
             Request::GroupDeliveries { handle, wait_secs } => {
@@ -431,16 +480,33 @@ impl Runtime {
                 self.lmk_wait(&h, wait_secs).await
             }
             Request::GroupMode { handle, group, mode } if agent.is_none() => {
-                let h = self.resolve_handle(handle).await?;
+                let h = self.group_handle(handle, &group).await?;
                 self.lmk_set_mode(&h, &group, &mode).await
             }
             Request::GroupResume { handle, group } if agent.is_none() => {
-                let h = self.resolve_handle(handle).await?;
+                let h = self.group_handle(handle, &group).await?;
                 let released = self.lmk_operator_input(&h, &group).await?;
                 Ok(json!({"group": group, "handle": h, "resumed": true, "released": released}))
             }
+            Request::GroupCreate { name } if agent.is_none() => self.lmk_create(&name).await,
+            Request::GroupRename { group, name } if agent.is_none() => {
+                let name = group_name(&name)?;
+                self.lmk_handle_in(&group).await?;
+                self.store().set_group_name(&group, &name, now_ms()).await?;
+                self.emit(Event::GroupChanged { group: group.clone() });
+                Ok(json!({"group": group, "name": name}))
+            }
+            Request::GroupHistory { handle, group, before, limit, mark_read } => {
+                let h = self.group_handle(pick(handle), &group).await?;
+                let limit = limit.unwrap_or(HISTORY_PAGE).clamp(1, MAX_HISTORY_PAGE);
+                self.lmk_history(&h, &group, before, limit, mark_read && agent.is_none()).await
+            }
+            Request::GroupInvites if agent.is_none() => Ok(self.lmk_invites()),
             Request::GroupMode { .. } | Request::GroupResume { .. } => Err(Error::Forbidden(
                 "agent sessions may not change a group's policy: that is your operator's decision".into(),
+            )),
+            Request::GroupCreate { .. } | Request::GroupRename { .. } | Request::GroupInvites => Err(Error::Forbidden(
+                "agent sessions may not create, rename or list the operator's groups and invites".into(),
             )),
             other => Err(Error::Bug(format!("not a group request: {other:?}"))),
         }
@@ -466,6 +532,137 @@ impl Runtime {
                 Err(Error::Invalid(format!("several group sessions ({}): name one with --handle", many.join(", "))))
             }
         }
+    }
+
+    /// `given`, else the session in `gid` (see [`Self::lmk_handle_in`]).
+    async fn group_handle(&self, given: Option<String>, gid: &str) -> Result<String> {
+        match given {
+            Some(h) => Ok(h),
+            None => self.lmk_handle_in(gid).await,
+        }
+    }
+
+    /// The session that acts in `gid` for the owner: the default session if it is (or was) in
+    /// it, else the first active one, else the first that ever was.
+    async fn lmk_handle_in(&self, gid: &str) -> Result<String> {
+        let sessions = self.store().group_sessions(gid).await?;
+        let owner = self.store().meta(OWNER_HANDLE).await?;
+        if let Some(o) = owner.filter(|o| sessions.iter().any(|(h, _)| h == o)) {
+            return Ok(o);
+        }
+        let active = sessions.iter().find(|(_, state)| state == "active");
+        active.or(sessions.first()).map(|(h, _)| h.clone()).ok_or_else(|| Error::UnknownGroup(gid.to_owned()))
+    }
+
+    /// The owner's default group session, created (with the profile's name) on first use. A
+    /// profile with exactly one session already (started by `listen --handle`, or in the window
+    /// before the default session existed) keeps that one, as requests without a handle always
+    /// did.
+    pub async fn lmk_owner_handle(&self) -> Result<String> {
+        let _once = self.inner.groups.owner.lock().await;
+        if let Some(h) = self.store().meta(OWNER_HANDLE).await? {
+            let exists: Option<String> = sqlx::query_scalar("SELECT handle FROM lmk_sessions WHERE handle = ?")
+                .bind(&h)
+                .fetch_optional(&self.store().pool)
+                .await?;
+            if exists.is_some() {
+                return Ok(h);
+            }
+        }
+        let sessions: Vec<(String, String)> =
+            sqlx::query_as("SELECT handle, name FROM lmk_sessions ORDER BY created_at")
+                .fetch_all(&self.store().pool)
+                .await?;
+        let handle = match sessions.as_slice() {
+            [(h, _)] => h.clone(),
+            _ => {
+                let made = self.lmk_session(None, Some(&self.inner.name)).await?;
+                made.get("handle")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Error::Bug("a session without a handle".into()))?
+                    .to_owned()
+            }
+        };
+        self.store().set_meta(OWNER_HANDLE, &handle).await?;
+        Ok(handle)
+    }
+
+    /// A new group named `name`, made by the owner's default session.
+    async fn lmk_create(&self, name: &str) -> Result<Value> {
+        let name = group_name(name)?;
+        let handle = self.lmk_owner_handle().await?;
+        let session = self.lmk_load(&handle).await?;
+        let (gid, _) = {
+            let s = session.lock().await;
+            self.lmk_new_group(&s).await?
+        };
+        self.store().set_group_name(&gid, &name, now_ms()).await?;
+        Ok(json!({"group": gid, "name": name, "handle": handle}))
+    }
+
+    /// A page of `gid`'s log in `handle`'s view, oldest first; `mark_read` (the owner looking)
+    /// marks the rows shown read when `handle` is the owner's default session.
+    async fn lmk_history(
+        &self,
+        handle: &str,
+        gid: &str,
+        before: Option<i64>,
+        limit: u32,
+        mark_read: bool,
+    ) -> Result<Value> {
+        self.lmk_group_row(handle, gid).await?;
+        let rows = self.store().group_log_page(handle, gid, before, i64::from(limit)).await?;
+        let owner = self.store().meta(OWNER_HANDLE).await?;
+        let newest = rows.last().map(|r| r.rowid_);
+        // An agent acting as this session reads by acking its deliveries: the person's look
+        // must not take them from it.
+        let persons = owner.as_deref() == Some(handle) && !self.store().is_agent(handle).await?;
+        if let Some(upto) = newest.filter(|_| mark_read && persons) {
+            self.store().mark_group_read(handle, gid, upto).await?;
+        }
+        let name = self.store().group_names().await?.remove(gid).unwrap_or_default();
+        let messages: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "row": r.rowid_,
+                    "id": r.id,
+                    "seq": r.seq,
+                    "kind": r.kind,
+                    "state": r.state,
+                    "outgoing": r.outgoing != 0,
+                    "from": {"name": r.sender_name, "fingerprint": r.sender_fp},
+                    "to": r.to_fp,
+                    "reply_to": r.reply_to,
+                    "content": r.content,
+                    "read": r.read != 0,
+                    "at": r.created_at,
+                })
+            })
+            .collect();
+        Ok(json!({"group": gid, "name": name, "handle": handle, "messages": messages}))
+    }
+
+    /// The invites this runtime opened since it started, newest first.
+    fn lmk_invites(&self) -> Value {
+        let now = now_ms();
+        let Ok(invites) = self.inner.groups.invites.lock() else { return json!([]) };
+        let mut out: Vec<(i64, Value)> = invites
+            .iter()
+            .map(|(id, r)| {
+                let (state, joined, error) = match &r.outcome {
+                    Some(Ok(name)) => ("used", name.as_str(), ""),
+                    Some(Err(_)) | None if now >= r.expires_at => ("expired", "", ""),
+                    Some(Err(e)) => ("failed", "", e.as_str()),
+                    None => ("waiting", "", ""),
+                };
+                let v = json!({"invite": id, "group": r.group, "link": r.link, "expires_at": r.expires_at,
+                    "state": state, "joined": joined, "error": error});
+                (r.expires_at, v)
+            })
+            .collect();
+        out.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        Value::Array(out.into_iter().map(|(_, v)| v).collect())
     }
 
     async fn lmk_sync_best_effort(&self, handle: &str, gid: &str) {
@@ -1266,42 +1463,61 @@ impl Runtime {
                     Self::require_active(&state, gid)?;
                     (gid.to_owned(), relay)
                 }
-                None => {
-                    let gid = new_id(&mut OsRng);
-                    let g = s.member.create_group(&gid)?;
-                    let relay = self.inner.relay_url.trim_end_matches('/').to_owned();
-                    let mut tx = self.store().pool.begin().await?;
-                    sqlx::query("INSERT INTO lmk_groups (handle, group_id, relay, joined_at) VALUES (?, ?, ?, ?)")
-                        .bind(handle)
-                        .bind(&gid)
-                        .bind(&relay)
-                        .bind(now_ms())
-                        .execute(&mut *tx)
-                        .await?;
-                    let me = mls::MemberInfo {
-                        name: s.member.name().to_owned(),
-                        fingerprint: s.member.fingerprint(),
-                        leaf: 0,
-                    };
-                    note_member(&mut tx, handle, &gid, &me, "").await?;
-                    record_epoch(&mut tx, handle, &gid, &g).await?;
-                    save_state(&mut tx, handle, &s.member).await?;
-                    tx.commit().await?;
-                    self.inner.groups.joined.notify_one();
-                    (gid, relay)
-                }
+                None => self.lmk_new_group(&s).await?,
             }
         };
+        let inviter = session.lock().await.member.name().to_owned();
+        let group_name = self.store().group_names().await?.remove(&gid);
         let client = self.lmk_client(&relay)?;
-        let link = InviteLink::generate(client.base(), &mut OsRng);
+        let link = InviteLink::generate(client.base(), &mut OsRng).with_names(Some(&inviter), group_name.as_deref());
         let owner = new_owner_token(&mut OsRng);
         client.create_invite(&link.id, ttl, &owner).await?;
         let expires_at = now_ms() + i64::try_from(ttl * 1000).unwrap_or(i64::MAX);
+        if let Ok(mut invites) = self.inner.groups.invites.lock() {
+            let record = InviteRecord { group: gid.clone(), link: link.to_link(), expires_at, outcome: None };
+            invites.insert(link.id.clone(), record);
+        }
         let rt = self.clone();
         let (h, g, l) = (handle.to_owned(), gid.clone(), link.clone());
-        let task = tokio::spawn(async move { rt.lmk_admit(&h, &g, &l, &owner, expires_at).await });
+        let task = tokio::spawn(async move {
+            let out = rt.lmk_admit(&h, &g, &l, &owner, expires_at).await;
+            let outcome = match &out {
+                Ok(v) => Ok(v.pointer("/joined/name").and_then(Value::as_str).unwrap_or_default().to_owned()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Ok(mut invites) = rt.inner.groups.invites.lock()
+                && let Some(r) = invites.get_mut(&l.id)
+            {
+                r.outcome = Some(outcome);
+            }
+            rt.emit(Event::GroupChanged { group: g.clone() });
+            out
+        });
         self.inner.groups.admissions.lock().await.insert(link.id.clone(), task);
         Ok(json!({"group": gid, "link": link.to_link(), "expires_at": expires_at, "invite": link.id}))
+    }
+
+    /// A new group with `s` as its only member, on the profile's relay: (group id, relay).
+    async fn lmk_new_group(&self, s: &Session) -> Result<(String, String)> {
+        let handle = &s.handle;
+        let gid = new_id(&mut OsRng);
+        let g = s.member.create_group(&gid)?;
+        let relay = self.inner.relay_url.trim_end_matches('/').to_owned();
+        let mut tx = self.store().pool.begin().await?;
+        sqlx::query("INSERT INTO lmk_groups (handle, group_id, relay, joined_at) VALUES (?, ?, ?, ?)")
+            .bind(handle)
+            .bind(&gid)
+            .bind(&relay)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        let me = mls::MemberInfo { name: s.member.name().to_owned(), fingerprint: s.member.fingerprint(), leaf: 0 };
+        note_member(&mut tx, handle, &gid, &me, "").await?;
+        record_epoch(&mut tx, handle, &gid, &g).await?;
+        save_state(&mut tx, handle, &s.member).await?;
+        tx.commit().await?;
+        self.inner.groups.joined.notify_one();
+        Ok((gid, relay))
     }
 
     /// Waits for the admission of an invite this runtime opened to end; its outcome.
@@ -1383,6 +1599,7 @@ impl Runtime {
             group: gid.to_owned(),
             relay: relay.clone(),
             seq: seq.max(0).unsigned_abs(),
+            name: self.store().group_names().await?.remove(gid),
         };
         let sealed = key
             .seal(Role::Welcome, &serde_json::to_vec(&blob).map_err(|e| Error::Bug(e.to_string()))?, &mut OsRng)
@@ -1486,6 +1703,12 @@ impl Runtime {
                 ..Default::default()
             };
             insert_row(&mut tx, handle, &blob.group, row, now_ms()).await?;
+            // The inviter's name for the group (the Welcome's, else the link's) becomes ours,
+            // unless we named it before (a re-join).
+            let suggested = blob.name.as_deref().or(link.group.as_deref()).and_then(|n| group_name(n).ok());
+            if let Some(name) = suggested {
+                name_group_if_unnamed(&mut tx, &blob.group, &name, now_ms()).await?;
+            }
             record_epoch(&mut tx, handle, &blob.group, &group).await?;
             save_state(&mut tx, handle, &s.member).await?;
             tx.commit().await?;
@@ -1493,7 +1716,8 @@ impl Runtime {
         }
         self.lmk_sync(handle, &blob.group, 0).await?;
         let members = self.lmk_members(handle, &blob.group).await?;
-        Ok(json!({"group": blob.group, "members": members.get("members").cloned()}))
+        let name = self.store().group_names().await?.remove(&blob.group).unwrap_or_default();
+        Ok(json!({"group": blob.group, "name": name, "handle": handle, "members": members.get("members").cloned()}))
     }
 
     /// Sends `text` to the group (optionally addressed to a member's fingerprint, optionally
@@ -1714,16 +1938,25 @@ impl Runtime {
 
     /// The groups of a session.
     pub async fn lmk_groups(&self, handle: &str) -> Result<Value> {
-        let rows =
-            sqlx::query("SELECT group_id, relay, state, cursor FROM lmk_groups WHERE handle = ? ORDER BY joined_at")
-                .bind(handle)
-                .fetch_all(&self.store().pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT group_id, relay, state, cursor, joined_at FROM lmk_groups WHERE handle = ? ORDER BY joined_at",
+        )
+        .bind(handle)
+        .fetch_all(&self.store().pool)
+        .await?;
         let policy = self.policy().await?;
         let pending = self.lmk_pending(handle).await?;
+        let names = self.store().group_names().await?;
+        let owner = self.store().meta(OWNER_HANDLE).await?;
+        let me: Option<Vec<u8>> = sqlx::query_scalar("SELECT signature_key FROM lmk_sessions WHERE handle = ?")
+            .bind(handle)
+            .fetch_optional(&self.store().pool)
+            .await?;
+        let me = me.map(|k| fingerprint(&k)).unwrap_or_default();
         let mut out = Vec::new();
         for r in rows {
             let gid: String = r.get("group_id");
+            let others = self.store().group_member_names(handle, &gid, &me).await?;
             let hops = self.lmk_hops(handle, &gid).await?;
             let held = pending.paused.get(&gid).copied().unwrap_or(0);
             let loop_guard = json!({
@@ -1740,8 +1973,12 @@ impl Runtime {
                     .fetch_one(&self.store().pool)
                     .await?;
             out.push(json!({
+                "name": names.get(&gid).cloned().unwrap_or_default(),
+                "member_names": others,
+                "own": owner.as_deref() == Some(handle),
                 "group": gid,
                 "handle": handle,
+                "joined_at": r.get::<i64, _>("joined_at"),
                 "relay": r.get::<String, _>("relay"),
                 "state": r.get::<String, _>("state"),
                 "unread": unread,

@@ -90,6 +90,11 @@ pub enum Event {
         /// The group.
         group: String,
     },
+    /// A letmeknow group was renamed, or an invite to it was used or ended.
+    GroupChanged {
+        /// The group.
+        group: String,
+    },
     /// A letmeknow group message or alert from someone else was stored for a local session.
     GroupMessage {
         /// The group session.
@@ -161,6 +166,24 @@ pub struct InitOptions {
     pub relay_cert_sha256: Option<String>,
     /// Where to keep the secret keys.
     pub keystore: KeystorePreference,
+}
+
+/// First run's check that a relay answers at `url` (with the certificate `pin`, hex SHA-256, if
+/// given), before an identity is made for it. `Runtime::init` itself accepts a relay that is down
+/// (the command line may set up offline); a window asks this first, so the person hears what
+/// failed instead of getting an identity without its relay addresses.
+pub async fn check_relay(url: &str, pin: Option<&str>) -> Result<()> {
+    let client = RelayClient::new(url, parse_pin(pin)?)?;
+    client.probe().await.map_err(|e| {
+        let why = match e {
+            crate::transport::TransportError::Unreachable(why) => why,
+            other => other.to_string(),
+        };
+        Error::Transport(crate::transport::TransportError::Unreachable(format!(
+            "the relay at {} did not answer ({why})",
+            url.trim_end_matches('/')
+        )))
+    })
 }
 
 fn parse_pin(hex: Option<&str>) -> Result<Option<[u8; 32]>> {
@@ -539,7 +562,11 @@ impl Runtime {
             | Request::GroupLeave { .. }
             | Request::GroupDeliveries { .. }
             | Request::GroupMode { .. }
-            | Request::GroupResume { .. }) => self.handle_group(None, group).await,
+            | Request::GroupResume { .. }
+            | Request::GroupCreate { .. }
+            | Request::GroupRename { .. }
+            | Request::GroupHistory { .. }
+            | Request::GroupInvites) => self.handle_group(None, group).await,
         }
     }
 

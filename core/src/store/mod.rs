@@ -13,11 +13,13 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{SqliteConnection, SqlitePool};
 
 mod contacts;
+mod groups;
 mod protocol;
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,
 };
+pub use groups::{GroupLogRow, name_group_if_unnamed};
 pub use protocol::Protocol;
 
 /// Store failures: local (disk, corruption) or bugs.

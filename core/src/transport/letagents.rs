@@ -109,6 +109,28 @@ impl RelayClient {
         Ok(Self { base, host, http, tls: Arc::new(tls), last_login: Arc::new(AtomicI64::new(0)) })
     }
 
+    /// Whether anything answers at the relay's URL: the host resolves, the port accepts, TLS
+    /// completes (with the pinned certificate). Any HTTP status counts as an answer; the error
+    /// says what failed.
+    pub async fn probe(&self) -> Result<(), TransportError> {
+        match self.http.get(self.endpoint("/")).timeout(Duration::from_secs(10)).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let mut why = Vec::new();
+                let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    why.push(c.to_string());
+                    cause = c.source();
+                }
+                // The innermost cause is the one a person can act on (refused, no such host,
+                // certificate not the pinned one).
+                let what =
+                    if e.is_timeout() { "no answer within 10 s".to_owned() } else { why.pop().unwrap_or_default() };
+                Err(TransportError::Unreachable(if what.is_empty() { e.to_string() } else { what }))
+            }
+        }
+    }
+
     /// The relay's base URL.
     pub fn base(&self) -> &Url {
         &self.base

@@ -1,7 +1,9 @@
 //! Invite links and the invite crypto (`specs/letmeknow-relay.md`, Invites).
 //!
 //! - link: `https://<relay host>/i/<invite id>#<secret>`, secret = 32 random bytes in b64u; the
-//!   fragment never reaches the relay;
+//!   fragment never reaches the relay. Our links may add `&from=<inviter>&group=<group name>`
+//!   (percent-encoded UTF-8) after the secret, so the joiner's window can say who invites them to
+//!   what before joining; they are the link maker's words, as unauthenticated as the link itself;
 //! - `k = HKDF-SHA256(ikm = secret, salt = "letmeknow-invite-v1", info = invite id, L = 32)`;
 //! - join and welcome `data` = b64(nonce (12) ‖ ChaCha20-Poly1305(k, nonce, blob, aad = role ‖
 //!   invite id)), role `join` or `welcome`, so a blob cannot be replayed in the other role or on
@@ -63,6 +65,59 @@ pub struct InviteLink {
     pub id: String,
     /// The invite secret.
     pub secret: Zeroizing<[u8; 32]>,
+    /// The inviter's display name, as the link states it (not authenticated).
+    pub from: Option<String>,
+    /// The inviter's name for the group, as the link states it (not authenticated).
+    pub group: Option<String>,
+}
+
+/// Longest `from` / `group` a link carries (characters); longer values are cut.
+pub const MAX_LINK_NAME: usize = 64;
+
+/// A name fit for a link: trimmed, without control characters, at most [`MAX_LINK_NAME`] chars.
+fn clean_name(name: &str) -> Option<String> {
+    let clean: String = name.chars().filter(|c| !c.is_control()).take(MAX_LINK_NAME).collect();
+    let clean = clean.trim();
+    (!clean.is_empty()).then(|| clean.to_owned())
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn pct_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` escapes (and `+` as a space); `None` when an escape is cut or the bytes are not
+/// UTF-8.
+fn pct_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 impl std::fmt::Debug for InviteLink {
@@ -76,26 +131,51 @@ impl InviteLink {
     pub fn generate(relay: &str, rng: &mut impl Rng) -> Self {
         let mut secret = Zeroizing::new([0u8; 32]);
         rng.fill(secret.as_mut());
-        Self { relay: relay.trim_end_matches('/').to_owned(), id: super::new_id(rng), secret }
+        Self { relay: relay.trim_end_matches('/').to_owned(), id: super::new_id(rng), secret, from: None, group: None }
+    }
+
+    /// The same link stating who invites (`from`) to what (`group`).
+    pub fn with_names(mut self, from: Option<&str>, group: Option<&str>) -> Self {
+        self.from = from.and_then(clean_name);
+        self.group = group.and_then(clean_name);
+        self
     }
 
     /// Parses `scheme://host/i/<id>#<secret>`.
     pub fn parse(link: &str) -> Result<Self, InviteError> {
         let link = link.trim();
-        let (before, secret) = link.split_once('#').ok_or(InviteError::BadLink)?;
+        let (before, fragment) = link.split_once('#').ok_or(InviteError::BadLink)?;
+        let mut parts = fragment.split('&');
+        let secret = parts.next().ok_or(InviteError::BadLink)?;
         let secret = Zeroizing::new(b64u_array::<32>(secret).ok_or(InviteError::BadLink)?);
+        let (mut from, mut group) = (None, None);
+        // Unknown parameters are ignored; undecodable names are dropped (the link still works).
+        for part in parts {
+            match part.split_once('=') {
+                Some(("from", v)) => from = pct_decode(v).as_deref().and_then(clean_name),
+                Some(("group", v)) => group = pct_decode(v).as_deref().and_then(clean_name),
+                _ => {}
+            }
+        }
         let (relay, id) = before.rsplit_once("/i/").ok_or(InviteError::BadLink)?;
         let scheme_ok = relay.starts_with("https://") || relay.starts_with("http://");
         let host = relay.split_once("://").map_or("", |(_, h)| h);
         if !scheme_ok || host.is_empty() || host.contains('/') || !is_id(id) {
             return Err(InviteError::BadLink);
         }
-        Ok(Self { relay: relay.to_owned(), id: id.to_owned(), secret })
+        Ok(Self { relay: relay.to_owned(), id: id.to_owned(), secret, from, group })
     }
 
     /// The link text.
     pub fn to_link(&self) -> String {
-        format!("{}/i/{}#{}", self.relay, self.id, b64u(self.secret.as_ref()))
+        let mut link = format!("{}/i/{}#{}", self.relay, self.id, b64u(self.secret.as_ref()));
+        if let Some(from) = &self.from {
+            link.push_str(&format!("&from={}", pct_encode(from)));
+        }
+        if let Some(group) = &self.group {
+            link.push_str(&format!("&group={}", pct_encode(group)));
+        }
+        link
     }
 
     /// The invite key.
@@ -182,6 +262,26 @@ mod tests {
         ] {
             assert_eq!(InviteLink::parse(bad), Err(InviteError::BadLink), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_link_states_the_inviter_and_group_name_and_still_parses_without_them() {
+        let link = InviteLink::generate("https://relay.example", &mut SeededRng::new([2; 32]))
+            .with_names(Some("Alice Ärger & Co"), Some("Team #1 \u{1f680}"));
+        let text = link.to_link();
+        assert!(text.contains("&from=Alice%20%C3%84rger%20%26%20Co&group=Team%20%231%20%F0%9F%9A%80"), "{text}");
+        let back = InviteLink::parse(&text).unwrap();
+        assert_eq!(back.from.as_deref(), Some("Alice Ärger & Co"));
+        assert_eq!(back.group.as_deref(), Some("Team #1 \u{1f680}"));
+        assert_eq!(back.key().id, link.key().id);
+        // The bare link of the spec, and names that do not decode or are blank, still join.
+        let bare = text.split('&').next().unwrap();
+        assert_eq!(InviteLink::parse(bare).unwrap().from, None);
+        let odd = format!("{bare}&from=%E2%28&group=%20&x=1");
+        let parsed = InviteLink::parse(&odd).unwrap();
+        assert_eq!((parsed.from, parsed.group), (None, None));
+        let long = "x".repeat(500);
+        assert_eq!(link.with_names(Some(&long), None).from.unwrap().chars().count(), MAX_LINK_NAME);
     }
 
     #[test]

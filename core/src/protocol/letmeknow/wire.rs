@@ -76,6 +76,10 @@ pub struct WelcomeBlob {
     pub relay: String,
     /// The log position of the commit that added the joiner: the joiner reads after it.
     pub seq: u64,
+    /// The inviter's name for the group, which the joiner takes as its own until renamed (our
+    /// extension; absent from other clients' Welcomes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 #[cfg(test)]
