@@ -13,6 +13,7 @@ packages=(
   dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
   xdg-utils desktop-file-utils rpm                   # the package test: link handler, MIME cache, the .rpm's file list
+  python3-aiosmtpd                                   # a real SMTP receiver as the ASNET smarthost (relay-lite/tests/asnet_smtp.rs)
 )
 
 missing=()
