@@ -166,7 +166,7 @@ fn check_reply_headers(msg: &Received, to: &str) {
     assert_eq!(msg.header("From"), Some(SERVICE));
     assert_eq!(msg.header("To"), Some(to));
     assert_eq!(msg.header("Auto-Submitted"), Some("auto-generated"));
-    assert_eq!(msg.header("X-MailFrom"), Some(""), "replies use the null reverse path");
+    assert_eq!(msg.header("X-MailFrom"), Some("<>"), "replies use the null reverse path");
     let rid = msg.header("X-ASNET-Response-ID").unwrap();
     assert_eq!(msg.json["responseId"].as_str(), Some(rid));
     assert_eq!(msg.json["protocol"], "ASNET/1");
