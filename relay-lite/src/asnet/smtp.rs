@@ -676,10 +676,8 @@ mod tests {
             tokio::io::AsyncReadExt::read_to_end(&mut cr, &mut out).await.unwrap();
             out
         };
-        let (served, out) = tokio::join!(async { serve.await }, async {
-            // The server closes on QUIT or timeout; the client half stays open for reading.
-            read.await
-        });
+        // The server closes on QUIT or timeout; the client half stays open for reading.
+        let (served, out) = tokio::join!(serve, read);
         served.unwrap();
         drop(cw);
         (String::from_utf8(out).unwrap(), recorder.0.into_inner().unwrap())
