@@ -66,7 +66,9 @@ async fn reply(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> (u16, Strin
 
 /// One client session sending `mails` in turn; every one must be answered `expect`.
 async fn client(addr: SocketAddr, mails: Vec<(String, Vec<u8>)>, expect: &'static str) {
-    let (read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     assert_eq!(reply(&mut read).await.0, 220);
     write.write_all(b"EHLO mx.example.test\r\n").await.unwrap();
@@ -115,6 +117,7 @@ async fn bare_server() -> SocketAddr {
         let discard = Arc::new(Discard);
         loop {
             let (stream, _) = listener.accept().await.unwrap();
+            stream.set_nodelay(true).unwrap();
             let session = Session::new(service.clone(), "bare.test");
             let discard = discard.clone();
             tokio::spawn(async move {

@@ -246,6 +246,9 @@ async fn accept_loop(
             });
             continue;
         }
+        // Replies are small and answer pipelined commands one by one: without this, Nagle and
+        // delayed ACKs hold each one back by tens of milliseconds.
+        let _ = stream.set_nodelay(true);
         let service = service.clone();
         let session = smtp::Session::new(config.address.clone(), hostname.clone());
         let timeouts = config.timeouts;
