@@ -80,7 +80,10 @@ struct SmtpSink {
 
 impl SmtpSink {
     async fn start(dir: &Path) -> Self {
-        let port = free_port();
+        Self::start_on(dir, free_port()).await
+    }
+
+    async fn start_on(dir: &Path, port: u16) -> Self {
         let maildir = dir.join("smarthost");
         let child = tokio::process::Command::new(PYTHON)
             .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}"), "-c", "aiosmtpd.handlers.Mailbox"])
@@ -174,11 +177,15 @@ fn check_reply_headers(msg: &Received, to: &str) {
 
 /// A relay with the ASNET service sending replies to `sink`.
 async fn relay_with_asnet(dir: &Path, sink: &SmtpSink, limits: Option<(u32, u32)>) -> RunningRelay {
+    relay_with_smarthost(dir, sink.port, limits).await
+}
+
+async fn relay_with_smarthost(dir: &Path, smarthost_port: u16, limits: Option<(u32, u32)>) -> RunningRelay {
     let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir.join("relay"));
     let mut asnet = AsnetConfig::new(
         Mailbox::parse(SERVICE).unwrap(),
         "127.0.0.1:0".parse().unwrap(),
-        Smarthost { host: "127.0.0.1".into(), port: sink.port },
+        Smarthost { host: "127.0.0.1".into(), port: smarthost_port },
         AUTHSERV.into(),
     );
     if let Some((per_sender, global)) = limits {
@@ -399,6 +406,42 @@ async fn refused_mail_is_dropped_without_a_reply_and_a_replayed_delivery_id_is_i
     // else may have arrived.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(sink.total(), 1, "only the one challenge was mailed");
+    relay.shutdown().await.unwrap();
+    drop(sink.child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_is_retried_with_backoff_until_the_smarthost_answers() {
+    if !mail_tools_present("asnet retry") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let relay = relay_with_smarthost(dir.path(), port, None).await;
+    let smtp = relay.asnet.as_ref().unwrap().smtp_addr;
+    let lookup =
+        json!({"protocol": "ASNET/1", "command": "LOOKUP", "memberId": "mem_0123456789abcdef0123456789abcdef"});
+    assert_eq!(send(smtp, &Mail::command("dave@example.net", lookup)).await, "2.0.0 Ok: processed");
+    // Nothing listens yet: the first attempt fails at once and the next waits 2 s.
+    let db = relay.asnet.as_ref().unwrap().db().clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let outbox = db.outbox().await.unwrap();
+        if outbox[0].failures >= 1 {
+            assert_eq!(outbox[0].state.as_str(), "queued", "a connection failure is temporary");
+            assert!(!outbox[0].body.is_empty(), "the body is kept until the reply is sent");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed attempt recorded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut sink = SmtpSink::start_on(dir.path(), port).await;
+    let reply = sink.expect("dave@example.net", "LOOKUP").await;
+    assert_eq!(reply.json["member"], Json::Null);
+    let outbox = db.outbox().await.unwrap();
+    assert_eq!(outbox.len(), 1);
+    assert_eq!(outbox[0].state.as_str(), "sent");
+    assert!(outbox[0].body.is_empty());
     relay.shutdown().await.unwrap();
     drop(sink.child);
 }
