@@ -113,8 +113,10 @@ impl Profile {
 
     /// Records the bridge's port and token (0600) for other processes.
     pub fn write_bridge_files(&self, port: u16, token: &str) -> Result<(), ProfileError> {
-        write_private(&self.token_path(), token.as_bytes()).map_err(io(&self.token_path()))?;
-        write_private(&self.port_path(), port.to_string().as_bytes()).map_err(io(&self.port_path()))
+        // The port first: a client that sees the token can read the port (a test that waited
+        // for the token alone once read a port file that did not exist yet).
+        write_private(&self.port_path(), port.to_string().as_bytes()).map_err(io(&self.port_path()))?;
+        write_private(&self.token_path(), token.as_bytes()).map_err(io(&self.token_path()))
     }
 
     /// Removes the bridge files when the runtime stops.

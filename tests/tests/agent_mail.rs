@@ -378,3 +378,56 @@ async fn a_rotated_key_still_opens_queued_mail_and_stale_packets_are_re_encrypte
     assert_eq!(bodies, ["sealed to the old key", "sealed before the rotation, delivered after"], "{got:?}");
     assert_eq!(got[1]["id"], late.as_str(), "re-encryption keeps the message");
 }
+
+/// Issue 12 §4 (§7.3): a packet is retried until its message's deadline, not 48 h; at the
+/// deadline it is given up. The first entry is a real send aged 49 h; the second a packet whose
+/// deadline is four seconds away (sealed by a test sender, queued as alice's outbox would hold it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_mail_is_retried_until_the_messages_deadline() {
+    let mut relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    add(&alice, &mail_address(&bob).await, "bob").await;
+    let card = card_of(&relay, &bob).await;
+    relay.stop().await;
+
+    let id = alice.send("bob", "while the relay is down").await;
+    sqlx::query("UPDATE outbox SET created_at = ?, next_attempt_at = 0 WHERE message_id = ?")
+        .bind(now_ms() - 49 * 3_600_000)
+        .bind(&id)
+        .execute(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    alice.try_call(Request::Flush).await.ok();
+    assert_eq!(alice.state_of(&id).await, "queued", "49 h is within the 7-day deadline");
+
+    let route: String = sqlx::query_scalar("SELECT relay_url FROM outbox WHERE message_id = ?")
+        .bind(&id)
+        .fetch_one(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    let forger = Forger::new();
+    let now = now_ms();
+    let m = Message::new(&mut OsRng, forger.id(), *card.owner(), now, now + 4_000, vec![Part::text("short-lived")]);
+    let packet = forger.seal(&card, &m, 1);
+    sqlx::query(
+        "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, next_attempt_at, created_at) \
+         VALUES ('short-lived', 'agent-mail', 'send', ?, ?, x'', ?, 0, ?)",
+    )
+    .bind(&route)
+    .bind(card.payload().mailbox_id.to_string())
+    .bind(packet.to_jcs())
+    .bind(now)
+    .execute(&alice.rt.store().pool)
+    .await
+    .unwrap();
+    alice.try_call(Request::Flush).await.ok();
+    let kept = count(&alice, "SELECT COUNT(*) FROM outbox WHERE message_id = ?", "short-lived").await;
+    assert_eq!(kept, 1, "before its deadline: {:?}", audit_details(&alice, "failed").await);
+    tokio::time::sleep(std::time::Duration::from_millis(4_000u64.saturating_sub((now_ms() - now) as u64) + 100)).await;
+    alice.try_call(Request::Flush).await.ok();
+    assert_eq!(count(&alice, "SELECT COUNT(*) FROM outbox WHERE message_id = ?", "short-lived").await, 0);
+    let gave_up = audit_details(&alice, "failed").await;
+    assert!(gave_up.iter().any(|d| d.starts_with("gave up at the message's deadline")), "{gave_up:?}");
+    assert_eq!(alice.state_of(&id).await, "queued", "the long-lived one is still queued");
+}

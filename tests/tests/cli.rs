@@ -2,11 +2,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use switchboard_tests::{TestRelay, home, switchboard, switchboard_ok};
+use switchboard_tests::{DaemonProcess, TestRelay, home, switchboard, switchboard_ok};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
@@ -22,44 +22,6 @@ fn json(home: &Path, args: &[&str]) -> Value {
     serde_json::from_str(&ok(home, &a)).unwrap()
 }
 
-struct Daemon(Child);
-
-impl Daemon {
-    fn start(home: &Path) -> Self {
-        let mut child = Command::new(bin())
-            .arg("--home")
-            .arg(home)
-            .arg("daemon")
-            .env("SWITCHBOARD_KEYSTORE", "file")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        for _ in 0..100 {
-            if home.join("bridge.token").exists() {
-                return Self(child);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("daemon did not start its bridge");
-    }
-
-    fn stop(mut self) {
-        Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status().unwrap();
-        let status = self.0.wait().unwrap();
-        assert!(status.success(), "daemon exited with {status}");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_profiles_talk_through_the_cli_with_and_without_a_daemon() {
     let relay = TestRelay::start().await;
@@ -73,7 +35,7 @@ async fn two_profiles_talk_through_the_cli_with_and_without_a_daemon() {
     let bob_addr = bob_who["letagents"]["address"].as_str().unwrap().to_owned();
     assert!(bob_who["letagents"]["safety_number"].as_str().unwrap().split(' ').count() == 8);
 
-    let daemon = Daemon::start(&bob);
+    let daemon = DaemonProcess::start(&bin(), &bob);
     // A second runtime for the same profile is refused.
     let (second, _, err) = switchboard(&bin(), &bob, &["daemon"]);
     assert!(!second && err.contains("another runtime"), "{err}");
@@ -135,7 +97,7 @@ async fn profile_files_are_private() {
     let relay = TestRelay::start().await;
     let (_h, home) = home();
     ok(&home, &["init", "--name", "carol", "--relay", &relay.url()]);
-    let daemon = Daemon::start(&home);
+    let daemon = DaemonProcess::start(&bin(), &home);
     for f in ["bridge.token", "bridge.port", "keys.secret", "switchboard.db"] {
         let mode = std::fs::metadata(home.join(f)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{f} is {mode:o}");
@@ -150,7 +112,7 @@ async fn the_bridge_refuses_what_is_not_a_local_client() {
     let relay = TestRelay::start().await;
     let (_h, home) = home();
     ok(&home, &["init", "--name", "dave", "--relay", &relay.url()]);
-    let daemon = Daemon::start(&home);
+    let daemon = DaemonProcess::start(&bin(), &home);
     let port = std::fs::read_to_string(home.join("bridge.port")).unwrap();
     let token = std::fs::read_to_string(home.join("bridge.token")).unwrap();
     let url = format!("http://127.0.0.1:{port}/v1/rpc");

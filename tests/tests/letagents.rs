@@ -459,3 +459,38 @@ async fn the_hundredth_stranger_request_is_kept_and_the_hundred_and_first_droppe
     assert_eq!(pending.as_array().unwrap().len(), max);
     assert_eq!(last_in_audit(&bob).await["detail"], "unknown_sender");
 }
+
+/// Ages the outbox entry of `id` by `hours` (its `created_at`) and makes it due: the give-up
+/// rules read that time, so this stands in for a clock `hours` ahead.
+async fn age_outbox(p: &Peer, id: &str, hours: i64) {
+    sqlx::query("UPDATE outbox SET created_at = ?, next_attempt_at = 0 WHERE message_id = ?")
+        .bind(now_ms() - hours * 3_600_000)
+        .bind(id)
+        .execute(&p.rt.store().pool)
+        .await
+        .unwrap();
+}
+
+/// Issue 12 §4: letagents gives a payload up after 48 h (receivers drop older envelopes), not
+/// before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_letagents_payload_the_relay_never_takes_is_given_up_after_48_hours() {
+    let mut relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    befriend(&alice, &bob).await;
+    relay.stop().await;
+    let id = alice.send("bob", "while the relay is down").await;
+    age_outbox(&alice, &id, 47).await;
+    alice.try_call(Request::Flush).await.ok();
+    assert_eq!(alice.state_of(&id).await, "queued", "47 h: still trying");
+    age_outbox(&alice, &id, 49).await;
+    alice.try_call(Request::Flush).await.ok();
+    assert_eq!(alice.state_of(&id).await, "failed", "49 h: given up");
+    let detail: String = sqlx::query_scalar("SELECT detail FROM messages WHERE id = ?")
+        .bind(&id)
+        .fetch_one(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    assert!(detail.starts_with("gave up after 48 h: unreachable"), "{detail}");
+}

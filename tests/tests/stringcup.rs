@@ -188,6 +188,73 @@ async fn a_topic_fans_out_in_one_batch_to_pinned_members() {
     assert_eq!(carol.inbox(0).await[0]["body"], "standup in 5");
 }
 
+/// Issue 12 §4: the Stringcup plaintext is the text alone, so an ask, a reply-to and an agent
+/// address are refused with a clear error instead of being recorded here and lost on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_stringcup_cannot_carry_is_refused_not_dropped() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    bob.add_contact(&alice.stringcup_id().await, "alice").await;
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
+    let first = alice.call(send("bob", "hello")).await;
+    let first = first["id"].as_str().unwrap().to_owned();
+    let refused = [
+        (Some("ask"), None, None, "the kind (ask/reply)"),
+        (Some("reply"), Some(first.clone()), None, "the kind (ask/reply)"),
+        (None, Some(first.clone()), None, "which message this replies to"),
+        (None, None, Some("coder".to_owned()), "the addressed agent"),
+    ];
+    for (kind, reply_to, to_agent, what) in refused {
+        let req = Request::Send {
+            contact: "bob".into(),
+            text: "lost?".into(),
+            kind: kind.map(Into::into),
+            reply_to,
+            from_agent: None,
+            to_agent,
+        };
+        let e = alice.rt.handle(req, true).await.unwrap_err();
+        assert_eq!(e.code(), "invalid_input");
+        let e = e.to_string();
+        assert!(e.contains("Stringcup carries only the text") && e.contains(what), "{e}");
+    }
+    let got: Vec<String> = bob.inbox(0).await.iter().map(|m| m["body"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(got, vec!["hello".to_owned()], "only the plain message was sent");
+}
+
+/// Issue 12 §4: a live sender's outbox must not post a topic message on its own while the batch
+/// posts the same payload (the batch carries no Idempotency-Key, so the relay would store both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sender_fans_out_a_topic_message_exactly_once_per_member() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::live("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let carol = Peer::offline("carol", &relay.url()).await;
+    let alice_id = alice.stringcup_id().await;
+    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
+        p.add_contact(&alice_id, "alice").await;
+        alice.add_contact(&p.stringcup_id().await, n).await;
+    }
+    let topic = alice.call(Request::TopicCreate { members: vec!["bob".into(), "carol".into()] }).await;
+    let topic = topic["topic"].as_str().unwrap().to_owned();
+    for round in 0..5 {
+        let text = format!("standup {round}");
+        let r = alice.call(Request::TopicSend { topic: topic.clone(), text: text.clone() }).await;
+        assert_eq!(r["sent"].as_u64().unwrap() + r["queued"].as_u64().unwrap(), 2, "{r}");
+    }
+    // Whatever the batch left queued goes out through the outbox; then nothing is left.
+    assert!(alice.eventually(10, || async { alice.rt.store().outbox_len().await.unwrap() == 0 }).await);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for p in [&bob, &carol] {
+        let bodies: Vec<String> = p.inbox(0).await.iter().map(|m| m["body"].as_str().unwrap().to_owned()).collect();
+        let want: Vec<String> = (0..5).map(|r| format!("standup {r}")).collect();
+        let mut sorted = bodies.clone();
+        sorted.sort();
+        assert_eq!(sorted, want, "{}: each topic message exactly once, got {bodies:?}", p.name);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_two_kinds_of_507_are_told_apart() {
     let mut limits = relay_lite::Limits::default();
@@ -219,6 +286,62 @@ async fn the_two_kinds_of_507_are_told_apart() {
         .await
         .unwrap();
     assert!(outbox.0.contains("the recipient is behind"), "{}", outbox.0);
+}
+
+/// Issue 12 §4: a 507 is "not stored yet", never a permanent failure (B.3.6): a message refused
+/// for 30 days (its outbox entry aged so) is still queued, and goes out once the inbox drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stringcup_507_is_retried_however_long_it_lasts() {
+    let mut limits = relay_lite::Limits::default();
+    limits.stringcup.inbox_max_pending_per_sender = 1;
+    let relay = TestRelay::start_with(limits).await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    bob.add_contact(&alice.stringcup_id().await, "alice").await;
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
+    alice.call(send("bob", "1")).await;
+    let second = alice.call(send("bob", "2")).await;
+    let second = second["id"].as_str().unwrap().to_owned();
+    assert_eq!(alice.state_of(&second).await, "queued");
+    sqlx::query("UPDATE outbox SET created_at = ?, next_attempt_at = 0 WHERE message_id = ?")
+        .bind(switchboard_core::util::now_ms() - 30 * 86_400_000)
+        .bind(&second)
+        .execute(&alice.rt.store().pool)
+        .await
+        .unwrap();
+    alice.call(Request::Flush).await;
+    assert_eq!(alice.state_of(&second).await, "queued", "a 507 is never given up");
+    assert_eq!(bob.inbox(0).await[0]["body"], "1");
+    alice.call(Request::Flush).await;
+    assert_eq!(alice.state_of(&second).await, "relayed");
+    assert_eq!(bob.inbox(0).await[0]["body"], "2");
+}
+
+/// Issue 12 §4 (B.8): the client reads the inbox budget relay-lite advertises and paces on it;
+/// once it is spent, the 429 says when to come back. (The receive loop's use of both is in
+/// `stringcup_receive_loop`; `Budget::pace_ms` is unit-tested in core.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_budget_is_read_from_the_relay_and_a_429_says_when_to_return() {
+    use switchboard_core::transport::TransportError;
+    use switchboard_core::transport::letagents::RelayClient;
+    use switchboard_core::transport::stringcup::StringcupClient;
+    let mut limits = relay_lite::Limits::default();
+    limits.stringcup.inbox_requests_per_hour = 3;
+    let relay = TestRelay::start_with(limits).await;
+    let client = StringcupClient::new(&RelayClient::new(&relay.url(), None).unwrap());
+    let key = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from([7u8; 32]));
+    let me = client.register(&data_encoding::BASE64.encode(key.as_bytes()), "pacer").await.unwrap();
+    let now = switchboard_core::util::now_ms();
+    for left in [2, 1, 0] {
+        let (_, _, budget) = client.inbox(&me.api_token, 0).await.unwrap();
+        assert_eq!(budget.remaining, Some(left));
+        let pause = budget.pace_ms(now).expect("fewer than PACE_BELOW left: paced");
+        assert!(pause > 0 && pause <= 3_600_000, "{pause}");
+    }
+    match client.inbox(&me.api_token, 0).await {
+        Err(TransportError::Status { status: 429, retry_after: Some(secs), .. }) => assert!(secs > 0 && secs <= 3600),
+        other => panic!("expected a 429 with Retry-After, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

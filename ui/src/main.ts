@@ -1060,7 +1060,7 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
       continue;
     }
     const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
-    const canReply = m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked;
+    const canReply = m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked && c.protocol !== 'stringcup';
     items.push(
       h(
         'li',
@@ -1182,7 +1182,8 @@ async function conversationView(name: string, highlight?: string) {
       disabled: blocked,
       onchange: (e: Event) => composeKind.set(c.name, (e.currentTarget as HTMLSelectElement).value),
     },
-    ['send', 'ask'].map((k) => h('option', { value: k, selected: (composeKind.get(c.name) ?? 'send') === k }, S.conversation.kinds[k] ?? k)),
+    // Stringcup carries the text alone: no ask/reply (the runtime refuses them).
+    (c.protocol === 'stringcup' ? ['send'] : ['send', 'ask']).map((k) => h('option', { value: k, selected: (composeKind.get(c.name) ?? 'send') === k }, S.conversation.kinds[k] ?? k)),
   );
   const byId = new Map(msgs.map((m) => [m.id, m]));
   const replyText = h('span', null, replyTo && byId.get(replyTo) ? S.conversation.replyTo(messageText(byId.get(replyTo) as Message)) : '');

@@ -114,6 +114,10 @@ pub enum Error {
     /// The loop guard paused this conversation until the operator resumes it.
     #[error("{0}")]
     LoopGuard(String),
+
+    /// The contact's protocol has no place for part of the message, which would silently be lost.
+    #[error("{protocol} carries only the text, so {what} would not reach the peer: send it as a plain message")]
+    NotCarried { protocol: &'static str, what: &'static str },
 }
 
 impl Error {
@@ -138,7 +142,8 @@ impl Error {
             | Error::CardRefused(_)
             | Error::Peer(_)
             | Error::RelayServed(_)
-            | Error::UnknownMember(_) => "invalid_input",
+            | Error::UnknownMember(_)
+            | Error::NotCarried { .. } => "invalid_input",
             Error::UnknownMessage(_) => "unknown_message",
             Error::Store(StoreError::DiskFull(_)) => "disk_full",
             Error::Store(_) => "store",
@@ -171,7 +176,8 @@ impl Error {
             | Error::UnknownMember(_)
             | Error::UnknownMessage(_)
             | Error::Forbidden(_)
-            | Error::LoopGuard(_) => Fault::Caller,
+            | Error::LoopGuard(_)
+            | Error::NotCarried { .. } => Fault::Caller,
             // The key we seal to is the one the peer published.
             Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,
             Error::RelayServed(_) | Error::Transport(_) => Fault::Relay,

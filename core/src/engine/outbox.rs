@@ -3,13 +3,13 @@
 //! that posts due payloads through their channel with full-jitter exponential backoff.
 //!
 //! - A payload is committed before any network I/O; every retry posts the exact stored bytes.
-//! - `Retry-After` is honoured; a payload still refused after 48 h is given up (`failed`).
+//! - `Retry-After` is honoured; a payload the relay keeps refusing is given up (`failed`) when
+//!   its channel says (letagents: 48 h; Agent Mail: the message's deadline; Stringcup: never).
 //! - A relay found unreachable is not tried again in the same pass.
 
 use std::time::Duration;
 
 use super::{Event, Result, Runtime};
-use crate::protocol::letagents::STALE_AFTER_MS;
 use crate::store::{self, ContactRow, NewMessage, OutboxRow, Protocol, Queued};
 use crate::transport::letagents::SendOutcome;
 use crate::util::{now_ms, random_array};
@@ -123,8 +123,7 @@ impl Runtime {
                 Ok(Attempt::Accepted)
             }
             SendOutcome::Retry { after_ms, reason } => {
-                if now - row.created_at > STALE_AFTER_MS {
-                    self.store().outbox_failed(&row, &format!("gave up after 48 h: {reason}"), now).await?;
+                if self.give_up_if_due(&row, now, &reason).await? {
                     return Ok(Attempt::Later);
                 }
                 let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
@@ -143,6 +142,18 @@ impl Runtime {
         }
     }
 
+    /// Gives `row` up (`failed`, with `reason` as the last refusal) if its channel's give-up time
+    /// has come. Returns whether it did.
+    async fn give_up_if_due(&self, row: &OutboxRow, now: i64, reason: &str) -> Result<bool> {
+        match self.channel(row.protocol).give_up_at(row) {
+            Some((at, when)) if now >= at => {
+                self.store().outbox_failed(row, &format!("gave up {when}: {reason}"), now).await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// One pass over the outbox: everything due now, or everything queued with `force` (an
     /// explicit flush, or a one-shot command that has no daemon to wait for). A relay found
     /// unreachable is not tried again in the same pass. Returns how many the relay accepted.
@@ -152,6 +163,8 @@ impl Runtime {
         let mut down: Vec<String> = Vec::new();
         for row in self.store().due_outbox(until, 500).await? {
             if down.contains(&row.relay_url) {
+                // Not tried, but a deadline still passes while the relay is down.
+                self.give_up_if_due(&row, now_ms(), "unreachable: the relay did not answer").await?;
                 continue;
             }
             let url = row.relay_url.clone();

@@ -403,6 +403,30 @@ impl Store {
         Ok(sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM outbox").fetch_one(&self.pool).await?)
     }
 
+    /// The outbox entry of `message_id` on `protocol`, if it is still queued.
+    pub async fn outbox_row(&self, message_id: &str, protocol: Protocol) -> Result<Option<OutboxRow>> {
+        Ok(sqlx::query_as("SELECT * FROM outbox WHERE message_id = ? AND protocol = ?")
+            .bind(message_id)
+            .bind(protocol)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// Makes held entries (see [`outbox_hold`]) due at `now`, without counting an attempt.
+    pub async fn outbox_release(&self, message_ids: &[String], now: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for id in message_ids {
+            sqlx::query("UPDATE outbox SET next_attempt_at = ? WHERE message_id = ? AND next_attempt_at > ?")
+                .bind(now)
+                .bind(id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Number of queued outbox entries.
     pub async fn outbox_len(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox").fetch_one(&self.pool).await?)
@@ -597,6 +621,17 @@ pub struct Queued<'a> {
 
 /// Queues a payload for sending and records it as queued in the audit log, in `conn`'s
 /// transaction; the caller commits and then wakes the outbox.
+/// Holds a just-queued entry until `until`: the outbox worker leaves it alone while the caller
+/// makes the first attempt itself (a Stringcup topic batch), then [`Store::outbox_release`]s it.
+pub async fn outbox_hold(conn: &mut SqliteConnection, message_id: &str, until: i64) -> Result<()> {
+    sqlx::query("UPDATE outbox SET next_attempt_at = ? WHERE message_id = ?")
+        .bind(until)
+        .bind(message_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, next_attempt_at, created_at) \

@@ -28,6 +28,39 @@ pub enum LongPoll {
     Unavailable,
 }
 
+/// Below this many requests left in a budget window, polls are spread over the rest of it.
+pub const PACE_BELOW: u64 = 10;
+
+/// The relay's `X-RateLimit-Remaining` and `X-RateLimit-Reset` (Unix seconds) on an answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// Requests left in the window.
+    pub remaining: Option<u64>,
+    /// When the window refills, in Unix seconds.
+    pub reset_unix_secs: Option<u64>,
+}
+
+impl Budget {
+    fn of(headers: &reqwest::header::HeaderMap) -> Self {
+        let num = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+        Self { remaining: num("x-ratelimit-remaining"), reset_unix_secs: num("x-ratelimit-reset") }
+    }
+
+    /// How long to wait before the next request so that what is left of the budget lasts until
+    /// it refills (B.8: pace against `X-RateLimit-Remaining`): until the reset when nothing is
+    /// left, an even share of the time left when fewer than [`PACE_BELOW`] are, else nothing.
+    pub fn pace_ms(&self, now_ms: i64) -> Option<i64> {
+        let remaining = self.remaining?;
+        let reset_ms = i64::try_from(self.reset_unix_secs?).ok()?.saturating_mul(1000);
+        let left = reset_ms.saturating_sub(now_ms);
+        if left <= 0 || remaining >= PACE_BELOW {
+            return None;
+        }
+        let share = left / i64::try_from(remaining).unwrap_or(i64::MAX).saturating_add(1);
+        Some(if remaining == 0 { left } else { share })
+    }
+}
+
 /// What a send attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -137,8 +170,9 @@ impl StringcupClient {
         }
     }
 
-    /// One inbox page (oldest first), holding up to `wait` seconds for mail.
-    pub async fn inbox(&self, token: &str, wait: u64) -> Result<(InboxPageIn, LongPoll), TransportError> {
+    /// One inbox page (oldest first), holding up to `wait` seconds for mail, with the relay's
+    /// long-poll answer and what is left of the inbox budget.
+    pub async fn inbox(&self, token: &str, wait: u64) -> Result<(InboxPageIn, LongPoll, Budget), TransportError> {
         let wait = wait.min(MAX_WAIT_SECS);
         let resp = self
             .http
@@ -153,7 +187,8 @@ impl StringcupClient {
             Some("unavailable") => LongPoll::Unavailable,
             _ => LongPoll::Off,
         };
-        Ok((json_of(resp).await?, long_poll))
+        let budget = Budget::of(resp.headers());
+        Ok((json_of(resp).await?, long_poll, budget))
     }
 
     /// Acknowledges (deletes) messages after they are committed locally.
@@ -224,5 +259,28 @@ impl StringcupClient {
                 .map_err(unreachable)?,
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(remaining: u64, reset_in_secs: i64, now_ms: i64) -> Budget {
+        Budget {
+            remaining: Some(remaining),
+            reset_unix_secs: Some(u64::try_from(now_ms / 1000 + reset_in_secs).unwrap_or(0)),
+        }
+    }
+
+    #[test]
+    fn polls_are_spread_over_what_is_left_of_the_budget() {
+        let now = 1_800_000_000_000;
+        assert_eq!(budget(PACE_BELOW, 600, now).pace_ms(now), None, "plenty left: no pause");
+        assert_eq!(budget(PACE_BELOW - 1, 600, now).pace_ms(now), Some(60_000), "9 left, 10 min: one a minute");
+        assert_eq!(budget(1, 600, now).pace_ms(now), Some(300_000));
+        assert_eq!(budget(0, 600, now).pace_ms(now), Some(600_000), "none left: until the reset");
+        assert_eq!(budget(0, -5, now).pace_ms(now), None, "a reset in the past: the window refilled");
+        assert_eq!(Budget::default().pace_ms(now), None, "a relay without the headers");
     }
 }

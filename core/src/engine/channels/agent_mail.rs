@@ -35,13 +35,13 @@ use crate::protocol::agent_identity::live_write::{apply_max_seen_nonce, next_non
 use crate::protocol::agent_identity::{AgentId, Hash32, Origin};
 use crate::protocol::agent_mail::card::{CardPayload, PinOutcome, check_pin};
 use crate::protocol::agent_mail::message::check_reply;
-use crate::protocol::agent_mail::packet::{SealRequest, seal};
+use crate::protocol::agent_mail::packet::{Packet, SealRequest, seal};
 use crate::protocol::agent_mail::recipient::{
     MessageCommitment, ReceiveError, RetainedKey, SenderPolicy, Verdict, verify_packet,
 };
 use crate::protocol::agent_mail::relay::PacketRecord;
 use crate::protocol::agent_mail::{DAY_MS, Id16, MAX_TTL_MS, MailAddress, MailboxCard, Message, Part, Pin};
-use crate::protocol::letagents::Kind;
+use crate::protocol::letagents::{Kind, STALE_AFTER_MS};
 use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Protocol};
 use crate::transport::TransportError;
 use crate::transport::agent_mail::{Delivered, MailClient, Published};
@@ -230,6 +230,15 @@ impl Channel for AgentMail {
 
     fn attempt<'a>(&'a self, rt: &'a Runtime, row: &'a OutboxRow) -> BoxFuture<'a, Result<SendOutcome>> {
         Box::pin(async move { Ok(self.agent_mail_attempt(rt, row).await) })
+    }
+
+    /// At the message's deadline (§7.3: retries reuse the packet until its expiration, and an
+    /// expired message is never renewed), which the packet header carries.
+    fn give_up_at(&self, row: &OutboxRow) -> Option<(i64, &'static str)> {
+        match Packet::parse(&row.payload) {
+            Ok(p) => Some((p.header().expires_at, "at the message's deadline")),
+            Err(_) => Some((row.created_at.saturating_add(STALE_AFTER_MS), "after 48 h")),
+        }
     }
 
     fn sync<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<usize>> {

@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::{Result, Runtime};
-use crate::protocol::letagents::Kind;
+use crate::protocol::letagents::{Kind, STALE_AFTER_MS};
 use crate::store::{ContactRow, OutboxRow};
 use crate::transport::letagents::SendOutcome;
 
@@ -97,6 +97,13 @@ pub(super) trait Channel: Send + Sync {
 
     /// The contact's address once `verify` adopts the changed box key `new_box`.
     fn address_with_box(&self, c: &ContactRow, new_box: &[u8]) -> Result<String>;
+
+    /// When a payload the relay keeps refusing with a retryable answer is given up (`failed`),
+    /// and why; `None`: never, it stays queued (with its last error) until it goes through.
+    /// The default is letagents' rule: receivers drop envelopes older than 48 h.
+    fn give_up_at(&self, row: &OutboxRow) -> Option<(i64, &'static str)> {
+        Some((row.created_at.saturating_add(STALE_AFTER_MS), "after 48 h"))
+    }
 
     /// Whether contacts of this protocol are told our roster when local agents change.
     fn carries_roster(&self) -> bool {

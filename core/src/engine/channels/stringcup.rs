@@ -57,6 +57,24 @@ struct Stored {
     token: String,
 }
 
+/// One inbox page as the receive loop sees it.
+struct Page {
+    /// Messages processed (and acknowledged).
+    count: usize,
+    /// Whether any of them is something `inbox` shows.
+    showable: bool,
+    /// The relay has more waiting.
+    more: bool,
+    /// Whether the relay held the request.
+    long_poll: LongPoll,
+    /// What is left of the inbox budget.
+    budget: sct::Budget,
+}
+
+/// How long a topic fan-out holds its queued entries from the outbox worker while its batch
+/// request runs (longer than any request's timeout; released as soon as the batch answers).
+const TOPIC_BATCH_HOLD_MS: i64 = 120_000;
+
 fn slot(ks: &Keystore) -> std::result::Result<Keystore, crate::identity::keystore::KeystoreError> {
     ks.slot("stringcup")
 }
@@ -100,11 +118,19 @@ impl Channel for Stringcup {
     ) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move {
             let text = msg.body.as_str().ok_or_else(|| Error::Invalid("Stringcup carries text only".into()))?;
-            if !matches!(msg.kind, Kind::Send | Kind::Ask | Kind::Reply) {
-                return Err(Error::Invalid(format!(
-                    "`{}` is a letagents kind; Stringcup carries text",
-                    msg.kind.as_str()
-                )));
+            // The Stringcup plaintext is the text alone (B.2): no kind, no correlation (B.6.1 §3),
+            // no addressing of the peer's agents. Refused rather than recorded here and lost on
+            // the wire; `from_agent` is ours and stays local.
+            let lost = match msg.kind {
+                Kind::Send => None,
+                Kind::Ask | Kind::Reply => Some("the kind (ask/reply)"),
+                _ => Some("a letagents kind"),
+            };
+            let lost = lost
+                .or(msg.reply_to.map(|_| "which message this replies to"))
+                .or(msg.to_agent.map(|_| "the addressed agent"));
+            if let Some(what) = lost {
+                return Err(Error::NotCarried { protocol: "Stringcup", what });
             }
             self.stringcup_send(rt, c, msg.kind, text, msg.reply_to, msg.from_agent, msg.to_agent).await
         })
@@ -112,6 +138,12 @@ impl Channel for Stringcup {
 
     fn attempt<'a>(&'a self, rt: &'a Runtime, row: &'a OutboxRow) -> BoxFuture<'a, Result<SendOutcome>> {
         Box::pin(async move { Ok(self.stringcup_attempt(rt, row).await) })
+    }
+
+    /// Never: nothing expires at a Stringcup relay, and a 507 means "not stored yet", never a
+    /// permanent failure (B.3.6); the message waits, with its last error, until the inbox drains.
+    fn give_up_at(&self, _row: &OutboxRow) -> Option<(i64, &'static str)> {
+        None
     }
 
     fn sync<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<usize>> {
@@ -340,12 +372,30 @@ impl Stringcup {
         {
             self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, "active").await?;
         }
+        let now = now_ms();
+        let mut tx = rt.store().pool.begin().await?;
+        let id = Self::seal_and_queue(rt, &mut tx, &me, c, kind, text, (reply_to, from_agent, to_agent), now).await?;
+        rt.commit_queued(tx).await?;
+        Ok(id)
+    }
+
+    /// Seals `text` for `c` and queues it in `tx`; returns the message id, which doubles as the
+    /// Idempotency-Key every retry reuses.
+    #[allow(clippy::too_many_arguments)]
+    async fn seal_and_queue(
+        rt: &Runtime,
+        tx: &mut sqlx::SqliteConnection,
+        me: &ScIdentity,
+        c: &ContactRow,
+        kind: Kind,
+        text: &str,
+        (reply_to, from_agent, to_agent): (Option<&str>, Option<&str>, Option<&str>),
+        now: i64,
+    ) -> Result<String> {
         let (header, ciphertext) = crypto::seal(&me.id, &c.peer_id, &pinned_key(c)?, text, &mut OsRng)?;
         let body = serde_json::to_vec(&Outgoing { recipient_id: c.peer_id.clone(), header, ciphertext })
             .map_err(|e| Error::Bug(e.to_string()))?;
-        // The message id doubles as the Idempotency-Key every retry reuses.
         let id = uuid::Uuid::new_v4().hyphenated().to_string();
-        let now = now_ms();
         let sealed = Sealed {
             id: &id,
             protocol: Protocol::Stringcup,
@@ -361,9 +411,7 @@ impl Stringcup {
             drop_code: &[],
             payload: &body,
         };
-        let mut tx = rt.store().pool.begin().await?;
-        outbox::queue(&mut tx, sealed, now).await?;
-        rt.commit_queued(tx).await?;
+        outbox::queue(tx, sealed, now).await?;
         Ok(id)
     }
 
@@ -462,8 +510,8 @@ impl Stringcup {
 
     /// Reads one inbox page (holding up to `wait` s), commits each message, then acks the page.
     /// Returns (messages processed, any showable, more waiting, long-poll state).
-    async fn stringcup_page(&self, rt: &Runtime, me: &ScIdentity, wait: u64) -> Result<(usize, bool, bool, LongPoll)> {
-        let (page, long_poll) = self.client.inbox(&me.token, wait).await?;
+    async fn stringcup_page(&self, rt: &Runtime, me: &ScIdentity, wait: u64) -> Result<Page> {
+        let (page, long_poll, budget) = self.client.inbox(&me.token, wait).await?;
         let mut showable = false;
         let mut ids = Vec::with_capacity(page.messages.len());
         for m in &page.messages {
@@ -473,7 +521,7 @@ impl Stringcup {
         if !ids.is_empty() {
             self.client.ack(&me.token, &ids).await?;
         }
-        Ok((ids.len(), showable, page.has_more, long_poll))
+        Ok(Page { count: ids.len(), showable, more: page.has_more, long_poll, budget })
     }
 
     /// Drains the inbox without waiting. Zero when we have no Stringcup identity.
@@ -481,9 +529,9 @@ impl Stringcup {
         let Some(me) = self.registered().await else { return Ok(0) };
         let mut total = 0;
         loop {
-            let (n, _, more, _) = self.stringcup_page(rt, &me, 0).await?;
-            total += n;
-            if !more || n == 0 {
+            let page = self.stringcup_page(rt, &me, 0).await?;
+            total += page.count;
+            if !page.more || page.count == 0 {
                 return Ok(total);
             }
         }
@@ -515,20 +563,30 @@ impl Stringcup {
                 _ = stop.changed() => return Ok(()),
             };
             match page {
-                Ok((_, showable, more, long_poll)) => {
+                Ok(page) => {
                     failures = 0;
-                    if showable && until_showable {
+                    if page.showable && until_showable {
                         return Ok(());
                     }
-                    // A relay that did not hold the request must not be polled at full speed.
-                    if !more && long_poll != LongPoll::Waited {
-                        self.pause(i64::try_from(POLL_INTERVAL_MS).unwrap_or(12_000), &mut stop).await;
+                    // A relay that did not hold the request must not be polled at full speed, and
+                    // the inbox budget must last until it refills.
+                    let mut wait = page.budget.pace_ms(now_ms());
+                    if !page.more && page.long_poll != LongPoll::Waited {
+                        wait = wait.max(Some(i64::try_from(POLL_INTERVAL_MS).unwrap_or(12_000)));
+                    }
+                    if let Some(ms) = wait {
+                        self.pause(ms, &mut stop).await;
                     }
                 }
                 Err(e) => {
                     tracing::info!("stringcup inbox: {e}");
                     failures = failures.saturating_add(1);
-                    self.pause(crate::engine::backoff_ms(failures), &mut stop).await;
+                    let mut wait = crate::engine::backoff_ms(failures);
+                    // A 429 says when to come back (B.8); asking sooner only spends more.
+                    if let Error::Transport(TransportError::Status { status: 429, retry_after: Some(secs), .. }) = &e {
+                        wait = wait.max(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX));
+                    }
+                    self.pause(wait, &mut stop).await;
                 }
             }
         }
@@ -659,20 +717,24 @@ impl Stringcup {
                 None => skipped.push(json!({"id": m.id, "reason": "not a contact (no pinned key)"})),
             }
         }
+        // The batch is the first attempt. The entries are queued (so nothing is lost if we stop
+        // here) but held from the outbox worker until the batch has answered: the batch carries
+        // no Idempotency-Key (B.3.1), so a worker posting the same payload meanwhile would make
+        // the relay store it twice. What the batch did not store is released to the worker,
+        // which retries each entry with its own key. A crash after the relay stored the batch and
+        // before `outbox_sent` commits can still deliver one entry twice, after the hold.
+        let now = now_ms();
+        let mut tx = rt.store().pool.begin().await?;
         let mut queued = Vec::new();
         for c in &targets {
-            queued.push(self.stringcup_send(rt, c, Kind::Send, text, None, None, None).await?);
+            let id = Self::seal_and_queue(rt, &mut tx, &me, c, Kind::Send, text, (None, None, None), now).await?;
+            store::outbox_hold(&mut tx, &id, now + TOPIC_BATCH_HOLD_MS).await?;
+            queued.push(id);
         }
-        // First attempt: one request for the whole fan-out; refused entries stay queued and the
-        // outbox retries each on its own with its Idempotency-Key.
+        tx.commit().await?;
         let mut rows = Vec::new();
         for id in &queued {
-            let row: Option<OutboxRow> = sqlx::query_as("SELECT * FROM outbox WHERE message_id = ? AND protocol = ?")
-                .bind(id)
-                .bind(Protocol::Stringcup)
-                .fetch_optional(&rt.store().pool)
-                .await?;
-            rows.extend(row);
+            rows.extend(rt.store().outbox_row(id, Protocol::Stringcup).await?);
         }
         let entries: Vec<Outgoing> = rows.iter().filter_map(|r| serde_json::from_slice(&r.payload).ok()).collect();
         let mut sent = 0;
@@ -689,6 +751,8 @@ impl Stringcup {
                 Err(e) => tracing::info!("topic batch: {e}; the outbox sends each message on its own"),
             }
         }
+        rt.store().outbox_release(&queued, now_ms()).await?;
+        rt.inner.outbox_wake.notify_one();
         Ok(json!({"topic": topic, "sent": sent, "queued": queued.len() - sent, "messages": queued, "skipped": skipped}))
     }
 }
