@@ -13,6 +13,8 @@ packages=(
   dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
   xdg-utils desktop-file-utils rpm                   # the package test: link handler, MIME cache, the .rpm's file list
+  python3-aiosmtpd                                   # a real SMTP receiver as the ASNET smarthost (relay-lite/tests/asnet_smtp.rs)
+  postfix                                            # a real MTA in front of the ASNET service (relay-lite/tests/asnet_postfix.rs)
 )
 
 missing=()
@@ -24,6 +26,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
+  # Postfix unconfigured and not started: the test runs its own loopback-only instance.
+  echo "postfix postfix/main_mailer_type select No configuration" | $SUDO debconf-set-selections
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 

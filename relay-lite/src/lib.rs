@@ -8,11 +8,13 @@
 //!   [`RunningRelay`] with the bound address;
 //! - [`serve`] is what the binary does: spawn, print the listening line, run until a signal.
 //!
-//! Layout: `routes/` holds one file per protocol, all sharing [`AppState`]; `store/` owns SQLite
+//! Layout: `asnet/` is the ASNET/1 email service (its own SMTP listener and database);
+//! `routes/` holds one file per protocol, all sharing [`AppState`]; `store/` owns SQLite
 //! (one group-committing writer task, a pool of readers); `limits` holds the rate limiters;
 //! `hub` wakes websocket sessions and long-polls when mail commits; `error` maps every failure to
 //! a status code.
 
+pub mod asnet;
 pub mod conn;
 pub mod error;
 pub mod hub;
@@ -227,6 +229,8 @@ pub struct Config {
     /// Test hook: when set, the Agent Mail routes read the time (Unix ms) from here instead of
     /// the system clock, so fixed-time conformance vectors can be replayed over HTTP.
     pub agent_mail_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
+    /// The ASNET/1 email service (SMTP in, SMTP out), when enabled.
+    pub asnet: Option<asnet::AsnetConfig>,
 }
 
 impl Config {
@@ -240,6 +244,7 @@ impl Config {
             sweep_interval: Duration::from_secs(60),
             public_urls: Vec::new(),
             agent_mail_clock: None,
+            asnet: None,
         }
     }
 }
@@ -443,6 +448,8 @@ pub struct RunningRelay {
     pub addr: SocketAddr,
     /// SHA-256 of the leaf certificate's DER, when serving TLS.
     pub cert_sha256: Option<[u8; 32]>,
+    /// The ASNET service, when enabled (its SMTP address and database).
+    pub asnet: Option<asnet::RunningAsnet>,
     state: AppState,
     handle: axum_server::Handle<SocketAddr>,
     task: JoinHandle<std::io::Result<()>>,
@@ -476,6 +483,9 @@ impl RunningRelay {
         self.state.begin_close();
         self.handle.graceful_shutdown(Some(Duration::from_secs(2)));
         let served = self.task.await;
+        if let Some(asnet) = self.asnet {
+            asnet.shutdown().await;
+        }
         self.state.close().await;
         served.context("server task panicked")?.context("server failed")?;
         Ok(())
@@ -499,6 +509,10 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
     let addr = listener.local_addr()?;
     // Names derived from the listening address need the real port when it was 0.
     let (router, state) = app(&Config { listen: addr, ..config.clone() }).await?;
+    let asnet = match config.asnet.clone() {
+        Some(a) => Some(asnet::start(a, &config.data_dir).await?),
+        None => None,
+    };
     let handle = axum_server::Handle::new();
     let make_service = router.into_make_service_with_connect_info::<SocketAddr>();
     let cert_sha256 = tls.as_ref().map(|t| t.cert_sha256);
@@ -528,7 +542,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
     };
     let names: Vec<&str> = state.origins().urls().collect();
     tracing::info!(%addr, tls = cert_sha256.is_some(), public = ?names, "relay-lite serving");
-    Ok(RunningRelay { addr, cert_sha256, state, handle, task })
+    Ok(RunningRelay { addr, cert_sha256, asnet, state, handle, task })
 }
 
 /// A listening socket with SO_REUSEADDR, so a restarted relay can take its port back at once.
@@ -551,6 +565,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         if let Some(fp) = relay.cert_sha256 {
             writeln!(out, "certificate sha256 {}", switchboard_core::util::hex(&fp))?;
+        }
+        if let Some(asnet) = &relay.asnet {
+            writeln!(out, "asnet smtp listening on {}", asnet.smtp_addr)?;
         }
         writeln!(out, "relay-lite listening on {}", relay.url())?;
         out.flush()?;

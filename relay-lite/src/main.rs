@@ -1,14 +1,16 @@
 //! The `relay-lite` binary: parses flags (and an optional JSON config file with the same keys),
 //! sets up logging on stderr and runs [`relay_lite::serve`].
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use relay_lite::asnet::{AsnetConfig, Smarthost};
 use relay_lite::{Config, Limits, TlsMode};
 use serde::Deserialize;
+use switchboard_core::protocol::asnet::Mailbox;
 
 /// A small relay for Switchboard's relay APIs (letagents v1).
 ///
@@ -75,6 +77,30 @@ struct Cli {
     /// being ready for one (new or idle keep-alive) [default: 30].
     #[arg(long, value_name = "N")]
     header_read_timeout_secs: Option<u64>,
+    /// Enable the ASNET/1 email service with this service mailbox, e.g.
+    /// `network@example.test` (needs the three other --asnet-* settings below).
+    #[arg(long, value_name = "MAILBOX")]
+    asnet_address: Option<String>,
+    /// Where the ASNET SMTP listener binds, for the trusted MTA in front (e.g. `127.0.0.1:2525`).
+    /// Only loopback and --asnet-smtp-peer addresses may connect.
+    #[arg(long, value_name = "ADDR")]
+    asnet_smtp_listen: Option<SocketAddr>,
+    /// A non-loopback address of the trusted MTA allowed to connect (repeatable).
+    #[arg(long = "asnet-smtp-peer", value_name = "IP")]
+    asnet_smtp_peer: Vec<IpAddr>,
+    /// Where ASNET replies are sent by SMTP: `HOST:PORT` of the trusted MTA (plain SMTP).
+    #[arg(long, value_name = "HOST:PORT")]
+    asnet_smarthost: Option<String>,
+    /// The authserv-id whose `Authentication-Results` header the ASNET service trusts (the
+    /// trusted MTA's, which must strip forged copies).
+    #[arg(long, value_name = "ID")]
+    asnet_authserv_id: Option<String>,
+    /// ASNET attempts admitted per sender mailbox per rolling hour [default: 30].
+    #[arg(long, value_name = "N")]
+    asnet_sender_limit: Option<u32>,
+    /// ASNET attempts admitted from everyone per rolling hour [default: 1000].
+    #[arg(long, value_name = "N")]
+    asnet_global_limit: Option<u32>,
 }
 
 /// The config file: the flags' names as keys.
@@ -99,10 +125,48 @@ struct FileConfig {
     header_read_timeout_secs: Option<u64>,
     request_body_timeout_secs: Option<u64>,
     max_connections_per_ip: Option<usize>,
+    asnet_address: Option<String>,
+    asnet_smtp_listen: Option<SocketAddr>,
+    #[serde(default)]
+    asnet_smtp_peer: Vec<IpAddr>,
+    asnet_smarthost: Option<String>,
+    asnet_authserv_id: Option<String>,
+    asnet_sender_limit: Option<u32>,
+    asnet_global_limit: Option<u32>,
 }
 
 fn secs_to_ms(secs: u64) -> i64 {
     i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
+}
+
+/// The ASNET service's settings, from flags over the file; `None` when no key is given.
+fn asnet_config(cli: &Cli, file: &FileConfig) -> anyhow::Result<Option<AsnetConfig>> {
+    let address = cli.asnet_address.clone().or(file.asnet_address.clone());
+    let listen = cli.asnet_smtp_listen.or(file.asnet_smtp_listen);
+    let smarthost = cli.asnet_smarthost.clone().or(file.asnet_smarthost.clone());
+    let authserv_id = cli.asnet_authserv_id.clone().or(file.asnet_authserv_id.clone());
+    let (address, listen, smarthost, authserv_id) = match (address, listen, smarthost, authserv_id) {
+        (None, None, None, None) => return Ok(None),
+        (Some(a), Some(l), Some(s), Some(i)) => (a, l, s, i),
+        _ => anyhow::bail!(
+            "the ASNET service needs all of asnet-address, asnet-smtp-listen, asnet-smarthost and asnet-authserv-id"
+        ),
+    };
+    let address = Mailbox::parse(&address).map_err(|e| anyhow::anyhow!("asnet-address {address}: {e}"))?;
+    let smarthost: Smarthost = smarthost.parse().map_err(|e| anyhow::anyhow!("asnet-smarthost {e}"))?;
+    if authserv_id.is_empty() || !authserv_id.bytes().all(|b| b.is_ascii_graphic() && b != b';') {
+        anyhow::bail!("asnet-authserv-id must be a non-empty token (a host name, usually)");
+    }
+    let mut config = AsnetConfig::new(address, listen, smarthost, authserv_id);
+    config.smtp_peers =
+        if cli.asnet_smtp_peer.is_empty() { file.asnet_smtp_peer.clone() } else { cli.asnet_smtp_peer.clone() };
+    if let Some(n) = cli.asnet_sender_limit.or(file.asnet_sender_limit) {
+        config.limits.per_sender = n;
+    }
+    if let Some(n) = cli.asnet_global_limit.or(file.asnet_global_limit) {
+        config.limits.global = n;
+    }
+    Ok(Some(config))
 }
 
 fn config(cli: Cli) -> anyhow::Result<Config> {
@@ -113,6 +177,7 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
         }
         None => FileConfig::default(),
     };
+    let asnet = asnet_config(&cli, &file)?;
     let listen = cli.listen.or(file.listen).context("--listen is required")?;
     let data_dir = cli.data.or(file.data).context("--data is required")?;
     let cli_tls = cli.tls_cert.is_some() || cli.tls_self_signed;
@@ -169,6 +234,7 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
     config.tls = tls;
     config.limits = limits;
     config.sweep_interval = Duration::from_secs(sweep.max(1));
+    config.asnet = asnet;
     config.public_urls = if cli.public_url.is_empty() { file.public_url } else { cli.public_url };
     // Fail before binding: a relay that cannot name itself would refuse every login. (Plain
     // HTTP off loopback is refused at start anyway, with its own message.)
