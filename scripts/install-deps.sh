@@ -13,6 +13,7 @@ packages=(
   dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
   xdg-utils desktop-file-utils rpm                   # the package test: link handler, MIME cache, the .rpm's file list
+  postgresql                                         # relay-lite's PostgreSQL backend tests (initdb + pg_ctl in a temp dir)
 )
 
 missing=()
