@@ -378,8 +378,7 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
         }
     }
     if serves(Family::AgentMail) {
-        let am_now =
-            shared.agent_mail_clock.as_ref().map_or(now, |c| c.load(std::sync::atomic::Ordering::SeqCst));
+        let am_now = shared.agent_mail_clock.as_ref().map_or(now, |c| c.load(std::sync::atomic::Ordering::SeqCst));
         let am = shared.store.am_sweep(am_now).await?;
         if am.packets > 0 || am.mailboxes > 0 {
             tracing::info!(packets = am.packets, mailboxes = am.mailboxes, nonces = am.nonces, "agent mail swept");

@@ -186,7 +186,9 @@ async fn a_committed_deposit_wakes_its_mailbox_watchers(b: &Backend) {
 async fn concurrent_commits_at_one_epoch_exactly_one_wins(b: &Backend) {
     let posts = (0..10).map(|_| {
         let store = b.store.clone();
-        tokio::spawn(async move { store.lmk_post(G, 0, ContentType::Commit, Bytes::from_static(b"c"), 1).await.unwrap() })
+        tokio::spawn(
+            async move { store.lmk_post(G, 0, ContentType::Commit, Bytes::from_static(b"c"), 1).await.unwrap() },
+        )
     });
     let mut won = 0;
     for p in posts.collect::<Vec<_>>() {

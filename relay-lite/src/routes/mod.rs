@@ -15,9 +15,9 @@ use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
-use crate::{AppState, Family};
 use crate::error::Error;
 use crate::limits::retry_after_secs;
+use crate::{AppState, Family};
 
 /// Every route of every protocol the relay serves ([`AppState::serves`]).
 pub fn router(state: AppState) -> Router {

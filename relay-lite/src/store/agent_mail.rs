@@ -20,8 +20,8 @@ use switchboard_core::protocol::agent_mail::relay::{
     self, Admission, CurrentCard, Delivery, DeliveryResult, RelayError,
 };
 
-use super::writer::{BatchCx, Reply, WriteOp, settle};
 use super::Family;
+use super::writer::{BatchCx, Reply, WriteOp, settle};
 use super::{Store, StoreError};
 use crate::origin::PublicOrigins;
 

@@ -122,7 +122,11 @@ impl Request<SqliteConnection> for Deposit {
         self.body.len()
     }
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<DepositOutcome, sqlx::Error>> {
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<DepositOutcome, sqlx::Error>> {
         Box::pin(deposit(conn, self))
     }
 
@@ -134,7 +138,11 @@ impl Request<SqliteConnection> for Deposit {
 impl Request<SqliteConnection> for Login {
     type Out = LoginOutcome;
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
         Box::pin(login(conn, self))
     }
 }
@@ -150,7 +158,11 @@ impl Request<SqliteConnection> for Ack {
 impl Request<SqliteConnection> for Sweep {
     type Out = SweepReport;
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, hub: &'a Hub) -> BoxFuture<'a, Result<SweepReport, sqlx::Error>> {
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        hub: &'a Hub,
+    ) -> BoxFuture<'a, Result<SweepReport, sqlx::Error>> {
         Box::pin(sweep(conn, self, hub))
     }
 }

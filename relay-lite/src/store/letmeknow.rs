@@ -144,7 +144,11 @@ impl Request<SqliteConnection> for Post {
         self.data.len()
     }
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<PostOutcome, sqlx::Error>> {
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<PostOutcome, sqlx::Error>> {
         Box::pin(post(conn, self))
     }
 
@@ -156,7 +160,11 @@ impl Request<SqliteConnection> for Post {
 impl Request<SqliteConnection> for CreateInvite {
     type Out = InviteOutcome;
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
         Box::pin(create_invite(conn, self))
     }
 }
@@ -168,7 +176,11 @@ impl Request<SqliteConnection> for PutBlob {
         self.data.len()
     }
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
         Box::pin(put_blob(conn, self))
     }
 
@@ -180,7 +192,11 @@ impl Request<SqliteConnection> for PutBlob {
 impl Request<SqliteConnection> for Sweep {
     type Out = LmkSweepReport;
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<LmkSweepReport, sqlx::Error>> {
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<LmkSweepReport, sqlx::Error>> {
         Box::pin(sweep(conn, self))
     }
 }

@@ -116,7 +116,8 @@ const SQLITE_IOERR: i64 = 10;
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        if let Some(code) = e.as_database_error().and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()) {
+        if let Some(code) = e.as_database_error().and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        {
             // PostgreSQL's SQLSTATE: 53100 disk_full, class 58 system (I/O) errors.
             return match code.code() {
                 "53100" => Self::DiskFull(Arc::new(e)),
@@ -176,8 +177,14 @@ pub trait LetagentsStore: Send + Sync {
 #[async_trait]
 pub trait LetmeknowStore: Send + Sync {
     /// Appends a group message if its epoch is current (a commit advances the epoch).
-    async fn post(&self, gid: &str, epoch: u64, content: ContentType, data: Bytes, now: i64)
-    -> Result<PostOutcome, StoreError>;
+    async fn post(
+        &self,
+        gid: &str,
+        epoch: u64,
+        content: ContentType,
+        data: Bytes,
+        now: i64,
+    ) -> Result<PostOutcome, StoreError>;
 
     /// Up to `limit` log entries of `gid` with seq above `after`, ascending.
     async fn messages(&self, gid: &str, after: i64, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, StoreError>;
@@ -186,12 +193,22 @@ pub trait LetmeknowStore: Send + Sync {
     async fn epoch(&self, gid: &str) -> Result<i64, StoreError>;
 
     /// Creates an invite (`Conflict` if a live one has this id).
-    async fn create_invite(&self, id: &str, owner: &str, expires_at: i64, now: i64)
-    -> Result<InviteOutcome, StoreError>;
+    async fn create_invite(
+        &self,
+        id: &str,
+        owner: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError>;
 
     /// Stores the join data (`owner` `None`) or, for the owner, the welcome data.
-    async fn put_blob(&self, id: &str, owner: Option<&str>, data: Vec<u8>, now: i64)
-    -> Result<InviteOutcome, StoreError>;
+    async fn put_blob(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        data: Vec<u8>,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError>;
 
     /// A live invite, or `None` if unknown or expired at `now`.
     async fn invite(&self, id: &str, now: i64) -> Result<Option<InviteState>, StoreError>;
@@ -423,8 +440,14 @@ mod tests {
     async fn database_is_in_wal_mode_with_synchronous_full() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&store.sqlite(Family::Stringcup).unwrap().read).await.unwrap();
-        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&store.sqlite(Family::Stringcup).unwrap().read).await.unwrap();
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&store.sqlite(Family::Stringcup).unwrap().read)
+            .await
+            .unwrap();
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&store.sqlite(Family::Stringcup).unwrap().read)
+            .await
+            .unwrap();
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "FULL");
         store.close().await;

@@ -13,8 +13,8 @@
 use sqlx::{SqliteConnection, SqliteExecutor, SqlitePool};
 use switchboard_core::util::hex;
 
-use super::writer::{BatchCx, Reply, WriteOp, settle};
 use super::Family;
+use super::writer::{BatchCx, Reply, WriteOp, settle};
 use super::{Store, StoreError};
 use crate::hub::Hub;
 

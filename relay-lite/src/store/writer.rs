@@ -286,12 +286,7 @@ async fn fresh<B: Backend>(backend: &B) -> Result<B::Conn, sqlx::Error> {
 }
 
 /// Runs until a [`Msg::Close`] arrives or every sender is gone.
-pub(crate) async fn run<B: Backend>(
-    backend: B,
-    conn: B::Conn,
-    mut queue: mpsc::Receiver<Msg<B::Conn>>,
-    hub: Arc<Hub>,
-) {
+pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::Receiver<Msg<B::Conn>>, hub: Arc<Hub>) {
     let mut conn = Some(conn);
     let mut batch: Vec<BoxOp<B::Conn>> = Vec::with_capacity(MAX_BATCH);
     let mut closed: Option<oneshot::Sender<()>> = None;

@@ -60,7 +60,8 @@ fn free_port() -> u16 {
 }
 
 fn start() -> Result<Cluster, String> {
-    let bin = bin_dir().ok_or("no PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)")?;
+    let bin =
+        bin_dir().ok_or("no PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)")?;
     let dir = std::env::temp_dir().join(format!("relay-lite-pg-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
@@ -81,10 +82,7 @@ fn start() -> Result<Cluster, String> {
         return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
     let port = free_port();
-    let options = format!(
-        "-k {} -h 127.0.0.1 -p {port} -c fsync=off -c max_connections=300",
-        dir.display()
-    );
+    let options = format!("-k {} -h 127.0.0.1 -p {port} -c fsync=off -c max_connections=300", dir.display());
     let out = as_postgres(&bin, "pg_ctl")
         .args(["-D"])
         .arg(&data)
@@ -163,11 +161,8 @@ impl Cluster {
 
     /// Starts it again on the same port.
     pub fn restart(&self) {
-        let options = format!(
-            "-k {} -h 127.0.0.1 -p {} -c fsync=off -c max_connections=300",
-            self.dir.display(),
-            self.port
-        );
+        let options =
+            format!("-k {} -h 127.0.0.1 -p {} -c fsync=off -c max_connections=300", self.dir.display(), self.port);
         let status = as_postgres(&self.bin, "pg_ctl")
             .args(["-D"])
             .arg(self.dir.join("data"))

@@ -9,9 +9,7 @@ use sqlx::{PgConnection, PgPool};
 
 use super::{PgStore, sweep_lock, try_sweep_lock};
 use crate::hub::Hub;
-use crate::store::letagents::{
-    Ack, Deposit, DepositOutcome, Login, LoginOutcome, Sweep, SweepReport, Waiting, same,
-};
+use crate::store::letagents::{Ack, Deposit, DepositOutcome, Login, LoginOutcome, Sweep, SweepReport, Waiting, same};
 use crate::store::writer::Request;
 use crate::store::{LetagentsStore, StoreError};
 

@@ -189,14 +189,12 @@ impl LetmeknowStore for PgStore {
     }
 
     async fn messages(&self, gid: &str, after: i64, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT seq, data FROM lmk_messages WHERE group_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
-        .bind(gid)
-        .bind(after)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.read)
-        .await?)
+        Ok(sqlx::query_as("SELECT seq, data FROM lmk_messages WHERE group_id = $1 AND seq > $2 ORDER BY seq LIMIT $3")
+            .bind(gid)
+            .bind(after)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.read)
+            .await?)
     }
 
     async fn epoch(&self, gid: &str) -> Result<i64, StoreError> {
