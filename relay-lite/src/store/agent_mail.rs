@@ -116,6 +116,14 @@ pub(crate) struct Block {
 
 /// An Agent Mail write for the writer task (boxed in the queue: cards and packets are large).
 #[allow(clippy::large_enum_variant)]
+pub(crate) enum AmOp {
+    Publish(AmPending<Publish, Published>),
+    Deliver(AmPending<Deliver, DeliveryResult>),
+    Delete(AmPending<Delete, ()>),
+    Block(AmPending<Block, ()>),
+    Sweep(AmPending<Sweep, AmSweepReport>),
+}
+
 impl WriteOp<SqliteConnection> for AmOp {
     fn bytes(&self) -> usize {
         AmOp::bytes(self)
@@ -132,14 +140,6 @@ impl WriteOp<SqliteConnection> for AmOp {
     fn finish(self: Box<Self>, committed: &Result<(), StoreError>, _: &crate::hub::Hub) {
         AmOp::finish(*self, committed);
     }
-}
-
-pub(crate) enum AmOp {
-    Publish(AmPending<Publish, Published>),
-    Deliver(AmPending<Deliver, DeliveryResult>),
-    Delete(AmPending<Delete, ()>),
-    Block(AmPending<Block, ()>),
-    Sweep(AmPending<Sweep, AmSweepReport>),
 }
 
 impl AmOp {

@@ -553,6 +553,23 @@ impl<R, T> Pending<R, T> {
 }
 
 /// A Stringcup write for the writer task.
+pub(crate) enum ScOp {
+    Register(Pending<Register, bool>),
+    Update(Pending<Update, Option<Updated>>),
+    Touch(Pending<Touch, ()>),
+    Rotate(Pending<Rotate, bool>),
+    Send(Pending<SendRequest, Vec<SendOutcome>>),
+    Ack(Pending<Ack, AckOutcome>),
+    CreateTopic(Pending<CreateTopic, TopicCreated>),
+    AddMembers(Pending<AddMembers, AddOutcome>),
+    RemoveMember(Pending<RemoveMember, RemoveOutcome>),
+    DeleteTopic(Pending<DeleteTopic, DeleteOutcome>),
+    OpenRendezvous(Pending<OpenRendezvous, Opened>),
+    JoinRendezvous(Pending<JoinRendezvous, (JoinOutcome, i64)>),
+    ReleaseRendezvous(Pending<ReleaseRendezvous, (Released, i64)>),
+    Sweep(Pending<Sweep, ScSweepReport>),
+}
+
 impl WriteOp<SqliteConnection> for ScOp {
     fn bytes(&self) -> usize {
         ScOp::bytes(self)
@@ -569,23 +586,6 @@ impl WriteOp<SqliteConnection> for ScOp {
     fn finish(self: Box<Self>, committed: &Result<(), StoreError>, hub: &Hub) {
         ScOp::finish(*self, committed, hub);
     }
-}
-
-pub(crate) enum ScOp {
-    Register(Pending<Register, bool>),
-    Update(Pending<Update, Option<Updated>>),
-    Touch(Pending<Touch, ()>),
-    Rotate(Pending<Rotate, bool>),
-    Send(Pending<SendRequest, Vec<SendOutcome>>),
-    Ack(Pending<Ack, AckOutcome>),
-    CreateTopic(Pending<CreateTopic, TopicCreated>),
-    AddMembers(Pending<AddMembers, AddOutcome>),
-    RemoveMember(Pending<RemoveMember, RemoveOutcome>),
-    DeleteTopic(Pending<DeleteTopic, DeleteOutcome>),
-    OpenRendezvous(Pending<OpenRendezvous, Opened>),
-    JoinRendezvous(Pending<JoinRendezvous, (JoinOutcome, i64)>),
-    ReleaseRendezvous(Pending<ReleaseRendezvous, (Released, i64)>),
-    Sweep(Pending<Sweep, ScSweepReport>),
 }
 
 impl ScOp {
