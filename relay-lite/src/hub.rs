@@ -65,6 +65,15 @@ impl Hub {
         self.lock().get(mailbox).is_some_and(|tx| tx.receiver_count() > 0)
     }
 
+    /// Wakes every watcher without a newer value, so each re-reads what it waits for: after
+    /// wake-ups may have been lost (another instance's, while the database listener
+    /// reconnected) or were too many to name one by one.
+    pub fn poke_all(&self) {
+        for tx in self.lock().values() {
+            tx.send_modify(|_| {});
+        }
+    }
+
     /// Drops channels nobody watches any more.
     pub fn prune(&self) {
         self.lock().retain(|_, tx| tx.receiver_count() > 0);

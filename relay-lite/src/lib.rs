@@ -42,6 +42,7 @@ pub use error::Error;
 use hub::Hub;
 use limits::{IpLimiter, SlidingWindow};
 pub use origin::{PublicOrigins, PublicUrlError};
+pub use store::Family;
 use store::Store;
 
 /// The limits a relay enforces; `Default` is the letagents v1 seed's values.
@@ -231,6 +232,12 @@ pub struct Config {
     pub agent_mail_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
     /// The ASNET/1 email service (SMTP in, SMTP out), when enabled.
     pub asnet: Option<asnet::AsnetConfig>,
+    /// A PostgreSQL URL (`postgres://…`): store there instead of SQLite in `data_dir`, so several
+    /// instances can serve one database. It serves [`Family::ON_POSTGRES`] only, and a relay
+    /// on it refuses to start unless `families` leaves the others out.
+    pub database: Option<String>,
+    /// The API families to serve; empty means every family.
+    pub families: Vec<Family>,
 }
 
 impl Config {
@@ -245,7 +252,32 @@ impl Config {
             public_urls: Vec::new(),
             agent_mail_clock: None,
             asnet: None,
+            database: None,
+            families: Vec::new(),
         }
+    }
+
+    /// The families this config serves, checked against its backend: on PostgreSQL, naming (or
+    /// leaving implied) a family that backend does not serve is an error naming it.
+    pub fn served_families(&self) -> anyhow::Result<Vec<Family>> {
+        let mut families = if self.families.is_empty() { Family::ALL.to_vec() } else { self.families.clone() };
+        families.sort_unstable();
+        families.dedup();
+        if self.database.is_some() {
+            let missing: Vec<&str> =
+                families.iter().filter(|f| !Family::ON_POSTGRES.contains(f)).map(|f| f.name()).collect();
+            if !missing.is_empty() {
+                let served: Vec<&str> = Family::ON_POSTGRES.iter().map(|f| f.name()).collect();
+                anyhow::bail!(
+                    "the PostgreSQL backend does not serve {} yet (it serves {}); serve those from \
+                     PostgreSQL with --families {}, or run on SQLite (--data without --database)",
+                    missing.join(", "),
+                    served.join(", "),
+                    served.join(",")
+                );
+            }
+        }
+        Ok(families)
     }
 }
 
@@ -281,6 +313,8 @@ pub(crate) struct Shared {
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
     /// [`Config::agent_mail_clock`].
     pub(crate) agent_mail_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
+    /// The families served ([`Config::served_families`]).
+    pub(crate) families: Vec<Family>,
 }
 
 impl AppState {
@@ -291,6 +325,11 @@ impl AppState {
     /// The store, for tests and tools that inspect or sweep it directly.
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// Whether this relay serves `family`.
+    pub fn serves(&self, family: Family) -> bool {
+        self.shared.families.contains(&family)
     }
 
     /// The limits in force.
@@ -326,11 +365,41 @@ impl AppState {
 async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreError> {
     let now = switchboard_core::util::now_ms();
     let limits = &shared.limits;
-    let report = shared
-        .store
-        .sweep(now, now.saturating_sub(limits.retention_ms), now.saturating_sub(limits.idle_erase_ms))
-        .await?;
-    let sc = &limits.stringcup;
+    let serves = |family| shared.families.contains(&family);
+    let mut report = store::SweepReport::default();
+    if serves(Family::Letagents) {
+        report = shared
+            .store
+            .sweep(now, now.saturating_sub(limits.retention_ms), now.saturating_sub(limits.idle_erase_ms))
+            .await?;
+    }
+    if serves(Family::Stringcup) {
+        sweep_stringcup(shared, now).await?;
+    }
+    if serves(Family::Letmeknow) {
+        let lmk = shared.store.lmk_sweep(now.saturating_sub(limits.letmeknow.retention_ms), now).await?;
+        if lmk.messages > 0 || lmk.invites > 0 {
+            tracing::info!(messages = lmk.messages, invites = lmk.invites, "letmeknow swept");
+        }
+    }
+    if serves(Family::AgentMail) {
+        let am_now = shared.agent_mail_clock.as_ref().map_or(now, |c| c.load(std::sync::atomic::Ordering::SeqCst));
+        let am = shared.store.am_sweep(am_now).await?;
+        if am.packets > 0 || am.mailboxes > 0 {
+            tracing::info!(packets = am.packets, mailboxes = am.mailboxes, nonces = am.nonces, "agent mail swept");
+        }
+    }
+    let instant = std::time::Instant::now();
+    shared.stringcup.prune(instant);
+    shared.letmeknow_rate.prune(instant);
+    shared.send_rate.prune(instant);
+    shared.ip_rate.prune(instant);
+    shared.hub.prune();
+    Ok(report)
+}
+
+async fn sweep_stringcup(shared: &Shared, now: i64) -> Result<(), store::StoreError> {
+    let sc = &shared.limits.stringcup;
     let swept = shared
         .store
         .stringcup()
@@ -348,22 +417,7 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
             "stringcup swept"
         );
     }
-    let lmk = shared.store.lmk_sweep(now.saturating_sub(limits.letmeknow.retention_ms), now).await?;
-    if lmk.messages > 0 || lmk.invites > 0 {
-        tracing::info!(messages = lmk.messages, invites = lmk.invites, "letmeknow swept");
-    }
-    let am_now = shared.agent_mail_clock.as_ref().map_or(now, |c| c.load(std::sync::atomic::Ordering::SeqCst));
-    let am = shared.store.am_sweep(am_now).await?;
-    if am.packets > 0 || am.mailboxes > 0 {
-        tracing::info!(packets = am.packets, mailboxes = am.mailboxes, nonces = am.nonces, "agent mail swept");
-    }
-    let instant = std::time::Instant::now();
-    shared.stringcup.prune(instant);
-    shared.letmeknow_rate.prune(instant);
-    shared.send_rate.prune(instant);
-    shared.ip_rate.prune(instant);
-    shared.hub.prune();
-    Ok(report)
+    Ok(())
 }
 
 /// Opens the store in `config.data_dir` (creating it and running migrations), starts the
@@ -377,12 +431,16 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
     } else {
         PublicOrigins::parse(&config.public_urls)?
     });
+    let families = config.served_families()?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     let hub = Arc::new(Hub::default());
-    let store = Store::open(&config.data_dir, hub.clone())
-        .await
-        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+    let store = match &config.database {
+        Some(url) => Store::open_postgres(url, hub.clone()).await.context("opening the PostgreSQL store")?,
+        None => Store::open(&config.data_dir, hub.clone())
+            .await
+            .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
+    };
     let limits = config.limits.clone();
     let shared = Arc::new(Shared {
         store,
@@ -400,6 +458,7 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         body_budget: conn::BodyBudget::new(config.limits.body_bytes_in_flight, max_body(&config.limits)),
         closing: tokio::sync::watch::channel(false).0,
         agent_mail_clock: config.agent_mail_clock.clone(),
+        families,
     });
     spawn_sweeper(Arc::downgrade(&shared), config.sweep_interval);
     let state = AppState { shared };
@@ -504,6 +563,10 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
              --tls-key, or --tls-self-signed (plain HTTP is allowed on loopback only)",
             config.listen
         );
+    }
+    if config.database.is_some() && config.asnet.is_some() {
+        // Its store is one SQLite file under --data: several instances would each have their own.
+        anyhow::bail!("the ASNET/1 service runs on SQLite only: run it on a relay without --database");
     }
     let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;

@@ -29,6 +29,15 @@ struct Cli {
     /// Data directory (database, self-signed certificate).
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
+    /// Store in this PostgreSQL database instead of SQLite in --data (`postgres://user@host/db`),
+    /// so several relay-lite instances serve one database. Serves letagents and letmeknow only:
+    /// give `--families letagents,letmeknow` with it.
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
+    /// The API families to serve, comma-separated: letagents, letmeknow, stringcup, agent-mail
+    /// [default: all].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    families: Vec<String>,
     /// PEM certificate chain.
     #[arg(long, value_name = "PEM", requires = "tls_key", conflicts_with = "tls_self_signed")]
     tls_cert: Option<PathBuf>,
@@ -109,6 +118,9 @@ struct Cli {
 struct FileConfig {
     listen: Option<SocketAddr>,
     data: Option<PathBuf>,
+    database: Option<String>,
+    #[serde(default)]
+    families: Vec<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     #[serde(default)]
@@ -236,6 +248,13 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
     config.sweep_interval = Duration::from_secs(sweep.max(1));
     config.asnet = asnet;
     config.public_urls = if cli.public_url.is_empty() { file.public_url } else { cli.public_url };
+    config.database = cli.database.or(file.database);
+    let families = if cli.families.is_empty() { file.families } else { cli.families };
+    config.families = families
+        .iter()
+        .map(|name| relay_lite::Family::parse(name.trim()).with_context(|| format!("unknown family {name:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    config.served_families()?;
     // Fail before binding: a relay that cannot name itself would refuse every login. (Plain
     // HTTP off loopback is refused at start anyway, with its own message.)
     let would_serve = config.tls != TlsMode::Plain || config.listen.ip().is_loopback();

@@ -15,17 +15,26 @@ use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
-use crate::AppState;
 use crate::error::Error;
 use crate::limits::retry_after_secs;
+use crate::{AppState, Family};
 
-/// Every route of every protocol.
+/// Every route of every protocol the relay serves ([`AppState::serves`]).
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(agent_mail::routes(&state))
-        .merge(letagents::routes(&state))
-        .merge(letmeknow::routes(&state))
-        .merge(stringcup::routes(&state))
+    let mut router = Router::new();
+    if state.serves(Family::AgentMail) {
+        router = router.merge(agent_mail::routes(&state));
+    }
+    if state.serves(Family::Letagents) {
+        router = router.merge(letagents::routes(&state));
+    }
+    if state.serves(Family::Letmeknow) {
+        router = router.merge(letmeknow::routes(&state));
+    }
+    if state.serves(Family::Stringcup) {
+        router = router.merge(stringcup::routes(&state));
+    }
+    router
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(state.clone(), crate::conn::body_guard))
         .layer(middleware::from_fn_with_state(state.clone(), ip_limit))

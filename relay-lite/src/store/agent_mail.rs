@@ -20,7 +20,8 @@ use switchboard_core::protocol::agent_mail::relay::{
     self, Admission, CurrentCard, Delivery, DeliveryResult, RelayError,
 };
 
-use super::writer::{Op, Reply, settle};
+use super::Family;
+use super::writer::{BatchCx, Reply, WriteOp, settle};
 use super::{Store, StoreError};
 use crate::origin::PublicOrigins;
 
@@ -121,6 +122,24 @@ pub(crate) enum AmOp {
     Delete(AmPending<Delete, ()>),
     Block(AmPending<Block, ()>),
     Sweep(AmPending<Sweep, AmSweepReport>),
+}
+
+impl WriteOp<SqliteConnection> for AmOp {
+    fn bytes(&self) -> usize {
+        AmOp::bytes(self)
+    }
+
+    fn apply<'a>(
+        &'a mut self,
+        conn: &'a mut SqliteConnection,
+        _: &'a mut BatchCx<'_>,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(AmOp::apply(self, conn))
+    }
+
+    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, _: &crate::hub::Hub) {
+        AmOp::finish(*self, committed);
+    }
 }
 
 impl AmOp {
@@ -471,7 +490,7 @@ impl Store {
         req: R,
         wrap: impl FnOnce(AmPending<R, T>) -> AmOp,
     ) -> Result<Decided<T>, StoreError> {
-        self.write(|reply| Op::AgentMail(Box::new(wrap(AmPending { req, out: None, reply })))).await
+        self.sqlite(Family::AgentMail)?.write(|reply| Box::new(wrap(AmPending { req, out: None, reply }))).await
     }
 
     /// Decides and (on acceptance) stores a verified card as its mailbox's current card.
@@ -513,7 +532,7 @@ impl Store {
 
     /// The current card of `mailbox`.
     pub async fn am_card(&self, mailbox: &Id16) -> Result<Option<CurrentCard>, StoreError> {
-        Ok(current_card(&self.read, mailbox).await?)
+        Ok(current_card(&self.sqlite(Family::AgentMail)?.read, mailbox).await?)
     }
 
     /// Up to `limit` undeleted, unexpired packets of `mailbox` with seq above `after`.
@@ -524,6 +543,6 @@ impl Store {
         limit: usize,
         now: i64,
     ) -> Result<Vec<StoredPacket>, StoreError> {
-        Ok(list(&self.read, mailbox, after, limit, now).await?)
+        Ok(list(&self.sqlite(Family::AgentMail)?.read, mailbox, after, limit, now).await?)
     }
 }

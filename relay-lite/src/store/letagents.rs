@@ -3,9 +3,13 @@
 //! Write functions run inside the writer's batch transaction; read functions use the reader
 //! pool. All queries are checked at run time (no `query!` macros, no DATABASE_URL at build time).
 
+use async_trait::async_trait;
 use axum::body::Bytes;
+use futures_util::future::BoxFuture;
 use sqlx::{SqliteConnection, SqlitePool};
 
+use super::writer::Request;
+use super::{LetagentsStore, SqliteStore, StoreError};
 use crate::hub::Hub;
 
 /// A send to store.
@@ -101,8 +105,121 @@ pub struct Waiting {
     pub body: Vec<u8>,
 }
 
+impl Deposit {
+    /// The hub key and seq to announce once a stored deposit commits.
+    pub(crate) fn wakeup_for(&self, out: &DepositOutcome) -> Option<(String, i64)> {
+        match out {
+            DepositOutcome::Stored { seq } => Some((self.mailbox.clone(), *seq)),
+            _ => None,
+        }
+    }
+}
+
+impl Request<SqliteConnection> for Deposit {
+    type Out = DepositOutcome;
+
+    fn bytes(&self) -> usize {
+        self.body.len()
+    }
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<DepositOutcome, sqlx::Error>> {
+        Box::pin(deposit(conn, self))
+    }
+
+    fn wakeup(&self, out: &DepositOutcome) -> Option<(String, i64)> {
+        self.wakeup_for(out)
+    }
+}
+
+impl Request<SqliteConnection> for Login {
+    type Out = LoginOutcome;
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
+        Box::pin(login(conn, self))
+    }
+}
+
+impl Request<SqliteConnection> for Ack {
+    type Out = Vec<i64>;
+
+    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>> {
+        Box::pin(ack(conn, self))
+    }
+}
+
+impl Request<SqliteConnection> for Sweep {
+    type Out = SweepReport;
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        hub: &'a Hub,
+    ) -> BoxFuture<'a, Result<SweepReport, sqlx::Error>> {
+        Box::pin(sweep(conn, self, hub))
+    }
+}
+
+#[async_trait]
+impl LetagentsStore for SqliteStore {
+    async fn deposit(
+        &self,
+        mailbox: &str,
+        drop_hash: &str,
+        body: Bytes,
+        capacity: usize,
+        now: i64,
+    ) -> Result<DepositOutcome, StoreError> {
+        self.submit(Deposit::new(mailbox, drop_hash, body, capacity, now)).await
+    }
+
+    async fn login(&self, mailbox: &str, drop_hash: &str, ts: i64, now: i64) -> Result<LoginOutcome, StoreError> {
+        self.submit(Login { mailbox: mailbox.to_owned(), drop_hash: drop_hash.to_owned(), ts, now }).await
+    }
+
+    async fn ack(&self, mailbox: &str, seqs: Vec<i64>, now: i64) -> Result<Vec<i64>, StoreError> {
+        self.submit(Ack { mailbox: mailbox.to_owned(), seqs, now }).await
+    }
+
+    async fn sweep(&self, now: i64, expire_before: i64, idle_before: i64) -> Result<SweepReport, StoreError> {
+        self.submit(Sweep { now, expire_before, idle_before }).await
+    }
+
+    async fn drop_hash(&self, mailbox: &str) -> Result<Option<String>, StoreError> {
+        Ok(drop_hash(&self.read, mailbox).await?)
+    }
+
+    async fn waiting(&self, mailbox: &str, after: i64, limit: usize) -> Result<Vec<Waiting>, StoreError> {
+        Ok(waiting(&self.read, mailbox, after, limit).await?)
+    }
+
+    async fn waiting_count(&self, mailbox: &str) -> Result<i64, StoreError> {
+        Ok(waiting_count(&self.read, mailbox).await?)
+    }
+}
+
+impl Deposit {
+    /// A deposit of `body` into `mailbox`.
+    pub(crate) fn new(mailbox: &str, drop_hash: &str, body: Bytes, capacity: usize, now: i64) -> Self {
+        Self {
+            mailbox: mailbox.to_owned(),
+            drop_hash: drop_hash.to_owned(),
+            body,
+            capacity: i64::try_from(capacity).unwrap_or(i64::MAX),
+            now,
+        }
+    }
+}
+
 /// Equality that takes the same time wherever the first difference is.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

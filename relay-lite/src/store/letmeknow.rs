@@ -10,13 +10,15 @@
 //! Hub keys (see [`crate::hub`]): `letmeknow/g/<gid>` carries the newest seq of a group;
 //! `letmeknow/i/<id>` carries 1 once a join is stored and 2 once the welcome is.
 
+use async_trait::async_trait;
 use axum::body::Bytes;
+use futures_util::future::BoxFuture;
 use sqlx::{Row as _, SqliteConnection};
 use switchboard_core::protocol::letmeknow::header::ContentType;
 use switchboard_core::util::{hex, sha256};
 
-use super::writer::{Op, Reply, settle};
-use super::{Store, StoreError};
+use super::writer::Request;
+use super::{LetmeknowStore, SqliteStore, Store, StoreError};
 use crate::hub::Hub;
 
 /// The hub key of a group log.
@@ -64,34 +66,34 @@ pub enum InviteOutcome {
 
 /// `POST /g/{gid}/messages` after the header was parsed.
 pub(crate) struct Post {
-    gid: String,
-    epoch: i64,
-    commit: bool,
-    data: Bytes,
-    now: i64,
+    pub(crate) gid: String,
+    pub(crate) epoch: i64,
+    pub(crate) commit: bool,
+    pub(crate) data: Bytes,
+    pub(crate) now: i64,
 }
 
 /// `PUT /i/{id}`.
 pub(crate) struct CreateInvite {
-    id: String,
-    owner_hash: String,
-    expires_at: i64,
-    now: i64,
+    pub(crate) id: String,
+    pub(crate) owner_hash: String,
+    pub(crate) expires_at: i64,
+    pub(crate) now: i64,
 }
 
 /// `POST /i/{id}/join` or `/welcome`.
 pub(crate) struct PutBlob {
-    id: String,
+    pub(crate) id: String,
     /// `Some` for the welcome: the owner token's hash to check.
-    owner_hash: Option<String>,
-    data: Vec<u8>,
-    now: i64,
+    pub(crate) owner_hash: Option<String>,
+    pub(crate) data: Vec<u8>,
+    pub(crate) now: i64,
 }
 
 /// The sweep: messages received before `messages_before`, invites expired at `now`.
 pub(crate) struct Sweep {
-    messages_before: i64,
-    now: i64,
+    pub(crate) messages_before: i64,
+    pub(crate) now: i64,
 }
 
 /// What a sweep removed.
@@ -103,61 +105,99 @@ pub struct LmkSweepReport {
     pub invites: u64,
 }
 
-/// A queued letmeknow write, its result once applied, and where to send it.
-pub(crate) struct Pending<R, T> {
-    req: R,
-    out: Option<T>,
-    reply: Reply<T>,
-}
-
-/// A letmeknow write for the writer task.
-pub(crate) enum LmkOp {
-    Post(Pending<Post, PostOutcome>),
-    CreateInvite(Pending<CreateInvite, InviteOutcome>),
-    PutBlob(Pending<PutBlob, InviteOutcome>),
-    Sweep(Pending<Sweep, LmkSweepReport>),
-}
-
-impl LmkOp {
-    pub(crate) fn bytes(&self) -> usize {
-        match self {
-            Self::Post(p) => p.req.data.len(),
-            Self::PutBlob(p) => p.req.data.len(),
-            _ => 0,
+impl Post {
+    pub(crate) fn new(gid: &str, epoch: u64, content: ContentType, data: Bytes, now: i64) -> Self {
+        Self {
+            gid: gid.to_owned(),
+            epoch: i64::try_from(epoch).unwrap_or(i64::MAX),
+            commit: content == ContentType::Commit,
+            data,
+            now,
         }
     }
 
-    pub(crate) async fn apply(&mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-        match self {
-            Self::Post(p) => p.out = Some(post(conn, &p.req).await?),
-            Self::CreateInvite(p) => p.out = Some(create_invite(conn, &p.req).await?),
-            Self::PutBlob(p) => p.out = Some(put_blob(conn, &p.req).await?),
-            Self::Sweep(p) => p.out = Some(sweep(conn, &p.req).await?),
+    /// The hub key and seq to announce once a stored post commits.
+    pub(crate) fn wakeup_for(&self, out: &PostOutcome) -> Option<(String, i64)> {
+        match out {
+            PostOutcome::Stored { seq } => Some((group_key(&self.gid), *seq)),
+            PostOutcome::WrongEpoch { .. } => None,
         }
-        Ok(())
+    }
+}
+
+impl PutBlob {
+    pub(crate) fn new(id: &str, owner: Option<&str>, data: Vec<u8>, now: i64) -> Self {
+        Self { id: id.to_owned(), owner_hash: owner.map(owner_hash), data, now }
     }
 
-    pub(crate) fn finish(self, committed: &Result<(), StoreError>, hub: &Hub) {
-        // A caller that went away (client disconnected) no longer needs the answer.
-        match self {
-            Self::Post(p) => {
-                let result = settle(committed, p.out);
-                if let Ok(PostOutcome::Stored { seq }) = &result {
-                    hub.publish(&group_key(&p.req.gid), *seq);
-                }
-                let _ = p.reply.send(result);
-            }
-            Self::CreateInvite(p) => drop(p.reply.send(settle(committed, p.out))),
-            Self::PutBlob(p) => {
-                let result = settle(committed, p.out);
-                if let Ok(InviteOutcome::Done) = &result {
-                    let value = if p.req.owner_hash.is_some() { WELCOMED } else { JOINED };
-                    hub.publish(&invite_key(&p.req.id), value);
-                }
-                let _ = p.reply.send(result);
-            }
-            Self::Sweep(p) => drop(p.reply.send(settle(committed, p.out))),
-        }
+    /// The hub key and value to announce once a stored join or welcome commits.
+    pub(crate) fn wakeup_for(&self, out: &InviteOutcome) -> Option<(String, i64)> {
+        let value = if self.owner_hash.is_some() { WELCOMED } else { JOINED };
+        (*out == InviteOutcome::Done).then(|| (invite_key(&self.id), value))
+    }
+}
+
+impl Request<SqliteConnection> for Post {
+    type Out = PostOutcome;
+
+    fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<PostOutcome, sqlx::Error>> {
+        Box::pin(post(conn, self))
+    }
+
+    fn wakeup(&self, out: &PostOutcome) -> Option<(String, i64)> {
+        self.wakeup_for(out)
+    }
+}
+
+impl Request<SqliteConnection> for CreateInvite {
+    type Out = InviteOutcome;
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
+        Box::pin(create_invite(conn, self))
+    }
+}
+
+impl Request<SqliteConnection> for PutBlob {
+    type Out = InviteOutcome;
+
+    fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
+        Box::pin(put_blob(conn, self))
+    }
+
+    fn wakeup(&self, out: &InviteOutcome) -> Option<(String, i64)> {
+        self.wakeup_for(out)
+    }
+}
+
+impl Request<SqliteConnection> for Sweep {
+    type Out = LmkSweepReport;
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _: &'a Hub,
+    ) -> BoxFuture<'a, Result<LmkSweepReport, sqlx::Error>> {
+        Box::pin(sweep(conn, self))
     }
 }
 
@@ -253,7 +293,7 @@ async fn put_blob(conn: &mut SqliteConnection, req: &PutBlob) -> Result<InviteOu
     Ok(InviteOutcome::Done)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -284,13 +324,9 @@ pub fn owner_hash(token: &str) -> String {
     hex(&sha256(token.as_bytes()))
 }
 
-impl Store {
-    async fn lmk_write<R, T>(&self, req: R, wrap: impl FnOnce(Pending<R, T>) -> LmkOp) -> Result<T, StoreError> {
-        self.write(|reply| Op::Letmeknow(wrap(Pending { req, out: None, reply }))).await
-    }
-
-    /// Appends a group message if its epoch is current (a commit advances the epoch).
-    pub async fn lmk_post(
+#[async_trait]
+impl LetmeknowStore for SqliteStore {
+    async fn post(
         &self,
         gid: &str,
         epoch: u64,
@@ -298,18 +334,10 @@ impl Store {
         data: Bytes,
         now: i64,
     ) -> Result<PostOutcome, StoreError> {
-        let req = Post {
-            gid: gid.to_owned(),
-            epoch: i64::try_from(epoch).unwrap_or(i64::MAX),
-            commit: content == ContentType::Commit,
-            data,
-            now,
-        };
-        self.lmk_write(req, LmkOp::Post).await
+        self.submit(Post::new(gid, epoch, content, data, now)).await
     }
 
-    /// Up to `limit` log entries of `gid` with seq above `after`, ascending.
-    pub async fn lmk_messages(&self, gid: &str, after: i64, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+    async fn messages(&self, gid: &str, after: i64, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
         let rows =
             sqlx::query("SELECT seq, data FROM lmk_messages WHERE group_id = ? AND seq > ? ORDER BY seq LIMIT ?")
                 .bind(gid)
@@ -320,8 +348,7 @@ impl Store {
         Ok(rows.into_iter().map(|r| Ok((r.try_get("seq")?, r.try_get("data")?))).collect::<Result<_, sqlx::Error>>()?)
     }
 
-    /// The group's current epoch (0 for a group never written).
-    pub async fn lmk_epoch(&self, gid: &str) -> Result<i64, StoreError> {
+    async fn epoch(&self, gid: &str) -> Result<i64, StoreError> {
         let epoch: Option<i64> = sqlx::query_scalar("SELECT epoch FROM lmk_groups WHERE group_id = ?")
             .bind(gid)
             .fetch_optional(&self.read)
@@ -329,32 +356,27 @@ impl Store {
         Ok(epoch.unwrap_or(0))
     }
 
-    /// Creates an invite (`Conflict` if a live one has this id).
-    pub async fn lmk_create_invite(
+    async fn create_invite(
         &self,
         id: &str,
         owner: &str,
         expires_at: i64,
         now: i64,
     ) -> Result<InviteOutcome, StoreError> {
-        let req = CreateInvite { id: id.to_owned(), owner_hash: owner_hash(owner), expires_at, now };
-        self.lmk_write(req, LmkOp::CreateInvite).await
+        self.submit(CreateInvite { id: id.to_owned(), owner_hash: owner_hash(owner), expires_at, now }).await
     }
 
-    /// Stores the join data (`owner` `None`) or, for the owner, the welcome data.
-    pub async fn lmk_put_blob(
+    async fn put_blob(
         &self,
         id: &str,
         owner: Option<&str>,
         data: Vec<u8>,
         now: i64,
     ) -> Result<InviteOutcome, StoreError> {
-        let req = PutBlob { id: id.to_owned(), owner_hash: owner.map(owner_hash), data, now };
-        self.lmk_write(req, LmkOp::PutBlob).await
+        self.submit(PutBlob::new(id, owner, data, now)).await
     }
 
-    /// A live invite, or `None` if unknown or expired at `now`.
-    pub async fn lmk_invite(&self, id: &str, now: i64) -> Result<Option<InviteState>, StoreError> {
+    async fn invite(&self, id: &str, now: i64) -> Result<Option<InviteState>, StoreError> {
         let row = sqlx::query(
             "SELECT expires_at, join_data, welcome_data FROM lmk_invites WHERE invite_id = ? AND expires_at > ?",
         )
@@ -370,10 +392,64 @@ impl Store {
         }))
     }
 
-    /// Deletes messages received before `messages_before` (group epochs stay) and invites that
-    /// expired by `now`.
+    async fn sweep(&self, messages_before: i64, now: i64) -> Result<LmkSweepReport, StoreError> {
+        self.submit(Sweep { messages_before, now }).await
+    }
+}
+
+impl Store {
+    /// Appends a group message if its epoch is current (see [`LetmeknowStore::post`]).
+    pub async fn lmk_post(
+        &self,
+        gid: &str,
+        epoch: u64,
+        content: ContentType,
+        data: Bytes,
+        now: i64,
+    ) -> Result<PostOutcome, StoreError> {
+        self.letmeknow().post(gid, epoch, content, data, now).await
+    }
+
+    /// Up to `limit` log entries of `gid` with seq above `after`, ascending.
+    pub async fn lmk_messages(&self, gid: &str, after: i64, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        self.letmeknow().messages(gid, after, limit).await
+    }
+
+    /// The group's current epoch (0 for a group never written).
+    pub async fn lmk_epoch(&self, gid: &str) -> Result<i64, StoreError> {
+        self.letmeknow().epoch(gid).await
+    }
+
+    /// Creates an invite (`Conflict` if a live one has this id).
+    pub async fn lmk_create_invite(
+        &self,
+        id: &str,
+        owner: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError> {
+        self.letmeknow().create_invite(id, owner, expires_at, now).await
+    }
+
+    /// Stores the join data (`owner` `None`) or, for the owner, the welcome data.
+    pub async fn lmk_put_blob(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        data: Vec<u8>,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError> {
+        self.letmeknow().put_blob(id, owner, data, now).await
+    }
+
+    /// A live invite, or `None` if unknown or expired at `now`.
+    pub async fn lmk_invite(&self, id: &str, now: i64) -> Result<Option<InviteState>, StoreError> {
+        self.letmeknow().invite(id, now).await
+    }
+
+    /// Deletes old messages (epochs stay) and expired invites.
     pub async fn lmk_sweep(&self, messages_before: i64, now: i64) -> Result<LmkSweepReport, StoreError> {
-        self.lmk_write(Sweep { messages_before, now }, LmkOp::Sweep).await
+        self.letmeknow().sweep(messages_before, now).await
     }
 }
 

@@ -1,37 +1,45 @@
-//! The relay's SQLite store (WAL, `synchronous=FULL`, numbered migrations in `migrations/`).
+//! The relay's store: what the routes call ([`Store`]), per protocol family behind a trait
+//! ([`LetagentsStore`], [`LetmeknowStore`]), with two backends.
 //!
-//! - Every write goes through one writer task ([`writer`]) fed by a bounded channel; it applies
-//!   all queued writes in one transaction and answers each caller only after the commit (group
-//!   commit), so a `202` always means "on disk" and throughput grows with concurrency instead of
-//!   paying one fsync per envelope.
-//! - Reads use a small pool of reader connections; WAL lets them run beside the writer.
-//! - The SQL for each protocol lives in its own file ([`letagents`], [`stringcup`], [`letmeknow`]).
+//! - SQLite (the embedded default; WAL, `synchronous=FULL`, numbered migrations in
+//!   `migrations/`): every family. One relay-lite owns the file.
+//! - PostgreSQL ([`pg`]; migrations in `migrations-pg/`): letagents and letmeknow so far, for
+//!   several relay-lite instances on one database. Stringcup and Agent Mail run on SQLite only;
+//!   a relay on PostgreSQL refuses to start unless told to leave them out ([`Family`]).
+//! - Every write goes through one writer task per instance ([`writer`]) fed by a bounded
+//!   channel; it applies all queued writes in one transaction and answers each caller only after
+//!   the commit (group commit), so a `202` always means "on disk" and throughput grows with
+//!   concurrency instead of paying one fsync per envelope. The writer knows no protocol: each
+//!   family's requests implement its `Request` trait per backend.
+//! - Reads use a small pool of reader connections beside the writer.
+//! - The SQL for each protocol lives in its own file ([`letagents`], [`stringcup`],
+//!   [`letmeknow`], [`agent_mail`]; PostgreSQL's in [`pg`]).
 
 pub mod agent_mail;
 pub mod letagents;
 pub mod letmeknow;
+pub mod pg;
 pub mod stringcup;
-mod writer;
+pub(crate) mod writer;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use axum::body::Bytes;
-use sqlx::ConnectOptions as _;
+use futures_util::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use sqlx::{ConnectOptions as _, Connection as _, SqliteConnection};
+use switchboard_core::protocol::letmeknow::header::ContentType;
 
 use crate::hub::Hub;
 pub use letagents::{DepositOutcome, LoginOutcome, SweepReport, Waiting};
-use writer::Op;
+use letmeknow::{InviteOutcome, InviteState, LmkSweepReport, PostOutcome};
+use writer::{Backend, BoxOp, Reply, Writer};
 
 /// The database file inside the data directory.
 pub const DB_FILE: &str = "relay-lite.sqlite3";
-
-/// Writes that may queue for the writer before callers wait (backpressure).
-const QUEUE: usize = 4096;
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -55,6 +63,50 @@ pub enum StoreError {
     /// The store is closed or closing (the relay is shutting down).
     #[error("store closed")]
     Closed,
+    /// The family is not served by this relay's backend (a bug: its routes are not mounted).
+    #[error("{0} is not served by this relay's database backend")]
+    NotServed(Family),
+}
+
+/// A protocol family of relay APIs, as `--families` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// letagents v1 (`/v1/send|inbox|ack`).
+    Letagents,
+    /// letmeknow group logs and invites (`/g`, `/i`).
+    Letmeknow,
+    /// Stringcup v2 (`/api/v2`).
+    Stringcup,
+    /// Agent Mail 1.0 (`/v1/mailboxes`, discovery).
+    AgentMail,
+}
+
+impl Family {
+    /// Every family, in the order `--families` lists them.
+    pub const ALL: [Family; 4] = [Family::Letagents, Family::Letmeknow, Family::Stringcup, Family::AgentMail];
+    /// The families the PostgreSQL backend serves.
+    pub const ON_POSTGRES: [Family; 2] = [Family::Letagents, Family::Letmeknow];
+
+    /// The name `--families` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Letagents => "letagents",
+            Self::Letmeknow => "letmeknow",
+            Self::Stringcup => "stringcup",
+            Self::AgentMail => "agent-mail",
+        }
+    }
+
+    /// The family named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// SQLite's primary result codes for a full disk and for an I/O error (the low byte of an
@@ -64,6 +116,15 @@ const SQLITE_IOERR: i64 = 10;
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
+        if let Some(code) = e.as_database_error().and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        {
+            // PostgreSQL's SQLSTATE: 53100 disk_full, class 58 system (I/O) errors.
+            return match code.code() {
+                "53100" => Self::DiskFull(Arc::new(e)),
+                c if c.starts_with("58") => Self::Io(Arc::new(e)),
+                _ => Self::Database(Arc::new(e)),
+            };
+        }
         let primary = e
             .as_database_error()
             .and_then(|d| d.code())
@@ -77,16 +138,95 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// Handle to the store: cheap calls that queue writes for the writer or read from the pool.
-pub struct Store {
-    writes: mpsc::Sender<Op>,
-    read: SqlitePool,
-    writer: Mutex<Option<JoinHandle<()>>>,
+/// letagents v1 storage: mailboxes, their drop hashes and waiting envelopes.
+#[async_trait]
+pub trait LetagentsStore: Send + Sync {
+    /// Stores `body` in `mailbox` if `drop_hash` matches and fewer than `capacity` envelopes
+    /// wait; returns after the commit.
+    async fn deposit(
+        &self,
+        mailbox: &str,
+        drop_hash: &str,
+        body: Bytes,
+        capacity: usize,
+        now: i64,
+    ) -> Result<DepositOutcome, StoreError>;
+
+    /// Records an authenticated login: creates the mailbox or updates its drop hash, unless
+    /// `ts` is not newer than the last accepted login.
+    async fn login(&self, mailbox: &str, drop_hash: &str, ts: i64, now: i64) -> Result<LoginOutcome, StoreError>;
+
+    /// Deletes the listed envelopes; returns the seqs that existed.
+    async fn ack(&self, mailbox: &str, seqs: Vec<i64>, now: i64) -> Result<Vec<i64>, StoreError>;
+
+    /// Deletes envelopes received before `expire_before` and erases mailboxes last active
+    /// before `idle_before` that hold nothing and that no websocket (of this instance) watches.
+    async fn sweep(&self, now: i64, expire_before: i64, idle_before: i64) -> Result<SweepReport, StoreError>;
+
+    /// The stored drop hash of `mailbox`, if it exists.
+    async fn drop_hash(&self, mailbox: &str) -> Result<Option<String>, StoreError>;
+
+    /// Up to `limit` waiting envelopes of `mailbox` with seq above `after`, oldest first.
+    async fn waiting(&self, mailbox: &str, after: i64, limit: usize) -> Result<Vec<Waiting>, StoreError>;
+
+    /// Number of envelopes waiting in `mailbox`.
+    async fn waiting_count(&self, mailbox: &str) -> Result<i64, StoreError>;
 }
 
-impl std::fmt::Debug for Store {
+/// letmeknow storage: group epochs and logs, invites.
+#[async_trait]
+pub trait LetmeknowStore: Send + Sync {
+    /// Appends a group message if its epoch is current (a commit advances the epoch).
+    async fn post(
+        &self,
+        gid: &str,
+        epoch: u64,
+        content: ContentType,
+        data: Bytes,
+        now: i64,
+    ) -> Result<PostOutcome, StoreError>;
+
+    /// Up to `limit` log entries of `gid` with seq above `after`, ascending.
+    async fn messages(&self, gid: &str, after: i64, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, StoreError>;
+
+    /// The group's current epoch (0 for a group never written).
+    async fn epoch(&self, gid: &str) -> Result<i64, StoreError>;
+
+    /// Creates an invite (`Conflict` if a live one has this id).
+    async fn create_invite(
+        &self,
+        id: &str,
+        owner: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError>;
+
+    /// Stores the join data (`owner` `None`) or, for the owner, the welcome data.
+    async fn put_blob(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        data: Vec<u8>,
+        now: i64,
+    ) -> Result<InviteOutcome, StoreError>;
+
+    /// A live invite, or `None` if unknown or expired at `now`.
+    async fn invite(&self, id: &str, now: i64) -> Result<Option<InviteState>, StoreError>;
+
+    /// Deletes messages received before `messages_before` (group epochs stay) and invites that
+    /// expired by `now`.
+    async fn sweep(&self, messages_before: i64, now: i64) -> Result<LmkSweepReport, StoreError>;
+}
+
+/// The SQLite backend: one file, one writer connection, a pool of readers.
+pub struct SqliteStore {
+    writer: Writer<SqliteConnection>,
+    pub(crate) read: SqlitePool,
+}
+
+impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").finish_non_exhaustive()
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
     }
 }
 
@@ -100,7 +240,62 @@ fn connect_options(path: &Path) -> SqliteConnectOptions {
         .busy_timeout(Duration::from_secs(10))
 }
 
-impl Store {
+/// The writer's transactions on SQLite.
+///
+/// The transaction is a plain `BEGIN IMMEDIATE` … `COMMIT`, not sqlx's `Connection::begin`:
+/// sqlx counts transaction depth itself and only decrements the count when `COMMIT` or
+/// `ROLLBACK` succeeds. On `SQLITE_FULL` SQLite rolls a failed `COMMIT` back by itself, so the
+/// `ROLLBACK` sqlx then sends fails ("no transaction is active") and sqlx keeps believing a
+/// transaction is open; its next `begin()` issues `SAVEPOINT` and its `commit()` `RELEASE`. When
+/// such a `RELEASE` (which commits, being outermost) fails too, SQLite leaves the connection with
+/// autocommit off (`OP_Savepoint` sets `db->autoCommit = 0` after a failed commit), and every
+/// later batch only released a nested savepoint: answered `2xx`, never committed, no fsync.
+/// A plain `BEGIN` fails inside a transaction, so here every batch first proves the connection
+/// is in autocommit mode, and its `COMMIT` ends the outermost transaction.
+struct SqliteBackend {
+    options: SqliteConnectOptions,
+}
+
+impl Backend for SqliteBackend {
+    type Conn = SqliteConnection;
+
+    fn connect(&self) -> BoxFuture<'_, Result<SqliteConnection, sqlx::Error>> {
+        Box::pin(self.options.connect())
+    }
+
+    fn begin<'a>(&'a self, conn: &'a mut SqliteConnection) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move { sqlx::query("BEGIN IMMEDIATE").execute(conn).await.map(drop) })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        _wakeups: &'a [(String, i64)],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move { sqlx::query("COMMIT").execute(conn).await.map(drop) })
+    }
+
+    fn discard(&self, mut conn: SqliteConnection) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // SQLite may already have rolled back by itself; then this ROLLBACK fails, harmlessly.
+            // Closing the connection ends whatever transaction SQLite may still hold.
+            let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
+            if let Err(e) = conn.close().await {
+                tracing::warn!(error = %e, "closing the failed writer connection");
+            }
+        })
+    }
+
+    fn close(&self, conn: SqliteConnection) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Err(e) = conn.close().await {
+                tracing::warn!(error = %e, "closing the writer connection");
+            }
+        })
+    }
+}
+
+impl SqliteStore {
     /// Opens (or creates) the database in `data_dir`, runs migrations and starts the writer;
     /// `hub` hears about every committed envelope.
     pub async fn open(data_dir: &Path, hub: Arc<Hub>) -> Result<Self, StoreError> {
@@ -109,19 +304,80 @@ impl Store {
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
         let read = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options.clone()).await?;
-        let (writes, queue) = mpsc::channel(QUEUE);
-        let writer = tokio::spawn(writer::run(conn, options, queue, hub));
-        Ok(Self { writes, read, writer: Mutex::new(Some(writer)) })
+        let writer = Writer::start(SqliteBackend { options }, conn, hub);
+        Ok(Self { writer, read })
     }
 
-    async fn write<T>(&self, make: impl FnOnce(writer::Reply<T>) -> Op) -> Result<T, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.writes.send(make(reply)).await.map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+    /// Queues the op `make` builds; returns its outcome after the commit.
+    pub(crate) async fn write<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> BoxOp<SqliteConnection>,
+    ) -> Result<T, StoreError> {
+        self.writer.write(make).await
     }
 
-    /// Stores `body` in `mailbox` if `drop_hash` matches and fewer than `capacity` envelopes
-    /// wait; returns after the commit.
+    /// Queues `req`; returns its outcome after the commit.
+    pub(crate) async fn submit<R: writer::Request<SqliteConnection>>(&self, req: R) -> Result<R::Out, StoreError> {
+        self.writer.submit(req).await
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+        self.read.close().await;
+    }
+}
+
+/// Handle to the store: each family's calls go to the backend that serves it.
+pub struct Store {
+    letagents: Arc<dyn LetagentsStore>,
+    letmeknow: Arc<dyn LetmeknowStore>,
+    sqlite: Option<Arc<SqliteStore>>,
+    pg: Option<Arc<pg::PgStore>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("postgres", &self.pg.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the SQLite database in `data_dir`, runs migrations and starts the
+    /// writer; `hub` hears about every committed write. Serves every family.
+    pub async fn open(data_dir: &Path, hub: Arc<Hub>) -> Result<Self, StoreError> {
+        let sqlite = Arc::new(SqliteStore::open(data_dir, hub).await?);
+        Ok(Self { letagents: sqlite.clone(), letmeknow: sqlite.clone(), sqlite: Some(sqlite), pg: None })
+    }
+
+    /// Connects to the PostgreSQL database at `url`, runs its migrations, starts the writer and
+    /// the listener that hears other instances' commits; `hub` hears about every committed
+    /// write, this instance's and the others'. Serves [`Family::ON_POSTGRES`] only.
+    pub async fn open_postgres(url: &str, hub: Arc<Hub>) -> Result<Self, StoreError> {
+        let pg = Arc::new(pg::PgStore::open(url, hub).await?);
+        Ok(Self { letagents: pg.clone(), letmeknow: pg.clone(), sqlite: None, pg: Some(pg) })
+    }
+
+    /// Whether this store runs on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.pg.is_some()
+    }
+
+    /// The letagents family's storage.
+    pub fn letagents(&self) -> &dyn LetagentsStore {
+        &*self.letagents
+    }
+
+    /// The letmeknow family's storage.
+    pub fn letmeknow(&self) -> &dyn LetmeknowStore {
+        &*self.letmeknow
+    }
+
+    /// The SQLite backend, for the families only it serves (`family` names the one asking).
+    pub(crate) fn sqlite(&self, family: Family) -> Result<&SqliteStore, StoreError> {
+        self.sqlite.as_deref().ok_or(StoreError::NotServed(family))
+    }
+
+    /// Stores `body` in `mailbox` (see [`LetagentsStore::deposit`]).
     pub async fn deposit(
         &self,
         mailbox: &str,
@@ -130,63 +386,48 @@ impl Store {
         capacity: usize,
         now: i64,
     ) -> Result<DepositOutcome, StoreError> {
-        let req = letagents::Deposit {
-            mailbox: mailbox.to_owned(),
-            drop_hash: drop_hash.to_owned(),
-            body,
-            capacity: i64::try_from(capacity).unwrap_or(i64::MAX),
-            now,
-        };
-        self.write(|reply| Op::Deposit { req, out: None, reply }).await
+        self.letagents.deposit(mailbox, drop_hash, body, capacity, now).await
     }
 
-    /// Records an authenticated login: creates the mailbox or updates its drop hash, unless
-    /// `ts` is not newer than the last accepted login.
+    /// Records a login (see [`LetagentsStore::login`]).
     pub async fn login(&self, mailbox: &str, drop_hash: &str, ts: i64, now: i64) -> Result<LoginOutcome, StoreError> {
-        let req = letagents::Login { mailbox: mailbox.to_owned(), drop_hash: drop_hash.to_owned(), ts, now };
-        self.write(|reply| Op::Login { req, out: None, reply }).await
+        self.letagents.login(mailbox, drop_hash, ts, now).await
     }
 
-    /// Deletes the listed envelopes; returns the seqs that existed.
+    /// Deletes the listed envelopes (see [`LetagentsStore::ack`]).
     pub async fn ack(&self, mailbox: &str, seqs: Vec<i64>, now: i64) -> Result<Vec<i64>, StoreError> {
-        let req = letagents::Ack { mailbox: mailbox.to_owned(), seqs, now };
-        self.write(|reply| Op::Ack { req, out: None, reply }).await
+        self.letagents.ack(mailbox, seqs, now).await
     }
 
-    /// Deletes envelopes received before `expire_before` and erases mailboxes last active
-    /// before `idle_before` that hold nothing and that no websocket watches.
+    /// The letagents sweep (see [`LetagentsStore::sweep`]).
     pub async fn sweep(&self, now: i64, expire_before: i64, idle_before: i64) -> Result<SweepReport, StoreError> {
-        let req = letagents::Sweep { now, expire_before, idle_before };
-        self.write(|reply| Op::Sweep { req, out: None, reply }).await
+        self.letagents.sweep(now, expire_before, idle_before).await
     }
 
     /// The stored drop hash of `mailbox`, if it exists.
     pub async fn drop_hash(&self, mailbox: &str) -> Result<Option<String>, StoreError> {
-        Ok(letagents::drop_hash(&self.read, mailbox).await?)
+        self.letagents.drop_hash(mailbox).await
     }
 
     /// Up to `limit` waiting envelopes of `mailbox` with seq above `after`, oldest first.
     pub async fn waiting(&self, mailbox: &str, after: i64, limit: usize) -> Result<Vec<Waiting>, StoreError> {
-        Ok(letagents::waiting(&self.read, mailbox, after, limit).await?)
+        self.letagents.waiting(mailbox, after, limit).await
     }
 
     /// Number of envelopes waiting in `mailbox`.
     pub async fn waiting_count(&self, mailbox: &str) -> Result<i64, StoreError> {
-        Ok(letagents::waiting_count(&self.read, mailbox).await?)
+        self.letagents.waiting_count(mailbox).await
     }
 
     /// Commits what is queued, stops the writer and closes every connection. Later calls fail
     /// with [`StoreError::Closed`].
     pub async fn close(&self) {
-        let (done, closed) = oneshot::channel();
-        if self.writes.send(Op::Close(done)).await.is_ok() {
-            let _ = closed.await;
+        if let Some(sqlite) = &self.sqlite {
+            sqlite.close().await;
         }
-        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        if let Some(writer) = writer {
-            let _ = writer.await;
+        if let Some(pg) = &self.pg {
+            pg.close().await;
         }
-        self.read.close().await;
     }
 }
 
@@ -199,8 +440,14 @@ mod tests {
     async fn database_is_in_wal_mode_with_synchronous_full() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&store.read).await.unwrap();
-        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&store.read).await.unwrap();
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&store.sqlite(Family::Stringcup).unwrap().read)
+            .await
+            .unwrap();
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&store.sqlite(Family::Stringcup).unwrap().read)
+            .await
+            .unwrap();
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "FULL");
         store.close().await;

@@ -13,7 +13,8 @@
 use sqlx::{SqliteConnection, SqliteExecutor, SqlitePool};
 use switchboard_core::util::hex;
 
-use super::writer::{Op, Reply, settle};
+use super::Family;
+use super::writer::{BatchCx, Reply, WriteOp, settle};
 use super::{Store, StoreError};
 use crate::hub::Hub;
 
@@ -567,6 +568,24 @@ pub(crate) enum ScOp {
     JoinRendezvous(Pending<JoinRendezvous, (JoinOutcome, i64)>),
     ReleaseRendezvous(Pending<ReleaseRendezvous, (Released, i64)>),
     Sweep(Pending<Sweep, ScSweepReport>),
+}
+
+impl WriteOp<SqliteConnection> for ScOp {
+    fn bytes(&self) -> usize {
+        ScOp::bytes(self)
+    }
+
+    fn apply<'a>(
+        &'a mut self,
+        conn: &'a mut SqliteConnection,
+        _: &'a mut BatchCx<'_>,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(ScOp::apply(self, conn))
+    }
+
+    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, hub: &Hub) {
+        ScOp::finish(*self, committed, hub);
+    }
 }
 
 impl ScOp {
@@ -1191,7 +1210,7 @@ impl Store {
 
 impl Stringcup<'_> {
     async fn op<R, T>(&self, req: R, wrap: fn(Pending<R, T>) -> ScOp) -> Result<T, StoreError> {
-        self.store.write(|reply| Op::Stringcup(wrap(Pending::new(req, reply)))).await
+        self.store.sqlite(Family::Stringcup)?.write(|reply| Box::new(wrap(Pending::new(req, reply)))).await
     }
 
     /// Creates an identity; `false` if its id or token hash is taken (draw again).
@@ -1265,8 +1284,8 @@ impl Stringcup<'_> {
         self.op(req, ScOp::Sweep).await
     }
 
-    fn pool(&self) -> &SqlitePool {
-        &self.store.read
+    fn pool(&self) -> Result<&SqlitePool, StoreError> {
+        Ok(&self.store.sqlite(Family::Stringcup)?.read)
     }
 
     /// The identity holding the token with this hash.
@@ -1275,13 +1294,13 @@ impl Stringcup<'_> {
             "SELECT id AS identity, token_created_ms, token_last_used_ms FROM sc_identity WHERE token_hash = ?",
         )
         .bind(token_hash)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.pool()?)
         .await?)
     }
 
     /// An identity by exact id.
     pub async fn identity(&self, id: &str) -> Result<Option<IdentityRow>, StoreError> {
-        Ok(identity_row(self.pool(), id).await?)
+        Ok(identity_row(self.pool()?, id).await?)
     }
 
     /// Up to `limit` messages of `recipient`'s inbox with id above `since`, oldest first.
@@ -1293,7 +1312,7 @@ impl Stringcup<'_> {
         .bind(recipient)
         .bind(since)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(self.pool())
+        .fetch_all(self.pool()?)
         .await?)
     }
 
@@ -1306,13 +1325,13 @@ impl Stringcup<'_> {
              WHERE m.member = ? ORDER BY t.rowid",
         )
         .bind(identity)
-        .fetch_all(self.pool())
+        .fetch_all(self.pool()?)
         .await?)
     }
 
     /// The topic `reference` names, if `caller` is a member.
     pub async fn topic_for_member(&self, reference: &str, caller: &str) -> Result<Option<TopicRow>, StoreError> {
-        Ok(topic_for_member(self.pool(), reference, caller).await?)
+        Ok(topic_for_member(self.pool()?, reference, caller).await?)
     }
 
     /// A topic's members with their keys, in the order they joined.
@@ -1323,13 +1342,13 @@ impl Stringcup<'_> {
              WHERE m.topic = ? ORDER BY m.rowid",
         )
         .bind(topic)
-        .fetch_all(self.pool())
+        .fetch_all(self.pool()?)
         .await?)
     }
 
     /// An unexpired rendezvous with its claims.
     pub async fn rendezvous(&self, token_hash: &[u8], now: i64) -> Result<Option<RendezvousRow>, StoreError> {
-        let mut conn = self.pool().acquire().await?;
+        let mut conn = self.pool()?.acquire().await?;
         Ok(rendezvous_row(&mut conn, token_hash, now).await?)
     }
 
@@ -1340,7 +1359,7 @@ impl Stringcup<'_> {
              (SELECT COUNT(*) FROM sc_message), \
              (SELECT COALESCE(MAX(value), 0) FROM sc_counter WHERE name = 'messages_stored')",
         )
-        .fetch_one(self.pool())
+        .fetch_one(self.pool()?)
         .await?;
         Ok(Counts {
             identities: count(identities),

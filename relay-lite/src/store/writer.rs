@@ -1,24 +1,27 @@
-//! The single writer task: group commit.
+//! The single writer task: group commit, for any backend.
 //!
 //! - wait for one queued write, then take every write already queued (up to a batch limit);
 //! - apply them in order inside one transaction, each seeing the ones before it;
-//! - commit (one fsync for the whole batch under `synchronous=FULL`), then answer every caller
-//!   and wake websocket watchers; if anything fails the batch is rolled back and every caller
-//!   in it gets the error, so no caller is ever told "stored" for a write that is not on disk;
+//! - commit (one fsync for the whole batch; on PostgreSQL also one `NOTIFY` naming every key the
+//!   batch woke, sent inside the transaction so it is delivered only if the batch commits), then
+//!   wake local watchers and answer every caller; if anything fails the batch is rolled back and
+//!   every caller in it gets the error, so no caller is ever told "stored" for a write that is
+//!   not on disk;
 //! - after a failed batch the connection is discarded and the next batch opens a fresh one, so
 //!   a failure can never leave the writer inside a transaction that later "commits" only
-//!   release savepoints (see [`apply_batch`]).
+//!   release savepoints (see `SqliteBackend` in [`super`]);
+//! - a batch a backend reports as retryable (PostgreSQL's deadlock or serialization failure,
+//!   when instances lock the same rows in another order) is applied again from the start.
+//!
+//! The writer knows nothing of any protocol: each protocol's store file defines its writes as
+//! types implementing [`WriteOp`] for the connection type of the backend it runs on.
+
 use std::sync::Arc;
 
-use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{ConnectOptions as _, Connection as _, SqliteConnection};
+use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
-use super::agent_mail::AmOp;
-use super::letagents::{self, DepositOutcome, LoginOutcome, SweepReport};
-use super::letmeknow::LmkOp;
-use super::stringcup::ScOp;
 use crate::hub::Hub;
 
 /// Where a write's result goes.
@@ -28,35 +31,46 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 const MAX_BATCH: usize = 1024;
 /// Most envelope bytes in one transaction, so one batch cannot hold the writer for long.
 const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// Times a retryable batch is applied before its callers get the error.
+const MAX_ATTEMPTS: usize = 5;
 
-/// A queued write, its result once applied, and where to send it after the commit.
-pub(crate) enum Op {
-    Deposit {
-        req: letagents::Deposit,
-        out: Option<DepositOutcome>,
-        reply: Reply<DepositOutcome>,
-    },
-    Login {
-        req: letagents::Login,
-        out: Option<LoginOutcome>,
-        reply: Reply<LoginOutcome>,
-    },
-    Ack {
-        req: letagents::Ack,
-        out: Option<Vec<i64>>,
-        reply: Reply<Vec<i64>>,
-    },
-    Sweep {
-        req: letagents::Sweep,
-        out: Option<SweepReport>,
-        reply: Reply<SweepReport>,
-    },
-    /// A Stringcup v2 write (its own enum, so each protocol's SQL stays in its file).
-    Stringcup(ScOp),
-    /// An Agent Mail 1.0 write (its own enum, so its SQL stays in its file).
-    AgentMail(Box<AmOp>),
-    /// A letmeknow group log or invite write.
-    Letmeknow(LmkOp),
+/// What the writer hands an op while it applies: the hub (for reads such as "is this mailbox
+/// watched") and the wake-ups to publish once the batch commits.
+pub(crate) struct BatchCx<'h> {
+    /// The local wake-up hub.
+    pub(crate) hub: &'h Hub,
+    wakeups: Vec<(String, i64)>,
+}
+
+impl BatchCx<'_> {
+    /// Announces, once the batch commits, that `seq` is the newest value of hub key `key`.
+    pub(crate) fn wake(&mut self, key: String, seq: i64) {
+        self.wakeups.push((key, seq));
+    }
+}
+
+/// One queued write for connections of type `C`.
+pub(crate) trait WriteOp<C>: Send {
+    /// Payload bytes, for the batch byte limit.
+    fn bytes(&self) -> usize {
+        0
+    }
+
+    /// Runs the write inside the batch transaction and keeps its outcome (applying again, after
+    /// a retried batch, replaces it).
+    fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+    /// Answers the caller: the applied outcome if the batch committed, else the batch's error.
+    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, hub: &Hub);
+}
+
+/// A boxed write.
+pub(crate) type BoxOp<C> = Box<dyn WriteOp<C>>;
+
+/// What the writer's queue carries.
+pub(crate) enum Msg<C> {
+    /// A write.
+    Op(BoxOp<C>),
     /// Commit what came before, then stop.
     Close(oneshot::Sender<()>),
 }
@@ -69,146 +83,262 @@ pub(crate) fn settle<T>(committed: &Result<(), StoreError>, out: Option<T>) -> R
     }
 }
 
-impl Op {
+/// A queued write's request, its result once applied, and where to send it.
+pub(crate) struct Pending<R, T> {
+    pub(crate) req: R,
+    pub(crate) out: Option<T>,
+    pub(crate) reply: Reply<T>,
+}
+
+impl<R, T> Pending<R, T> {
+    /// A write of `req` answered on `reply`.
+    pub(crate) fn new(req: R, reply: Reply<T>) -> Self {
+        Self { req, out: None, reply }
+    }
+
+    /// Answers the caller (one that went away no longer needs the answer).
+    pub(crate) fn answer(self, committed: &Result<(), StoreError>) {
+        let _ = self.reply.send(settle(committed, self.out));
+    }
+}
+
+/// A write request that knows how to apply itself on connections of type `C`: the request types
+/// of each protocol family implement it once per backend that serves the family.
+pub(crate) trait Request<C>: Send + Sync + 'static {
+    /// What the caller gets once the batch commits.
+    type Out: Send + 'static;
+
+    /// Payload bytes, for the batch byte limit.
     fn bytes(&self) -> usize {
-        match self {
-            Self::Deposit { req, .. } => req.body.len(),
-            Self::Stringcup(op) => op.bytes(),
-            Self::AgentMail(op) => op.bytes(),
-            Self::Letmeknow(op) => op.bytes(),
-            _ => 0,
-        }
+        0
     }
 
-    async fn apply(&mut self, conn: &mut SqliteConnection, hub: &Hub) -> Result<(), sqlx::Error> {
-        match self {
-            Self::Deposit { req, out, .. } => *out = Some(letagents::deposit(conn, req).await?),
-            Self::Login { req, out, .. } => *out = Some(letagents::login(conn, req).await?),
-            Self::Ack { req, out, .. } => *out = Some(letagents::ack(conn, req).await?),
-            Self::Sweep { req, out, .. } => *out = Some(letagents::sweep(conn, req, hub).await?),
-            Self::Stringcup(op) => op.apply(conn).await?,
-            Self::AgentMail(op) => op.apply(conn).await?,
-            Self::Letmeknow(op) => op.apply(conn).await?,
-            Self::Close(_) => {}
-        }
-        Ok(())
+    /// Runs the request inside the batch transaction.
+    fn run<'a>(&'a self, conn: &'a mut C, hub: &'a Hub) -> BoxFuture<'a, Result<Self::Out, sqlx::Error>>;
+
+    /// The hub key and value to announce when `out` commits, if any.
+    fn wakeup(&self, _out: &Self::Out) -> Option<(String, i64)> {
+        None
+    }
+}
+
+impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
+    fn bytes(&self) -> usize {
+        self.req.bytes()
     }
 
-    /// Answers the caller: the applied result if the batch committed, else the batch's error.
-    fn finish(self, committed: &Result<(), StoreError>, hub: &Hub) {
-        // A caller that went away (client disconnected) no longer needs the answer.
-        match self {
-            Self::Deposit { req, out, reply } => {
-                let result = settle(committed, out);
-                if let Ok(DepositOutcome::Stored { seq }) = &result {
-                    hub.publish(&req.mailbox, *seq);
-                }
-                let _ = reply.send(result);
+    fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let out = self.req.run(conn, cx.hub).await?;
+            if let Some((key, seq)) = self.req.wakeup(&out) {
+                cx.wake(key, seq);
             }
-            Self::Login { out, reply, .. } => {
-                let _ = reply.send(settle(committed, out));
-            }
-            Self::Ack { out, reply, .. } => {
-                let _ = reply.send(settle(committed, out));
-            }
-            Self::Sweep { out, reply, .. } => {
-                let _ = reply.send(settle(committed, out));
-            }
-            Self::Stringcup(op) => op.finish(committed, hub),
-            Self::AgentMail(op) => (*op).finish(committed),
-            Self::Letmeknow(op) => op.finish(committed, hub),
-            Self::Close(done) => {
-                let _ = done.send(());
-            }
+            self.out = Some(out);
+            Ok(())
+        })
+    }
+
+    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, _hub: &Hub) {
+        self.answer(committed);
+    }
+}
+
+/// The handle to a running writer task: queue writes, close it.
+pub(crate) struct Writer<C> {
+    writes: mpsc::Sender<Msg<C>>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl<C: Send + 'static> Writer<C> {
+    /// Starts the writer task on `conn`; `backend` reopens the connection after a failed batch.
+    pub(crate) fn start<B: Backend<Conn = C>>(backend: B, conn: C, hub: Arc<Hub>) -> Self {
+        let (writes, queue) = mpsc::channel(QUEUE);
+        let task = tokio::spawn(run(backend, conn, queue, hub));
+        Self { writes, task: std::sync::Mutex::new(Some(task)) }
+    }
+
+    /// Queues the op `make` builds and waits for its answer (after the commit).
+    pub(crate) async fn write<T>(&self, make: impl FnOnce(Reply<T>) -> BoxOp<C>) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writes.send(Msg::Op(make(reply))).await.map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues `req` and waits for its outcome (after the commit).
+    pub(crate) async fn submit<R: Request<C>>(&self, req: R) -> Result<R::Out, StoreError>
+    where
+        C: Send,
+    {
+        self.write(|reply| Box::new(Pending::new(req, reply))).await
+    }
+
+    /// Commits what is queued and stops the task; later writes fail with [`StoreError::Closed`].
+    pub(crate) async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.writes.send(Msg::Close(done)).await.is_ok() {
+            let _ = closed.await;
+        }
+        let task = self.task.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(task) = task {
+            let _ = task.await;
         }
     }
 }
 
-/// Applies `batch` in one transaction and commits it.
-///
-/// The transaction is a plain `BEGIN IMMEDIATE` … `COMMIT`, not sqlx's `Connection::begin`:
-/// sqlx counts transaction depth itself and only decrements the count when `COMMIT` or
-/// `ROLLBACK` succeeds. On `SQLITE_FULL` SQLite rolls a failed `COMMIT` back by itself, so the
-/// `ROLLBACK` sqlx then sends fails ("no transaction is active") and sqlx keeps believing a
-/// transaction is open; its next `begin()` issues `SAVEPOINT` and its `commit()` `RELEASE`. When
-/// such a `RELEASE` (which commits, being outermost) fails too, SQLite leaves the connection with
-/// autocommit off (`OP_Savepoint` sets `db->autoCommit = 0` after a failed commit), and every
-/// later batch only released a nested savepoint: answered `2xx`, never committed, no fsync.
-/// A plain `BEGIN` fails inside a transaction, so here every batch first proves the connection
-/// is in autocommit mode, and its `COMMIT` ends the outermost transaction.
-async fn apply_batch(conn: &mut SqliteConnection, batch: &mut [Op], hub: &Hub) -> Result<(), StoreError> {
-    sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    for op in batch.iter_mut() {
-        op.apply(conn, hub).await?;
+/// Writes that may queue for the writer before callers wait (backpressure).
+const QUEUE: usize = 4096;
+
+/// How a backend opens, begins, commits and abandons the writer's connection.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// The writer's connection.
+    type Conn: Send + 'static;
+
+    /// Opens a connection for the writer.
+    fn connect(&self) -> BoxFuture<'_, Result<Self::Conn, sqlx::Error>>;
+
+    /// Starts the batch's transaction.
+    fn begin<'a>(&'a self, conn: &'a mut Self::Conn) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+    /// Commits it; `wakeups` are the keys the batch woke (a backend shared by several instances
+    /// announces them inside the transaction).
+    fn commit<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        wakeups: &'a [(String, i64)],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+    /// Rolls back and closes a connection whose batch failed.
+    fn discard(&self, conn: Self::Conn) -> BoxFuture<'_, ()>;
+
+    /// Closes the connection when the writer stops.
+    fn close(&self, conn: Self::Conn) -> BoxFuture<'_, ()>;
+
+    /// Whether a batch that failed with `e` may simply be applied again.
+    fn retryable(&self, _e: &sqlx::Error) -> bool {
+        false
     }
-    sqlx::query("COMMIT").execute(&mut *conn).await?;
-    Ok(())
+}
+
+/// Applies `batch` in the transaction begun on `conn` and commits it; returns the wake-ups to
+/// publish.
+async fn apply_batch<B: Backend>(
+    backend: &B,
+    conn: &mut B::Conn,
+    batch: &mut [BoxOp<B::Conn>],
+    hub: &Hub,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let mut cx = BatchCx { hub, wakeups: Vec::new() };
+    for op in batch.iter_mut() {
+        op.apply(conn, &mut cx).await?;
+    }
+    backend.commit(conn, &cx.wakeups).await?;
+    Ok(cx.wakeups)
 }
 
 /// Applies and commits `batch` on the writer connection, opening one first if the last failure
-/// discarded it. After any failure the connection is rolled back and dropped (closing it ends
-/// whatever transaction SQLite may still hold), so the next batch starts on a clean one.
-async fn commit_batch(
-    slot: &mut Option<SqliteConnection>,
-    options: &SqliteConnectOptions,
-    batch: &mut [Op],
+/// discarded it. After any failure the connection is rolled back and dropped, so the next
+/// attempt starts on a clean one.
+async fn commit_batch<B: Backend>(
+    backend: &B,
+    slot: &mut Option<B::Conn>,
+    batch: &mut [BoxOp<B::Conn>],
     hub: &Hub,
-) -> Result<(), StoreError> {
-    let conn = match slot {
-        Some(conn) => conn,
-        None => slot.insert(options.connect().await?),
-    };
-    let committed = apply_batch(conn, batch, hub).await;
-    if committed.is_err()
-        && let Some(mut conn) = slot.take()
-    {
-        // SQLite may already have rolled back by itself; then this ROLLBACK fails, harmlessly.
-        let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
-        if let Err(e) = conn.close().await {
-            tracing::warn!(error = %e, "closing the failed writer connection");
+) -> Result<Vec<(String, i64)>, StoreError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let conn = begin(backend, slot).await?;
+        let committed = apply_batch(backend, conn, batch, hub).await;
+        let Err(e) = committed else { return committed.map_err(StoreError::from) };
+        if let Some(conn) = slot.take() {
+            backend.discard(conn).await;
         }
+        if attempt >= MAX_ATTEMPTS || !backend.retryable(&e) {
+            return Err(e.into());
+        }
+        tracing::debug!(error = %e, attempt, "write batch conflicted with another instance; applying it again");
     }
-    committed
 }
 
-/// Runs until a [`Op::Close`] arrives or every sender is gone; `options` open a replacement
-/// connection after a failed batch.
-pub(crate) async fn run(
-    conn: SqliteConnection,
-    options: SqliteConnectOptions,
-    mut queue: mpsc::Receiver<Op>,
-    hub: Arc<Hub>,
-) {
+/// Begins a transaction on the writer connection, opening one if there is none. A connection
+/// that cannot even begin (a database server restarted since the last batch) is replaced once:
+/// nothing of the batch was applied yet, so trying again on a fresh one is safe.
+async fn begin<'s, B: Backend>(backend: &B, slot: &'s mut Option<B::Conn>) -> Result<&'s mut B::Conn, sqlx::Error> {
+    let conn = match slot.take() {
+        Some(mut conn) => match backend.begin(&mut conn).await {
+            Ok(()) => conn,
+            Err(e) => {
+                tracing::info!(error = %e, "the writer connection failed; opening a new one");
+                backend.discard(conn).await;
+                fresh(backend).await?
+            }
+        },
+        None => fresh(backend).await?,
+    };
+    Ok(slot.insert(conn))
+}
+
+/// A new writer connection with a transaction begun.
+async fn fresh<B: Backend>(backend: &B) -> Result<B::Conn, sqlx::Error> {
+    let mut conn = backend.connect().await?;
+    backend.begin(&mut conn).await?;
+    Ok(conn)
+}
+
+/// Runs until a [`Msg::Close`] arrives or every sender is gone.
+pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::Receiver<Msg<B::Conn>>, hub: Arc<Hub>) {
     let mut conn = Some(conn);
-    let mut batch: Vec<Op> = Vec::with_capacity(MAX_BATCH);
-    let mut closing = false;
-    while !closing {
+    let mut batch: Vec<BoxOp<B::Conn>> = Vec::with_capacity(MAX_BATCH);
+    let mut closed: Option<oneshot::Sender<()>> = None;
+    while closed.is_none() {
         let Some(first) = queue.recv().await else {
             break;
         };
-        let mut bytes = first.bytes();
-        closing = matches!(first, Op::Close(_));
-        batch.push(first);
-        while !closing && batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-            let Ok(op) = queue.try_recv() else { break };
-            bytes += op.bytes();
-            closing = matches!(op, Op::Close(_));
-            batch.push(op);
+        let mut bytes = 0;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Op(op) => {
+                    bytes += op.bytes();
+                    batch.push(op);
+                }
+                Msg::Close(done) => {
+                    closed = Some(done);
+                    break;
+                }
+            }
+            if batch.len() >= MAX_BATCH || bytes >= MAX_BATCH_BYTES {
+                break;
+            }
+            next = queue.try_recv().ok();
         }
-        let committed = commit_batch(&mut conn, &options, &mut batch, &hub).await;
-        match &committed {
-            Ok(()) => tracing::trace!(writes = batch.len(), bytes, "write batch committed"),
-            Err(e) => tracing::error!(error = %e, writes = batch.len(), "write batch rolled back"),
+        if batch.is_empty() {
+            continue;
         }
+        let committed = commit_batch(&backend, &mut conn, &mut batch, &hub).await;
+        let committed = match committed {
+            Ok(wakeups) => {
+                tracing::trace!(writes = batch.len(), bytes, "write batch committed");
+                for (key, seq) in &wakeups {
+                    hub.publish(key, *seq);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, writes = batch.len(), "write batch rolled back");
+                Err(e)
+            }
+        };
         for op in batch.drain(..) {
             op.finish(&committed, &hub);
         }
     }
     // Writes still queued behind a Close are dropped; their callers see `Closed`.
     queue.close();
-    if let Some(conn) = conn
-        && let Err(e) = conn.close().await
-    {
-        tracing::warn!(error = %e, "closing the writer connection");
+    if let Some(conn) = conn {
+        backend.close(conn).await;
+    }
+    if let Some(done) = closed {
+        let _ = done.send(());
     }
 }
