@@ -12,6 +12,7 @@ packages=(
   xvfb xauth x11-utils xdotool imagemagick           # the app's window test (src-tauri/tests/window.rs)
   dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
+  iproute2                                           # network namespaces for the LAN tests (tests/tests/lan_netns.rs)
 )
 
 missing=()

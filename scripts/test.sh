@@ -20,6 +20,7 @@ dbus-run-session -- bash -c '
   export SWITCHBOARD_REQUIRE_CODEX=1  # tests/tests/codex.rs fails instead of skipping without codex
   export SWITCHBOARD_REQUIRE_CLAUDE=1  # tests/tests/claude_code.rs likewise without Claude Code
   export SWITCHBOARD_REQUIRE_WEBDRIVER=1  # src-tauri/tests/webview.rs likewise without tauri-driver
+  export SWITCHBOARD_REQUIRE_NETNS=1  # tests/tests/lan_netns.rs likewise without network namespaces (root, iproute2)
   cargo test --workspace --no-fail-fast
 ' "$keyring_home"
 rm -rf "$keyring_home"
