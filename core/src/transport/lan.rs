@@ -680,8 +680,16 @@ impl Node {
                     }
                     Some(Pending::Hello(_)) | None => {}
                 }
-                // Whatever failed, this connection is suspect: drop it; mDNS brings the peer back.
+                // Whatever failed, this connection is suspect: the peer is not nearby from now
+                // (closing a connection over a cut link can take until TCP gives up, and the
+                // engine must take the relay at once), and the connection is dropped; mDNS and
+                // a fresh hello bring the peer back.
+                if let Some(state) = self.peers.get_mut(&peer) {
+                    state.bound = None;
+                    state.mutual = false;
+                }
                 let _ = self.swarm.disconnect_peer_id(peer);
+                self.publish_nearby();
             }
             Event::InboundFailure { peer, error, .. } => {
                 tracing::debug!("lan: request from {peer} failed: {error}");
