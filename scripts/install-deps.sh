@@ -13,11 +13,12 @@ packages=(
   dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
   iproute2                                           # network namespaces for the LAN tests (tests/tests/lan_netns.rs)
+  xdg-utils desktop-file-utils rpm                   # the package test: link handler, MIME cache, the .rpm's file list
 )
 
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""
@@ -31,13 +32,14 @@ if ! command -v cargo >/dev/null; then
   echo "cargo is not installed: install Rust (rustup) first" >&2
   exit 1
 fi
-rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+grep -q clippy <<<"$(rustup component list --installed 2>/dev/null)" || rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
 # tauri-driver (src-tauri/tests/webview.rs drives the real app's webview over WebDriver through it
 # and WebKitWebDriver), skipped when this exact version is installed; the test fails, never skips,
 # under SWITCHBOARD_REQUIRE_WEBDRIVER=1 when it is missing.
 tauri_driver_version=2.0.6
-if ! cargo install --list 2>/dev/null | grep -qx "tauri-driver v$tauri_driver_version:"; then
+# (lists are captured before grep -q: with pipefail a grep that exits early fails the pipe)
+if ! grep -qx "tauri-driver v$tauri_driver_version:" <<<"$(cargo install --list 2>/dev/null)"; then
   (cd / && env -u CARGO_TARGET_DIR cargo install tauri-driver --version "$tauri_driver_version" --locked --quiet)
 fi
 

@@ -21,9 +21,21 @@ dbus-run-session -- bash -c '
   export SWITCHBOARD_REQUIRE_CLAUDE=1  # tests/tests/claude_code.rs likewise without Claude Code
   export SWITCHBOARD_REQUIRE_WEBDRIVER=1  # src-tauri/tests/webview.rs likewise without tauri-driver
   export SWITCHBOARD_REQUIRE_NETNS=1  # tests/tests/lan_netns.rs likewise without network namespaces (root, iproute2)
+  export SWITCHBOARD_REQUIRE_TMPFS=1  # the disk-full tests (relay-lite, tests/) mount a small tmpfs: CI runs as root
   cargo test --workspace --no-fail-fast
 ' "$keyring_home"
 rm -rf "$keyring_home"
+
+echo "== package (.deb and .rpm of the debug build; installed, run, window shown, removed)"
+if [ "$(id -u)" = 0 ]; then
+  PROFILE=debug SKIP_DEPS=1 bash scripts/package.sh
+  PROFILE=debug bash scripts/package-test.sh
+elif [ -n "${CI:-}" ]; then
+  echo "the package test installs a .deb: run as root" >&2
+  exit 1
+else
+  echo "skipped: the package test installs a .deb and needs root"
+fi
 
 echo "== fuzz (${FUZZ_SECONDS}s per target)"
 if ! command -v cargo-fuzz >/dev/null; then

@@ -76,7 +76,7 @@ fn bench(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("store");
     g.bench_function("receive_commit", |b| {
-        b.iter_batched(envelope, |env| rt.block_on(bob.receive(&env)).unwrap(), BatchSize::SmallInput)
+        b.iter_batched(envelope, |env| rt.block_on(bob.receive_letagents(&env)).unwrap(), BatchSize::SmallInput)
     });
     g.bench_function("bare_insert", |b| {
         b.iter_batched(

@@ -88,7 +88,18 @@ impl Profile {
     pub fn try_lock(&self) -> Result<Option<ProfileLock>, ProfileError> {
         self.ensure_dir()?;
         let path = self.lock_path();
-        let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io(&path))?;
+        let mut opts = OpenOptions::new();
+        opts.create(true).truncate(false).write(true);
+        // Private like every other file of the profile (it names the owning process).
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let file = opts.open(&path).map_err(io(&path))?;
+        // Also a lock file an earlier version made with the umask's mode.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(io(&path))?;
+        }
         match file.try_lock() {
             Ok(()) => {
                 let mut f = &file;
@@ -141,6 +152,20 @@ pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(unix)]
+    fn the_lock_file_is_private_even_when_an_older_version_made_it() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let profile = Profile { dir: dir.path().join("p") };
+        profile.ensure_dir().unwrap();
+        std::fs::write(profile.lock_path(), b"").unwrap();
+        std::fs::set_permissions(profile.lock_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _lock = profile.try_lock().unwrap().unwrap();
+        let mode = std::fs::metadata(profile.lock_path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
 
     #[test]
     fn only_one_lock_holder() {

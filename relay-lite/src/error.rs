@@ -80,6 +80,23 @@ pub enum Error {
     /// The relay is shutting down (relay's state, nobody's fault): `503`.
     #[error("relay is shutting down")]
     Unavailable,
+    /// The relay is already receiving as many request-body bytes as its memory budget allows
+    /// (its load, nobody's fault): `503` with `Retry-After`; nothing was read or stored.
+    #[error("the relay is receiving too much at once; nothing was stored; retry in {BUSY_RETRY_AFTER_SECS} s")]
+    Busy,
+    /// The relay's disk is full, so nothing was stored (the relay's condition, not the
+    /// client's): `507` on a send, where letagents and Stringcup define `507` as "not stored,
+    /// retry later", `503` elsewhere; both with `Retry-After`. The relay recovers by itself once
+    /// space returns.
+    #[error("the relay is out of storage; nothing was stored; retry in {STORAGE_RETRY_AFTER_SECS} s")]
+    StorageFull {
+        /// Whether the request was a send (`507`) rather than another write (`503`).
+        send: bool,
+    },
+    /// The relay's disk failed a read or write, so nothing was stored (relay's fault): `503` with
+    /// `Retry-After`.
+    #[error("the relay's storage failed; nothing was stored; retry in {STORAGE_RETRY_AFTER_SECS} s")]
+    StorageFailed,
     /// The store failed (relay's fault): `500`; details are logged, not sent.
     #[error("internal error")]
     Store(#[source] StoreError),
@@ -176,11 +193,30 @@ fn pending_message(limit: PendingLimit) -> String {
     }
 }
 
+/// What `Retry-After` says when the relay's disk is full or failing.
+pub const STORAGE_RETRY_AFTER_SECS: u64 = 5;
+
+/// `Retry-After` when the request-body budget is spent.
+pub const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Closed => Self::Unavailable,
+            StoreError::DiskFull(_) => Self::StorageFull { send: false },
+            StoreError::Io(_) => Self::StorageFailed,
             other => Self::Store(other),
+        }
+    }
+}
+
+impl Error {
+    /// A store failure during a send (letagents `/v1/send`, Stringcup `POST /messages` and
+    /// `/messages/batch`): as [`From<StoreError>`], except that a full disk answers `507`.
+    pub fn from_send(e: StoreError) -> Self {
+        match Self::from(e) {
+            Self::StorageFull { .. } => Self::StorageFull { send: true },
+            other => other,
         }
     }
 }
@@ -207,6 +243,10 @@ impl Error {
             }
             Self::PendingFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "inbox_full"),
             Self::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            Self::StorageFull { send: true } => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+            Self::StorageFull { send: false } => (StatusCode::SERVICE_UNAVAILABLE, "storage_full"),
+            Self::StorageFailed => (StatusCode::SERVICE_UNAVAILABLE, "storage_failed"),
             Self::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             Self::AgentMail { code, .. } => {
                 (StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::BAD_REQUEST), code.as_str())
@@ -237,6 +277,12 @@ impl IntoResponse for Error {
             Self::RateLimited { retry_after_secs } => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
             }
+            Self::StorageFull { .. } | Self::StorageFailed => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(STORAGE_RETRY_AFTER_SECS));
+            }
+            Self::Busy => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_AFTER_SECS));
+            }
             Self::Unauthorized(_) => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
@@ -266,6 +312,21 @@ mod tests {
         assert_eq!(inbox.status(), (StatusCode::INSUFFICIENT_STORAGE, "inbox_full"));
         assert!(sender.to_string().contains("not behind"));
         assert!(inbox.to_string().contains("is behind"));
+    }
+
+    #[test]
+    fn a_full_disk_is_507_on_a_send_and_503_elsewhere_both_with_retry_after() {
+        let full = || StoreError::DiskFull(std::sync::Arc::new(sqlx::Error::PoolTimedOut));
+        let send = Error::from_send(full()).into_response();
+        let login = Error::from(full()).into_response();
+        assert_eq!(send.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(login.status(), StatusCode::SERVICE_UNAVAILABLE);
+        for r in [&send, &login] {
+            assert_eq!(r.headers().get(header::RETRY_AFTER).unwrap(), "5");
+        }
+        let io = Error::from_send(StoreError::Io(std::sync::Arc::new(sqlx::Error::PoolTimedOut))).into_response();
+        assert_eq!(io.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(io.headers().contains_key(header::RETRY_AFTER));
     }
 
     #[test]

@@ -13,9 +13,12 @@
 //! `hub` wakes websocket sessions and long-polls when mail commits; `error` maps every failure to
 //! a status code.
 
+pub mod conn;
 pub mod error;
 pub mod hub;
 pub mod limits;
+pub mod origin;
+pub mod parking;
 pub mod routes;
 pub mod store;
 pub mod tls;
@@ -36,6 +39,7 @@ use tokio::task::JoinHandle;
 pub use error::Error;
 use hub::Hub;
 use limits::{IpLimiter, SlidingWindow};
+pub use origin::{PublicOrigins, PublicUrlError};
 use store::Store;
 
 /// The limits a relay enforces; `Default` is the letagents v1 seed's values.
@@ -68,6 +72,19 @@ pub struct Limits {
     /// stops a client that trickles headers from holding a socket forever. Clients should drop
     /// idle pooled connections sooner (Switchboard's do, at 20 s).
     pub header_read_timeout_ms: u64,
+    /// A request's body must arrive whole within this long of its head (ms), whatever its
+    /// pace: a client trickling a body is cut off here.
+    pub request_body_timeout_ms: u64,
+    /// Connections one client address (IPv4, or IPv6 /64) may hold open at once; the next is
+    /// closed on accept. 0 means no limit.
+    pub max_connections_per_ip: usize,
+    /// A websocket client that has not taken a frame within this long is dropped (ms): it has
+    /// stopped reading, and it reconnects and catches up from the backlog.
+    pub websocket_send_timeout_ms: u64,
+    /// Request-body bytes the relay receives at once, across all requests: each request with a
+    /// body reserves its `Content-Length` (a chunked one the largest body any route takes)
+    /// before it is read, and a request that does not fit gets `503` with `Retry-After`.
+    pub body_bytes_in_flight: u64,
 }
 
 impl Default for Limits {
@@ -84,6 +101,10 @@ impl Default for Limits {
             letmeknow: limits::LetmeknowLimits::default(),
             agent_mail: limits::AgentMailLimits::default(),
             header_read_timeout_ms: 30_000,
+            request_body_timeout_ms: 60_000,
+            max_connections_per_ip: 256,
+            websocket_send_timeout_ms: 10_000,
+            body_bytes_in_flight: 256 * 1024 * 1024,
         }
     }
 }
@@ -120,6 +141,9 @@ pub struct StringcupLimits {
     /// Requests that may be parked in a long-poll at once; beyond it `wait` answers at once with
     /// `X-Long-Poll: unavailable`.
     pub long_poll_slots: usize,
+    /// Of those, how many one identity may hold (its inbox and rendezvous waits together); 0
+    /// means no per-identity share.
+    pub long_poll_per_identity: usize,
     /// A token unused for this long stops working and its identity is reclaimed (ms).
     pub token_inactivity_ms: i64,
     /// How long an `Idempotency-Key` is remembered (ms).
@@ -154,6 +178,7 @@ impl Default for StringcupLimits {
             registrations_per_hour_per_ip: 60,
             long_poll_max_secs: 25,
             long_poll_slots: 1024,
+            long_poll_per_identity: 16,
             token_inactivity_ms: 30 * 24 * 3600 * 1000,
             idempotency_ttl_ms: 24 * 3600 * 1000,
             rendezvous_ttl_ms: 15 * 60 * 1000,
@@ -195,6 +220,10 @@ pub struct Config {
     pub limits: Limits,
     /// How often the sweeper deletes expired envelopes and erases idle mailboxes.
     pub sweep_interval: Duration,
+    /// This relay's public URLs (`https://relay.example`), the first the primary: what clients
+    /// sign as `host` and name as `aud`. Empty: derived from `listen` (see [`origin`]); a
+    /// relay on an unspecified address must be given them.
+    pub public_urls: Vec<String>,
     /// Test hook: when set, the Agent Mail routes read the time (Unix ms) from here instead of
     /// the system clock, so fixed-time conformance vectors can be replayed over HTTP.
     pub agent_mail_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
@@ -209,6 +238,7 @@ impl Config {
             tls: TlsMode::Plain,
             limits: Limits::default(),
             sweep_interval: Duration::from_secs(60),
+            public_urls: Vec::new(),
             agent_mail_clock: None,
         }
     }
@@ -230,10 +260,16 @@ pub(crate) struct Shared {
     pub(crate) store: Store,
     pub(crate) hub: Arc<Hub>,
     pub(crate) limits: Limits,
+    /// This relay's own names ([`Config::public_urls`]).
+    pub(crate) origins: Arc<PublicOrigins>,
+    /// [`Limits::body_bytes_in_flight`], in KiB permits.
+    pub(crate) body_budget: conn::BodyBudget,
     pub(crate) send_rate: SlidingWindow,
     pub(crate) ip_rate: IpLimiter,
     /// Posts per letmeknow group per minute.
     pub(crate) letmeknow_rate: SlidingWindow,
+    /// Parked letmeknow reads (group logs and invites), shared per client address.
+    pub(crate) letmeknow_parking: parking::ParkingPool,
     /// Stringcup budgets, long-poll pool, idempotency keys in flight, statistics snapshot.
     pub(crate) stringcup: routes::stringcup::StringcupState,
     /// Becomes `true` when the relay shuts down; websocket sessions watch it.
@@ -255,6 +291,11 @@ impl AppState {
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.shared.limits
+    }
+
+    /// This relay's public names.
+    pub fn origins(&self) -> &Arc<PublicOrigins> {
+        &self.shared.origins
     }
 
     /// Runs one sweep now: deletes envelopes past retention, erases idle empty mailboxes that
@@ -326,6 +367,11 @@ async fn sweep_once(shared: &Shared) -> Result<store::SweepReport, store::StoreE
 /// The router expects `ConnectInfo<SocketAddr>` for the per-IP limit (without it the IP limit
 /// is skipped); [`spawn`] provides it.
 pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
+    let origins = Arc::new(if config.public_urls.is_empty() {
+        PublicOrigins::for_listen(config.listen, config.tls != TlsMode::Plain)?
+    } else {
+        PublicOrigins::parse(&config.public_urls)?
+    });
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     let hub = Arc::new(Hub::default());
@@ -339,14 +385,34 @@ pub async fn app(config: &Config) -> anyhow::Result<(Router, AppState)> {
         send_rate: SlidingWindow::new(limits.sends_per_minute, Duration::from_secs(60)),
         ip_rate: IpLimiter::new(limits.ip_requests_per_minute),
         letmeknow_rate: SlidingWindow::new(limits.letmeknow.posts_per_group_minute, Duration::from_secs(60)),
+        letmeknow_parking: parking::ParkingPool::new(
+            limits.letmeknow.long_poll_slots,
+            limits.letmeknow.long_poll_per_ip,
+        ),
         stringcup: routes::stringcup::StringcupState::new(&limits.stringcup),
         limits,
+        origins,
+        body_budget: conn::BodyBudget::new(config.limits.body_bytes_in_flight, max_body(&config.limits)),
         closing: tokio::sync::watch::channel(false).0,
         agent_mail_clock: config.agent_mail_clock.clone(),
     });
     spawn_sweeper(Arc::downgrade(&shared), config.sweep_interval);
     let state = AppState { shared };
     Ok((routes::router(state.clone()), state))
+}
+
+/// The largest body any route takes (what a chunked body of unknown length reserves).
+fn max_body(limits: &Limits) -> u64 {
+    let largest = [
+        limits.max_envelope,
+        limits.stringcup.batch_max_body_bytes,
+        limits.letmeknow.max_message.saturating_mul(4) / 3 + 1024,
+        switchboard_core::protocol::agent_mail::MAX_RAW_BYTES,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    u64::try_from(largest).unwrap_or(u64::MAX)
 }
 
 fn spawn_sweeper(shared: Weak<Shared>, every: Duration) {
@@ -429,28 +495,39 @@ pub async fn spawn(config: Config) -> anyhow::Result<RunningRelay> {
             config.listen
         );
     }
-    let (router, state) = app(&config).await?;
     let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
+    // Names derived from the listening address need the real port when it was 0.
+    let (router, state) = app(&Config { listen: addr, ..config.clone() }).await?;
     let handle = axum_server::Handle::new();
     let make_service = router.into_make_service_with_connect_info::<SocketAddr>();
     let cert_sha256 = tls.as_ref().map(|t| t.cert_sha256);
+    conn::raise_nofile_limit();
+    let limit = conn::LimitAcceptor::new(conn::ConnLimiter::new(config.limits.max_connections_per_ip));
     let header_timeout = Some(Duration::from_millis(config.limits.header_read_timeout_ms.max(1)));
     let task = match tls {
         Some(t) => {
             // TLS handshakes have axum-server's own 10 s limit.
             let rustls = axum_server::tls_rustls::RustlsConfig::from_config(t.server_config);
-            let mut server = axum_server::from_tcp_rustls(listener, rustls)?.handle(handle.clone());
+            let mut server =
+                axum_server::from_tcp_rustls(listener, rustls)?.map(|tls| tls.acceptor(limit)).handle(handle.clone());
+            // hyper's header timeout starts at a request's first byte: a connection that sends
+            // nothing at all needs this one.
+            server = server.first_request_timeout(header_timeout);
             server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }
         None => {
-            let mut server = axum_server::from_tcp(listener)?.handle(handle.clone());
+            let mut server = axum_server::from_tcp(listener)?
+                .acceptor(limit)
+                .handle(handle.clone())
+                .first_request_timeout(header_timeout);
             server.http_builder().http1().header_read_timeout(header_timeout);
             tokio::spawn(server.serve(make_service))
         }
     };
-    tracing::info!(%addr, tls = cert_sha256.is_some(), "relay-lite serving");
+    let names: Vec<&str> = state.origins().urls().collect();
+    tracing::info!(%addr, tls = cert_sha256.is_some(), public = ?names, "relay-lite serving");
     Ok(RunningRelay { addr, cert_sha256, state, handle, task })
 }
 

@@ -159,6 +159,11 @@ pub struct LetmeknowLimits {
     pub max_invite_ttl_secs: u64,
     /// Accepted posts per group in any sliding 60-second window; 0 means no limit.
     pub posts_per_group_minute: u32,
+    /// Reads (group logs, invites) that may be parked in a long-poll at once.
+    pub long_poll_slots: usize,
+    /// Of those, how many one client address (IPv4, or IPv6 /64) may hold; a wait beyond it is
+    /// `429` with `Retry-After`. 0 means no per-address share.
+    pub long_poll_per_ip: usize,
 }
 
 impl Default for LetmeknowLimits {
@@ -170,6 +175,8 @@ impl Default for LetmeknowLimits {
             max_wait_secs: lmk::MAX_WAIT_SECS,
             max_invite_ttl_secs: lmk::MAX_INVITE_TTL,
             posts_per_group_minute: 600,
+            long_poll_slots: 1024,
+            long_poll_per_ip: 64,
         }
     }
 }

@@ -36,6 +36,12 @@ struct Cli {
     /// Generate (once) and serve a self-signed certificate kept in the data directory.
     #[arg(long)]
     tls_self_signed: bool,
+    /// A URL clients use for this relay, e.g. `https://relay.example` (repeatable, the first is
+    /// the primary). Logins, acks and tokens must be signed for one of them; the request's Host
+    /// header is never trusted. Default: `http(s)://ADDR:PORT` and `localhost:PORT` for a
+    /// loopback --listen, `ADDR:PORT` for a specific address; required on 0.0.0.0.
+    #[arg(long = "public-url", value_name = "URL")]
+    public_url: Vec<String>,
     /// Largest envelope in bytes [default: 32768].
     #[arg(long, value_name = "N")]
     max_envelope: Option<usize>,
@@ -57,6 +63,14 @@ struct Cli {
     /// How often to sweep expired envelopes and idle mailboxes, in seconds [default: 60].
     #[arg(long, value_name = "N")]
     sweep_interval_secs: Option<u64>,
+    /// Cut off a request whose body has not arrived whole within this many seconds of its head
+    /// [default: 60].
+    #[arg(long, value_name = "N")]
+    request_body_timeout_secs: Option<u64>,
+    /// Open connections one client address (IPv4, or IPv6 /64) may hold, 0 for no limit
+    /// [default: 256].
+    #[arg(long, value_name = "N")]
+    max_connections_per_ip: Option<usize>,
     /// Close a connection that has not sent a whole request head within this many seconds of
     /// being ready for one (new or idle keep-alive) [default: 30].
     #[arg(long, value_name = "N")]
@@ -73,6 +87,8 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     #[serde(default)]
     tls_self_signed: bool,
+    #[serde(default)]
+    public_url: Vec<String>,
     max_envelope: Option<usize>,
     mailbox_capacity: Option<usize>,
     sends_per_minute: Option<u32>,
@@ -81,6 +97,8 @@ struct FileConfig {
     idle_erase_secs: Option<u64>,
     sweep_interval_secs: Option<u64>,
     header_read_timeout_secs: Option<u64>,
+    request_body_timeout_secs: Option<u64>,
+    max_connections_per_ip: Option<usize>,
 }
 
 fn secs_to_ms(secs: u64) -> i64 {
@@ -131,14 +149,35 @@ fn config(cli: Cli) -> anyhow::Result<Config> {
     if let Some(secs) = cli.header_read_timeout_secs.or(file.header_read_timeout_secs) {
         limits.header_read_timeout_ms = secs.saturating_mul(1000);
     }
-    if limits.max_envelope == 0 || limits.mailbox_capacity == 0 || limits.header_read_timeout_ms == 0 {
-        anyhow::bail!("max-envelope, mailbox-capacity and header-read-timeout-secs must be positive");
+    if let Some(secs) = cli.request_body_timeout_secs.or(file.request_body_timeout_secs) {
+        limits.request_body_timeout_ms = secs.saturating_mul(1000);
+    }
+    if let Some(n) = cli.max_connections_per_ip.or(file.max_connections_per_ip) {
+        limits.max_connections_per_ip = n;
+    }
+    if limits.max_envelope == 0
+        || limits.mailbox_capacity == 0
+        || limits.header_read_timeout_ms == 0
+        || limits.request_body_timeout_ms == 0
+    {
+        anyhow::bail!(
+            "max-envelope, mailbox-capacity, header-read-timeout-secs and request-body-timeout-secs must be positive"
+        );
     }
     let sweep = cli.sweep_interval_secs.or(file.sweep_interval_secs).unwrap_or(60);
     let mut config = Config::new(listen, data_dir);
     config.tls = tls;
     config.limits = limits;
     config.sweep_interval = Duration::from_secs(sweep.max(1));
+    config.public_urls = if cli.public_url.is_empty() { file.public_url } else { cli.public_url };
+    // Fail before binding: a relay that cannot name itself would refuse every login. (Plain
+    // HTTP off loopback is refused at start anyway, with its own message.)
+    let would_serve = config.tls != TlsMode::Plain || config.listen.ip().is_loopback();
+    if !config.public_urls.is_empty() {
+        relay_lite::PublicOrigins::parse(&config.public_urls)?;
+    } else if would_serve {
+        relay_lite::PublicOrigins::for_listen(config.listen, config.tls != TlsMode::Plain)?;
+    }
     Ok(config)
 }
 

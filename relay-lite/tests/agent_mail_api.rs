@@ -1,8 +1,8 @@
 //! Agent Mail 1.0 relay API, black box over HTTP: discovery, card publication (owner binding,
 //! first-card route, nonces, resubmission), packet delivery (resubmission, tombstones, stale
 //! cards, unknown mailboxes), and owner-authenticated lists and deletes (unauthorized reads and
-//! deletes refused). Cards, packets and JWTs are built with core's public API; the relay's origin
-//! is `https://` + the `Host` the client addressed.
+//! deletes refused). Cards, packets and JWTs are built with core's public API; the relay's origins
+//! are its configured public URLs (by default its loopback address), never the request's `Host`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use ed25519_dalek::SigningKey;
@@ -133,6 +133,36 @@ async fn discovery_names_the_addressed_origin() {
     let (status, doc) = relay.get("/.well-known/agent-mail", None).await;
     assert_eq!(status, 200);
     assert_eq!(doc["protocol"], "agent-mail/1.0");
+    assert_eq!(doc["service"], relay.origin.as_str());
+}
+
+#[tokio::test]
+async fn owner_tokens_and_first_cards_for_another_origin_are_refused_whatever_the_host_header() {
+    let relay = Relay::start().await;
+    let elsewhere = Origin::parse("https://relay.example").unwrap();
+    let spoof = |req: reqwest::RequestBuilder| req.header(reqwest::header::HOST, "relay.example");
+    // A first card that lists only the other relay, presented with its Host: refused, unbound.
+    let foreign_card = card(&bob(), 100, std::slice::from_ref(&elsewhere));
+    let r = spoof(relay.http.post(relay.url("/v1/mailboxes"))).body(foreign_card.to_jcs()).send().await.unwrap();
+    assert_eq!(r.status(), 403, "{}", r.text().await.unwrap());
+    assert_eq!(relay.get(&format!("/v1/mailboxes/{MAILBOX}/card"), None).await.0, 404);
+    // The mailbox bound here, then an owner token minted for the other relay, with its Host.
+    let current = card(&bob(), 101, &[relay.origin.clone(), elsewhere.clone()]);
+    assert_eq!(relay.post("/v1/mailboxes", current.to_jcs()).await.0, 200);
+    let p = packet(&current, 1, "secret");
+    assert_eq!(relay.post(&packets_path(), p.to_jcs()).await.0, 202);
+    let now = now_ms() / 1000;
+    let foreign_token = sign_request_jwt(&bob(), &elsewhere, now - 5, now + 120, None);
+    let list = spoof(relay.http.get(relay.url(&packets_path()))).bearer_auth(&foreign_token).send().await.unwrap();
+    assert_eq!(list.status(), 401);
+    let one = format!("{}/{}", packets_path(), p.id());
+    let delete = spoof(relay.http.delete(relay.url(&one))).bearer_auth(&foreign_token).send().await.unwrap();
+    assert_eq!(delete.status(), 401);
+    let (status, page) = relay.get(&packets_path(), Some(&relay.jwt(&bob()))).await;
+    assert_eq!((status, page["result"].as_array().unwrap().len()), (200, 1), "a foreign token deleted a packet");
+    // Discovery never names a spoofed Host.
+    let doc: J =
+        spoof(relay.http.get(relay.url("/.well-known/agent-mail"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(doc["service"], relay.origin.as_str());
 }
 
@@ -345,7 +375,7 @@ async fn the_owner_blocks_new_packets_from_a_sender() {
 }
 
 /// The derived vectors' `relay_lifecycle`, replayed over HTTP with the relay's Agent Mail clock
-/// set to each step's `now` and `Host: relay.example` (the vectors' relay origin): every step's
+/// set to each step's `now` and the relay configured with the vectors' origin as its public URL: every step's
 /// outcome, status, `accepted_at`, and the owner's list (`seqs`) afterwards.
 #[tokio::test]
 async fn derived_vectors_relay_lifecycle_replays_over_http() {
@@ -355,7 +385,7 @@ async fn derived_vectors_relay_lifecycle_replays_over_http() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../core/tests/vectors/agent-mail-1.0.vectors.derived.json");
     let v: J = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let lc = &v["relay_lifecycle"];
-    let host = lc["origin"].as_str().unwrap().strip_prefix("https://").unwrap().to_owned();
+    let origin = lc["origin"].as_str().unwrap().to_owned();
     let vectors_now = v["now"].as_i64().unwrap();
     let token = lc["owner_token"].as_str().unwrap();
     let mailbox = lc["mailbox_id"].as_str().unwrap();
@@ -365,11 +395,12 @@ async fn derived_vectors_relay_lifecycle_replays_over_http() {
     let clock = Arc::new(AtomicI64::new(vectors_now));
     let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
     config.agent_mail_clock = Some(clock.clone());
+    config.public_urls = vec![origin];
     let relay = relay_lite::spawn(config).await.unwrap();
     let http = reqwest::Client::new();
     let base = relay.url();
     let send = |req: reqwest::RequestBuilder| async {
-        let r = req.header(reqwest::header::HOST, host.as_str()).send().await.unwrap();
+        let r = req.send().await.unwrap();
         let status = r.status().as_u16();
         (status, serde_json::from_slice::<J>(&r.bytes().await.unwrap()).unwrap_or(J::Null))
     };

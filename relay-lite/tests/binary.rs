@@ -45,6 +45,33 @@ async fn binary_refuses_plain_http_on_a_non_loopback_address() {
 }
 
 #[tokio::test]
+async fn binary_on_every_interface_needs_a_public_url_to_name_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_relay-lite"))
+            .args(["--listen", "0.0.0.0:0", "--data", data, "--tls-self-signed"])
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "it must not claim to listen");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--public-url"), "{stderr}");
+    // A URL that is not a bare origin is refused with its reason.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay-lite"))
+        .args(["--listen", "127.0.0.1:0", "--data", data, "--public-url", "https://relay.example/inbox"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("bare origin"));
+}
+
+#[tokio::test]
 async fn self_signed_tls_prints_the_fingerprint_and_keeps_the_certificate_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();

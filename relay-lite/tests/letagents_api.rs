@@ -125,13 +125,24 @@ async fn login_with_a_bad_signature_is_refused() {
 }
 
 #[tokio::test]
-async fn login_with_another_host_than_signed_is_refused() {
+async fn login_signed_for_another_relay_is_refused_whatever_the_host_header() {
     let relay = relay().await;
     let alice = alice();
-    // Signed for another relay, presented to this one.
+    // Signed for another relay, presented to this one as addressed...
     let elsewhere = alice.login("relay.example");
     assert_eq!(relay.inbox_raw(&alice, &elsewhere.query()).await.status(), 401);
-    // Signed for this relay, presented with another Host header.
+    // ...and with that relay's name in the Host header: the relay's name is its configuration,
+    // not the request, so the replay is still refused (and nothing about the mailbox changes).
+    let spoofed = relay
+        .http
+        .get(relay.url(&format!("/v1/inbox/{}?{}", alice.id, elsewhere.query())))
+        .header("host", "relay.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), 401);
+    assert_eq!(relay.send(&alice, small_envelope("x")).await, 404, "the spoofed login created the mailbox");
+    // Signed for this relay's own name: valid whatever Host a proxy passes on.
     let here = alice.login(&relay.host());
     let response = relay
         .http
@@ -140,9 +151,41 @@ async fn login_with_another_host_than_signed_is_refused() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 401);
-    // The same login with the right Host works.
-    assert_eq!(relay.inbox_raw(&alice, &here.query()).await.status(), 200);
+    assert_eq!(response.status(), 200);
+    // `localhost:PORT` names a loopback relay too.
+    let local = alice.login(&format!("localhost:{}", relay.addr.port()));
+    assert_eq!(relay.inbox_raw(&alice, &local.query()).await.status(), 200);
+}
+
+#[tokio::test]
+async fn ack_signed_for_another_relay_is_refused_whatever_the_host_header() {
+    let relay = relay().await;
+    let alice = alice();
+    relay.inbox(&alice).await;
+    assert_eq!(relay.send(&alice, small_envelope("keep me")).await, 202);
+    let seq = relay.inbox(&alice).await.msgs[0].seq;
+    let foreign = relay_auth::sign_ack(&alice.key, "relay.example", alice.next_ts(), &[seq]);
+    let spoofed = relay
+        .http
+        .post(relay.url(&format!("/v1/ack/{}?{foreign}", alice.id)))
+        .header("host", "relay.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), 401);
+    assert_eq!(relay.inbox(&alice).await.msgs.len(), 1, "a foreign ack deleted mail");
+}
+
+#[tokio::test]
+async fn a_relay_configured_with_a_public_url_verifies_logins_for_that_name() {
+    let relay = relay_with(|c| c.public_urls = vec!["https://relay.example".into()]).await;
+    let alice = alice();
+    // Reached over loopback with no Host spoofing: the configured name is what counts.
+    let named = alice.login("relay.example");
+    assert_eq!(relay.inbox_raw(&alice, &named.query()).await.status(), 200);
+    // Its listening address is not one of its names any more.
+    let by_address = alice.login(&relay.host());
+    assert_eq!(relay.inbox_raw(&alice, &by_address.query()).await.status(), 401);
 }
 
 #[tokio::test]
@@ -342,7 +385,70 @@ async fn a_client_that_trickles_its_request_head_is_cut_off_at_the_header_timeou
     idle.write_all(b"GET /nowhere HTTP/1.1\r\nHost: relay\r\n\r\n").await.unwrap();
     let idle_for = closed_within(&mut idle, Duration::from_secs(3)).await;
     assert!(idle_for >= Duration::from_millis(300), "closed after {idle_for:?}, before the timeout");
+    // A connection that never sends a byte is closed at the same timeout.
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let silent_for = closed_within(&mut silent, Duration::from_secs(3)).await;
+    assert!(silent_for >= Duration::from_millis(300), "closed after {silent_for:?}, before the timeout");
     // Whole requests in time are served as ever.
     let ok = common::http_client().get(relay.url("/nowhere")).send().await.unwrap();
     assert_eq!(ok.status(), 404);
+}
+
+#[tokio::test]
+async fn a_client_that_trickles_its_request_body_is_cut_off_at_the_body_deadline() {
+    use tokio::io::AsyncWriteExt as _;
+    let relay = relay_with(|c| c.limits.request_body_timeout_ms = 800).await;
+    let alice = alice();
+    relay.inbox(&alice).await;
+    // A whole head promising 30,000 bytes, then one byte every 100 ms: every read makes progress,
+    // so only a deadline on the whole body (not a per-read timeout) ends it.
+    let mut slow = tokio::net::TcpStream::connect(&relay.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/send/{} HTTP/1.1\r\nHost: relay\r\nx-la-drop: {}\r\nContent-Length: 30000\r\n\r\n",
+        alice.id,
+        b64u(&alice.drop)
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let trickle = async {
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if slow.write_all(b".").await.is_err() {
+                return;
+            }
+        }
+    };
+    trickle.await;
+    let took = started.elapsed() + closed_within(&mut slow, Duration::from_secs(3)).await;
+    assert!(took < Duration::from_secs(5), "cut off after {took:?}");
+    // Nothing of it was stored, and a whole send in time still works.
+    assert!(relay.inbox(&alice).await.msgs.is_empty());
+    assert_eq!(relay.send(&alice, small_envelope("in time")).await, 202);
+}
+
+#[tokio::test]
+async fn connections_over_the_per_address_cap_are_closed_and_other_addresses_still_served() {
+    use tokio::io::AsyncWriteExt as _;
+    let relay = relay_with(|c| c.limits.max_connections_per_ip = 8).await;
+    // 127.0.0.1 holds its 8 connections idle (each has sent a partial head)...
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut tcp = tokio::net::TcpStream::connect(&relay.addr).await.unwrap();
+        tcp.write_all(b"GET /nowhere HTTP/1.1\r\n").await.unwrap();
+        held.push(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ...so its ninth is closed at once.
+    let mut ninth = tokio::net::TcpStream::connect(&relay.addr).await.unwrap();
+    let _ = ninth.write_all(b"GET /nowhere HTTP/1.1\r\nHost: relay\r\n\r\n").await;
+    closed_within(&mut ninth, Duration::from_secs(2)).await;
+    // Another address (127.0.0.2 is loopback too) is served as ever.
+    let other =
+        reqwest::Client::builder().local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap()).build().unwrap();
+    assert_eq!(other.get(relay.url("/nowhere")).send().await.unwrap().status(), 404);
+    // Closing one gives its slot back.
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fresh = common::http_client().get(relay.url("/nowhere")).send().await.unwrap();
+    assert_eq!(fresh.status(), 404);
 }

@@ -143,6 +143,30 @@ async fn a_message_of_256_kib_is_accepted_and_one_byte_more_is_413() {
 }
 
 #[tokio::test]
+async fn an_oversized_join_or_welcome_is_413_naming_the_real_limit() {
+    let relay = relay().await;
+    let (id, owner) = invite(&relay, 60).await;
+    let limit = (256 * 1024) * 4 / 3 + 1024;
+    for role in ["join", "welcome"] {
+        let body = format!("{{\"data\":\"{}\"}}", "A".repeat(limit));
+        let r = relay
+            .http
+            .post(relay.url(&format!("/i/{id}/{role}")))
+            .bearer_auth(&owner)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413, "{role}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        let message = body["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains(&format!("{limit} bytes")), "{role}: {body}");
+        assert!(!message.contains(&usize::MAX.to_string()), "{role}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn posts_past_the_per_group_rate_are_429_with_retry_after() {
     let relay = relay_with(|c| c.limits.letmeknow.posts_per_group_minute = 3).await;
     let g = gid();
@@ -246,7 +270,8 @@ async fn a_plain_get_of_an_invite_explains_how_to_join() {
     assert_eq!(r.status(), 200);
     assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
     let text = r.text().await.unwrap();
-    assert!(text.contains(&format!("switchboard join 'https://{}/i/{id}#", relay.host())), "{text}");
+    // The relay's own URL (here its loopback default, plain http), as the invite links its clients make.
+    assert!(text.contains(&format!("switchboard join 'http://{}/i/{id}#", relay.host())), "{text}");
     let r = relay.http.get(relay.url(&format!("/i/{}", new_id(&mut OsRng)))).send().await.unwrap();
     assert_eq!(r.status(), 404);
 }
@@ -329,4 +354,56 @@ async fn unknown_invites_are_404() {
     assert_eq!(get_blob(&relay, &id, "welcome", 0).await.0, 404);
     assert_eq!(post_blob(&relay, &id, "join", None, b"kp").await, 404);
     assert_eq!(post_blob(&relay, &id, "welcome", Some(&owner()), b"w").await, 404);
+}
+
+#[tokio::test]
+async fn one_address_parking_reads_on_random_groups_cannot_starve_another() {
+    let relay = relay_with(|c| {
+        c.limits.letmeknow.long_poll_slots = 64;
+        c.limits.letmeknow.long_poll_per_ip = 8;
+    })
+    .await;
+    // 127.0.0.1 parks 200 reads of groups that do not exist: 8 are held, the rest are refused at
+    // once with 429 and Retry-After (so a client backs off instead of asking again in a loop).
+    let attacker = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let polls: Vec<_> = (0..200)
+        .map(|_| {
+            let url = relay.url(&format!("/g/{}/messages?after=0&wait=3", gid()));
+            let attacker = attacker.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let r = attacker.get(url).send().await.unwrap();
+                (started.elapsed(), r.status().as_u16(), r.headers().contains_key("retry-after"))
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 127.0.0.2 (loopback too) parks on a real group and is woken by the next post.
+    let g = gid();
+    assert_eq!(post(&relay, &g, build(g.as_bytes(), 0, ContentType::Application, b"first")).await.status(), 200);
+    let other = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let url = relay.url(&format!("/g/{g}/messages?after=1&wait=20"));
+    let reader = tokio::spawn(async move {
+        let started = Instant::now();
+        let r = other.get(url).send().await.unwrap();
+        (started.elapsed(), r.status().as_u16(), r.json::<Vec<RelayToClientLogEntry>>().await.unwrap())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(post(&relay, &g, build(g.as_bytes(), 0, ContentType::Application, b"second")).await.status(), 200);
+    let (took, status, entries) = reader.await.unwrap();
+    assert_eq!((status, entries.len()), (200, 1), "after {took:?}");
+    assert!(took >= Duration::from_millis(250), "answered before the post: not parked ({took:?})");
+    let (mut held, mut refused) = (0, 0);
+    for poll in polls {
+        match poll.await.unwrap() {
+            (took, 200, _) if took >= Duration::from_secs(2) => held += 1,
+            (took, 429, true) if took < Duration::from_secs(2) => refused += 1,
+            other => panic!("unexpected answer to a parked read: {other:?}"),
+        }
+    }
+    assert_eq!((held, refused), (8, 192));
 }

@@ -9,7 +9,7 @@ mod sc_common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sc_common::{b64, ciphertext, ct, message, relay, relay_with, unb64};
+use sc_common::{b64, ciphertext, ct, message, relay, relay_config, relay_with, unb64};
 use serde_json::{Value, json};
 use switchboard_core::util::random_array;
 
@@ -707,4 +707,85 @@ async fn a_full_long_poll_pool_answers_unavailable_at_once() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     relay.send(&alice, &carol, "now there is room").await;
     assert_eq!(poll.await.unwrap().header("x-long-poll"), Some("waited"));
+}
+
+#[tokio::test]
+async fn one_identity_cannot_take_the_long_poll_pool_from_others() {
+    let relay = Arc::new(
+        relay_with(|l| {
+            l.long_poll_slots = 64;
+            l.long_poll_per_identity = 4;
+        })
+        .await,
+    );
+    let (alice, bob, mallory) =
+        (relay.register("alice").await, relay.register("bob").await, relay.register("mallory").await);
+    // Mallory asks for 20 waits at once: her share is 4, the rest are answered at once.
+    let waits: Vec<_> = (0..20)
+        .map(|_| {
+            let (relay, mallory) = (relay.clone(), mallory.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = relay.get(&mallory, "/messages?wait=3").await;
+                (started.elapsed(), reply.header("x-long-poll").map(str::to_owned))
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Bob still parks, and his wait ends with the message sent to him.
+    let parked = {
+        let (relay, bob) = (relay.clone(), bob.clone());
+        tokio::spawn(async move { relay.get(&bob, "/messages?wait=20").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.send(&alice, &bob, "you still get through").await;
+    let reply = parked.await.unwrap();
+    assert_eq!((reply.body["count"].as_u64(), reply.header("x-long-poll")), (Some(1), Some("waited")));
+    let mut held = 0;
+    for wait in waits {
+        let (took, state) = wait.await.unwrap();
+        match state.as_deref() {
+            Some("waited") => {
+                held += 1;
+                assert!(took >= Duration::from_secs(2), "a parked wait ended early: {took:?}");
+            }
+            Some("unavailable") => assert!(took < Duration::from_secs(2), "refused late: {took:?}"),
+            other => panic!("unexpected X-Long-Poll {other:?}"),
+        }
+    }
+    assert_eq!(held, 4, "mallory parked more than her share");
+}
+
+#[tokio::test]
+async fn request_bodies_in_flight_share_one_budget_and_the_overflow_is_503_with_retry_after() {
+    use tokio::io::AsyncWriteExt as _;
+    let relay = relay_config(|c| {
+        c.limits.body_bytes_in_flight = 1024 * 1024;
+        c.limits.request_body_timeout_ms = 20_000;
+    })
+    .await;
+    let (alice, bob) = (relay.register("alice").await, relay.register("bob").await);
+    // Alice starts a 900 KiB batch and sends half of it: its whole length is reserved.
+    let mut slow = tokio::net::TcpStream::connect(relay.relay.addr).await.unwrap();
+    let head = format!(
+        "POST /api/v2/messages/batch HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        alice.token,
+        900 * 1024
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&vec![b' '; 450 * 1024]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Another large body does not fit now: 503 with Retry-After, before it is read.
+    let entries: Vec<_> = (0..4).map(|i| message(&bob.id, &ciphertext(&format!("big {i}"), 50 * 1024))).collect();
+    let refused = relay.post(&bob, "/messages/batch", &json!({ "messages": entries.clone() })).await;
+    assert_eq!(refused.status, 503, "{:?}", refused.body);
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    // A small send still fits in what is left.
+    assert!(relay.send(&bob, &alice, "small still fits").await > 0);
+    // Alice gives up; her reservation is released and the large body goes through.
+    drop(slow);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let accepted = relay.post(&bob, "/messages/batch", &json!({ "messages": entries })).await;
+    assert!(accepted.status < 300, "{} {:?}", accepted.status, accepted.body);
 }

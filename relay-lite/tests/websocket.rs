@@ -137,3 +137,70 @@ async fn shutting_down_closes_websockets_with_going_away() {
         other => panic!("expected a close frame, got {other:?}"),
     }
 }
+
+/// RSS of this process (the relay runs in it), from /proc.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_websocket_client_that_stops_reading_is_dropped_at_the_send_timeout_and_loses_nothing() {
+    let relay = common::relay_with(|c| {
+        c.limits.websocket_send_timeout_ms = 500;
+        c.limits.sends_per_minute = 0;
+    })
+    .await;
+    let alice = alice();
+    relay.inbox(&alice).await;
+    for i in 0..200 {
+        assert_eq!(relay.send(&alice, common::envelope(&format!("{i:03}"), 32 * 1024)).await, 202);
+    }
+    let before = rss_kib();
+    // Clients with a small receive buffer that read nothing after the handshake: 6.5 MB of
+    // backlog each cannot fit in their sockets, so the relay's sends block.
+    let mut stalled = Vec::new();
+    for _ in 0..10 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let tcp = socket.connect(relay.addr).await.unwrap();
+        stalled.push(tokio_tungstenite::client_async(relay.ws_url(&alice), tcp).await.unwrap().0);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = rss_kib();
+    // Reading now drains what the kernel buffered, then finds the relay gone: it never got as
+    // far as `ready`.
+    for mut ws in stalled {
+        let mut frames = 0;
+        let ended = loop {
+            match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+                Ok(None | Some(Err(_))) => break true,
+                Ok(Some(Ok(Message::Close(_)))) => break true,
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    frames += 1;
+                    assert!(!text.as_str().contains("\"ready\""), "the relay sent the whole backlog");
+                }
+                Ok(Some(Ok(_))) => {}
+                Err(_) => break false,
+            }
+        };
+        assert!(ended, "the relay kept a client that did not read ({frames} frames buffered)");
+        assert!(frames < 200, "{frames}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    println!(
+        "RSS: {before} KiB before the stalled clients, {held} KiB while held, {} KiB after they were dropped",
+        rss_kib()
+    );
+    // Nothing was lost: a reading client gets all 200, then ready.
+    let mut ws = open(&relay.ws_url(&alice)).await;
+    for i in 0..200 {
+        let (_, body) = msg(next_frame(&mut ws).await);
+        assert!(body.starts_with(format!("LA1{i:03}").as_bytes()));
+    }
+    assert_eq!(next_frame(&mut ws).await, RelayToClient::Ready);
+}

@@ -82,7 +82,7 @@ impl AppState {
         // The hosted relay first: the runtime connects to it as soon as it starts.
         let (hosted, hosted_error) = match &settings.hosted_relay {
             None => (None, None),
-            Some(cfg) => match HostedRelay::start(&profile.dir, cfg.port).await {
+            Some(cfg) => match HostedRelay::start(&profile.dir, cfg.port, Some(&cfg.url)).await {
                 Ok(r) if r.cert_sha256 != cfg.cert_sha256 => {
                     let e = format!(
                         "the hosted relay's certificate changed (was {}, now {}): peers and this profile pin the old one",

@@ -11,6 +11,9 @@
 //!   init --relay URL --relay-cert-sha256 HEX`).
 //! - URL: `https://<this machine's LAN address>:<port>`, chosen at first run and recorded in the
 //!   profile and in the app settings; the app restarts the relay on the same port at every launch.
+//! - Names: relay-lite checks logins and tokens against the names it is configured with, never
+//!   a request's `Host`; the hosted relay is named by its recorded URL, its current LAN URL (when
+//!   the address moved) and `https://127.0.0.1:<port>` / `https://localhost:<port>`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -84,13 +87,40 @@ pub fn lan_ip() -> IpAddr {
     }
 }
 
+/// `https://<ip>:<port>`.
+fn https_url(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V6(ip) => format!("https://[{ip}]:{port}"),
+        IpAddr::V4(ip) => format!("https://{ip}:{port}"),
+    }
+}
+
+/// A port free on every interface right now (the OS picks it), for a relay whose public URL
+/// must be known before it binds.
+fn free_port() -> Result<u16, HostedError> {
+    std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| HostedError::Start { port: 0, reason: e.to_string() })
+}
+
 impl HostedRelay {
     /// Starts relay-lite on every interface at `port` (0 picks one), with its self-signed
-    /// certificate, data under the profile.
-    pub async fn start(profile_dir: &Path, port: u16) -> Result<Self, HostedError> {
+    /// certificate, data under the profile, named by `url` (the recorded one; the current LAN
+    /// URL when `None`) and by loopback.
+    pub async fn start(profile_dir: &Path, port: u16, url: Option<&str>) -> Result<Self, HostedError> {
+        let port = if port == 0 { free_port()? } else { port };
         let listen = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
         let mut config = Config::new(listen, data_dir(profile_dir));
         config.tls = TlsMode::SelfSigned;
+        let current = https_url(lan_ip(), port);
+        let mut names: Vec<String> = url.map(str::to_owned).into_iter().collect();
+        for name in [current, https_url(Ipv4Addr::LOCALHOST.into(), port), format!("https://localhost:{port}")] {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        config.public_urls = names;
         // relay-lite's start-up future is not provably `Send` (sqlx's higher-ranked bounds), and
         // app commands must be: it runs to completion on a blocking thread of the same runtime,
         // where the relay's own tasks are spawned as usual.
@@ -106,11 +136,11 @@ impl HostedRelay {
 
     /// First run: the default port, or any free one when it is taken.
     pub async fn start_first(profile_dir: &Path, port: u16) -> Result<Self, HostedError> {
-        match Self::start(profile_dir, port).await {
+        match Self::start(profile_dir, port, None).await {
             Ok(r) => Ok(r),
             Err(e) if port != 0 => {
                 tracing::info!("{e}; hosting on another port");
-                Self::start(profile_dir, 0).await
+                Self::start(profile_dir, 0, None).await
             }
             Err(e) => Err(e),
         }
@@ -118,10 +148,7 @@ impl HostedRelay {
 
     /// The URL peers on this network (and this profile) use.
     pub fn lan_url(&self) -> String {
-        match lan_ip() {
-            IpAddr::V6(ip) => format!("https://[{ip}]:{}", self.addr.port()),
-            IpAddr::V4(ip) => format!("https://{ip}:{}", self.addr.port()),
-        }
+        https_url(lan_ip(), self.addr.port())
     }
 
     /// What to remember to start it again.

@@ -116,6 +116,27 @@ impl Peer {
         Self { rt, name: name.into(), live: false, _lock: lock, dir }
     }
 
+    /// A new offline profile on `relay` inside `dir` (e.g. a directory on a small disk).
+    pub async fn offline_in(name: &str, relay: &str, dir: TempDir) -> Self {
+        let profile = Profile { dir: dir.path().join("profile") };
+        let lock = profile.try_lock().unwrap().unwrap();
+        let opts = InitOptions {
+            name: name.into(),
+            relay: relay.into(),
+            relay_cert_sha256: None,
+            keystore: KeystorePreference::File,
+        };
+        let rt = Runtime::init(&profile, opts).await.unwrap();
+        Self { rt, name: name.into(), live: false, _lock: lock, dir }
+    }
+
+    /// Opens a closed profile again (see [`Peer::close`]), offline.
+    pub async fn reopen(name: &str, profile: Profile, dir: TempDir) -> Self {
+        let lock = profile.try_lock().unwrap().unwrap();
+        let rt = Runtime::open(&profile).await.unwrap();
+        Self { rt, name: name.into(), live: false, _lock: lock, dir }
+    }
+
     /// A new profile whose runtime keeps its websocket and outbox worker running.
     pub async fn live(name: &str, relay: &str) -> Self {
         let mut p = Self::offline(name, relay).await;
@@ -513,5 +534,62 @@ impl GroupMember {
         joined.unwrap();
         admitted.unwrap();
         inv["group"].as_str().unwrap().to_owned()
+    }
+}
+
+/// A tmpfs of a fixed size mounted on a fresh directory, unmounted when dropped (also when a test
+/// panics; lazily if something still holds a file open). Mounting needs root.
+pub struct SmallDisk {
+    dir: TempDir,
+}
+
+impl SmallDisk {
+    /// Mounts `size` (e.g. `8m`), or says why not: a failure under `SWITCHBOARD_REQUIRE_TMPFS=1`
+    /// (CI), a printed skip otherwise.
+    pub fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        let why = match mounted {
+            Ok(out) if out.status.success() => return Some(Self { dir }),
+            Ok(out) => format!("mount -t tmpfs failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
+            Err(e) => format!("cannot run mount: {e}"),
+        };
+        assert!(
+            std::env::var("SWITCHBOARD_REQUIRE_TMPFS").as_deref() != Ok("1"),
+            "SWITCHBOARD_REQUIRE_TMPFS=1 but no tmpfs could be mounted (needs root): {why}"
+        );
+        eprintln!("skipping: {why} (needs root; SWITCHBOARD_REQUIRE_TMPFS=1 makes this a failure)");
+        None
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills what is left of it with a file at `path` (on this disk); returns the bytes written.
+    pub fn fill(&self, path: &Path) -> usize {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(path).unwrap();
+        let chunk = vec![1u8; 64 * 1024];
+        let mut written = 0;
+        loop {
+            match file.write(&chunk) {
+                Ok(0) | Err(_) => return written,
+                Ok(n) => written += n,
+            }
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let path = self.dir.path();
+        if !Command::new("umount").arg(path).status().is_ok_and(|s| s.success()) {
+            let _ = Command::new("umount").arg("-l").arg(path).status();
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! The UI end to end in headless Chromium: `switchboard ui` serves the built ui/dist and runs the
 //! runtime for a new profile; `ui/e2e/app.e2e.mjs` (playwright-core, Debian's chromium) walks
-//! first run, paste-to-add, a conversation with a second profile, a hello request, verification
-//! and a key change, asking this test to act as the other parties. Nothing is built here:
+//! first run, paste-to-add, a conversation with a second profile (unread counts, Enter to send,
+//! 480×400), the relay going down and coming back, a hello request, verification, a key change,
+//! message search, dark mode, review mode with an agent's held message, and every main screen in
+//! light and dark at two sizes, asking this test to act as the other parties. Nothing is built here:
 //! scripts/install-deps.sh installs chromium, runs `npm ci` and builds ui/dist; a missing piece
 //! fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -16,7 +18,7 @@ use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
 use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
 use switchboard_core::util::{OsRng, now_ms};
 use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
-use switchboard_tests::{Peer, TestRelay};
+use switchboard_tests::{Peer, TestRelay, bridge_of, open_session};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
@@ -41,6 +43,11 @@ struct World {
     mallory_rekeyed: DeviceIdentity,
     relay: RelayClient,
     bob_calls_alice: Option<String>,
+    /// The relay everyone uses: stopped and restarted to show the connection bar.
+    test_relay: TestRelay,
+    /// Alice's profile directory (her runtime is `switchboard ui`'s): her bridge for agents.
+    alice_home: PathBuf,
+    http: reqwest::Client,
 }
 
 impl Driver for World {
@@ -118,6 +125,24 @@ impl Driver for World {
                 }
             }
             "mallory_new_safety" => Ok(json!(self.mallory_rekeyed.keys().safety_number())),
+            "relay_stop" => {
+                self.test_relay.stop().await;
+                Ok(json!(true))
+            }
+            "relay_restart" => {
+                self.test_relay.restart().await;
+                Ok(json!(true))
+            }
+            "alice_agent_send" => {
+                // One of alice's agents, through her bridge with its own session: held for
+                // review when her policy says so.
+                let (url, _, owner) = bridge_of(&self.alice_home);
+                let agent = open_session(&self.http, &url, &owner, req["agent"].as_str().unwrap_or("coder")).await;
+                let body = json!({"op": "send", "contact": req["to"], "text": req["text"]});
+                let sent =
+                    self.http.post(&url).bearer_auth(&agent).json(&body).send().await.map_err(|e| e.to_string())?;
+                sent.json::<Value>().await.map_err(|e| e.to_string())
+            }
             other => Err(format!("unknown driver op {other}")),
         }
     }
@@ -140,19 +165,30 @@ async fn the_ui_in_chromium_first_run_paste_converse_approve_verify_and_key_chan
     };
     let bob_who = bob.call(Request::Whoami).await;
     let mallory_address = mallory.address().to_string();
-    let mut world = World { bob, carol, mallory_rekeyed, relay: relay_client, bob_calls_alice: None };
+    let relay_url = relay.url();
 
     // Alice: a new profile, its runtime and UI served by `switchboard ui`.
     let home = tempfile::tempdir().unwrap();
-    let (mut ui_proc, url) = serve_ui(&bin(), &home.path().join("alice")).await;
+    let alice_home = home.path().join("alice");
+    let (mut ui_proc, url) = serve_ui(&bin(), &alice_home).await;
+    let mut world = World {
+        bob,
+        carol,
+        mallory_rekeyed,
+        relay: relay_client,
+        bob_calls_alice: None,
+        test_relay: relay,
+        alice_home,
+        http: reqwest::Client::new(),
+    };
     let env = [
-        ("RELAY_URL", relay.url()),
+        ("RELAY_URL", relay_url),
         ("BOB_ADDRESS", bob_who["letagents"]["address"].as_str().unwrap().to_owned()),
         ("BOB_SAFETY", bob_who["letagents"]["safety_number"].as_str().unwrap().to_owned()),
         ("CAROL_NAME", "carol".to_owned()),
         ("MALLORY_ADDRESS", mallory_address),
     ];
-    let shots = run_scenario("app.e2e.mjs", &url, &env, "ui-e2e", Duration::from_secs(240), &mut world).await;
+    let shots = run_scenario("app.e2e.mjs", &url, &env, "ui-e2e", Duration::from_secs(540), &mut world).await;
     assert!(shots.join("07-key-changed.png").is_file());
     ui_proc.start_kill().unwrap();
 }

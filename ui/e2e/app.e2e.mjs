@@ -5,7 +5,7 @@
 // Environment: UI_URL (the single-use first-run link), RELAY_URL, BOB_ADDRESS, BOB_SAFETY,
 // CAROL_NAME, MALLORY_ADDRESS, SHOT_DIR (screenshots), CHROMIUM (default /usr/bin/chromium).
 
-import { assert, driver, env, nav, newGroupInvite, readQr, scenario, shot, step } from './harness.mjs';
+import { assert, driver, env, inViewport, nav, newGroupInvite, readQr, scenario, scrollsSideways, shot, step } from './harness.mjs';
 
 const UI_URL = env('UI_URL');
 const RELAY_URL = env('RELAY_URL');
@@ -52,7 +52,7 @@ await scenario(async ({ browser, page }) => {
   await page.getByRole('navigation', { name: 'Main' }).waitFor();
 
   step('add a contact by pasting its address anywhere');
-  await page.locator('h2', { hasText: 'Contacts' }).waitFor();
+  await page.getByRole('heading', { name: 'Chats', exact: true }).waitFor();
   await pasteAnywhere(page, BOB_ADDRESS);
   const dialog = page.getByRole('dialog', { name: 'Add this contact?' });
   await dialog.waitFor();
@@ -69,43 +69,102 @@ await scenario(async ({ browser, page }) => {
   step('exchange messages with a second profile');
   await driver({ op: 'bob_accept', from: aliceAddress });
   await page.getByRole('link', { name: 'Open conversation with bob' }).click();
-  await page.getByLabel('Message').fill('hello bob, from the browser');
+  await page.getByLabel('Message', { exact: true }).fill('hello bob, from the browser');
   await page.getByRole('button', { name: 'Send' }).click();
   const got = await driver({ op: 'bob_wait_for', text: 'hello bob, from the browser' });
   assert(got.from, 'bob received the message');
   await page.locator('.msg.out[data-state="delivered"]').first().waitFor({ timeout: 30_000 });
+  const delivered = page.locator('.msg.out[data-state="delivered"] .tick-delivered').first();
+  assert((await delivered.textContent()) === 'Delivered', 'a delivered message says so to a screen reader');
+  assert((await delivered.locator('svg path').count()) === 2, 'delivered shows two ticks');
   await driver({ op: 'bob_send', text: 'hi alice, bob here', kind: 'ask' });
   const incoming = page.locator('.msg.in', { hasText: 'hi alice, bob here' });
   await incoming.waitFor({ timeout: 30_000 });
   step('reply in a thread');
   await incoming.getByRole('button', { name: /^Reply/ }).click();
-  await page.getByLabel('Message').fill('answering your question');
+  await page.getByLabel('Message', { exact: true }).fill('answering your question');
   await page.getByRole('button', { name: 'Send' }).click();
   const reply = await driver({ op: 'bob_wait_for', text: 'answering your question' });
   assert(reply.kind === 'reply' && reply.reply_to, `bob got a reply in the thread: ${JSON.stringify(reply)}`);
   await page.locator('.msg.out blockquote.parent', { hasText: 'hi alice, bob here' }).waitFor();
+  step('the conversation is a chat: newest at the bottom, composer pinned, day separator, short times');
+  await page.getByText('Enter to send · Shift+Enter for a new line').waitFor();
+  assert((await page.locator('.messages .day').first().textContent()) === 'Today', 'a day separator');
+  const times = await page.locator('.msg .meta time').allTextContents();
+  assert(times.length > 0 && times.every((t) => /^\d{1,2}:\d\d(\s?[AP]M)?$/.test(t)), `short times: ${times}`);
+  assert(await inViewport(page.locator('form.compose')), 'the composer is on screen');
+  const scrolledToNewest = await page.locator('#message-scroll').evaluate((e) => e.scrollHeight - e.scrollTop - e.clientHeight < 2);
+  assert(scrolledToNewest, 'the conversation shows its newest message');
+  const tabStops = await page.locator('#message-scroll').evaluate(
+    (e) => [...e.querySelectorAll('a[href], button, input, textarea, select, [tabindex]')].filter((x) => x.tabIndex >= 0).length,
+  );
+  assert(tabStops === 0, `no tab stop per message (the list itself is one): ${tabStops}`);
+  await page.getByRole('button', { name: 'Details' }).click();
+  const panel = page.getByRole('complementary', { name: 'About bob' });
+  await panel.getByLabel('My messages are').waitFor();
+  await panel.getByRole('group', { name: 'They may send me' }).waitFor();
   await shot(page, '04-conversation');
+  await panel.getByRole('button', { name: 'Close' }).click();
+  await panel.waitFor({ state: 'hidden' });
+
+  step('unread: a message that arrives while another screen is open is counted');
+  await nav(page, 'Settings').click();
+  await page.getByRole('heading', { name: 'Settings', exact: true }).waitFor();
+  assert((await page.title()) === 'Switchboard', `no unread yet: ${await page.title()}`);
+  await driver({ op: 'bob_send', text: 'are you there?', kind: 'send' });
+  await driver({ op: 'bob_send', text: 'ping again', kind: 'send' });
+  await nav(page, 'Chats (2 unread)').waitFor({ timeout: 30_000 });
+  assert((await page.title()) === '(2) Switchboard', `the window title counts: ${await page.title()}`);
+  await nav(page, 'Chats').click();
+  const bobRow = page.locator('.chat[data-contact="bob"]');
+  await bobRow.locator('.unread-count', { hasText: '2' }).waitFor();
+  assert((await bobRow.locator('.chat-preview').textContent()) === 'ping again', 'the preview is the newest message');
+  assert(/^\d{1,2}:\d\d(\s?[AP]M)?$/.test(await bobRow.locator('.chat-time').textContent()), 'a short time, no seconds');
+  const weight = await bobRow.locator('.chat-preview').evaluate((e) => getComputedStyle(e).fontWeight);
+  assert(Number(weight) >= 600, `an unread conversation is bold: ${weight}`);
+  assert(
+    (await page.locator('.chat[data-contact]').first().getAttribute('data-contact')) === 'bob',
+    'the latest activity comes first',
+  );
+  await shot(page, '04a-unread');
+  await page.getByRole('link', { name: /Open conversation with bob, 2 unread/ }).click();
+  await page.locator('.msg.in', { hasText: 'ping again' }).waitFor();
+  await page.waitForFunction(() => document.title === 'Switchboard');
+  assert((await bobRow.locator('.unread-count').count()) === 0, 'opening the conversation reads it');
+  assert((await nav(page, 'Chats').textContent()).trim() === 'Chats', 'no count in the navigation');
 
   step('keyboard only: the navigation, a contact, the composer, and the preview dialog');
   /** Presses Tab until `isHere` (run in the page) holds for the focused element. */
   const tabTo = async (what, isHere) => {
-    for (let i = 0; i < 80; i++) {
+    for (let i = 0; i < 150; i++) {
       await page.keyboard.press('Tab');
       if (await page.evaluate(isHere)) return;
     }
     throw new Error(`Tab never reached ${what}`);
   };
   await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
-  await tabTo('the Contacts link', () => document.activeElement?.closest('nav') && document.activeElement.textContent === 'Contacts');
+  await tabTo('the Chats link', () => document.activeElement?.closest('nav') && document.activeElement.textContent.startsWith('Chats'));
   await page.keyboard.press('Enter');
-  await page.locator('h2', { hasText: 'Contacts' }).waitFor();
+  await page.getByRole('heading', { name: 'Chats', exact: true }).waitFor();
   await tabTo("bob's conversation link", () => document.activeElement?.getAttribute('href') === '#/c/bob');
   await page.keyboard.press('Enter');
+  // Tab only once the conversation has rendered: presses made while the list is replaced by the
+  // conversation land on elements that are about to go.
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  await page.getByLabel('Message', { exact: true }).waitFor();
   await tabTo('the message field', () => document.activeElement?.id === 'compose');
   await page.keyboard.type('typed with the keyboard alone');
-  await page.keyboard.press('Control+Enter');
-  const typed = await driver({ op: 'bob_wait_for', text: 'typed with the keyboard alone' });
-  assert(typed.from, 'bob received the message sent with Ctrl+Enter');
+  await page.keyboard.press('Shift+Enter');
+  await page.keyboard.type('on two lines');
+  await page.keyboard.press('Enter');
+  const typed = await driver({ op: 'bob_wait_for', text: 'typed with the keyboard alone\non two lines' });
+  assert(typed.from, 'bob received the message sent with Enter, Shift+Enter a new line in it');
+  assert((await page.getByLabel('Message', { exact: true }).inputValue()) === '', 'the composer is empty after sending');
+  await page.locator('.msg.out', { hasText: 'on two lines' }).waitFor();
+  assert(
+    await page.locator('#message-scroll').evaluate((e) => e.scrollHeight - e.scrollTop - e.clientHeight < 2),
+    'the sent message is in view',
+  );
   // The preview dialog takes the focus and Escape closes it, adding nothing.
   await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
   await pasteAnywhere(page, MALLORY_ADDRESS);
@@ -115,9 +174,51 @@ await scenario(async ({ browser, page }) => {
   await page.keyboard.press('Escape');
   await kbDialog.waitFor({ state: 'hidden' });
 
+  step('a 480×400 window: one pane at a time, no sideways scrolling, the composer and newest message in view');
+  await page.setViewportSize({ width: 480, height: 400 });
+  await nav(page, 'Chats').click();
+  await page.getByRole('link', { name: /Open conversation with bob/ }).waitFor();
+  assert(!(await scrollsSideways(page)), 'the chat list does not scroll sideways at 480 px');
+  await shot(page, '04b-small-chats');
+  await page.getByRole('link', { name: /Open conversation with bob/ }).click();
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  assert(!(await scrollsSideways(page)), 'the conversation does not scroll sideways at 480 px');
+  assert(await inViewport(page.getByLabel('Message', { exact: true })), 'the composer is in view at 480×400');
+  assert(await inViewport(page.getByRole('button', { name: 'Send' })), 'the send button is in view at 480×400');
+  const newest = page.locator('.msg').last();
+  assert(await inViewport(newest), 'the newest message is in view at 480×400');
+  assert(await inViewport(page.getByRole('link', { name: 'Back to chats' })), 'a way back to the list');
+  await shot(page, '04c-small-conversation');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  step('the relay goes down: a connection bar, and a queued message shows a clock, unlike a delivered one');
+  await driver({ op: 'relay_stop' });
+  const bar = page.locator('.connection').filter({ hasText: 'reach the relay' });
+  await bar.waitFor({ timeout: 30_000 });
+  assert((await bar.getAttribute('role')) === 'status', 'the bar is announced politely');
+  await page.getByLabel('Message', { exact: true }).fill('sent while the relay is down');
+  await page.keyboard.press('Enter');
+  const queued = page.locator('.msg.out[data-state="queued"]', { hasText: 'sent while the relay is down' });
+  await queued.waitFor();
+  const qTick = queued.locator('.tick-queued');
+  assert((await qTick.textContent()) === 'Queued: not sent yet', 'a queued message says so');
+  assert((await qTick.locator('svg circle').count()) === 1, 'queued shows a clock');
+  const dTick = page.locator('.msg.out[data-state="delivered"] .tick').first();
+  const colour = (l) => l.evaluate((e) => getComputedStyle(e).color);
+  assert((await colour(qTick)) !== (await colour(dTick)), 'queued and delivered differ in colour');
+  await bar.filter({ hasText: '1 message waits' }).waitFor({ timeout: 10_000 });
+  await shot(page, '04d-relay-down');
+  await driver({ op: 'relay_restart' });
+  await bar.waitFor({ state: 'hidden', timeout: 60_000 });
+  await page
+    .locator('.msg.out', { hasText: 'sent while the relay is down' })
+    .and(page.locator('[data-state="relayed"], [data-state="delivered"]'))
+    .waitFor({ timeout: 60_000 });
+  await driver({ op: 'bob_wait_for', text: 'sent while the relay is down' });
+
   step('approve a hello request');
   await driver({ op: 'carol_hello', to: aliceAddress });
-  await nav(page, 'Contacts').click();
+  await nav(page, 'Chats').click();
   const approve = page.getByRole('button', { name: `Approve ${CAROL_NAME}` });
   await approve.waitFor({ timeout: 30_000 });
   await shot(page, '05-request');
@@ -139,10 +240,36 @@ await scenario(async ({ browser, page }) => {
   await shot(page, '06-verify');
   await page.getByRole('button', { name: 'Mark verified' }).click();
   await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
-  await page.locator('.conversation .badge.ok', { hasText: 'Verified' }).waitFor();
+  await page.locator('.conversation .conv-head .badge.ok', { hasText: 'Verified' }).waitFor();
+  step('a notice goes away by itself after a few seconds');
+  const verifiedNotice = page.getByRole('status').filter({ hasText: 'Verified.' });
+  await verifiedNotice.waitFor();
+  const shownAt = Date.now();
+  await verifiedNotice.waitFor({ state: 'hidden', timeout: 10_000 });
+  assert(Date.now() - shownAt < 8_000, 'the notice cleared within a few seconds');
+
+  step('pasting garbage says so, in plain words, and the notice clears on navigation');
+  await page.evaluate(() => document.activeElement instanceof HTMLElement && document.activeElement.blur());
+  await pasteAnywhere(page, 'just some words, not an address');
+  const garbage = page.getByRole('alert').filter({ hasText: 'Nothing to add' });
+  await garbage.waitFor();
+  await shot(page, '06a-paste-garbage');
+  await nav(page, 'Chats').click();
+  await garbage.waitFor({ state: 'hidden', timeout: 2_000 });
+
+  step('a runtime error in plain words, without its code');
+  await page.getByLabel('Address to add').fill(aliceAddress);
+  await page.getByRole('button', { name: 'Preview' }).click();
+  await dialog.getByLabel('Name for this contact').fill('myself');
+  await dialog.getByRole('button', { name: 'Add contact' }).click();
+  const ownErr = dialog.getByRole('alert');
+  await ownErr.waitFor();
+  const ownText = (await ownErr.textContent()).trim();
+  assert(/^That is our own address\.?$/i.test(ownText) && !ownText.includes('invalid_input'), `plain words: ${ownText}`);
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
 
   step('a key change shows a banner and blocks sending');
-  await nav(page, 'Contacts').click();
+  await nav(page, 'Chats').click();
   await page.getByLabel('Address to add').fill(MALLORY_ADDRESS);
   await page.getByRole('button', { name: 'Preview' }).click();
   await dialog.waitFor();
@@ -154,7 +281,7 @@ await scenario(async ({ browser, page }) => {
   const banner = page.getByRole('alert').filter({ hasText: 'key changed' });
   await banner.waitFor({ timeout: 30_000 });
   assert(await page.getByRole('button', { name: 'Send' }).isDisabled(), 'send button disabled');
-  assert(await page.getByLabel('Message').isDisabled(), 'compose disabled');
+  assert(await page.getByLabel('Message', { exact: true }).isDisabled(), 'compose disabled');
   // The runtime refuses too, not just the button.
   const refused = await page.evaluate(async () => {
     const r = await fetch('/v1/rpc', {
@@ -191,6 +318,74 @@ await scenario(async ({ browser, page }) => {
   await page.getByLabel('Search the log').fill('');
   await page.locator('table.log tbody tr').first().waitFor();
 
+  step('Ctrl+F from another screen searches the message text');
+  await page.keyboard.press('Control+f');
+  const search = page.getByLabel('Search messages');
+  await search.waitFor();
+  await page.waitForFunction(() => document.activeElement?.id === 'msg-search');
+  await page.keyboard.type('PING');
+  const hit = page.getByRole('list', { name: 'Messages found' }).getByRole('link').filter({ hasText: 'ping again' });
+  await hit.waitFor();
+  assert((await hit.locator('mark').textContent()) === 'ping', 'the match is marked');
+  await page.getByText('Searched on this device', { exact: false }).waitFor();
+  await shot(page, '09a-search');
+  await hit.click();
+  await page.locator('.msg.found', { hasText: 'ping again' }).waitFor();
+  assert(await inViewport(page.locator('.msg.found')), 'the message found is scrolled into view');
+  await search.focus();
+  await page.keyboard.press('Escape');
+  await page.getByRole('list', { name: 'Chats' }).waitFor();
+
+  step('dark mode follows the system, and Settings can override it');
+  const bg = () => page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+  const light = await bg();
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await page.waitForFunction((l) => getComputedStyle(document.documentElement).backgroundColor !== l, light);
+  const dark = await bg();
+  assert(dark === 'rgb(17, 19, 24)', `the dark background: ${dark}`);
+  await shot(page, '09b-dark-conversation');
+  await nav(page, 'Settings').click();
+  await page.getByLabel('Theme').selectOption('light');
+  assert((await bg()) === light, 'the setting overrides the system');
+  await page.reload();
+  await page.getByLabel('Theme').waitFor();
+  assert((await bg()) === light && (await page.getByLabel('Theme').inputValue()) === 'light', 'the choice is kept');
+  await page.getByLabel('Theme').selectOption('system');
+  assert((await bg()) === dark, 'back to following the system');
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.getByLabel('Theme').selectOption('dark');
+  assert((await bg()) === dark, 'dark chosen in a light system');
+  await page.getByLabel('Theme').selectOption('system');
+
+  step("review mode from Settings: an agent's message is held, counted in a badge, readable, approved");
+  await nav(page, 'Settings').click();
+  await page.getByLabel('Hold messages my agents write until I approve them').check();
+  await page.getByRole('status').filter({ hasText: 'Review mode is on.' }).waitFor();
+  const policy = await page.evaluate(async () => {
+    const r = await fetch('/v1/rpc', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"op":"policy"}' });
+    return r.json();
+  });
+  assert(policy.review === 'review', `the runtime's policy changed: ${JSON.stringify(policy)}`);
+  const held = await driver({ op: 'alice_agent_send', agent: 'coder', to: 'bob', text: 'may I share the plan?' });
+  assert(JSON.stringify(held).includes('held'), `the agent's message is held: ${JSON.stringify(held)}`);
+  await nav(page, 'Review (1 waiting)').waitFor({ timeout: 30_000 });
+  await nav(page, 'Review').click();
+  const item = page.getByRole('listitem', { name: /coder → bob/ });
+  await item.waitFor();
+  assert(/^coder → bob, (just now|\d+ seconds? ago|1 minute ago)$/.test((await item.locator('.review-head').textContent()).trim()), `readable: ${await item.locator('.review-head').textContent()}`);
+  const itemText = await item.textContent();
+  assert(!/\d{12,}/.test(itemText) && !itemText.includes('created_at'), `no raw timestamps or field names: ${itemText}`);
+  await item.getByText('may I share the plan?').waitFor();
+  await shot(page, '11a-review-item');
+  await item.getByRole('button', { name: /^Approve and send/ }).click();
+  await page.getByRole('status').filter({ hasText: 'Approved: sent to bob.' }).waitFor();
+  await page.getByText('Nothing is waiting for review.').waitFor();
+  assert((await nav(page, 'Review').textContent()).trim() === 'Review', 'the badge is gone');
+  await driver({ op: 'bob_wait_for', text: 'may I share the plan?' });
+  await nav(page, 'Settings').click();
+  await page.getByLabel('Hold messages my agents write until I approve them').uncheck();
+  await page.getByRole('status').filter({ hasText: 'Review mode is off.' }).waitFor();
+
   step('the other screens pass the accessibility audit too');
   for (const [link, heading, name] of [
     ['Agents', 'Local agents', '10-agents'],
@@ -202,6 +397,33 @@ await scenario(async ({ browser, page }) => {
     await page.getByRole('heading', { name: heading, exact: true }).waitFor();
     await shot(page, name);
   }
+
+  step('every main screen in light and dark, at 1280×800 and 480×400: audited, no sideways scrolling');
+  const screens = [
+    ['chats', '#/contacts', () => page.getByRole('heading', { name: 'Chats', exact: true })],
+    ['conversation', '#/c/bob', () => page.getByRole('heading', { name: 'Conversation with bob' })],
+    ['groups', '#/groups', () => page.getByRole('heading', { name: 'Groups', exact: true })],
+    ['review', '#/review', () => page.getByRole('heading', { name: 'Review queue' })],
+    ['activity', '#/log', () => page.getByRole('heading', { name: 'Activity log' })],
+    ['settings', '#/settings', () => page.getByRole('heading', { name: 'Settings', exact: true })],
+    ['addresses', '#/me', () => page.getByRole('heading', { name: 'My addresses' })],
+    ['agents', '#/agents', () => page.getByRole('heading', { name: 'Local agents' })],
+  ];
+  for (const [w, hgt] of [[1280, 800], [480, 400]]) {
+    await page.setViewportSize({ width: w, height: hgt });
+    for (const scheme of ['light', 'dark']) {
+      await page.emulateMedia({ colorScheme: scheme });
+      for (const [name, hash, heading] of screens) {
+        await page.evaluate((x) => (location.hash = x), hash);
+        await heading().waitFor();
+        await page.waitForTimeout(100);
+        if (w === 480) assert(!(await scrollsSideways(page)), `${name} does not scroll sideways at 480 px (${scheme})`);
+        await shot(page, `20-${name}-${w}x${hgt}-${scheme}`);
+      }
+    }
+  }
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.setViewportSize({ width: 1280, height: 800 });
 
   step('a browser without the cookie, or from another origin, is refused');
   const other = await browser.newContext();

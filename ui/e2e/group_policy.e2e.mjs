@@ -65,10 +65,10 @@ await scenario(async ({ page }) => {
   const held = await driver({ op: 'alice_agent_send', group, text: 'may I share the plan?' });
   assert(held.state === 'held_for_review', `held: ${JSON.stringify(held)}`);
   await nav(page, 'Review').click();
-  await page.getByText(`To group ${group}`).waitFor();
+  await page.getByText(`→ group ${group.slice(0, 8)}`).waitFor();
   await page.getByText('may I share the plan?').waitFor();
   await shot(page, '03-review-group-item');
-  await page.getByRole('button', { name: 'Approve' }).click();
+  await page.getByRole('button', { name: /^Approve and send/ }).click();
   await page.getByText('Nothing is waiting for review.').waitFor();
   const got = await driver({ op: 'bob_wait_for', group, text: 'may I share the plan?' });
   assert(got.content === 'may I share the plan?', `bob got it: ${JSON.stringify(got)}`);

@@ -109,9 +109,31 @@ export async function newGroupInvite(page) {
   return (await page.getByRole('region', { name: 'Invite link' }).locator('code').textContent()).trim();
 }
 
-/** A link of the main navigation. */
+/** Whether the page scrolls sideways (it must not, at any width). */
+export async function scrollsSideways(page) {
+  return page.evaluate(() => document.documentElement.scrollWidth > document.documentElement.clientWidth + 1);
+}
+
+/**
+ * Whether the element at `locator` is wholly inside the viewport, waiting up to `timeoutMs` for
+ * the layout to settle (a screen just opened may still be scrolling to its newest message).
+ */
+export async function inViewport(locator, timeoutMs = 3000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const inside = await locator.evaluate((el) => {
+      const r = el.getBoundingClientRect();
+      return r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight + 1 && r.right <= innerWidth + 1 && r.height > 0;
+    });
+    if (inside || Date.now() > deadline) return inside;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** A link of the main navigation (its name may carry a count: "Chats (2 unread)"). */
 export function nav(page, name) {
-  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
+  const esc = name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: new RegExp(`^${esc}( \\(.*\\))?$`) });
 }
 
 /** Runs `body({ browser, page })` in a fresh headless Chromium page. */
@@ -129,7 +151,7 @@ export async function scenario(body) {
   });
   let page;
   try {
-    page = await (await browser.newContext()).newPage();
+    page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
     page.setDefaultTimeout(TIMEOUT);
     const consoleErrors = [];
     // Network statuses are asserted where they matter (e.g. a 400 `not_initialized` before first

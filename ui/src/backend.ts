@@ -100,9 +100,30 @@ export interface AuditRow {
   detail: string;
 }
 
+/** An outbound agent message held for the operator's approval. */
 export interface ReviewItem {
   id: number;
-  [k: string]: unknown;
+  /** The local agent that wrote it. */
+  agent: string;
+  /** The contact it is for (a 1:1 message), or null for a group's. */
+  contact: string | null;
+  /** The letmeknow group it is for, if any, and the member it addresses. */
+  group?: string | null;
+  to?: string | null;
+  kind: string;
+  text: string;
+  reply_to: string | null;
+  to_agent: string | null;
+  /** Unix time in milliseconds. */
+  created_at: number;
+}
+
+/** The delivery policy (`switchboard policy`). */
+export interface Policy {
+  /** Outbound agent messages: sent at once (auto) or held for review. */
+  review: 'auto' | 'review';
+  loop_limit: number;
+  digest_secs: number;
 }
 
 export interface GroupSummary {
@@ -186,7 +207,8 @@ export interface Backend {
   contactAllow(name: string, kinds: string[]): Promise<Contact>;
   pair(token: string, name?: string): Promise<Contact>;
   send(contact: string, text: string, opts?: SendOptions): Promise<Message>;
-  conversation(contact: string): Promise<Message[]>;
+  /** A conversation, oldest first: the newest `limit` messages (the runtime's default 500). */
+  conversation(contact: string, limit?: number): Promise<Message[]>;
   log(search?: string, limit?: number): Promise<AuditRow[]>;
   agents(): Promise<Agent[]>;
   reviewList(): Promise<ReviewItem[]>;
@@ -196,6 +218,8 @@ export interface Backend {
   groupInvite(group?: string): Promise<GroupInvite>;
   groupJoin(link: string): Promise<unknown>;
   reviewDecide(id: number, approve: boolean): Promise<void>;
+  /** The delivery policy; with `review`, switches review mode first. */
+  policy(review?: 'auto' | 'review'): Promise<Policy>;
   /** Sets a group's outbound mode for agent sends (auto, review, default). */
   groupMode(group: string, mode: string): Promise<void>;
   /** Resumes a group the loop guard paused (operator input). */
@@ -281,8 +305,8 @@ abstract class RequestBackend implements Backend {
   send(contact: string, text: string, opts: SendOptions = {}) {
     return this.rpc<Message>({ op: 'send', contact, text, kind: opts.kind ?? null, reply_to: opts.reply_to ?? null });
   }
-  conversation(contact: string) {
-    return this.rpc<Message[]>({ op: 'conversation', contact });
+  conversation(contact: string, limit?: number) {
+    return this.rpc<Message[]>({ op: 'conversation', contact, limit: limit ?? null });
   }
   log(search?: string, limit = 500) {
     return this.rpc<AuditRow[]>({ op: 'log', search: search || null, limit });
@@ -310,6 +334,9 @@ abstract class RequestBackend implements Backend {
   }
   async reviewDecide(id: number, approve: boolean) {
     await this.rpc({ op: approve ? 'review_approve' : 'review_reject', id });
+  }
+  policy(review?: 'auto' | 'review') {
+    return this.rpc<Policy>({ op: 'policy', review: review ?? null });
   }
   async groupMode(group: string, mode: string) {
     await this.rpc({ op: 'group_mode', group, mode });
@@ -349,12 +376,17 @@ export class HttpBackend extends RequestBackend {
   }
 
   private async post<T>(path: string, body: Json): Promise<T> {
-    const r = await fetch(this.base + path, {
-      method: 'POST',
-      credentials: 'same-origin',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
+    let r: Response;
+    try {
+      r = await fetch(this.base + path, {
+        method: 'POST',
+        credentials: 'same-origin',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    } catch (e) {
+      throw new BackendError('unreachable', `the runtime did not answer: ${e}`);
+    }
     const text = await r.text();
     let data: unknown = null;
     try {

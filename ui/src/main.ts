@@ -5,6 +5,7 @@
 import './harden';
 import { renderSVG } from 'uqr';
 import './style.css';
+import { type Theme, setTheme, theme } from './theme';
 import {
   type AuditRow,
   type Backend,
@@ -14,12 +15,15 @@ import {
   type HostedRelay,
   type Identity,
   type Message,
+  type ReviewItem,
+  type Status,
   type Whoami,
   pickBackend,
 } from './backend';
-import { field, fmtTime, h, mount } from './dom';
+import { ago, clock, dayLabel, field, fmtTime, h, mount, sameLocalDay, shortTime } from './dom';
 import { type Recognised, recognise } from './paste';
 import { S } from './strings';
+import { ReadMarkers } from './unread';
 
 const backend: Backend = pickBackend();
 const root = document.getElementById('app') as HTMLElement;
@@ -27,17 +31,33 @@ const KINDS = ['send', 'ask', 'reply', 'list'];
 
 // ----- small shared pieces ------------------------------------------------------------------
 
+/** An error in plain words for the person; its code and the runtime's words go to the log. */
 function errorText(e: unknown): string {
-  if (e instanceof BackendError) return S.error(e.code, e.message);
-  return String(e);
+  if (e instanceof BackendError) {
+    console.warn(`switchboard: ${e.code}: ${e.message}`);
+    return S.error(e.code, e.message);
+  }
+  console.warn('switchboard:', e);
+  return S.errors.unexpected;
 }
 
 const notice = h('div', { class: 'notice', role: 'status', 'aria-live': 'polite' });
+let noticeTimer: ReturnType<typeof setTimeout> | undefined;
+/** The screen a notice belongs to: leaving it clears the notice. */
+let noticeHash = '';
+/** Shows a notice; it clears on navigation, or after a few seconds (errors stay longer). */
 function say(text: string, isError = false) {
   notice.textContent = text;
   notice.className = isError ? 'notice error' : 'notice';
-  if (isError) notice.setAttribute('role', 'alert');
-  else notice.setAttribute('role', 'status');
+  notice.setAttribute('role', isError ? 'alert' : 'status');
+  noticeHash = location.hash;
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(clearNotice, isError ? 12_000 : 4_000);
+}
+function clearNotice() {
+  clearTimeout(noticeTimer);
+  notice.textContent = '';
+  notice.className = 'notice';
 }
 
 /** `text` as a QR code image (an SVG data URL: crisp at any scale, allowed by the CSP's img-src). */
@@ -112,7 +132,7 @@ function identityCard(protocol: string, id: Identity) {
 
 type Route =
   | { name: 'contacts' }
-  | { name: 'conversation'; contact: string }
+  | { name: 'conversation'; contact: string; highlight?: string }
   | { name: 'verify'; contact: string }
   | { name: 'agents' }
   | { name: 'review' }
@@ -122,10 +142,10 @@ type Route =
   | { name: 'me' };
 
 function parseRoute(): Route {
-  const [, a, b] = location.hash.split('/').map(decodeURIComponent);
+  const [, a, b, c] = location.hash.split('/').map(decodeURIComponent);
   switch (a) {
     case 'c':
-      return b ? { name: 'conversation', contact: b } : { name: 'contacts' };
+      return b ? { name: 'conversation', contact: b, highlight: c } : { name: 'contacts' };
     case 'verify':
       return b ? { name: 'verify', contact: b } : { name: 'contacts' };
     case 'agents':
@@ -149,25 +169,40 @@ const main = h('main', { id: 'main', tabindex: '-1' });
 let me: Whoami | null = null;
 let rendering = 0;
 
-function navLink(hash: string, label: string, current: boolean) {
-  return h('a', { href: hash, 'aria-current': current ? 'page' : null }, label);
+function navLink(hash: string, label: string, current: boolean, count?: string) {
+  let counter: HTMLElement | null = null;
+  if (count) {
+    counter = h('span', { class: 'nav-count' });
+    navCounts.set(count, counter);
+  }
+  return h('a', { href: hash, 'aria-current': current ? 'page' : null }, label, counter);
 }
 
 function shell(route: Route) {
+  navCounts.clear();
+  const chats = route.name === 'contacts' || route.name === 'conversation';
   const nav = h(
     'nav',
     { 'aria-label': S.nav.label },
     h('ul', null, [
-      h('li', null, navLink('#/contacts', S.nav.contacts, route.name === 'contacts' || route.name === 'conversation')),
+      h('li', null, navLink('#/contacts', S.nav.contacts, chats, 'contacts')),
       h('li', null, navLink('#/agents', S.nav.agents, route.name === 'agents')),
-      h('li', null, navLink('#/groups', S.nav.groups, route.name === 'groups')),
-      h('li', null, navLink('#/review', S.nav.review, route.name === 'review')),
+      h('li', null, navLink('#/groups', S.nav.groups, route.name === 'groups', 'groups')),
+      h('li', null, navLink('#/review', S.nav.review, route.name === 'review', 'review')),
       h('li', null, navLink('#/log', S.nav.log, route.name === 'log')),
       h('li', null, navLink('#/settings', S.nav.settings, route.name === 'settings')),
       h('li', null, navLink('#/me', S.nav.me, route.name === 'me')),
     ]),
   );
-  mount(root, h('header', null, h('h1', null, S.appName), me ? h('span', { class: 'whoami' }, me.name) : null), nav, notice, main);
+  document.body.classList.toggle('chat-layout', chats);
+  mount(
+    root,
+    h('header', null, h('h1', null, S.appName), nav, me ? h('span', { class: 'whoami' }, me.name) : null),
+    connectionBar,
+    notice,
+    main,
+  );
+  updateChrome();
 }
 
 async function render(background = false) {
@@ -176,12 +211,13 @@ async function render(background = false) {
   if (!background) shell(route);
   let view: Node;
   try {
+    await refreshSummary();
     switch (route.name) {
       case 'contacts':
-        view = await contactsView();
+        view = await chatsView(null);
         break;
       case 'conversation':
-        view = await conversationView(route.contact);
+        view = await chatsView(route.contact, route.highlight);
         break;
       case 'verify':
         view = await verifyView(route.contact);
@@ -215,16 +251,72 @@ async function render(background = false) {
     main.querySelectorAll<HTMLInputElement | HTMLTextAreaElement>('input[id], textarea[id]').forEach((el) => {
       if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
     });
-    const focused = main.contains(document.activeElement) ? (document.activeElement as HTMLElement).id : '';
+    const active = main.contains(document.activeElement) ? (document.activeElement as HTMLElement) : null;
+    const focused = active?.id ?? '';
+    const caret =
+      active instanceof HTMLTextAreaElement || (active instanceof HTMLInputElement && active.type !== 'checkbox')
+        ? [active.selectionStart, active.selectionEnd]
+        : null;
+    const scrolls = saveScrolls();
     mount(main, view);
     for (const [id, value] of typed) {
       const el = document.getElementById(id) as HTMLInputElement | HTMLTextAreaElement | null;
       if (el && !el.disabled) el.value = value;
     }
-    if (focused) document.getElementById(focused)?.focus();
+    // The composer grows with what it holds.
+    const compose = document.getElementById('compose');
+    if (compose instanceof HTMLTextAreaElement && compose.value) compose.dispatchEvent(new Event('input'));
+    restoreScrolls(scrolls, route);
+    if (focused) {
+      const el = document.getElementById(focused);
+      el?.focus({ preventScroll: true });
+      if (caret && (el instanceof HTMLTextAreaElement || el instanceof HTMLInputElement)) {
+        try {
+          el.setSelectionRange(caret[0], caret[1]);
+        } catch {
+          /* some input types have no selection */
+        }
+      }
+    }
+    updateChrome();
     return;
   }
   mount(main, view);
+  scrollToNewest = true;
+  restoreScrolls(new Map(), route);
+  updateChrome();
+  const after = afterRender;
+  afterRender = null;
+  after?.();
+}
+
+/** Runs once after the next full render (e.g. focus a field on the screen navigated to). */
+let afterRender: (() => void) | null = null;
+
+/** Scroll positions of the panes (by id) and whether each was at its end. */
+function saveScrolls() {
+  const out = new Map<string, { top: number; atEnd: boolean }>();
+  for (const el of main.querySelectorAll<HTMLElement>('#message-scroll, .chat-list')) {
+    const key = el.id || el.className;
+    out.set(key, { top: el.scrollTop, atEnd: el.scrollHeight - el.scrollTop - el.clientHeight < 40 });
+  }
+  return out;
+}
+
+/** A conversation opens at its newest message and stays there as messages arrive, unless the
+ * person scrolled up to read; a search result scrolls to the message found. */
+function restoreScrolls(saved: Map<string, { top: number; atEnd: boolean }>, route: Route) {
+  const list = main.querySelector<HTMLElement>('.chat-list');
+  const prevList = list ? saved.get(list.className) : undefined;
+  if (list && prevList) list.scrollTop = prevList.top;
+  const log = main.querySelector<HTMLElement>('#message-scroll');
+  if (!log) return;
+  const prev = saved.get('message-scroll');
+  const found = route.name === 'conversation' && route.highlight ? document.getElementById(`msg-${route.highlight}`) : null;
+  if (found && !prev) found.scrollIntoView({ block: 'center' });
+  else if (scrollToNewest || !prev || prev.atEnd) log.scrollTop = log.scrollHeight;
+  else log.scrollTop = prev.top;
+  scrollToNewest = false;
 }
 
 // ----- first run ----------------------------------------------------------------------------
@@ -318,92 +410,407 @@ function contactBadges(c: Contact) {
   ];
 }
 
-async function contactsView() {
-  const [contacts, requests] = await Promise.all([backend.contacts(), backend.requests()]);
+// ----- the chat list: conversations by latest activity, unread counts ------------------------
+
+/** One conversation in the list. */
+interface Chat {
+  contact: Contact;
+  /** Its newest messages, oldest first (a window: enough for the preview and unread count). */
+  msgs: Message[];
+  last: Message | undefined;
+  unread: number;
+}
+
+/** What every screen's chrome shows: unread totals, the review count, the relay's health. */
+interface Summary {
+  chats: Chat[];
+  requests: Contact[];
+  groups: GroupSummary[];
+  review: ReviewItem[];
+  status: Status | null;
+}
+
+/** Messages per conversation read for the list (preview, time, unread count up to this many). */
+const LIST_WINDOW = 50;
+let summary: Summary | null = null;
+let reads: ReadMarkers | null = null;
+
+function markers(): ReadMarkers {
+  if (!reads) reads = new ReadMarkers(me?.profile ?? 'default');
+  return reads;
+}
+
+function byActivity(a: Chat, b: Chat) {
+  if (a.last && b.last) return b.last.ts - a.last.ts;
+  if (a.last) return -1;
+  if (b.last) return 1;
+  return a.contact.name.localeCompare(b.contact.name);
+}
+
+async function refreshSummary(): Promise<Summary> {
+  const [contacts, requests, groups, review, status] = await Promise.all([
+    backend.contacts(),
+    backend.requests(),
+    backend.groups().catch(() => [] as GroupSummary[]),
+    backend.reviewList().catch(() => [] as ReviewItem[]),
+    backend.status().catch(() => null),
+  ]);
   const active = contacts.filter((c) => c.state !== 'pending');
+  const convs = await Promise.all(active.map((c) => backend.conversation(c.name, LIST_WINDOW).catch(() => [] as Message[])));
+  const r = markers();
+  const firstLook = r.fresh && summary === null;
+  const chats = active.map((contact, i) => {
+    const msgs = convs[i] ?? [];
+    // The first start on this device: what is already there counts as read.
+    if (firstLook) r.markRead(contact.name, msgs);
+    return { contact, msgs, last: msgs[msgs.length - 1], unread: r.unread(contact.name, msgs) };
+  });
+  chats.sort(byActivity);
+  summary = { chats, requests, groups, review, status };
+  return summary;
+}
+
+function totals(s: Summary) {
+  const chats = s.chats.reduce((n, c) => n + c.unread, 0);
+  const groups = s.groups.reduce((n, g) => n + (g.unread || 0), 0);
+  return { chats, groups, all: chats + groups };
+}
+
+/** The connection bar: shown while a relay the runtime uses cannot be reached. */
+const connectionBar = h('div', { class: 'connection', role: 'status', 'aria-live': 'polite' });
+
+function updateConnection(st: Status | null) {
+  const down = (st?.relays ?? []).filter((r) => r.health.state === 'disconnected');
+  let text = '';
+  if (down.length > 0) {
+    const r = down[0];
+    let host = r?.url ?? '';
+    try {
+      host = new URL(host).host;
+    } catch {
+      /* keep the URL as given */
+    }
+    text = `${S.connection.down(host, r?.health.since ? clock(r.health.since) : '')} ${S.connection.queued(st?.outbox ?? 0)}`;
+  }
+  // Only a change is announced.
+  if (connectionBar.textContent !== text) connectionBar.textContent = text;
+  connectionBar.hidden = !text;
+}
+
+/** The counters in the navigation, keyed by route. */
+const navCounts = new Map<string, HTMLElement>();
+
+/** Unread totals in the navigation and the window title, the review count, the relay bar. */
+function updateChrome() {
+  const s = summary;
+  if (!s) return;
+  const t = totals(s);
+  const set = (key: string, n: number, label: (n: number) => string) => {
+    const el = navCounts.get(key);
+    if (!el) return;
+    mount(el, n > 0 ? [h('span', { class: 'count', 'aria-hidden': 'true' }, String(n)), h('span', { class: 'sr-only' }, ` (${label(n)})`)] : null);
+  };
+  set('contacts', t.chats, S.unread);
+  set('groups', t.groups, S.unread);
+  set('review', s.review.length, S.review.waiting);
+  updateConnection(s.status);
+  document.title = t.all > 0 ? `(${t.all}) ${S.appName}` : S.appName;
+}
+
+function preview(m: Message | undefined): string {
+  if (!m) return S.chats.noMessages;
+  if (m.kind === 'hello') return m.direction === 'out' ? S.conversation.helloOut : S.conversation.helloIn(m.from);
+  const text = messageText(m).replace(/\s+/g, ' ');
+  return m.direction === 'out' ? S.chats.you(text) : text;
+}
+
+/**
+ * One row of the list. The link holds the name only (its accessible name says what it opens and
+ * the unread count); the time, preview and count sit beside it, and the link covers the row.
+ */
+function chatRow(opts: {
+  key: Record<string, string>;
+  href: string;
+  name: string;
+  label: string;
+  unread: number;
+  current: boolean;
+  time: number | null;
+  preview: string;
+  extra?: Node | null;
+}) {
+  const pid = `chat-preview-${Object.values(opts.key).join('-').replace(/[^A-Za-z0-9_-]/g, '_')}`;
+  return h(
+    'li',
+    { ...opts.key, class: `chat${opts.unread > 0 ? ' unread' : ''}${opts.current ? ' current' : ''}` },
+    h(
+      'span',
+      { class: 'chat-top' },
+      h(
+        'a',
+        {
+          href: opts.href,
+          class: 'chat-name',
+          'aria-label': opts.unread > 0 ? `${opts.label}, ${S.unread(opts.unread)}` : opts.label,
+          'aria-describedby': pid,
+          'aria-current': opts.current ? 'true' : null,
+        },
+        opts.name,
+      ),
+      opts.extra ?? null,
+      opts.time !== null ? h('time', { class: 'chat-time', datetime: new Date(opts.time).toISOString() }, shortTime(opts.time)) : null,
+    ),
+    h(
+      'span',
+      { class: 'chat-bottom' },
+      h('span', { class: 'chat-preview', id: pid }, opts.preview),
+      opts.unread > 0 ? h('span', { class: 'unread-count', 'aria-hidden': 'true' }, String(opts.unread)) : null,
+    ),
+  );
+}
+
+function chatItem(c: Chat, open: string | null) {
+  const name = c.contact.name;
+  return chatRow({
+    key: { 'data-contact': name },
+    href: `#/c/${encodeURIComponent(name)}`,
+    name,
+    label: S.contacts.open(name),
+    unread: c.unread,
+    current: open === name,
+    time: c.last ? c.last.ts : null,
+    preview: preview(c.last),
+    extra: c.contact.key_changed ? badge(S.contacts.keyChanged, 'danger') : null,
+  });
+}
+
+function groupItem(g: GroupSummary) {
+  const label = S.chats.group(g.group);
+  return chatRow({
+    key: { 'data-group': g.group },
+    href: '#/groups',
+    name: label,
+    label,
+    unread: g.unread || 0,
+    current: false,
+    time: null,
+    preview: S.chats.groupNote,
+  });
+}
+
+function requestsBox(requests: Contact[]) {
+  if (requests.length === 0) return null;
+  return h(
+    'section',
+    { 'aria-labelledby': 'req-title', class: 'requests' },
+    h('h3', { id: 'req-title' }, S.contacts.pending),
+    h(
+      'ul',
+      { class: 'list' },
+      requests.map((c) =>
+        h(
+          'li',
+          { class: 'request', 'data-contact': c.name },
+          h('strong', null, c.name),
+          ' ',
+          contactBadges(c),
+          c.request ? h('span', { class: 'says' }, ' ', S.contacts.says(c.request)) : null,
+          c.safety_number ? h('div', { class: 'safety' }, c.safety_number) : null,
+          h(
+            'div',
+            { class: 'actions' },
+            h(
+              'button',
+              {
+                type: 'button',
+                'aria-label': `${S.contacts.approve} ${c.name}`,
+                onclick: () => act(() => backend.contactAccept(c.name), S.contacts.approved(c.name)),
+              },
+              S.contacts.approve,
+            ),
+            h(
+              'button',
+              {
+                type: 'button',
+                class: 'secondary',
+                'aria-label': `${S.contacts.deny} ${c.name}`,
+                onclick: () => act(() => backend.contactDeny(c.name)),
+              },
+              S.contacts.deny,
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+function addContactForm() {
   const pasteInput = h('input', { type: 'text', id: 'paste-field', autocomplete: 'off', spellcheck: false });
   return h(
-    'div',
-    null,
-    h('h2', null, S.contacts.title),
-    h(
-      'form',
-      {
-        class: 'paste-form',
-        onsubmit: (e: Event) => {
-          e.preventDefault();
-          openPreview(pasteInput.value);
-        },
+    'form',
+    {
+      class: 'paste-form',
+      'aria-labelledby': 'add-title',
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        openPreview(pasteInput.value);
       },
-      h('p', null, S.contacts.pasteHint),
-      field(S.contacts.pasteField, pasteInput),
-      h('button', { type: 'submit' }, S.contacts.preview),
-    ),
+    },
+    h('h3', { id: 'add-title' }, S.contacts.add),
+    h('p', { class: 'muted' }, S.contacts.pasteHint),
+    h('div', { class: 'inline-field' }, field(S.contacts.pasteField, pasteInput), h('button', { type: 'submit' }, S.contacts.preview)),
+  );
+}
+
+// ----- message search: the runtime has no search over message text (its `log` search reads the
+// audit log), so the UI searches the conversations it loads, on this device ---------------------
+
+/** Messages per conversation searched. */
+const SEARCH_WINDOW = 500;
+let msgSearch = '';
+let searchTimer: ReturnType<typeof setTimeout> | undefined;
+
+interface Hit {
+  contact: string;
+  m: Message;
+}
+
+async function searchMessages(s: Summary, q: string): Promise<Hit[]> {
+  const needle = q.toLocaleLowerCase();
+  const convs = await Promise.all(
+    s.chats.map((c) => backend.conversation(c.contact.name, SEARCH_WINDOW).catch(() => [] as Message[])),
+  );
+  const hits: Hit[] = [];
+  s.chats.forEach((c, i) => {
+    for (const m of convs[i] ?? []) if (messageText(m).toLocaleLowerCase().includes(needle)) hits.push({ contact: c.contact.name, m });
+  });
+  return hits.sort((a, b) => b.m.ts - a.m.ts).slice(0, 200);
+}
+
+/** `text` with every occurrence of `q` marked. */
+function marked(text: string, q: string): Node[] {
+  const out: Node[] = [];
+  const lower = text.toLocaleLowerCase();
+  const needle = q.toLocaleLowerCase();
+  let at = 0;
+  for (let i = lower.indexOf(needle); i >= 0 && needle; i = lower.indexOf(needle, i + needle.length)) {
+    out.push(document.createTextNode(text.slice(at, i)), h('mark', null, text.slice(i, i + needle.length)));
+    at = i + needle.length;
+  }
+  out.push(document.createTextNode(text.slice(at)));
+  return out;
+}
+
+function searchBox() {
+  const input = h('input', {
+    type: 'search',
+    id: 'msg-search',
+    value: msgSearch,
+    autocomplete: 'off',
+    placeholder: S.search.placeholder,
+    'aria-describedby': 'search-hint',
+  });
+  input.addEventListener('input', () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => {
+      msgSearch = input.value.trim();
+      void render(true);
+    }, 200);
+  });
+  input.addEventListener('keydown', (e: KeyboardEvent) => {
+    if (e.key === 'Escape' && input.value) {
+      e.preventDefault();
+      input.value = '';
+      msgSearch = '';
+      void render(true);
+    }
+  });
+  return h(
+    'div',
+    { class: 'search-box', role: 'search' },
+    h('label', { for: 'msg-search', class: 'sr-only' }, S.search.label),
+    input,
+    h('p', { class: 'sr-only', id: 'search-hint' }, S.search.hint),
+  );
+}
+
+function resultsList(hits: Hit[], q: string) {
+  return [
+    h('p', { class: 'muted results-note', role: 'status' }, S.search.count(hits.length, q), ' ', S.search.local(SEARCH_WINDOW)),
     h(
-      'section',
-      { 'aria-labelledby': 'req-title', class: 'requests' },
-      h('h3', { id: 'req-title' }, S.contacts.pending),
-      requests.length === 0
-        ? h('p', { class: 'muted' }, S.contacts.pendingEmpty)
-        : h(
-            'ul',
-            { class: 'list' },
-            requests.map((c) =>
-              h(
-                'li',
-                { class: 'request', 'data-contact': c.name },
-                h('strong', null, c.name),
-                ' ',
-                contactBadges(c),
-                c.request ? h('span', { class: 'says' }, ' ', S.contacts.says(c.request)) : null,
-                c.safety_number ? h('div', { class: 'safety' }, c.safety_number) : null,
-                h(
-                  'div',
-                  { class: 'actions' },
-                  h(
-                    'button',
-                    {
-                      type: 'button',
-                      'aria-label': `${S.contacts.approve} ${c.name}`,
-                      onclick: () => act(() => backend.contactAccept(c.name)),
-                    },
-                    S.contacts.approve,
-                  ),
-                  h(
-                    'button',
-                    {
-                      type: 'button',
-                      class: 'secondary',
-                      'aria-label': `${S.contacts.deny} ${c.name}`,
-                      onclick: () => act(() => backend.contactDeny(c.name)),
-                    },
-                    S.contacts.deny,
-                  ),
-                ),
-              ),
+      'ul',
+      { class: 'chats-ul', 'aria-label': S.search.results },
+      hits.map(({ contact, m }) =>
+        h(
+          'li',
+          { class: 'result' },
+          h(
+            'a',
+            { href: `#/c/${encodeURIComponent(contact)}/${encodeURIComponent(m.id)}` },
+            h(
+              'span',
+              { class: 'chat-top' },
+              h('span', { class: 'chat-name' }, contact),
+              h('time', { class: 'chat-time', datetime: new Date(m.ts).toISOString() }, shortTime(m.ts)),
             ),
+            h('span', { class: 'chat-preview' }, m.direction === 'out' ? `${S.chats.you('')}` : null, marked(messageText(m), q)),
           ),
+        ),
+      ),
     ),
-    h(
-      'section',
-      { 'aria-labelledby': 'ct-title' },
-      h('h3', { id: 'ct-title' }, S.contacts.title),
-      active.length === 0
-        ? h('p', { class: 'muted' }, S.contacts.empty)
-        : h(
-            'ul',
-            { class: 'list contacts' },
-            active.map((c) =>
-              h(
-                'li',
-                { 'data-contact': c.name },
-                h('a', { href: `#/c/${encodeURIComponent(c.name)}`, 'aria-label': S.contacts.open(c.name) }, c.name),
-                ' ',
-                contactBadges(c),
-              ),
-            ),
-          ),
-    ),
+  ];
+}
+
+/** The left pane: requests, conversations by latest activity, groups, adding a contact. */
+async function chatList(s: Summary, open: string | null) {
+  const q = msgSearch;
+  return h(
+    'section',
+    { class: 'chat-list', 'aria-labelledby': 'chats-title' },
+    h('h2', { id: 'chats-title' }, S.chats.title),
+    searchBox(),
+    q
+      ? resultsList(await searchMessages(s, q), q)
+      : [
+          requestsBox(s.requests),
+          s.chats.length === 0 && s.groups.length === 0
+            ? h('p', { class: 'muted' }, S.contacts.empty)
+            : h('ul', { class: 'chats-ul', 'aria-label': S.chats.title }, s.chats.map((c) => chatItem(c, open)), s.groups.map(groupItem)),
+          addContactForm(),
+        ],
+  );
+}
+
+/** Ctrl+F (Cmd+F): search the messages, from any screen. */
+document.addEventListener('keydown', (e: KeyboardEvent) => {
+  if (!(e.ctrlKey || e.metaKey) || e.altKey || e.key.toLowerCase() !== 'f' || !me) return;
+  if (document.querySelector('dialog[open]')) return;
+  e.preventDefault();
+  const focus = () => {
+    const el = document.getElementById('msg-search') as HTMLInputElement | null;
+    el?.focus();
+    el?.select();
+  };
+  const r = parseRoute().name;
+  if (r === 'contacts' || r === 'conversation') focus();
+  else {
+    go('#/contacts');
+    afterRender = focus;
+  }
+});
+
+/** Contacts and conversations: the list on the left, the open conversation on the right. */
+async function chatsView(open: string | null, highlight?: string) {
+  const pane = open ? await conversationView(open, highlight) : h('div', { class: 'chat-empty' }, h('p', { class: 'muted' }, S.chats.choose));
+  // The open conversation marked itself read: the list and totals follow.
+  const s = summary ?? (await refreshSummary());
+  for (const c of s.chats) c.unread = markers().unread(c.contact.name, c.msgs);
+  return h(
+    'div',
+    { class: 'chats', 'data-open': open ? 'conversation' : 'list' },
+    await chatList(s, open),
+    h('div', { class: 'chat-pane' }, pane),
   );
 }
 
@@ -516,7 +923,11 @@ document.addEventListener('paste', (e: ClipboardEvent) => {
   if (!me) return;
   const text = e.clipboardData?.getData('text/plain') ?? '';
   const rec = recognise(text);
-  if (!rec) return;
+  if (!rec) {
+    // Pasted into the window, not into a field: say why nothing happens.
+    if (text.trim()) say(S.preview.notRecognised, true);
+    return;
+  }
   e.preventDefault();
   showPreview(rec);
 });
@@ -524,13 +935,209 @@ document.addEventListener('paste', (e: ClipboardEvent) => {
 // ----- conversation -------------------------------------------------------------------------
 
 let replyTo: string | null = null;
+/** Whether the contact panel (kind, allowed kinds, mute, verify) is open. */
+let panelOpen = false;
+/** The kind of what I send, per contact (send or ask), chosen in the contact panel. */
+const composeKind = new Map<string, string>();
+/** Set when the conversation should show its newest message after the next render. */
+let scrollToNewest = true;
 
 function messageText(m: Message): string {
   if (typeof m.body === 'string') return m.body;
   return JSON.stringify(m.body);
 }
 
-async function conversationView(name: string) {
+const SVG = 'http://www.w3.org/2000/svg';
+/** A 16×16 line icon from path data (drawn in the text colour, hidden from screen readers). */
+function icon(paths: string[], circle = false): SVGSVGElement {
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', '0 0 16 16');
+  svg.setAttribute('width', '16');
+  svg.setAttribute('height', '16');
+  svg.setAttribute('aria-hidden', 'true');
+  svg.setAttribute('focusable', 'false');
+  if (circle) {
+    const c = document.createElementNS(SVG, 'circle');
+    for (const [k, v] of [['cx', '8'], ['cy', '8'], ['r', '6.25']]) c.setAttribute(k, v);
+    svg.appendChild(c);
+  }
+  for (const d of paths) {
+    const p = document.createElementNS(SVG, 'path');
+    p.setAttribute('d', d);
+    svg.appendChild(p);
+  }
+  return svg;
+}
+
+/** Delivery ticks: queued a clock, relayed one check, delivered two, refused or failed a warning. */
+function tick(state: string) {
+  const [label, svg] = (() => {
+    switch (state) {
+      case 'queued':
+        return [S.ticks.queued, icon(['M8 4.5V8l2.25 1.5'], true)];
+      case 'relayed':
+        return [S.ticks.relayed, icon(['M3 8.5l3 3 7-7.5'])];
+      case 'delivered':
+        return [S.ticks.delivered, icon(['M1 8.5l3 3 7-7.5', 'M7.5 11.5l7-7.5'])];
+      case 'refused':
+      case 'failed':
+        return [state === 'refused' ? S.ticks.refused : S.ticks.failed, icon(['M8 4.5v4.25', 'M8 11v.5'], true)];
+      default:
+        return [state, null];
+    }
+  })();
+  return h('span', { class: `tick tick-${state}`, title: label }, svg, h('span', { class: svg ? 'sr-only' : '' }, label));
+}
+
+/** The contact panel: safety, verify, mute, the kind of my messages and what they may send me. */
+function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null, blocked: boolean) {
+  const allowBoxes = KINDS.map((k) =>
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: c.allow.includes(k) }), ' ', k),
+  );
+  return h(
+    'aside',
+    { class: 'contact-panel', id: 'contact-panel', role: 'complementary', 'aria-labelledby': 'panel-title', hidden: !panelOpen },
+    h(
+      'div',
+      { class: 'panel-head' },
+      h('h3', { id: 'panel-title' }, S.conversation.details(c.name)),
+      h(
+        'button',
+        {
+          type: 'button',
+          class: 'small secondary',
+          onclick: () => {
+            panelOpen = false;
+            void render(true).then(() => document.getElementById('conv-details')?.focus());
+          },
+        },
+        S.conversation.closeDetails,
+      ),
+    ),
+    h('p', null, contactBadges(c)),
+    c.safety_number ? [h('p', { class: 'muted' }, S.verify.theirs(c.name)), h('p', { class: 'safety' }, c.safety_number)] : null,
+    h('p', null, h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link small' }, S.conversation.verify)),
+    muteBox,
+    h('div', { class: 'field' }, h('label', { for: 'compose-kind' }, S.conversation.kind), kind, h('p', { class: 'muted hint' }, S.conversation.kindHint)),
+    h(
+      'form',
+      {
+        class: 'allow',
+        onsubmit: (e: Event) => {
+          e.preventDefault();
+          const kinds = allowBoxes
+            .map((l) => l.querySelector('input') as HTMLInputElement)
+            .filter((i) => i.checked)
+            .map((i) => i.value);
+          void act(() => backend.contactAllow(c.name, kinds), S.settings.saved);
+        },
+      },
+      h('fieldset', { disabled: blocked && c.key_changed }, h('legend', null, S.conversation.allowed), allowBoxes),
+      h('button', { type: 'submit', class: 'secondary small' }, S.conversation.saveAllowed),
+    ),
+  );
+}
+
+/** The messages, oldest first, with a separator per day; one tab stop for the whole list. */
+function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m: Message) => void, highlight?: string) {
+  const byId = new Map(msgs.map((m) => [m.id, m]));
+  const items: Node[] = [];
+  let prev: Message | undefined;
+  for (const m of msgs) {
+    if (!prev || !sameLocalDay(prev.ts, m.ts)) items.push(h('li', { class: 'day' }, h('span', null, dayLabel(m.ts))));
+    prev = m;
+    if (m.kind === 'hello') {
+      // The contact request that opened the conversation: a line, not a bubble.
+      items.push(
+        h(
+          'li',
+          { class: `msg system ${m.direction}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.id}` },
+          m.direction === 'out' ? S.conversation.helloOut : S.conversation.helloIn(c.name),
+          ' \u00b7 ',
+          h('time', { datetime: new Date(m.ts).toISOString() }, clock(m.ts)),
+        ),
+      );
+      continue;
+    }
+    const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
+    const canReply = m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked;
+    items.push(
+      h(
+        'li',
+        {
+          class: `msg ${m.direction}${m.id === highlight ? ' found' : ''}`,
+          'data-id': m.id,
+          'data-state': m.state,
+          id: `msg-${m.id}`,
+        },
+        m.from_agent || m.to_agent
+          ? h(
+              'p',
+              { class: 'agents' },
+              m.from_agent ? h('span', { class: 'chip' }, S.conversation.fromAgent(m.from_agent)) : null,
+              m.to_agent ? h('span', { class: 'chip' }, S.conversation.toAgent(m.to_agent)) : null,
+            )
+          : null,
+        parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
+        h('div', { class: 'body' }, messageText(m)),
+        h(
+          'div',
+          { class: 'meta' },
+          m.kind !== 'send' && m.kind !== 'reply' ? badge(S.conversation.kindBadge[m.kind] ?? m.kind, 'kind') : null,
+          h('time', { datetime: new Date(m.ts).toISOString(), title: new Date(m.ts).toLocaleString() }, clock(m.ts)),
+          m.direction === 'out' ? tick(m.state) : null,
+          m.direction === 'out' && (m.state === 'failed' || m.state === 'refused') && m.detail
+            ? h('span', { class: 'detail' }, m.detail)
+            : null,
+        ),
+        canReply
+          ? h(
+              'button',
+              {
+                type: 'button',
+                class: 'small secondary reply',
+                // One tab stop for the list: arrow keys move between these.
+                tabindex: '-1',
+                'aria-label': `${S.conversation.reply}: ${messageText(m).slice(0, 40)}`,
+                onclick: () => onReply(m),
+              },
+              S.conversation.reply,
+            )
+          : null,
+      ),
+    );
+  }
+  const ol = h('ol', { class: 'messages' }, items);
+  const log = h(
+    'div',
+    {
+      class: 'message-scroll',
+      id: 'message-scroll',
+      role: 'log',
+      tabindex: '0',
+      'aria-label': S.conversation.title(c.name),
+      'aria-describedby': 'log-hint',
+    },
+    msgs.length === 0 ? h('p', { class: 'muted chat-empty' }, S.conversation.empty) : ol,
+    h('p', { class: 'sr-only', id: 'log-hint' }, S.conversation.logHint),
+  );
+  // Up and down move between the messages one can answer; the list itself is one tab stop.
+  log.addEventListener('keydown', (e: KeyboardEvent) => {
+    if (e.key !== 'ArrowUp' && e.key !== 'ArrowDown') return;
+    const buttons = [...log.querySelectorAll<HTMLButtonElement>('button.reply')];
+    if (buttons.length === 0) return;
+    const i = buttons.indexOf(document.activeElement as HTMLButtonElement);
+    const next = i < 0 ? (e.key === 'ArrowUp' ? buttons.length - 1 : 0) : i + (e.key === 'ArrowUp' ? -1 : 1);
+    const b = buttons[Math.max(0, Math.min(buttons.length - 1, next))];
+    if (b) {
+      e.preventDefault();
+      b.focus();
+    }
+  });
+  return log;
+}
+
+async function conversationView(name: string, highlight?: string) {
   const [contacts, msgs, muted] = await Promise.all([
     backend.contacts(),
     backend.conversation(name),
@@ -538,6 +1145,10 @@ async function conversationView(name: string) {
   ]);
   const c = contacts.find((x) => x.name === name);
   if (!c) throw new BackendError('unknown_contact', `no contact named ${name}`);
+  // Shown is read (a hidden window reads nothing); the list takes this window of it.
+  if (document.visibilityState === 'visible') markers().markRead(c.name, msgs);
+  const chat = summary?.chats.find((x) => x.contact.name === c.name);
+  if (chat) chat.msgs = msgs.slice(-LIST_WINDOW);
   // Notifications are the desktop app's: no mute switch where there are none.
   const muteKey = `c:${c.name}`;
   const muteBox =
@@ -555,27 +1166,94 @@ async function conversationView(name: string) {
           }),
           h('label', { for: 'conv-mute' }, S.conversation.mute),
         );
-  const byId = new Map(msgs.map((m) => [m.id, m]));
   const blocked = c.key_changed || c.state !== 'active';
-  const text = h('textarea', { id: 'compose', rows: 3, disabled: blocked, required: true });
+  const text = h('textarea', {
+    id: 'compose',
+    rows: 1,
+    disabled: blocked,
+    required: true,
+    'aria-describedby': 'compose-hint',
+    placeholder: S.conversation.placeholder,
+  });
   const kind = h(
     'select',
-    { id: 'compose-kind', disabled: blocked },
-    ['send', 'ask'].map((k) => h('option', { value: k }, k)),
+    {
+      id: 'compose-kind',
+      disabled: blocked,
+      onchange: (e: Event) => composeKind.set(c.name, (e.currentTarget as HTMLSelectElement).value),
+    },
+    ['send', 'ask'].map((k) => h('option', { value: k, selected: (composeKind.get(c.name) ?? 'send') === k }, S.conversation.kinds[k] ?? k)),
   );
-  const replyNote = h('p', { class: 'reply-note', hidden: !replyTo }, replyTo ? S.conversation.replyTo(replyTo) : '');
-  const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
-  text.addEventListener('keydown', (e: KeyboardEvent) => {
-    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) (text.form as HTMLFormElement | null)?.requestSubmit();
-  });
-  const allowBoxes = KINDS.map((k) =>
-    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: c.allow.includes(k) }), ' ', k),
-  );
-  return h(
+  const byId = new Map(msgs.map((m) => [m.id, m]));
+  const replyText = h('span', null, replyTo && byId.get(replyTo) ? S.conversation.replyTo(messageText(byId.get(replyTo) as Message)) : '');
+  const replyNote = h(
     'div',
-    { class: 'conversation', 'data-contact': c.name },
-    h('p', null, h('a', { href: '#/contacts' }, S.conversation.back)),
-    h('h2', null, S.conversation.title(c.name), ' ', contactBadges(c)),
+    { class: 'reply-note', hidden: !replyTo || !byId.has(replyTo) },
+    replyText,
+    h(
+      'button',
+      {
+        type: 'button',
+        class: 'small secondary',
+        onclick: () => {
+          replyTo = null;
+          replyNote.hidden = true;
+          text.focus();
+        },
+      },
+      S.conversation.cancelReply,
+    ),
+  );
+  const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
+  const grow = () => {
+    text.style.height = 'auto';
+    text.style.height = `${Math.min(text.scrollHeight + 2, 160)}px`;
+  };
+  text.addEventListener('input', grow);
+  text.addEventListener('keydown', (e: KeyboardEvent) => {
+    // Enter sends, Shift+Enter is a new line; an IME's Enter confirms its composition.
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      (text.form as HTMLFormElement | null)?.requestSubmit();
+    } else if (e.key === 'Escape' && replyTo) {
+      replyTo = null;
+      replyNote.hidden = true;
+    }
+  });
+  const onReply = (m: Message) => {
+    replyTo = m.id;
+    replyText.textContent = S.conversation.replyTo(messageText(m));
+    replyNote.hidden = false;
+    text.focus();
+  };
+  return h(
+    'section',
+    { class: 'conversation', 'data-contact': c.name, 'aria-labelledby': 'conv-title' },
+    h(
+      'div',
+      { class: 'conv-head' },
+      h('a', { href: '#/contacts', class: 'back', 'aria-label': S.conversation.back }, '‹'),
+      h('h2', { id: 'conv-title' }, h('span', { class: 'sr-only' }, S.conversation.titlePrefix), c.name),
+      h('span', { class: 'conv-badges' }, contactBadges(c)),
+      h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link small secondary-link' }, S.conversation.verify),
+      h(
+        'button',
+        {
+          type: 'button',
+          id: 'conv-details',
+          class: 'small secondary',
+          'aria-expanded': String(panelOpen),
+          'aria-controls': 'contact-panel',
+          onclick: () => {
+            panelOpen = !panelOpen;
+            void render(true).then(() => {
+              if (panelOpen) document.getElementById('panel-title')?.parentElement?.querySelector('button')?.focus();
+            });
+          },
+        },
+        S.conversation.detailsButton,
+      ),
+    ),
     c.key_changed
       ? h(
           'div',
@@ -588,60 +1266,11 @@ async function conversationView(name: string) {
         ? h('div', { class: 'banner', role: 'alert' }, S.conversation.blockedPending)
         : null,
     h(
-      'p',
-      null,
-      h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link' }, S.conversation.verify),
+      'div',
+      { class: 'conv-body' },
+      messageList(c, msgs, blocked, onReply, highlight),
+      contactPanel(c, kind, muteBox, blocked),
     ),
-    muteBox,
-    msgs.length === 0
-      ? h('p', { class: 'muted' }, S.conversation.empty)
-      : h(
-          'div',
-          // The live region wraps the list (a role on the <ol> itself would unmake it a list).
-          { role: 'log', 'aria-label': S.conversation.title(c.name) },
-          h(
-            'ol',
-            { class: 'messages' },
-            msgs.map((m) => {
-              const parent = m.reply_to ? byId.get(m.reply_to) : undefined;
-              return h(
-                'li',
-                { class: `msg ${m.direction}`, 'data-id': m.id, 'data-state': m.state },
-                h(
-                  'div',
-                  { class: 'meta' },
-                  h('span', null, m.direction === 'out' ? S.conversation.me : m.from),
-                  m.from_agent ? h('span', null, ` (${m.from_agent})`) : null,
-                  ' · ',
-                  badge(m.kind, 'kind'),
-                  ' · ',
-                  h('time', { datetime: new Date(m.ts).toISOString() }, fmtTime(m.ts)),
-                  ' · ',
-                  badge(m.state, `state state-${m.state}`),
-                ),
-                parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
-                h('div', { class: 'body' }, messageText(m)),
-                m.direction === 'in' && (m.kind === 'ask' || m.kind === 'send') && !blocked
-                  ? h(
-                      'button',
-                      {
-                        type: 'button',
-                        class: 'small secondary',
-                        'aria-label': `${S.conversation.reply}: ${messageText(m).slice(0, 40)}`,
-                        onclick: () => {
-                          replyTo = m.id;
-                          replyNote.textContent = S.conversation.replyTo(m.id);
-                          replyNote.hidden = false;
-                          text.focus();
-                        },
-                      },
-                      S.conversation.reply,
-                    )
-                  : null,
-              );
-            }),
-          ),
-        ),
     h(
       'form',
       {
@@ -657,6 +1286,7 @@ async function conversationView(name: string) {
             });
             replyTo = null;
             text.value = '';
+            scrollToNewest = true;
             await render(true);
             document.getElementById('compose')?.focus();
           } catch (x) {
@@ -666,25 +1296,14 @@ async function conversationView(name: string) {
         },
       },
       replyNote,
-      field(S.conversation.compose, text),
-      field(S.conversation.kind, kind),
-      sendBtn,
-    ),
-    h(
-      'form',
-      {
-        class: 'allow',
-        onsubmit: (e: Event) => {
-          e.preventDefault();
-          const kinds = allowBoxes
-            .map((l) => l.querySelector('input') as HTMLInputElement)
-            .filter((i) => i.checked)
-            .map((i) => i.value);
-          void act(() => backend.contactAllow(c.name, kinds), S.settings.saved);
-        },
-      },
-      h('fieldset', null, h('legend', null, S.conversation.allowed), allowBoxes),
-      h('button', { type: 'submit', class: 'secondary' }, S.conversation.saveAllowed),
+      h(
+        'div',
+        { class: 'compose-row' },
+        h('label', { for: 'compose', class: 'sr-only' }, S.conversation.compose),
+        text,
+        sendBtn,
+      ),
+      h('p', { class: 'hint', id: 'compose-hint' }, S.conversation.hint),
     ),
   );
 }
@@ -934,42 +1553,74 @@ async function groupsView() {
   );
 }
 
+function reviewTarget(it: ReviewItem): string {
+  if (typeof it.group === 'string' && it.group) return S.review.toGroup(it.group, it.to ?? null);
+  return it.contact ?? '?';
+}
+
 async function reviewView() {
-  const items = await backend.reviewList();
+  const [items, policy] = await Promise.all([backend.reviewList(), backend.policy().catch(() => null)]);
   return h(
     'div',
-    null,
+    { class: 'review' },
     h('h2', null, S.review.title),
-    h('p', null, S.review.intro),
+    h(
+      'p',
+      null,
+      policy?.review === 'review' ? S.review.onIntro : S.review.offIntro,
+      ' ',
+      h('a', { href: '#/settings' }, S.review.change),
+    ),
     items.length === 0
       ? h('p', { class: 'muted' }, S.review.empty)
       : h(
           'ul',
-          { class: 'list' },
-          items.map((it) =>
-            h(
+          { class: 'list review-list' },
+          items.map((it) => {
+            const target = reviewTarget(it);
+            const headId = `review-${it.id}`;
+            return h(
               'li',
-              null,
-              h('p', null, typeof it.group === 'string' ? S.review.toGroup(it.group) : S.review.toContact(String(it.contact ?? ''))),
+              { class: 'card review-item', 'aria-labelledby': headId, 'data-review': String(it.id) },
               h(
-                'dl',
-                { class: 'inline' },
-                Object.entries(it)
-                  .filter(([k, v]) => k !== 'id' && v !== null && v !== undefined)
-                  .map(([k, v]) => [h('dt', null, k), h('dd', null, typeof v === 'string' ? v : JSON.stringify(v))]),
+                'p',
+                { class: 'review-head', id: headId },
+                h('strong', null, `${it.agent} \u2192 ${target}`),
+                ', ',
+                h('time', { datetime: new Date(it.created_at).toISOString(), title: new Date(it.created_at).toLocaleString() }, ago(it.created_at)),
               ),
+              h(
+                'p',
+                { class: 'review-tags' },
+                it.kind !== 'send' ? h('span', { class: 'chip' }, S.conversation.kindBadge[it.kind] ?? it.kind) : null,
+                it.to_agent ? h('span', { class: 'chip' }, S.conversation.toAgent(it.to_agent)) : null,
+              ),
+              h('blockquote', { class: 'review-text' }, it.text),
               h(
                 'div',
                 { class: 'actions' },
-                h('button', { type: 'button', onclick: () => act(() => backend.reviewDecide(it.id, true)) }, S.review.approve),
                 h(
                   'button',
-                  { type: 'button', class: 'secondary', onclick: () => act(() => backend.reviewDecide(it.id, false)) },
+                  {
+                    type: 'button',
+                    'aria-label': `${S.review.approve}: ${it.agent} \u2192 ${target}`,
+                    onclick: () => act(() => backend.reviewDecide(it.id, true), S.review.approved(target)),
+                  },
+                  S.review.approve,
+                ),
+                h(
+                  'button',
+                  {
+                    type: 'button',
+                    class: 'secondary',
+                    'aria-label': `${S.review.reject}: ${it.agent} \u2192 ${target}`,
+                    onclick: () => act(() => backend.reviewDecide(it.id, false), S.review.rejected),
+                  },
                   S.review.reject,
                 ),
               ),
-            ),
-          ),
+            );
+          }),
         ),
   );
 }
@@ -993,6 +1644,9 @@ function csv(rows: AuditRow[]): string {
 
 async function logView() {
   const rows = await backend.log(logSearch || undefined);
+  // Peers by their contact names where they are contacts.
+  const names = new Map((summary?.chats ?? []).map((c) => [c.contact.id, c.contact.name] as [string, string]));
+  for (const c of summary?.requests ?? []) names.set(c.id, c.name);
   const search = h('input', { type: 'search', id: 'log-search', value: logSearch });
   let timer: ReturnType<typeof setTimeout> | undefined;
   search.addEventListener('input', () => {
@@ -1026,10 +1680,10 @@ async function logView() {
               h(
                 'tr',
                 null,
-                h('td', null, fmtTime(r.at)),
+                h('td', null, h('time', { datetime: new Date(r.at).toISOString(), title: new Date(r.at).toLocaleString() }, shortTime(r.at))),
                 h('td', null, r.direction),
                 h('td', null, protocolBadge(r.protocol)),
-                h('td', null, h('code', null, r.peer.slice(0, 12))),
+                h('td', null, names.get(r.peer) ?? (r.peer ? h('code', null, r.peer.slice(0, 12)) : '—')),
                 h('td', null, r.kind),
                 h('td', null, badge(r.state, `state state-${r.state}`)),
                 h('td', null, r.detail),
@@ -1041,11 +1695,23 @@ async function logView() {
 }
 
 async function settingsView() {
-  const [st, prefs, hosted] = await Promise.all([
+  const [st, prefs, hosted, policy] = await Promise.all([
     backend.status(),
     backend.settings(),
     backend.hostedRelay().catch(() => null),
+    backend.policy().catch(() => null),
   ]);
+  const reviewBox = h('input', {
+    type: 'checkbox',
+    id: 'set-review',
+    checked: policy?.review === 'review',
+    disabled: policy === null,
+    'aria-describedby': 'set-review-note',
+    onchange: (e: Event) => {
+      const on = (e.currentTarget as HTMLInputElement).checked;
+      void act(() => backend.policy(on ? 'review' : 'auto'), on ? S.settings.reviewOn : S.settings.reviewOff);
+    },
+  });
   const toggle = (key: string, label: string) => {
     const id = `set-${key}`;
     const box = h('input', {
@@ -1058,10 +1724,34 @@ async function settingsView() {
     });
     return h('div', { class: 'check' }, box, h('label', { for: id }, label));
   };
+  const themeSelect = h(
+    'select',
+    {
+      id: 'set-theme',
+      onchange: (e: Event) => {
+        setTheme((e.currentTarget as HTMLSelectElement).value as Theme);
+        say(S.settings.saved);
+      },
+    },
+    (['system', 'light', 'dark'] as Theme[]).map((t) => h('option', { value: t, selected: theme() === t }, S.settings.themes[t])),
+  );
   return h(
     'div',
     null,
     h('h2', null, S.settings.title),
+    h(
+      'section',
+      { 'aria-labelledby': 'appearance-title' },
+      h('h3', { id: 'appearance-title' }, S.settings.appearance),
+      field(S.settings.theme, themeSelect),
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'review-title' },
+      h('h3', { id: 'review-title' }, S.settings.review),
+      h('div', { class: 'check' }, reviewBox, h('label', { for: 'set-review' }, S.settings.reviewMode)),
+      h('p', { class: 'muted hint', id: 'set-review-note' }, S.settings.reviewNote),
+    ),
     h(
       'section',
       { 'aria-labelledby': 'relays-title' },
@@ -1194,6 +1884,7 @@ async function start() {
     return;
   }
   window.onhashchange = () => {
+    if (location.hash !== noticeHash) clearNotice();
     void render();
     main.focus();
   };

@@ -5,7 +5,7 @@ export const S = {
   loading: 'Loading…',
   nav: {
     label: 'Main',
-    contacts: 'Contacts',
+    contacts: 'Chats',
     agents: 'Agents',
     review: 'Review',
     groups: 'Groups',
@@ -39,8 +39,26 @@ export const S = {
     copied: 'Copied',
     qr: (proto: string) => `QR code of your ${proto} address`,
   },
+  chats: {
+    title: 'Chats',
+    noMessages: 'No messages yet',
+    you: (text: string) => `You: ${text}`,
+    group: (id: string) => `Group ${id.slice(0, 8)}`,
+    groupNote: 'Group: open on the Groups screen',
+    choose: 'Choose a conversation. To add a contact, paste their address anywhere in this window.',
+  },
+  search: {
+    label: 'Search messages',
+    placeholder: 'Search messages (Ctrl+F)',
+    hint: 'Ctrl+F from anywhere. Escape clears the search.',
+    results: 'Messages found',
+    count: (n: number, q: string) => (n === 1 ? `1 message with \u201c${q}\u201d.` : `${n} messages with \u201c${q}\u201d.`),
+    local: (n: number) => `Searched on this device, in the last ${n} messages of each conversation.`,
+  },
   contacts: {
     title: 'Contacts',
+    add: 'Add a contact',
+    approved: (name: string) => `${name} is now a contact.`,
     empty: 'No contacts yet. Paste an address anywhere in this window to add one.',
     pending: 'Requests',
     pendingEmpty: 'No pending requests.',
@@ -65,26 +83,55 @@ export const S = {
     add: 'Add contact',
     join: 'Join',
     cancel: 'Cancel',
-    notRecognised: 'This is not an address Switchboard recognises.',
+    notRecognised:
+      'Nothing to add: that is not an address, ID, pairing token or invite link Switchboard knows. Ask your contact to copy their full address from \u201cMy addresses\u201d.',
     unsupported: (proto: string) => `This runtime cannot add ${proto} contacts yet.`,
     added: (name: string) => `Added ${name}.`,
   },
   conversation: {
     title: (name: string) => `Conversation with ${name}`,
-    empty: 'No messages yet.',
+    titlePrefix: 'Conversation with ',
+    empty: 'No messages yet. Say hello.',
     compose: 'Message',
-    kind: 'Kind',
+    placeholder: 'Write a message',
+    hint: 'Enter to send \u00b7 Shift+Enter for a new line',
+    logHint: 'Up and down arrows move between messages you can reply to.',
+    kind: 'My messages are',
+    kindHint: 'A question asks their agent to answer.',
+    kinds: { send: 'messages', ask: 'questions', reply: 'reply', list: 'who is online', hello: 'hello' } as Record<string, string>,
+    kindBadge: { ask: 'question', list: 'who is online?', hello: 'hello', reply: 'reply' } as Record<string, string>,
     send: 'Send',
-    replyTo: (id: string) => `Replying to ${id.slice(0, 8)}`,
+    replyTo: (text: string) => `Replying to \u201c${text.length > 60 ? `${text.slice(0, 60)}\u2026` : text}\u201d`,
     reply: 'Reply',
     cancelReply: 'Cancel reply',
     me: 'me',
+    helloOut: 'You asked to be contacts',
+    helloIn: (name: string) => `${name} asked to be contacts`,
+    fromAgent: (agent: string) => `from ${agent}`,
+    toAgent: (agent: string) => `to ${agent}`,
     blockedPending: 'This contact is a pending request: approve it before sending.',
-    allowed: 'Allowed kinds',
-    saveAllowed: 'Save allowed kinds',
+    allowed: 'They may send me',
+    saveAllowed: 'Save',
     verify: 'Verify',
-    back: 'Back to contacts',
+    details: (name: string) => `About ${name}`,
+    detailsButton: 'Details',
+    closeDetails: 'Close',
+    back: 'Back to chats',
     mute: 'Mute notifications for this conversation',
+  },
+  connection: {
+    down: (host: string, since: string) => `Can\u2019t reach the relay ${host}${since ? ` (since ${since})` : ''}.`,
+    queued: (n: number) =>
+      n === 0
+        ? 'Messages you send wait here and go out when it is back.'
+        : `${n === 1 ? '1 message waits' : `${n} messages wait`} here and will go out when it is back.`,
+  },
+  ticks: {
+    queued: 'Queued: not sent yet',
+    relayed: 'Sent to the relay',
+    delivered: 'Delivered',
+    refused: 'Refused by the recipient',
+    failed: 'Not sent',
   },
   verify: {
     title: (name: string) => `Verify ${name}`,
@@ -146,12 +193,16 @@ export const S = {
   },
   review: {
     title: 'Review queue',
-    intro: 'Outbound agent messages held for your approval.',
+    onIntro: 'Review mode is on: messages your agents write wait here until you approve them.',
+    offIntro: 'Review mode is off: your agents\u2019 messages are sent at once (a contact or group can still hold them).',
+    change: 'Change in Settings',
     empty: 'Nothing is waiting for review.',
-    approve: 'Approve',
+    approve: 'Approve and send',
     reject: 'Reject',
-    toGroup: (group: string) => `To group ${group}`,
-    toContact: (contact: string) => `To ${contact}`,
+    approved: (to: string) => `Approved: sent to ${to}.`,
+    rejected: 'Rejected: it will not be sent.',
+    toGroup: (group: string, member: string | null) => `group ${group.slice(0, 8)}${member ? ` (member ${member.slice(0, 8)})` : ''}`,
+    waiting: (n: number) => (n === 1 ? '1 waiting' : `${n} waiting`),
   },
   log: {
     title: 'Activity log',
@@ -163,6 +214,14 @@ export const S = {
   },
   settings: {
     title: 'Settings',
+    appearance: 'Appearance',
+    theme: 'Theme',
+    themes: { system: 'Same as the system', light: 'Light', dark: 'Dark' } as Record<string, string>,
+    review: 'Review',
+    reviewMode: 'Hold messages my agents write until I approve them',
+    reviewNote: 'Held messages wait in the Review queue. A contact or group can have its own setting.',
+    reviewOn: 'Review mode is on.',
+    reviewOff: 'Review mode is off.',
     relays: 'Relays',
     health: 'Health',
     lastError: 'Last error',
@@ -184,6 +243,45 @@ export const S = {
     trayOnlyDesktop: 'Tray settings apply to the desktop app.',
     saved: 'Saved.',
   },
-  error: (code: string, message: string) => `${message} (${code})`,
+  errors: {
+    unexpected: 'Something went wrong in Switchboard. Try again; if it keeps happening, the activity log may say why.',
+    byCode: {
+      not_initialized: 'This profile has no identity yet.',
+      already_initialized: 'This profile already has an identity.',
+      unknown_contact: 'There is no contact by that name.',
+      contact_exists: 'You already have a contact by that name or address.',
+      key_changed: 'This contact\u2019s key changed. Compare safety numbers and verify again before sending.',
+      pending_contact: 'This contact is still a request: approve it first.',
+      unknown_message: 'That message is no longer here.',
+      store: 'Switchboard could not read or write its database on this device.',
+      keystore: 'Switchboard could not open its keys in the system keyring.',
+      relay: 'The relay could not be reached. Messages wait in the queue and go out when it is back.',
+      profile: 'Switchboard could not open this profile\u2019s files.',
+      internal: 'Something went wrong inside Switchboard.',
+      forbidden: 'That is not allowed here.',
+      loop_guard: 'The loop guard paused this conversation: take part in it to resume.',
+      unreachable: 'Switchboard is not answering. Is the app (or `switchboard ui`) still running?',
+      unsupported: 'This works in the desktop app only.',
+      http: 'Switchboard answered with an error.',
+    } as Record<string, string>,
+    /** Runtime messages that name a command line where the app has a button. */
+    rewrite: [
+      [/no group session/i, 'Groups need a group session first: choose \u201cStart a group session\u201d on the Groups screen.'],
+    ] as [RegExp, string][],
+  },
+  /** The words for an error: a rewrite, the runtime's own sentence for bad input, else by code. */
+  error: (code: string, message: string) => {
+    for (const [re, text] of S.errors.rewrite) if (re.test(message)) return text;
+    if (code === 'invalid_input' && message) return sentence(message);
+    return S.errors.byCode[code] ?? (message ? sentence(message) : S.errors.unexpected);
+  },
   unread: (n: number) => (n === 1 ? '1 unread' : `${n} unread`),
 };
+
+/** `text` as a sentence: a capital first letter and a full stop. */
+function sentence(text: string): string {
+  const t = text.trim();
+  if (!t) return t;
+  const first = t.charAt(0).toUpperCase() + t.slice(1);
+  return /[.!?]$/.test(first) ? first : `${first}.`;
+}

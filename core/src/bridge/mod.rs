@@ -144,17 +144,18 @@ async fn guard(State(s): State<BridgeState>, mut req: HttpRequest, next: Next) -
     next.run(req).await
 }
 
+/// The HTTP status of an engine error, from its stable code (the one grouping of variants).
 fn status_for(e: &Error) -> StatusCode {
-    match e {
-        Error::UnknownContact(_) | Error::UnknownMessage(_) => StatusCode::NOT_FOUND,
-        Error::Invalid(_) | Error::NotInitialized => StatusCode::BAD_REQUEST,
-        Error::ContactExists(_) | Error::KeyChanged(_) | Error::Pending(_) | Error::AlreadyInitialized => {
+    match e.code() {
+        "unknown_contact" | "unknown_message" => StatusCode::NOT_FOUND,
+        "invalid_input" | "not_initialized" => StatusCode::BAD_REQUEST,
+        "contact_exists" | "key_changed" | "pending_contact" | "already_initialized" | "loop_guard" => {
             StatusCode::CONFLICT
         }
-        Error::Transport(_) => StatusCode::BAD_GATEWAY,
-        Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Bug(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        Error::Forbidden(_) => StatusCode::FORBIDDEN,
-        Error::LoopGuard(_) => StatusCode::CONFLICT,
+        "relay" => StatusCode::BAD_GATEWAY,
+        "forbidden" => StatusCode::FORBIDDEN,
+        // store, disk_full, keystore, profile, internal, and any code added later.
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use sqlx::Row;
 
 use super::delivery::label_value;
-use super::{Error, Result, Runtime, contact_dto};
+use super::{Error, Result, Runtime};
 use crate::bridge::api::Request;
 use crate::identity::random_token;
 use crate::protocol::letagents::Kind;
@@ -52,8 +52,8 @@ fn send_kind(kind: Option<&str>, reply_to: Option<&str>) -> Result<Kind> {
 }
 
 /// A contact as an agent sees it: local facts, and peer claims reduced to safe names.
-fn agent_contact_dto(c: &ContactRow) -> Value {
-    let full = contact_dto(c);
+fn agent_contact_dto(rt: &Runtime, c: &ContactRow) -> Value {
+    let full = rt.contact_dto(c);
     let roster: Vec<Value> = full["roster"]
         .as_array()
         .map(|r| {
@@ -101,7 +101,11 @@ impl Runtime {
                 let contact = contact.clone();
                 let v = self.handle_core(req, one_shot).await?;
                 let c = self.contact(&contact).await?;
-                self.operator_input(c.id).await?;
+                // The message is queued; failing to note the operator's turn (a full disk) must
+                // not report the send as failed.
+                if let Err(e) = self.operator_input(c.id).await {
+                    tracing::warn!("noting the operator's send to {contact}: {e}");
+                }
                 Ok(v)
             }
             Request::SessionOpen { agent, harness } => {
@@ -201,7 +205,7 @@ impl Runtime {
                     self.sync_best_effort().await;
                 }
                 let rows = self.store().contacts(if pending { Some("pending") } else { None }).await?;
-                Ok(Value::Array(rows.iter().map(agent_contact_dto).collect()))
+                Ok(Value::Array(rows.iter().map(|c| agent_contact_dto(self, c)).collect()))
             }
             Request::List { contact } => self.handle_core(Request::List { contact }, one_shot).await,
             Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => {

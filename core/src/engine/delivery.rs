@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sqlx::Row;
 
-use super::{Error, Event, Result, Runtime, contact_dto};
+use super::{Error, Event, Result, Runtime};
 use crate::store::ContactRow;
 use crate::util::{hex, now_ms, random_array};
 
@@ -360,23 +360,18 @@ impl Runtime {
     /// One incoming message as an agent sees it: attributed and fenced.
     async fn fenced_dto(&self, m: &crate::store::MessageRow, mode: &str) -> Result<Value> {
         let c: Option<ContactRow> = match m.contact_id {
-            Some(id) => {
-                sqlx::query_as("SELECT * FROM contacts WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(&self.store().pool)
-                    .await?
-            }
+            Some(id) => self.store().contact_by_id(id).await?,
             None => None,
         };
         let (contact, fingerprint, verified) = match &c {
             Some(c) => {
-                let dto = contact_dto(c);
+                let dto = self.contact_dto(c);
                 (c.name.clone(), dto["safety_number"].as_str().unwrap_or("unknown").to_owned(), c.verified)
             }
             None => ("(removed contact)".to_owned(), "unknown".to_owned(), false),
         };
         let label = Label {
-            protocol: &m.protocol,
+            protocol: m.protocol.as_str(),
             contact: &contact,
             from_agent: m.from_agent.as_deref(),
             fingerprint: &fingerprint,

@@ -63,7 +63,7 @@ use tokio::sync::Mutex;
 use super::delivery::{LEASE_MS, Label, digest_due, fence};
 use super::{Error, Event, Result, Runtime};
 use crate::bridge::api::Request;
-use crate::mls::{self, Member, MlsError, Processed};
+use crate::mls::{self, Member, Processed};
 use crate::protocol::letmeknow::invite::{InviteLink, Role, new_owner_token};
 use crate::protocol::letmeknow::wire::{JoinBlob, WelcomeBlob};
 use crate::protocol::letmeknow::{INVITE_TTL, MAX_WAIT_SECS, PAGE, fingerprint, is_id, message_id, new_id};
@@ -138,13 +138,6 @@ pub(crate) struct Groups {
     pre_join: Mutex<HashMap<PreJoinKey, Arc<BTreeSet<String>>>>,
     /// A session became an active member of a group: the daemon loop follows it at once.
     joined: tokio::sync::Notify,
-}
-
-fn mls_err(e: MlsError) -> Error {
-    match e {
-        MlsError::Peer(_) | MlsError::Unprocessable(_) => Error::Invalid(e.to_string()),
-        MlsError::Corrupt(_) | MlsError::Local(_) => Error::Bug(e.to_string()),
-    }
 }
 
 fn canonical_fp(text: &str) -> String {
@@ -595,7 +588,7 @@ impl Runtime {
             if name.len() > 200 {
                 return Err(Error::Invalid("a display name has at most 200 bytes".into()));
             }
-            let member = Member::generate(&name).map_err(mls_err)?;
+            let member = Member::generate(&name)?;
             sqlx::query(
                 "INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) VALUES (?, ?, ?, ?, ?)",
             )
@@ -626,8 +619,7 @@ impl Runtime {
             row.get::<Vec<u8>, _>("mls_state").as_slice(),
             row.get::<Vec<u8>, _>("signature_key").as_slice(),
             row.get::<String, _>("name").as_str(),
-        )
-        .map_err(mls_err)?;
+        )?;
         let s = Arc::new(Mutex::new(Session { handle: handle.to_owned(), member }));
         sessions.insert(handle.to_owned(), s.clone());
         Ok(s)
@@ -850,7 +842,7 @@ impl Runtime {
             // Entries gone from the relay (retention) that held no commit: the first one left is
             // still at our epoch (epochs only grow, one per commit), so our MLS state can go on;
             // the session is told what it lost and reads on.
-            let our_epoch = s.member.load_group(gid).map_err(mls_err)?.map(|g| g.epoch().as_u64());
+            let our_epoch = s.member.load_group(gid)?.map(|g| g.epoch().as_u64());
             if lost && our_epoch.is_some() && our_epoch == mls::message_epoch(&first.data) {
                 let text = format!(
                     "messages {}..{} of this group are gone from the relay before this session read them (offline \
@@ -916,14 +908,13 @@ impl Runtime {
             .bind(&id)
             .fetch_optional(&mut *tx)
             .await?;
-        let mut group =
-            s.member.load_group(gid).map_err(mls_err)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+        let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
         if let Some(own) = own {
             // Our own message (we cannot decrypt it): a commit we posted but had not merged
             // (the runtime stopped between the relay's answer and the merge) is merged now.
             let state: String = own.get("state");
             if state == "commit_pending" {
-                s.member.merge_pending(&mut group).map_err(mls_err)?;
+                s.member.merge_pending(&mut group)?;
                 record_epoch(&mut tx, &handle, gid, &group).await?;
                 save_state(&mut tx, &handle, &s.member).await?;
             }
@@ -1166,7 +1157,7 @@ impl Runtime {
         gid: &str,
         id: &str,
     ) -> Result<()> {
-        s.member.discard_pending(group).map_err(mls_err)?;
+        s.member.discard_pending(group)?;
         let mut tx = self.store().pool.begin().await?;
         sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
             .bind(&s.handle)
@@ -1187,8 +1178,7 @@ impl Runtime {
         let client = self.lmk_client(&relay)?;
         for _ in 0..MAX_REBASES {
             self.sync_locked(s, gid, 0).await?;
-            let mut group =
-                s.member.load_group(gid).map_err(mls_err)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+            let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
             let (commit, welcome) = stage(&s.member, &mut group)?;
             let id = message_id(&commit);
             // The pending commit is durable before the relay sees it, so a crash in between is
@@ -1211,7 +1201,7 @@ impl Runtime {
                     // From the staged commit, not a before/after diff: a re-add keeps the
                     // member's fingerprint (and usually its leaf) but is still a remove and an add.
                     let (added, removed) = Member::pending_changes(&group);
-                    s.member.merge_pending(&mut group).map_err(mls_err)?;
+                    s.member.merge_pending(&mut group)?;
                     let after = mls::members(&group);
                     let me = mls::MemberInfo {
                         name: s.member.name().to_owned(),
@@ -1276,7 +1266,7 @@ impl Runtime {
                 }
                 None => {
                     let gid = new_id(&mut OsRng);
-                    let g = s.member.create_group(&gid).map_err(mls_err)?;
+                    let g = s.member.create_group(&gid)?;
                     let relay = self.inner.relay_url.trim_end_matches('/').to_owned();
                     let mut tx = self.store().pool.begin().await?;
                     sqlx::query("INSERT INTO lmk_groups (handle, group_id, relay, joined_at) VALUES (?, ?, ?, ?)")
@@ -1355,20 +1345,20 @@ impl Runtime {
         };
         let key = link.key();
         let blob = key.open(Role::Join, &data).map_err(|_| {
-            Error::Invalid(
+            Error::Peer(
                 "the join request does not decrypt with this invite's secret (a wrong link or tampering); the invite \
                  is spent"
                     .into(),
             )
         })?;
         let blob: JoinBlob =
-            serde_json::from_slice(&blob).map_err(|e| Error::Invalid(format!("malformed join request: {e}")))?;
-        let kp_bytes = b64u_decode(&blob.key_package).ok_or_else(|| Error::Invalid("malformed KeyPackage".into()))?;
+            serde_json::from_slice(&blob).map_err(|e| Error::Peer(format!("malformed join request: {e}")))?;
+        let kp_bytes = b64u_decode(&blob.key_package).ok_or_else(|| Error::Peer("malformed KeyPackage".into()))?;
         let session = self.lmk_load(handle).await?;
         let mut s = session.lock().await;
-        let (_, joiner) = s.member.inspect_key_package(&kp_bytes).map_err(mls_err)?;
+        let (_, joiner) = s.member.inspect_key_package(&kp_bytes)?;
         let stage = |m: &Member, g: &mut openmls::group::MlsGroup| -> Result<(Vec<u8>, Option<Vec<u8>>)> {
-            let (kp, who) = m.inspect_key_package(&kp_bytes).map_err(mls_err)?;
+            let (kp, who) = m.inspect_key_package(&kp_bytes)?;
             // The same session (same signature key) already has a leaf: its state fell behind
             // (offline past the relay's retention). One commit removes the stale leaf and adds
             // the new KeyPackage, so members see it re-added, once. A new session key with the
@@ -1378,8 +1368,8 @@ impl Runtime {
                 Some(old) if old.leaf == g.own_leaf_index().u32() => {
                     return Err(Error::Invalid("a session cannot join a group through its own invite".into()));
                 }
-                Some(old) => m.readd(g, old.leaf, kp).map_err(mls_err)?,
-                None => m.add(g, kp).map_err(mls_err)?,
+                Some(old) => m.readd(g, old.leaf, kp)?,
+                None => m.add(g, kp)?,
             };
             Ok((commit, Some(welcome)))
         };
@@ -1402,13 +1392,13 @@ impl Runtime {
     /// The joiner's side: posts the KeyPackage, waits (up to `timeout_secs`, default 11
     /// minutes) for the Welcome, joins and reads the log. Returns `{group, members}`.
     pub async fn lmk_join(&self, handle: &str, link: &str, timeout_secs: Option<u64>) -> Result<Value> {
-        let link = InviteLink::parse(link).map_err(|e| Error::Invalid(e.to_string()))?;
+        let link = InviteLink::parse(link)?;
         let session = self.lmk_load(handle).await?;
         let client = self.lmk_client(&link.relay)?;
         let key = link.key();
         let sealed = {
             let s = session.lock().await;
-            let kp = s.member.key_package().map_err(mls_err)?;
+            let kp = s.member.key_package()?;
             // The KeyPackage's private keys must be durable before anyone can use it.
             let mut tx = self.store().pool.begin().await?;
             save_state(&mut tx, handle, &s.member).await?;
@@ -1444,18 +1434,18 @@ impl Runtime {
         };
         let blob = key
             .open(Role::Welcome, &data)
-            .map_err(|_| Error::Invalid("the Welcome does not decrypt with this link's secret (tampering?)".into()))?;
+            .map_err(|_| Error::Peer("the Welcome does not decrypt with this link's secret (tampering?)".into()))?;
         let blob: WelcomeBlob =
-            serde_json::from_slice(&blob).map_err(|e| Error::Invalid(format!("malformed Welcome: {e}")))?;
+            serde_json::from_slice(&blob).map_err(|e| Error::Peer(format!("malformed Welcome: {e}")))?;
         if !is_id(&blob.group) {
-            return Err(Error::Invalid("the Welcome names a malformed group id".into()));
+            return Err(Error::Peer("the Welcome names a malformed group id".into()));
         }
-        let welcome = b64u_decode(&blob.welcome).ok_or_else(|| Error::Invalid("malformed Welcome".into()))?;
+        let welcome = b64u_decode(&blob.welcome).ok_or_else(|| Error::Peer("malformed Welcome".into()))?;
         {
             let s = session.lock().await;
-            let group = s.member.join(&welcome).map_err(mls_err)?;
+            let group = s.member.join(&welcome)?;
             if group.group_id().as_slice() != blob.group.as_bytes() {
-                return Err(Error::Invalid("the Welcome is for another group than it claims".into()));
+                return Err(Error::Peer("the Welcome is for another group than it claims".into()));
             }
             let members = mls::members(&group);
             let mut tx = self.store().pool.begin().await?;
@@ -1533,8 +1523,7 @@ impl Runtime {
         let client = self.lmk_client(&relay)?;
         for _ in 0..MAX_REBASES {
             self.sync_locked(&mut s, gid, 0).await?;
-            let mut group =
-                s.member.load_group(gid).map_err(mls_err)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
+            let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
             let to = match to {
                 Some(fp) => {
                     let fp = canonical_fp(fp);
@@ -1577,7 +1566,7 @@ impl Runtime {
                 leave,
             };
             let plain = serde_json::to_vec(&payload).map_err(|e| Error::Bug(e.to_string()))?;
-            let bytes = s.member.encrypt(&mut group, &plain).map_err(mls_err)?;
+            let bytes = s.member.encrypt(&mut group, &plain)?;
             let id = message_id(&bytes);
             let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
             // The ratchet state and the row are durable before the relay sees the ciphertext, so
@@ -1632,11 +1621,8 @@ impl Runtime {
     pub async fn lmk_members(&self, handle: &str, gid: &str) -> Result<Value> {
         let session = self.lmk_load(handle).await?;
         let s = session.lock().await;
-        let group = s
-            .member
-            .load_group(gid)
-            .map_err(mls_err)?
-            .ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
+        let group =
+            s.member.load_group(gid)?.ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
         let notes =
             sqlx::query("SELECT fingerprint, invited_by FROM lmk_member_notes WHERE handle = ? AND group_id = ?")
                 .bind(handle)
@@ -1673,9 +1659,9 @@ impl Runtime {
             let leaf = mls::members(g)
                 .into_iter()
                 .find(|x| x.fingerprint == target)
-                .ok_or_else(|| Error::Invalid(format!("no member has fingerprint {target}")))?
+                .ok_or_else(|| Error::UnknownMember(target.to_owned()))?
                 .leaf;
-            Ok((m.remove(g, &[leaf]).map_err(mls_err)?, None))
+            Ok((m.remove(g, &[leaf])?, None))
         };
         let (seq, _) = self.commit_with(&mut s, gid, &stage).await?;
         Ok(json!({"group": gid, "removed": fp, "seq": seq}))
@@ -1709,14 +1695,14 @@ impl Runtime {
             let still = {
                 let session = self.lmk_load(handle).await?;
                 let s = session.lock().await;
-                let group = s.member.load_group(gid).map_err(mls_err)?;
+                let group = s.member.load_group(gid)?;
                 group.is_some_and(|g| mls::members(&g).iter().any(|m| m.fingerprint == fp))
             };
             if still {
                 match self.lmk_remove(handle, gid, &fp).await {
                     Ok(_) => {}
                     // Another member removed it first (we rebased onto their commit).
-                    Err(Error::Invalid(m)) if m.starts_with("no member has fingerprint") => {}
+                    Err(Error::UnknownMember(_)) => {}
                     Err(e) => return Err(e),
                 }
             }

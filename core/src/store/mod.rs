@@ -10,14 +10,27 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{SqliteConnection, SqlitePool};
+
+mod contacts;
+mod protocol;
+pub use contacts::{
+    ContactUpdate, contact_by_peer, insert_contact, name_taken, pending_requests, release_held, rules_for,
+    update_contact,
+};
+pub use protocol::Protocol;
 
 /// Store failures: local (disk, corruption) or bugs.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The disk holding the profile is full (`SQLITE_FULL`; local, not the peer's or the
+    /// relay's): the transaction was rolled back, so nothing of it was saved, acknowledged or
+    /// queued. The same request succeeds once space is freed.
+    #[error("the profile's disk is full, so nothing was saved; free some space and try again ({0})")]
+    DiskFull(sqlx::Error),
     /// SQLite said no.
     #[error("database: {0}")]
-    Sql(#[from] sqlx::Error),
+    Sql(sqlx::Error),
     /// A migration failed.
     #[error("database migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -25,6 +38,54 @@ pub enum StoreError {
 
 /// Result alias.
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// SQLite's primary result code for a full disk (the low byte of an extended code).
+const SQLITE_FULL: i64 = 13;
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let primary = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .and_then(|code| code.parse::<i64>().ok())
+            .map(|extended| extended & 0xff);
+        if primary == Some(SQLITE_FULL) { Self::DiskFull(e) } else { Self::Sql(e) }
+    }
+}
+
+/// Keeps a pooled connection only if it is back in autocommit mode.
+///
+/// When `COMMIT` fails on a full disk, SQLite rolls the transaction back by itself; the
+/// `ROLLBACK` sqlx then sends fails ("no transaction is active"), and sqlx, which counts
+/// transaction depth itself and only decrements it when `COMMIT` or `ROLLBACK` succeeds, still
+/// believes the connection is inside a transaction. Returned to the pool like that, its next
+/// `begin()` would issue `SAVEPOINT` and its `commit()` `RELEASE`; after one more failed commit
+/// SQLite leaves autocommit off for good and every later "commit" on the connection only
+/// releases a savepoint: reported saved, never written. Such a connection is closed instead, and
+/// the pool opens a fresh one.
+fn keep_after_release(
+    conn: &mut SqliteConnection,
+    _: sqlx::pool::PoolConnectionMetadata,
+) -> futures_util::future::BoxFuture<'_, std::result::Result<bool, sqlx::Error>> {
+    use sqlx::Connection as _;
+    Box::pin(async move {
+        if !conn.is_in_transaction() {
+            return Ok(true);
+        }
+        // A dropped transaction queues its ROLLBACK; a ping runs it first.
+        conn.ping().await?;
+        if conn.is_in_transaction() {
+            return Ok(false);
+        }
+        // Rolled back as sqlx believes; a plain BEGIN, which fails inside a transaction, checks
+        // that SQLite agrees.
+        if sqlx::query("BEGIN").execute(&mut *conn).await.is_err() {
+            return Ok(false);
+        }
+        sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+        Ok(true)
+    })
+}
 
 /// The store handle.
 #[derive(Debug, Clone)]
@@ -41,7 +102,7 @@ pub struct ContactRow {
     /// Local name.
     pub name: String,
     /// Protocol.
-    pub protocol: String,
+    pub protocol: Protocol,
     /// Protocol-level id (letagents: mailbox id).
     pub peer_id: String,
     /// Full address.
@@ -87,7 +148,7 @@ pub struct MessageRow {
     /// in | out.
     pub direction: String,
     /// Protocol.
-    pub protocol: String,
+    pub protocol: Protocol,
     /// Contact row id.
     #[serde(skip)]
     pub contact_id: Option<i64>,
@@ -124,7 +185,7 @@ pub struct OutboxRow {
     /// Message id.
     pub message_id: String,
     /// Protocol.
-    pub protocol: String,
+    pub protocol: Protocol,
     /// Kind of the message.
     pub kind: String,
     /// Relay base URL.
@@ -191,7 +252,7 @@ pub struct NewContact<'a> {
     /// Local name.
     pub name: &'a str,
     /// Protocol.
-    pub protocol: &'a str,
+    pub protocol: Protocol,
     /// Peer id.
     pub peer_id: &'a str,
     /// Address.
@@ -222,7 +283,7 @@ pub struct NewMessage<'a> {
     /// in | out.
     pub direction: &'a str,
     /// Protocol.
-    pub protocol: &'a str,
+    pub protocol: Protocol,
     /// Contact.
     pub contact_id: Option<i64>,
     /// Peer id.
@@ -276,7 +337,8 @@ impl Store {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+        let pool =
+            SqlitePoolOptions::new().max_connections(4).after_release(keep_after_release).connect_with(opts).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         #[cfg(unix)]
         {
@@ -294,19 +356,6 @@ impl Store {
     /// Writes a meta value.
     pub async fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         set_meta(&mut *self.pool.acquire().await?, key, value).await
-    }
-
-    /// All contacts in `state` (or all), by name.
-    pub async fn contacts(&self, state: Option<&str>) -> Result<Vec<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE (?1 IS NULL OR state = ?1) ORDER BY name")
-            .bind(state)
-            .fetch_all(&self.pool)
-            .await?)
-    }
-
-    /// A contact by local name.
-    pub async fn contact_by_name(&self, name: &str) -> Result<Option<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE name = ?").bind(name).fetch_optional(&self.pool).await?)
     }
 
     /// Unshown incoming messages (or all with `all`), oldest first.
@@ -372,7 +421,7 @@ impl Store {
             now,
             Audit {
                 direction: "out",
-                protocol: &row.protocol,
+                protocol: row.protocol.as_str(),
                 peer: &row.target,
                 message_id: &row.message_id,
                 kind: &row.kind,
@@ -410,7 +459,7 @@ impl Store {
             now,
             Audit {
                 direction: "out",
-                protocol: &row.protocol,
+                protocol: row.protocol.as_str(),
                 peer: &row.target,
                 message_id: &row.message_id,
                 kind: &row.kind,
@@ -476,57 +525,8 @@ pub async fn audit(conn: &mut SqliteConnection, now: i64, a: Audit<'_>) -> Resul
     Ok(())
 }
 
-/// Inserts a contact, returning its id.
-pub async fn insert_contact(conn: &mut SqliteConnection, c: &NewContact<'_>) -> Result<i64> {
-    let id = sqlx::query(
-        "INSERT INTO contacts (name, protocol, peer_id, address, sig_pub, box_pub, drop_code, relay_url, state, \
-         allow_kinds, request_body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(c.name)
-    .bind(c.protocol)
-    .bind(c.peer_id)
-    .bind(c.address)
-    .bind(c.sig_pub)
-    .bind(c.box_pub)
-    .bind(c.drop_code)
-    .bind(c.relay_url)
-    .bind(c.state)
-    .bind(c.allow_kinds)
-    .bind(c.request_body)
-    .bind(c.now)
-    .execute(conn)
-    .await?
-    .last_insert_rowid();
-    Ok(id)
-}
-
-/// A contact by protocol id.
-pub async fn contact_by_peer(conn: &mut SqliteConnection, protocol: &str, peer_id: &str) -> Result<Option<ContactRow>> {
-    Ok(sqlx::query_as("SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?")
-        .bind(protocol)
-        .bind(peer_id)
-        .fetch_optional(conn)
-        .await?)
-}
-
-/// Whether `name` is taken.
-pub async fn name_taken(conn: &mut SqliteConnection, name: &str) -> Result<bool> {
-    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM contacts WHERE name = ?").bind(name).fetch_one(conn).await?
-        > 0)
-}
-
-/// The agent rules of a contact, in order.
-pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<Vec<(String, String, String)>> {
-    let rows =
-        sqlx::query("SELECT from_glob, to_glob, action FROM agent_rules WHERE contact_id = ? ORDER BY position, id")
-            .bind(contact_id)
-            .fetch_all(conn)
-            .await?;
-    Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
-}
-
 /// Records (sender, id) as processed. Returns false if it was already there.
-pub async fn mark_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str, ts: i64) -> Result<bool> {
+pub async fn mark_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &str, id: &str, ts: i64) -> Result<bool> {
     let n = sqlx::query("INSERT INTO seen (protocol, peer, id, ts) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
         .bind(protocol)
         .bind(peer)
@@ -539,7 +539,7 @@ pub async fn mark_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, 
 }
 
 /// Whether (sender, id) was already processed.
-pub async fn was_seen(conn: &mut SqliteConnection, protocol: &str, peer: &str, id: &str) -> Result<bool> {
+pub async fn was_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &str, id: &str) -> Result<bool> {
     Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM seen WHERE protocol = ? AND peer = ? AND id = ?")
         .bind(protocol)
         .bind(peer)
@@ -580,7 +580,7 @@ pub struct Queued<'a> {
     /// The message it carries.
     pub message_id: &'a str,
     /// Its protocol.
-    pub protocol: &'a str,
+    pub protocol: Protocol,
     /// Its kind (for the audit log).
     pub kind: &'a str,
     /// Where it is posted.
@@ -615,7 +615,7 @@ pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Re
     .await?;
     let queued = Audit {
         direction: "out",
-        protocol: o.protocol,
+        protocol: o.protocol.as_str(),
         peer: o.peer,
         message_id: o.message_id,
         kind: o.kind,

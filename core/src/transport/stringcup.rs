@@ -114,9 +114,13 @@ impl StringcupClient {
             // Another attempt with this key is in flight: it will have finished shortly.
             409 => SendOutcome::Retry { after_ms: Some(1000), reason: "send with this key in flight".into() },
             429 => SendOutcome::Retry { after_ms, reason: format!("rate limited: {body}") },
-            // Both kinds of 507 mean "not stored, retry once the recipient drains", but only one
-            // says anything about the recipient.
+            // Every 507 means "not stored, retry later", but only one kind says anything about
+            // the recipient: the others are our share, or the relay's own disk.
             507 => match code.as_str() {
+                "storage_full" => SendOutcome::Retry {
+                    after_ms: after_ms.or(Some(60_000)),
+                    reason: "the relay is out of storage: retrying (the recipient is not behind)".into(),
+                },
                 "sender_share_full" => SendOutcome::Retry {
                     after_ms: Some(60_000),
                     reason: "our share of the recipient's inbox is full: slowing down (the recipient is not behind)"

@@ -20,9 +20,8 @@
 //!   §7.4 defines none): the owner blocks or unblocks new packets from a sender, `204`. Blocked
 //!   senders get `permission_denied`; accepted packets and exact retries are unaffected.
 //!
-//! This relay's origin is `https://` + the request's `Host` (relay-lite runs behind TLS, or a
-//! TLS-terminating proxy that keeps `Host`): cards must list exactly that origin and owner JWTs
-//! must name it as audience. Every write is committed by the group-committing writer before the
+//! This relay's origins are its configured public URLs ([`crate::origin`]), never the request's
+//! `Host`: a first card must list one of them and owner JWTs must name one as audience. Every write is committed by the group-committing writer before the
 //! answer. Errors use Identity's shape and the §8 codes (`crate::error::Error::AgentMail`).
 
 use axum::Router;
@@ -36,13 +35,13 @@ use serde::Deserialize;
 use switchboard_core::protocol::agent_identity::http::ListPage;
 use switchboard_core::protocol::agent_identity::json::{self, Value};
 use switchboard_core::protocol::agent_identity::jwt::JwtPolicy;
-use switchboard_core::protocol::agent_identity::{AgentId, ErrorCode, Origin};
+use switchboard_core::protocol::agent_identity::{AgentId, ErrorCode};
 use switchboard_core::protocol::agent_mail::card::MailboxCard;
 use switchboard_core::protocol::agent_mail::packet::Packet;
 use switchboard_core::protocol::agent_mail::{MAX_RAW_BYTES, relay};
 use switchboard_core::util::now_ms;
 
-use super::request_host;
+use super::host_hint;
 use crate::AppState;
 use crate::error::Error;
 
@@ -100,13 +99,6 @@ fn now(state: &AppState) -> i64 {
     state.shared().agent_mail_clock.as_ref().map_or_else(now_ms, |c| c.load(std::sync::atomic::Ordering::SeqCst))
 }
 
-/// This relay's origin as the client addressed it.
-fn origin(headers: &HeaderMap) -> Result<Origin, Error> {
-    let host = request_host(headers).map_err(|_| Error::agent_mail(ErrorCode::InvalidRequest, "missing Host"))?;
-    Origin::parse(&format!("https://{host}"))
-        .map_err(|e| Error::agent_mail(ErrorCode::InvalidRequest, format!("Host is not an origin: {e}")))
-}
-
 fn json_response(status: StatusCode, value: &Value) -> Response {
     (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json::to_jcs(value))
         .into_response()
@@ -126,19 +118,18 @@ fn path_text<T>(path: Result<Path<T>, PathRejection>) -> Result<T, Error> {
     path.map(|Path(p)| p).map_err(|e| Error::agent_mail(ErrorCode::InvalidRequest, e.body_text()))
 }
 
-async fn discovery(headers: HeaderMap) -> Result<Response, Error> {
-    let origin = origin(&headers)?;
-    Ok(json_response(StatusCode::OK, &relay::discovery_document(&origin).to_value()))
+async fn discovery(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, Error> {
+    let origin = state.origins().addressed_origin(host_hint(&headers));
+    Ok(json_response(StatusCode::OK, &relay::discovery_document(origin).to_value()))
 }
 
-async fn publish(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    raw: Result<Bytes, BytesRejection>,
-) -> Result<Response, Error> {
-    let origin = origin(&headers)?;
+async fn publish(State(state): State<AppState>, raw: Result<Bytes, BytesRejection>) -> Result<Response, Error> {
     let raw = body(raw)?;
     let card = MailboxCard::parse(&raw).map_err(relay::RelayError::from)?;
+    // A first card must list one of this relay's names; the primary when it lists none, which
+    // the publish check then refuses.
+    let origins = state.origins();
+    let origin = origins.origins().find(|o| card.lists_route(o)).unwrap_or_else(|| origins.primary_origin()).clone();
     let published = state.store().am_publish(card, origin, now(&state)).await??;
     if !published.resubmission {
         tracing::debug!(mailbox = %published.current.card.mailbox_id(), "agent mail card accepted");
@@ -154,16 +145,14 @@ async fn card(State(state): State<AppState>, path: Result<Path<String>, PathReje
 
 async fn deliver(
     State(state): State<AppState>,
-    headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Error> {
-    let origin = origin(&headers)?;
     let mailbox = relay::parse_mailbox_path(&path_text(path)?)?;
     let raw = body(raw)?;
     let packet = Packet::parse(&raw).map_err(relay::RelayError::from)?;
     let quota = state.shared().limits.agent_mail.quota();
-    let result = state.store().am_deliver(packet, mailbox, origin, quota, now(&state)).await??;
+    let result = state.store().am_deliver(packet, mailbox, state.origins().clone(), quota, now(&state)).await??;
     Ok(json_response(StatusCode::ACCEPTED, &result.to_value()))
 }
 
@@ -174,21 +163,32 @@ async fn authorize(
     headers: &HeaderMap,
     mailbox: &switchboard_core::protocol::agent_mail::Id16,
 ) -> Result<(), Error> {
-    let origin = origin(headers)?;
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(relay::bearer_token)
         .ok_or_else(|| Error::agent_mail(ErrorCode::InvalidToken, "missing bearer token"))?;
-    // The token is checked first (with no owner), so a bad token learns nothing.
+    // The token is checked first (with no owner), so a bad token learns nothing. Its audience
+    // must be one of this relay's configured origins: the one it verifies for is kept.
     let now_secs = now(state) / 1000;
-    if let Err(e) = relay::authorize_owner(token, &origin, None, now_secs, JwtPolicy::default())
-        && e != relay::RelayError::MailboxUnavailable
-    {
-        return Err(e.into());
+    let mut first_error = None;
+    let mut audience = None;
+    for origin in state.origins().origins() {
+        match relay::authorize_owner(token, origin, None, now_secs, JwtPolicy::default()) {
+            Ok(_) | Err(relay::RelayError::MailboxUnavailable) => {
+                audience = Some(origin);
+                break;
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
     }
+    let Some(origin) = audience else {
+        return Err(first_error.map_or_else(|| Error::agent_mail(ErrorCode::InvalidToken, "no audience"), Error::from));
+    };
     let owner = state.store().am_card(mailbox).await?.map(|c| *c.card.owner());
-    relay::authorize_owner(token, &origin, owner.as_ref(), now_secs, JwtPolicy::default())?;
+    relay::authorize_owner(token, origin, owner.as_ref(), now_secs, JwtPolicy::default())?;
     Ok(())
 }
 

@@ -5,7 +5,8 @@
 //!   both failures), the mailbox's sliding-minute send limit (`429`) and capacity (`507`), then
 //!   answers `202 {}` once the envelope is committed.
 //! - `GET /v1/inbox/{id}?ts&drop_hash&sig`: a signed login (window, signature over the request's
-//!   `Host`, `ts` newer than the last login, else `401`) that creates the mailbox or rotates its
+//!   relay's own name, one of its configured public URLs and never the request's `Host`, `ts`
+//!   newer than the last login, else `401`) that creates the mailbox or rotates its
 //!   drop hash; then either a websocket (backlog `msg` frames, `ready`, live `msg` frames,
 //!   `ack`/`ping` from the client) or `200 {"msgs":[...]}` with the 100 oldest.
 //! - `POST /v1/ack/{id}?ts&seqs&sig`: signed over `seqs` exactly as sent; deletes the listed
@@ -31,7 +32,6 @@ use switchboard_core::protocol::letagents::wire::{
 use switchboard_core::util::{b64u, b64u_array, now_ms};
 use tokio::sync::watch;
 
-use super::request_host;
 use crate::AppState;
 use crate::error::Error;
 use crate::limits::retry_after_secs;
@@ -125,7 +125,11 @@ async fn send(
     if let Err(wait) = state.shared().send_rate.check(&id, Instant::now()) {
         return Err(Error::RateLimited { retry_after_secs: retry_after_secs(wait) });
     }
-    let outcome = state.store().deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms()).await?;
+    let outcome = state
+        .store()
+        .deposit(&id, &drop_hash, body, limits.mailbox_capacity, now_ms())
+        .await
+        .map_err(Error::from_send)?;
     match outcome {
         DepositOutcome::Stored { seq } => {
             tracing::debug!(mailbox = %id, seq, "envelope stored");
@@ -149,14 +153,12 @@ async fn inbox(
 ) -> Result<Response, Error> {
     let id = mailbox_id(path)?;
     let login = query(login)?;
-    let host = request_host(&headers)?;
     let now = now_ms();
     check_window(login.ts, now, state.limits().login_window_ms)?;
     if b64u_array::<32>(&login.drop_hash).is_none() {
         return Err(AuthError::Param("drop_hash").into());
     }
-    let signed = relay_auth::inbox_message(&host, &id, login.ts, &login.drop_hash);
-    relay_auth::verify(&id, &signed, &login.sig)?;
+    signed_for_us(&state, &id, &login.sig, |host| relay_auth::inbox_message(host, &id, login.ts, &login.drop_hash))?;
     // Refuse a broken upgrade before the login is recorded, so the client can retry with it.
     let upgrade = match upgrade {
         Ok(upgrade) => Some(upgrade),
@@ -181,6 +183,19 @@ async fn inbox(
     }
 }
 
+/// Verifies `sig` by mailbox `id` over the message `signed(host)` for one of this relay's own
+/// names: a login or ack signed for any other relay is refused whatever `Host` it arrives with.
+fn signed_for_us(state: &AppState, id: &str, sig: &str, signed: impl Fn(&str) -> Vec<u8>) -> Result<(), AuthError> {
+    let mut outcome = Err(AuthError::BadSignature);
+    for host in state.origins().authorities() {
+        outcome = relay_auth::verify(id, &signed(host), sig);
+        if outcome.is_ok() || matches!(outcome, Err(AuthError::BadId)) {
+            break;
+        }
+    }
+    outcome
+}
+
 /// Parses `N,N,...` (empty means none).
 fn parse_seqs(text: &str) -> Result<Vec<i64>, AuthError> {
     if text.is_empty() {
@@ -199,17 +214,14 @@ fn parse_seqs(text: &str) -> Result<Vec<i64>, AuthError> {
 async fn ack(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
     ack: Result<Query<AckQuery>, QueryRejection>,
 ) -> Result<Json<AckResponse>, Error> {
     let id = mailbox_id(path)?;
     let ack = query(ack)?;
-    let host = request_host(&headers)?;
     let now = now_ms();
     check_window(ack.ts, now, state.limits().login_window_ms)?;
     let seqs = parse_seqs(&ack.seqs)?;
-    let signed = relay_auth::ack_message(&host, &id, ack.ts, &ack.seqs);
-    relay_auth::verify(&id, &signed, &ack.sig)?;
+    signed_for_us(&state, &id, &ack.sig, |host| relay_auth::ack_message(host, &id, ack.ts, &ack.seqs))?;
     let acked = state.store().ack(&id, seqs, now).await?;
     Ok(Json(AckResponse { acked }))
 }
@@ -225,6 +237,10 @@ enum SessionEnd {
     Json(#[from] serde_json::Error),
     #[error("client silent for {KEEPALIVE_TIMEOUT:?}")]
     Silent,
+    /// The client stopped reading: a frame could not be handed to its socket in time. Dropping
+    /// it frees what it held; it reconnects and catches up from the backlog.
+    #[error("client not reading: a frame waited {0:?}")]
+    Stalled(Duration),
 }
 
 async fn session(state: AppState, id: String, mut socket: WebSocket) {
@@ -238,10 +254,19 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
     hub.release(&id);
 }
 
-async fn send_frame(socket: &mut WebSocket, frame: &RelayToClient) -> Result<(), SessionEnd> {
-    let text = serde_json::to_string(frame)?;
-    socket.send(Message::Text(text.into())).await?;
+/// Hands `message` to the socket, or ends the session when the client has not made room for it
+/// within the relay's websocket send timeout (a client that never reads would otherwise hold
+/// the session, and everything queued for it, forever: the keepalive check never runs while a
+/// send blocks).
+async fn send_within(state: &AppState, socket: &mut WebSocket, message: Message) -> Result<(), SessionEnd> {
+    let limit = Duration::from_millis(state.limits().websocket_send_timeout_ms.max(1));
+    tokio::time::timeout(limit, socket.send(message)).await.map_err(|_| SessionEnd::Stalled(limit))??;
     Ok(())
+}
+
+async fn send_frame(state: &AppState, socket: &mut WebSocket, frame: &RelayToClient) -> Result<(), SessionEnd> {
+    let text = serde_json::to_string(frame)?;
+    send_within(state, socket, Message::Text(text.into())).await
 }
 
 /// Sends every envelope above `sent`, in seq order; returns the last seq sent.
@@ -258,7 +283,7 @@ async fn push_waiting(
         let page = state.store().waiting(id, sent, INBOX_PAGE).await?;
         let full = page.len() == INBOX_PAGE;
         for w in page {
-            send_frame(socket, &RelayToClient::Msg { seq: w.seq, ct: b64u(&w.body) }).await?;
+            send_frame(state, socket, &RelayToClient::Msg { seq: w.seq, ct: b64u(&w.body) }).await?;
             sent = w.seq;
         }
         if !full {
@@ -277,11 +302,11 @@ async fn run_session(
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE_EVERY, KEEPALIVE_EVERY);
     let mut heard = tokio::time::Instant::now();
     let mut sent = push_waiting(state, id, socket, newest, 0).await?;
-    send_frame(socket, &RelayToClient::Ready).await?;
+    send_frame(state, socket, &RelayToClient::Ready).await?;
     loop {
         if *closing.borrow_and_update() {
             let frame = CloseFrame { code: close_code::AWAY, reason: "relay shutting down".into() };
-            socket.send(Message::Close(Some(frame))).await?;
+            send_within(state, socket, Message::Close(Some(frame))).await?;
             return Ok(());
         }
         tokio::select! {
@@ -296,7 +321,7 @@ async fn run_session(
                 if heard.elapsed() > KEEPALIVE_TIMEOUT {
                     return Err(SessionEnd::Silent);
                 }
-                socket.send(Message::Ping(Bytes::new())).await?;
+                send_within(state, socket, Message::Ping(Bytes::new())).await?;
             }
             incoming = socket.recv() => {
                 let Some(incoming) = incoming else { return Ok(()) };
@@ -306,7 +331,7 @@ async fn run_session(
                         Ok(ClientToRelay::Ack { seq }) => {
                             state.store().ack(id, vec![seq], now_ms()).await?;
                         }
-                        Ok(ClientToRelay::Ping) => send_frame(socket, &RelayToClient::Pong).await?,
+                        Ok(ClientToRelay::Ping) => send_frame(state, socket, &RelayToClient::Pong).await?,
                         Err(e) => tracing::debug!(mailbox = %id, error = %e, "ignoring a frame"),
                     },
                     Message::Close(_) => return Ok(()),

@@ -12,16 +12,17 @@
 //!   (`200 {"data"}` or `204`). An unknown or expired invite is `404` everywhere; any id that is
 //!   not 32 lower-case hex is `404` too.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use switchboard_core::protocol::letagents::wire::ErrorBody;
 use switchboard_core::protocol::letmeknow::wire::{
@@ -30,18 +31,17 @@ use switchboard_core::protocol::letmeknow::wire::{
 use switchboard_core::protocol::letmeknow::{PAGE, header as mls_header, is_id, is_owner_token};
 use switchboard_core::util::now_ms;
 
-use super::request_host;
-use super::stringcup::{base64, base64_decode, json_object, long_poll, parse_wait};
+use super::host_hint;
+use super::stringcup::{LongPoll, base64, base64_decode, json_object, long_poll, parse_wait};
 use crate::AppState;
 use crate::error::Error;
-use crate::limits::retry_after_secs;
+use crate::limits::{IpLimiter, retry_after_secs};
 use crate::store::letmeknow::{InviteOutcome, InviteState, PostOutcome, group_key, invite_key};
 
 /// The letmeknow routes.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let max = state.limits().letmeknow.max_message;
-    // Invite bodies carry base64 of a KeyPackage or Welcome: allow for the expansion.
-    let max_invite = max.saturating_mul(4) / 3 + 1024;
+    let max_invite = max_invite_body(state);
     Router::new()
         .route("/g/{gid}/messages", post(post_message).get(read_messages).layer(DefaultBodyLimit::max(max)))
         .route("/i/{id}", get(instructions).put(create_invite).layer(DefaultBodyLimit::max(4096)))
@@ -153,8 +153,25 @@ fn query(q: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>) 
     q.map(|Query(q)| q).map_err(|e| Error::BadRequest(e.body_text()))
 }
 
+/// Whose share of the letmeknow parking pool a read uses: its client address (IPv4, or IPv6
+/// /64), or one shared key for a router used in-process without addresses.
+fn reader(connect: Option<&Extension<ConnectInfo<SocketAddr>>>) -> String {
+    connect
+        .map_or_else(|| "in-process".to_owned(), |Extension(ConnectInfo(peer))| IpLimiter::key(peer.ip()).to_string())
+}
+
+/// A read that found nothing and could not park: `429` (its client would otherwise ask again at
+/// once, in a loop), to retry after the wait it asked for.
+fn parked_or_429(parked: LongPoll, wait: Duration) -> Result<(), Error> {
+    match parked {
+        LongPoll::Unavailable => Err(Error::RateLimited { retry_after_secs: wait.as_secs().max(1) }),
+        LongPoll::Off | LongPoll::Waited(_) => Ok(()),
+    }
+}
+
 async fn read_messages(
     State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path(gid): Path<String>,
     q: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<RelayToClientLogEntry>>, Failure> {
@@ -170,12 +187,15 @@ async fn read_messages(
     };
     let wait = parse_wait(None, q.wait.as_deref(), state.limits().letmeknow.max_wait_secs)?;
     let store = state.store();
-    let (rows, _) = long_poll(&state, &group_key(gid), wait, || async {
+    let caller = reader(connect.as_ref());
+    let pool = (&state.shared().letmeknow_parking, caller.as_str());
+    let (rows, parked) = long_poll(&state, pool, &group_key(gid), wait, || async {
         let rows = store.lmk_messages(gid, after, PAGE).await?;
         let ready = !rows.is_empty();
         Ok((rows, ready))
     })
     .await?;
+    parked_or_429(parked, wait)?;
     Ok(Json(
         rows.into_iter()
             .map(|(seq, data)| RelayToClientLogEntry { seq: seq.max(0).unsigned_abs(), data: base64(&data) })
@@ -194,14 +214,14 @@ async fn instructions(
 ) -> Result<Response, Failure> {
     let id = checked_id(&id, NO_INVITE)?;
     live_invite(&state, id).await?;
-    let host = request_host(&headers)?;
+    let base = state.origins().addressed_url(host_hint(&headers));
     let text = format!(
         "This is a letmeknow invite: an end-to-end encrypted (MLS) group chat between AI agents.\n\
          \n\
          To join, you need the whole link you were given, including the part after '#' (the secret;\n\
          it never reaches this relay). With Switchboard (https://github.com/ — the `switchboard` CLI):\n\
          \n\
-         \x20   switchboard join 'https://{host}/i/{id}#<secret>'\n\
+         \x20   switchboard join '{base}/i/{id}#<secret>'\n\
          \n\
          An agent with the Switchboard MCP server calls its `join` tool with the link instead.\n\
          The invite is single use and expires soon; ask for a new one if joining fails.\n"
@@ -233,6 +253,12 @@ async fn create_invite(
     }
 }
 
+/// Largest join or welcome body: base64 of a KeyPackage or Welcome of up to the message limit,
+/// with room for the JSON around it.
+fn max_invite_body(state: &AppState) -> usize {
+    state.limits().letmeknow.max_message.saturating_mul(4) / 3 + 1024
+}
+
 fn invite_data(raw: Result<Bytes, BytesRejection>, limit: usize) -> Result<Vec<u8>, Error> {
     let req: InviteData = json_object(raw, limit, false, &[])?;
     base64_decode(&req.data)
@@ -255,7 +281,7 @@ async fn post_join(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Failure> {
     let id = checked_id(&id, NO_INVITE)?;
-    let data = invite_data(raw, usize::MAX)?;
+    let data = invite_data(raw, max_invite_body(&state))?;
     let outcome = state.store().lmk_put_blob(id, None, data, now_ms()).await?;
     blob_outcome(outcome, "this invite has already been used")
 }
@@ -276,7 +302,7 @@ async fn post_welcome(
         .map(str::trim)
         .filter(|t| is_owner_token(t))
         .ok_or(Error::Forbidden("only the invite's owner may post the welcome"))?;
-    let data = invite_data(raw, usize::MAX)?;
+    let data = invite_data(raw, max_invite_body(&state))?;
     let outcome = state.store().lmk_put_blob(id, Some(token), data, now_ms()).await?;
     blob_outcome(outcome, "the invite has no pending join, or its welcome was already posted")
 }
@@ -290,6 +316,7 @@ struct WaitQuery {
 /// the invite's expiry).
 async fn get_blob(
     state: AppState,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     id: String,
     q: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
     welcome: bool,
@@ -301,7 +328,9 @@ async fn get_blob(
     let left = Duration::from_millis(invite.expires_at.saturating_sub(now_ms()).max(0).unsigned_abs());
     let wait = wait.min(left);
     let store = state.store();
-    let (found, _) = long_poll(&state, &invite_key(id), wait, || async {
+    let caller = reader(connect.as_ref());
+    let pool = (&state.shared().letmeknow_parking, caller.as_str());
+    let (found, parked) = long_poll(&state, pool, &invite_key(id), wait, || async {
         let invite = store.lmk_invite(id, now_ms()).await?;
         let data = invite.as_ref().and_then(|i| if welcome { i.welcome.clone() } else { i.join.clone() });
         let gone = invite.is_none();
@@ -309,6 +338,7 @@ async fn get_blob(
         Ok(((data, gone), ready))
     })
     .await?;
+    parked_or_429(parked, wait)?;
     match found {
         (_, true) => Err(NO_INVITE.into()),
         (Some(data), false) => Ok(Json(InviteData { data: base64(&data) }).into_response()),
@@ -322,16 +352,18 @@ async fn get_blob(
 
 async fn get_join(
     State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path(id): Path<String>,
     q: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Failure> {
-    get_blob(state, id, q, false).await
+    get_blob(state, connect, id, q, false).await
 }
 
 async fn get_welcome(
     State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path(id): Path<String>,
     q: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Failure> {
-    get_blob(state, id, q, true).await
+    get_blob(state, connect, id, q, true).await
 }

@@ -27,6 +27,7 @@ pub fn router(state: AppState) -> Router {
         .merge(letmeknow::routes(&state))
         .merge(stringcup::routes(&state))
         .fallback(no_route)
+        .layer(middleware::from_fn_with_state(state.clone(), crate::conn::body_guard))
         .layer(middleware::from_fn_with_state(state.clone(), ip_limit))
         .with_state(state)
 }
@@ -51,12 +52,9 @@ async fn ip_limit(State(state): State<AppState>, request: Request, next: Next) -
     next.run(request).await
 }
 
-/// The authority the client addressed: the `Host` header (HTTP/1.1), which is what a client
-/// signs as `host`.
-pub(crate) fn request_host(headers: &HeaderMap) -> Result<String, Error> {
-    headers
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .ok_or_else(|| Error::BadRequest("missing Host header".into()))
+/// The request's `Host`, only to pick which of this relay's own names an answer that names
+/// the relay uses (a discovery document, an invite page). Never used to verify anything:
+/// signatures and tokens are checked against the configured names ([`crate::origin`]).
+pub(crate) fn host_hint(headers: &HeaderMap) -> Option<&str> {
+    headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok())
 }

@@ -28,6 +28,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::parking::ParkingPool;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequestParts, Request, State};
@@ -40,7 +41,6 @@ use axum::{Json, Router};
 use data_encoding::{BASE32_NOPAD, BASE64, BASE64_NOPAD};
 use serde::de::DeserializeOwned;
 use switchboard_core::util::{b64u, hex, now_ms, random_array, sha256};
-use tokio::sync::Semaphore;
 
 use crate::error::Error;
 use crate::limits::{Quota, SlidingWindow, retry_after_secs};
@@ -91,7 +91,8 @@ pub(crate) struct StringcupState {
     inbox: SlidingWindow,
     other: SlidingWindow,
     registrations: SlidingWindow,
-    long_polls: Arc<Semaphore>,
+    /// Parked inbox and rendezvous waits, shared per identity.
+    pub(crate) parking: ParkingPool,
     in_flight: Mutex<HashSet<(String, String)>>,
     stats: Mutex<Option<(Instant, Counts)>>,
 }
@@ -105,7 +106,7 @@ impl StringcupState {
             inbox: SlidingWindow::new(limits.inbox_requests_per_hour, hour),
             other: SlidingWindow::new(limits.other_requests_per_hour, hour),
             registrations: SlidingWindow::new(limits.registrations_per_hour_per_ip, hour),
-            long_polls: Arc::new(Semaphore::new(limits.long_poll_slots)),
+            parking: ParkingPool::new(limits.long_poll_slots, limits.long_poll_per_identity),
             in_flight: Mutex::new(HashSet::new()),
             stats: Mutex::new(None),
         }
@@ -329,11 +330,13 @@ pub(crate) fn parse_wait(
 }
 
 /// Answers `check()` at once, or, when it is not ready and `wait` is positive, parks (taking a
-/// slot of the bounded pool) until the hub announces a change under `key`, the wait runs out
-/// or the relay closes, re-checking after every change. There is no polling loop: the writer
-/// publishes to the hub right after the commit.
+/// slot of `pool` within `caller`'s share; `Unavailable` when there is none) until the hub
+/// announces a change under `key`, the wait runs out or the relay closes, re-checking after
+/// every change. There is no polling loop: the writer publishes to the hub right after the
+/// commit.
 pub(crate) async fn long_poll<T, F, Fut>(
     state: &AppState,
+    (pool, caller): (&ParkingPool, &str),
     key: &str,
     wait: Duration,
     mut check: F,
@@ -355,7 +358,7 @@ where
         if ready {
             return Ok((last, LongPoll::Waited(Duration::ZERO)));
         }
-        let Ok(_slot) = state.shared().stringcup.long_polls.clone().try_acquire_owned() else {
+        let Ok(_slot) = pool.park(caller) else {
             return Ok((last, LongPoll::Unavailable));
         };
         let deadline = started + wait;

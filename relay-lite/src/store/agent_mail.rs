@@ -8,7 +8,7 @@
 //! caller is answered only after the commit.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use sqlx::{Row as _, SqliteConnection, SqlitePool};
 use switchboard_core::protocol::agent_identity::live_write::{DEFAULT_WINDOW_MS, LiveWrite, NonceCacheEntry};
@@ -22,6 +22,7 @@ use switchboard_core::protocol::agent_mail::relay::{
 
 use super::writer::{Op, Reply, settle};
 use super::{Store, StoreError};
+use crate::origin::PublicOrigins;
 
 /// What one mailbox may hold before the next new packet gets `rate_limited` (checked before
 /// anything is stored); from [`crate::limits::AgentMailLimits`].
@@ -78,7 +79,7 @@ pub(crate) struct Publish {
 pub(crate) struct Deliver {
     packet: Packet,
     path: Id16,
-    origin: Origin,
+    origins: Arc<PublicOrigins>,
     quota: Quota,
     now: i64,
 }
@@ -310,8 +311,14 @@ async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<D
         .fetch_optional(&mut *conn)
         .await?;
     let admission = if blocked.is_some() { Admission::Deny } else { Admission::Allow };
+    // The card must list one of this relay's names (any of them); the primary when none does,
+    // which check_delivery then refuses.
+    let origin = current
+        .as_ref()
+        .and_then(|card| req.origins.origins().find(|o| card.lists_route(o)))
+        .unwrap_or_else(|| req.origins.primary_origin());
     let decision =
-        relay::check_delivery(&req.packet, &req.path, &req.origin, current.as_ref(), seen.as_ref(), admission, req.now);
+        relay::check_delivery(&req.packet, &req.path, origin, current.as_ref(), seen.as_ref(), admission, req.now);
     match decision {
         Err(e) => Ok(Err(e.into())),
         Ok(Delivery::Resubmission(result)) => Ok(Ok(result)),
@@ -482,11 +489,11 @@ impl Store {
         &self,
         packet: Packet,
         path: Id16,
-        origin: Origin,
+        origins: Arc<PublicOrigins>,
         quota: Quota,
         now: i64,
     ) -> Result<Decided<DeliveryResult>, StoreError> {
-        self.am_write(Deliver { packet, path, origin, quota, now }, AmOp::Deliver).await
+        self.am_write(Deliver { packet, path, origins, quota, now }, AmOp::Deliver).await
     }
 
     /// Reclaims expired packets and tombstones, forgettable mailboxes and stale nonce entries.

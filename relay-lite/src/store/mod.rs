@@ -36,7 +36,16 @@ const QUEUE: usize = 4096;
 /// Why a store operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// SQLite failed (relay's fault: disk, corruption, a bug in a query). The whole batch that
+    /// The disk holding the database is full (`SQLITE_FULL`): the relay's condition, not the
+    /// client's. The whole batch that contained the write was rolled back; the same write succeeds
+    /// once space returns.
+    #[error("the relay's disk is full: {0}")]
+    DiskFull(Arc<sqlx::Error>),
+    /// Reading or writing the database file failed (`SQLITE_IOERR`, e.g. a failed fsync): the
+    /// relay's fault. The whole batch that contained the write was rolled back.
+    #[error("the relay's disk failed: {0}")]
+    Io(Arc<sqlx::Error>),
+    /// SQLite failed otherwise (relay's fault: corruption, a bug in a query). The whole batch that
     /// contained the write was rolled back.
     #[error("database: {0}")]
     Database(Arc<sqlx::Error>),
@@ -48,9 +57,23 @@ pub enum StoreError {
     Closed,
 }
 
+/// SQLite's primary result codes for a full disk and for an I/O error (the low byte of an
+/// extended code such as `SQLITE_IOERR_FSYNC`).
+const SQLITE_FULL: i64 = 13;
+const SQLITE_IOERR: i64 = 10;
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        Self::Database(Arc::new(e))
+        let primary = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .and_then(|code| code.parse::<i64>().ok())
+            .map(|extended| extended & 0xff);
+        match primary {
+            Some(SQLITE_FULL) => Self::DiskFull(Arc::new(e)),
+            Some(SQLITE_IOERR) => Self::Io(Arc::new(e)),
+            _ => Self::Database(Arc::new(e)),
+        }
     }
 }
 
@@ -85,9 +108,9 @@ impl Store {
         let options = connect_options(&path);
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
-        let read = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
+        let read = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options.clone()).await?;
         let (writes, queue) = mpsc::channel(QUEUE);
-        let writer = tokio::spawn(writer::run(conn, queue, hub));
+        let writer = tokio::spawn(writer::run(conn, options, queue, hub));
         Ok(Self { writes, read, writer: Mutex::new(Some(writer)) })
     }
 

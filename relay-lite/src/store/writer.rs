@@ -4,11 +4,14 @@
 //! - apply them in order inside one transaction, each seeing the ones before it;
 //! - commit (one fsync for the whole batch under `synchronous=FULL`), then answer every caller
 //!   and wake websocket watchers; if anything fails the batch is rolled back and every caller
-//!   in it gets the error, so no caller is ever told "stored" for a write that is not on disk.
-
+//!   in it gets the error, so no caller is ever told "stored" for a write that is not on disk;
+//! - after a failed batch the connection is discarded and the next batch opens a fresh one, so
+//!   a failure can never leave the writer inside a transaction that later "commits" only
+//!   release savepoints (see [`apply_batch`]).
 use std::sync::Arc;
 
-use sqlx::{Connection as _, SqliteConnection};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions as _, Connection as _, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
@@ -121,17 +124,62 @@ impl Op {
     }
 }
 
+/// Applies `batch` in one transaction and commits it.
+///
+/// The transaction is a plain `BEGIN IMMEDIATE` … `COMMIT`, not sqlx's `Connection::begin`:
+/// sqlx counts transaction depth itself and only decrements the count when `COMMIT` or
+/// `ROLLBACK` succeeds. On `SQLITE_FULL` SQLite rolls a failed `COMMIT` back by itself, so the
+/// `ROLLBACK` sqlx then sends fails ("no transaction is active") and sqlx keeps believing a
+/// transaction is open; its next `begin()` issues `SAVEPOINT` and its `commit()` `RELEASE`. When
+/// such a `RELEASE` (which commits, being outermost) fails too, SQLite leaves the connection with
+/// autocommit off (`OP_Savepoint` sets `db->autoCommit = 0` after a failed commit), and every
+/// later batch only released a nested savepoint: answered `2xx`, never committed, no fsync.
+/// A plain `BEGIN` fails inside a transaction, so here every batch first proves the connection
+/// is in autocommit mode, and its `COMMIT` ends the outermost transaction.
 async fn apply_batch(conn: &mut SqliteConnection, batch: &mut [Op], hub: &Hub) -> Result<(), StoreError> {
-    let mut tx = conn.begin().await?;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
     for op in batch.iter_mut() {
-        op.apply(&mut tx, hub).await?;
+        op.apply(conn, hub).await?;
     }
-    tx.commit().await?;
+    sqlx::query("COMMIT").execute(&mut *conn).await?;
     Ok(())
 }
 
-/// Runs until a [`Op::Close`] arrives or every sender is gone.
-pub(crate) async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Op>, hub: Arc<Hub>) {
+/// Applies and commits `batch` on the writer connection, opening one first if the last failure
+/// discarded it. After any failure the connection is rolled back and dropped (closing it ends
+/// whatever transaction SQLite may still hold), so the next batch starts on a clean one.
+async fn commit_batch(
+    slot: &mut Option<SqliteConnection>,
+    options: &SqliteConnectOptions,
+    batch: &mut [Op],
+    hub: &Hub,
+) -> Result<(), StoreError> {
+    let conn = match slot {
+        Some(conn) => conn,
+        None => slot.insert(options.connect().await?),
+    };
+    let committed = apply_batch(conn, batch, hub).await;
+    if committed.is_err()
+        && let Some(mut conn) = slot.take()
+    {
+        // SQLite may already have rolled back by itself; then this ROLLBACK fails, harmlessly.
+        let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
+        if let Err(e) = conn.close().await {
+            tracing::warn!(error = %e, "closing the failed writer connection");
+        }
+    }
+    committed
+}
+
+/// Runs until a [`Op::Close`] arrives or every sender is gone; `options` open a replacement
+/// connection after a failed batch.
+pub(crate) async fn run(
+    conn: SqliteConnection,
+    options: SqliteConnectOptions,
+    mut queue: mpsc::Receiver<Op>,
+    hub: Arc<Hub>,
+) {
+    let mut conn = Some(conn);
     let mut batch: Vec<Op> = Vec::with_capacity(MAX_BATCH);
     let mut closing = false;
     while !closing {
@@ -147,10 +195,10 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Op
             closing = matches!(op, Op::Close(_));
             batch.push(op);
         }
-        let committed = apply_batch(&mut conn, &mut batch, &hub).await;
-        tracing::trace!(writes = batch.len(), bytes, "write batch committed");
-        if let Err(e) = &committed {
-            tracing::error!(error = %e, writes = batch.len(), "write batch rolled back");
+        let committed = commit_batch(&mut conn, &options, &mut batch, &hub).await;
+        match &committed {
+            Ok(()) => tracing::trace!(writes = batch.len(), bytes, "write batch committed"),
+            Err(e) => tracing::error!(error = %e, writes = batch.len(), "write batch rolled back"),
         }
         for op in batch.drain(..) {
             op.finish(&committed, &hub);
@@ -158,7 +206,9 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Op
     }
     // Writes still queued behind a Close are dropped; their callers see `Closed`.
     queue.close();
-    if let Err(e) = conn.close().await {
+    if let Some(conn) = conn
+        && let Err(e) = conn.close().await
+    {
         tracing::warn!(error = %e, "closing the writer connection");
     }
 }

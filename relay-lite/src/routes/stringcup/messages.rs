@@ -200,7 +200,12 @@ async fn send(
     let message = parse_message(serde_json::Value::Object(map), &caller.id, limits.message_max_bytes)?;
     let key = idempotency_key(&headers)?;
     let _in_flight = key.as_deref().map(|k| InFlight::claim(&state, &caller.id, k)).transpose()?;
-    let outcomes = state.store().stringcup().send(new_send(&state, &caller.id, key, vec![message])).await?;
+    let outcomes = state
+        .store()
+        .stringcup()
+        .send(new_send(&state, &caller.id, key, vec![message]))
+        .await
+        .map_err(Error::from_send)?;
     match outcomes.first().copied() {
         Some(SendOutcome::Stored { sent_seq, .. }) => {
             let body = SentOut { sent_seq, status: "stored".into(), idempotent_replay: None };
@@ -267,7 +272,12 @@ async fn batch(
     if !valid.is_empty() {
         let (indexes, messages): (Vec<usize>, Vec<NewMessage>) = valid.into_iter().unzip();
         let recipients: Vec<String> = messages.iter().map(|m| m.recipient.clone()).collect();
-        let outcomes = state.store().stringcup().send(new_send(&state, &caller.id, None, messages)).await?;
+        let outcomes = state
+            .store()
+            .stringcup()
+            .send(new_send(&state, &caller.id, None, messages))
+            .await
+            .map_err(Error::from_send)?;
         for ((index, recipient_id), outcome) in indexes.into_iter().zip(recipients).zip(outcomes) {
             match outcome {
                 SendOutcome::Stored { sent_seq, .. } => sent.push(BatchSent { index, recipient_id, sent_seq }),
@@ -329,7 +339,8 @@ async fn inbox(
     let store = state.store();
     let me = caller.id.as_str();
     let after = since.unwrap_or(0);
-    let (mut page, long_poll_state) = long_poll(&state, &inbox_key(me), wait, move || async move {
+    let pool = (&state.shared().stringcup.parking, me);
+    let (mut page, long_poll_state) = long_poll(&state, pool, &inbox_key(me), wait, move || async move {
         // One extra row says whether more remain.
         let rows = store.stringcup().inbox(me, after, limit + 1).await?;
         let ready = !rows.is_empty();

@@ -89,7 +89,8 @@ async fn claim(
         }
     };
     let me = caller.id.as_str();
-    let (row, long_poll_state) = long_poll(&state, &rendezvous_key(&hash), wait, move || async move {
+    let pool = (&state.shared().stringcup.parking, me);
+    let (row, long_poll_state) = long_poll(&state, pool, &rendezvous_key(&hash), wait, move || async move {
         let row = store.rendezvous(&hash, now_ms()).await?;
         // Done waiting once paired, or once there is nothing left to wait for.
         let ready = row.as_ref().is_none_or(|r| r.claims.len() == 2 || !r.claims.iter().any(|(_, who)| who == me));

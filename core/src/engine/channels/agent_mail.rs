@@ -23,7 +23,12 @@ use sqlx::Row;
 use x25519_dalek::{PublicKey, StaticSecret};
 use zeroize::Zeroizing;
 
-use super::{Error, Event, Result, Runtime, blocking};
+use futures_util::future::BoxFuture;
+use tokio::sync::Mutex;
+
+use super::{Channel, ContactAdd};
+use crate::engine::outbox::{self, Sealed};
+use crate::engine::{Error, Event, Result, Runtime, blocking};
 use crate::identity::keystore::Keystore;
 use crate::protocol::agent_identity::jwt::sign_request_jwt;
 use crate::protocol::agent_identity::live_write::{apply_max_seen_nonce, next_nonce};
@@ -36,14 +41,15 @@ use crate::protocol::agent_mail::recipient::{
 };
 use crate::protocol::agent_mail::relay::PacketRecord;
 use crate::protocol::agent_mail::{DAY_MS, Id16, MAX_TTL_MS, MailAddress, MailboxCard, Message, Part, Pin};
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Queued};
+use crate::protocol::letagents::Kind;
+use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Protocol};
 use crate::transport::TransportError;
 use crate::transport::agent_mail::{Delivered, MailClient, Published};
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::util::{OsRng, b64u, b64u_decode, now_ms, random_array};
 
-/// The protocol name in contacts, messages, the outbox and the audit log.
-pub const AM: &str = "agent-mail";
+/// The protocol.
+const AM: Protocol = Protocol::AgentMail;
 /// How often a live runtime lists its mailbox (relay-lite does not hold list requests).
 const POLL_INTERVAL_MS: i64 = 2_000;
 /// A card is replaced (new key, higher nonce) when it has less than this left.
@@ -55,9 +61,14 @@ const CARD_MAX_PACKET_BYTES: usize = 1_048_576;
 /// Page size of mailbox lists.
 const LIST_LIMIT: usize = 100;
 
+/// Agent Mail's channel: our mailbox identity, made the first time it is needed.
+pub(in crate::engine) struct AgentMail {
+    state: Mutex<Option<AmState>>,
+}
+
 /// Our Agent Mail identity: the Agent ID key, the mailbox and the card secrets by public key.
 #[derive(Clone)]
-pub(super) struct AmState {
+struct AmState {
     key: SigningKey,
     id: AgentId,
     mailbox: Id16,
@@ -83,7 +94,7 @@ fn bug(e: impl std::fmt::Display) -> Error {
 
 /// The Agent Mail origin of a relay base URL: `https://` + its authority (a loopback relay served
 /// over plain http still names itself by its `https` origin, as relay-lite does).
-pub(super) fn origin_of(relay_url: &str) -> Result<Origin> {
+fn origin_of(relay_url: &str) -> Result<Origin> {
     let url = url::Url::parse(relay_url).map_err(|e| Error::Invalid(format!("relay URL: {e}")))?;
     let host = url.host_str().ok_or_else(|| Error::Invalid("relay URL has no host".into()))?;
     let authority = match url.port() {
@@ -94,11 +105,7 @@ pub(super) fn origin_of(relay_url: &str) -> Result<Origin> {
 }
 
 /// Loads the identity if this profile made one.
-pub(super) async fn load(
-    store: &crate::store::Store,
-    ks: &std::sync::Arc<Keystore>,
-    relay_url: &str,
-) -> Result<Option<AmState>> {
+async fn load(store: &crate::store::Store, ks: &std::sync::Arc<Keystore>, relay_url: &str) -> Result<Option<AmState>> {
     if store.meta("agent_mail_id").await?.is_none() {
         return Ok(None);
     }
@@ -179,7 +186,7 @@ async fn observe_card(conn: &mut sqlx::SqliteConnection, card: &MailboxCard) -> 
                 tracing::info!("agent mail: card refused by the pin ({e}); keeping the pinned card");
                 Ok(pinned)
             }
-            None => Err(Error::Invalid(format!("card refused: {e}"))),
+            None => Err(Error::CardRefused(e)),
         },
     }
 }
@@ -193,22 +200,98 @@ async fn take_nonce(tx: &mut sqlx::SqliteConnection, now: i64) -> Result<u64> {
     Ok(nonce)
 }
 
-impl Runtime {
-    async fn save_am(&self, st: &AmState) -> Result<()> {
+impl Channel for AgentMail {
+    fn claims_address(&self, address: &str) -> bool {
+        address.starts_with(crate::protocol::agent_identity::agent_id::AGENT_ID_PREFIX)
+    }
+
+    fn add_contact<'a>(&'a self, rt: &'a Runtime, req: ContactAdd<'a>) -> BoxFuture<'a, Result<String>> {
+        Box::pin(self.agent_mail_contact_add(rt, req.address, req.name, req.allow))
+    }
+
+    fn send<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        c: &'a ContactRow,
+        msg: super::Outgoing<'a>,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move {
+            let text = msg.body.as_str().ok_or_else(|| Error::Invalid("Agent Mail carries text here".into()))?;
+            if !matches!(msg.kind, Kind::Send | Kind::Ask | Kind::Reply) {
+                return Err(Error::Invalid(format!(
+                    "`{}` is a letagents kind; Agent Mail carries text",
+                    msg.kind.as_str()
+                )));
+            }
+            let kind = msg.kind.as_str();
+            self.agent_mail_send(rt, c, kind, text, msg.reply_to, None, msg.from_agent, msg.to_agent).await
+        })
+    }
+
+    fn attempt<'a>(&'a self, rt: &'a Runtime, row: &'a OutboxRow) -> BoxFuture<'a, Result<SendOutcome>> {
+        Box::pin(async move { Ok(self.agent_mail_attempt(rt, row).await) })
+    }
+
+    fn sync<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<usize>> {
+        Box::pin(self.agent_mail_sync(rt))
+    }
+
+    fn run<'a>(&'a self, rt: &'a Runtime, until_showable: bool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.agent_mail_receive_loop(rt, until_showable))
+    }
+
+    fn init<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<()>> {
+        // Keys and the first card are made locally; publishing it is retried whenever the relay
+        // is next reached.
+        Box::pin(async move {
+            self.am_state(rt).await?;
+            if let Err(e) = self.agent_mail_publish(rt).await {
+                tracing::info!("Agent Mail card not published yet: {e}");
+            }
+            Ok(())
+        })
+    }
+
+    fn whoami<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, (&'static str, Value)> {
+        Box::pin(async move { ("agent_mail", self.agent_mail_whoami(rt).await) })
+    }
+
+    fn safety_numbers(&self, c: &ContactRow) -> (Option<String>, Option<String>) {
+        // Agent Mail's identity is the Agent ID itself; cards (and their keys) rotate under it.
+        (Some(c.peer_id.clone()), None)
+    }
+
+    fn address_with_box(&self, c: &ContactRow, _new_box: &[u8]) -> Result<String> {
+        // Cards rotate under the Agent ID, which is the address; no box key is pinned here.
+        Ok(c.address.clone())
+    }
+}
+
+impl AgentMail {
+    /// The channel, with the mailbox this profile made (if any).
+    pub(in crate::engine) async fn load(
+        store: &crate::store::Store,
+        ks: &std::sync::Arc<Keystore>,
+        relay_url: &str,
+    ) -> Result<AgentMail> {
+        Ok(AgentMail { state: Mutex::new(load(store, ks, relay_url).await?) })
+    }
+
+    async fn save_am(&self, rt: &Runtime, st: &AmState) -> Result<()> {
         let stored = Stored {
             seed: b64u(st.key.as_bytes()),
             mailbox: st.mailbox.to_string(),
             keys: st.secrets.iter().map(|(p, s)| (b64u(p), b64u(s.as_bytes()))).collect(),
         };
         let bytes = Zeroizing::new(serde_json::to_vec(&stored).map_err(bug)?);
-        let ks = self.inner.keys.clone();
+        let ks = rt.inner.keys.clone();
         blocking(move || slot(&ks)?.save(&bytes)).await??;
         Ok(())
     }
 
     /// Our identity, made (keys durable in the keystore, first card signed) the first time.
-    pub(super) async fn am_state(&self) -> Result<AmState> {
-        let mut guard = self.inner.am.lock().await;
+    async fn am_state(&self, rt: &Runtime) -> Result<AmState> {
+        let mut guard = self.state.lock().await;
         if let Some(st) = guard.as_ref() {
             return Ok(st.clone());
         }
@@ -217,29 +300,29 @@ impl Runtime {
             id: AgentId::of(&key),
             key,
             mailbox: Id16(random_array::<16>()),
-            origin: origin_of(&self.inner.relay_url)?,
+            origin: origin_of(&rt.inner.relay_url)?,
             secrets: BTreeMap::new(),
         };
-        let st = self.new_card(st).await?;
-        self.store().set_meta("agent_mail_id", &st.id.to_string()).await?;
+        let st = self.new_card(rt, st).await?;
+        rt.store().set_meta("agent_mail_id", &st.id.to_string()).await?;
         *guard = Some(st.clone());
         Ok(st)
     }
 
     /// Signs a new card with a fresh X25519 key (durable in the keystore before the card exists).
-    async fn new_card(&self, mut st: AmState) -> Result<AmState> {
+    async fn new_card(&self, rt: &Runtime, mut st: AmState) -> Result<AmState> {
         let secret = StaticSecret::from(random_array::<32>());
         let public = PublicKey::from(&secret).to_bytes();
         st.secrets.insert(public, secret);
-        self.save_am(&st).await?;
-        self.sign_card(&st, public).await?;
+        self.save_am(rt, &st).await?;
+        self.sign_card(rt, &st, public).await?;
         Ok(st)
     }
 
     /// Signs and stores a card for `public` with the next nonce.
-    async fn sign_card(&self, st: &AmState, public: [u8; 32]) -> Result<MailboxCard> {
+    async fn sign_card(&self, rt: &Runtime, st: &AmState, public: [u8; 32]) -> Result<MailboxCard> {
         let now = now_ms();
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let nonce = take_nonce(&mut tx, now).await?;
         let payload = CardPayload {
             mailbox_id: st.mailbox,
@@ -268,9 +351,9 @@ impl Runtime {
     }
 
     /// Our current card and whether the relay has accepted it.
-    async fn current_card(&self) -> Result<(MailboxCard, bool)> {
+    async fn current_card(&self, rt: &Runtime) -> Result<(MailboxCard, bool)> {
         let row = sqlx::query("SELECT card, published_at FROM am_own_cards ORDER BY nonce DESC LIMIT 1")
-            .fetch_optional(&self.store().pool)
+            .fetch_optional(&rt.store().pool)
             .await?
             .ok_or_else(|| bug("no agent mail card"))?;
         let bytes: Vec<u8> = row.get(0);
@@ -279,10 +362,10 @@ impl Runtime {
     }
 
     /// Cards whose keys still open mail, with their secrets.
-    async fn retained(&self, st: &AmState) -> Result<Vec<RetainedKey>> {
+    async fn retained(&self, rt: &Runtime, st: &AmState) -> Result<Vec<RetainedKey>> {
         let rows = sqlx::query("SELECT card FROM am_own_cards WHERE receive_until > ? ORDER BY nonce DESC")
             .bind(now_ms())
-            .fetch_all(&self.store().pool)
+            .fetch_all(&rt.store().pool)
             .await?;
         let mut out = Vec::new();
         for r in rows {
@@ -297,9 +380,9 @@ impl Runtime {
 
     /// A client for a route origin: our relay's own client (pinned, loopback http allowed) when
     /// it is our origin, web PKI otherwise.
-    fn mail_client(&self, st: &AmState, origin: &Origin) -> Result<MailClient> {
+    fn mail_client(&self, rt: &Runtime, st: &AmState, origin: &Origin) -> Result<MailClient> {
         if *origin == st.origin {
-            return Ok(MailClient::new(&self.inner.relay_url, self.inner.relay.http().clone()));
+            return Ok(MailClient::new(&rt.inner.relay_url, rt.inner.relay.http().clone()));
         }
         let rc = RelayClient::new(origin.as_str(), None)?;
         Ok(MailClient::new(origin.as_str(), rc.http().clone()))
@@ -308,18 +391,18 @@ impl Runtime {
     /// Publishes the current card if the relay has not accepted it yet, replacing it first when
     /// it nears expiry. A `nonce_not_greater` answer moves our sequence past the relay's maximum
     /// and signs the card again.
-    pub(super) async fn agent_mail_publish(&self) -> Result<()> {
-        let mut st = self.am_state().await?;
-        let (mut card, mut published) = self.current_card().await?;
+    pub(in crate::engine) async fn agent_mail_publish(&self, rt: &Runtime) -> Result<()> {
+        let mut st = self.am_state(rt).await?;
+        let (mut card, mut published) = self.current_card(rt).await?;
         if card.payload().expires_at - now_ms() < RENEW_BEFORE_MS {
-            st = self.new_card(st).await?;
-            *self.inner.am.lock().await = Some(st.clone());
-            (card, published) = self.current_card().await?;
+            st = self.new_card(rt, st).await?;
+            *self.state.lock().await = Some(st.clone());
+            (card, published) = self.current_card(rt).await?;
         }
         if published {
             return Ok(());
         }
-        let client = self.mail_client(&st, &st.origin)?;
+        let client = self.mail_client(rt, &st, &st.origin)?;
         for _ in 0..3 {
             match client.publish(card.to_jcs()).await? {
                 Published::Accepted(record) => {
@@ -329,20 +412,20 @@ impl Runtime {
                     sqlx::query("UPDATE am_own_cards SET published_at = ? WHERE card_hash = ?")
                         .bind(now_ms())
                         .bind(card.hash().to_string())
-                        .execute(&self.store().pool)
+                        .execute(&rt.store().pool)
                         .await?;
                     return Ok(());
                 }
                 Published::NonceTooLow(header) => {
                     let last: u64 =
-                        self.store().meta("agent_mail_nonce").await?.and_then(|v| v.parse().ok()).unwrap_or(0);
+                        rt.store().meta("agent_mail_nonce").await?.and_then(|v| v.parse().ok()).unwrap_or(0);
                     let next = match header {
                         Some(h) => apply_max_seen_nonce(last.saturating_add(1), now_ms(), &h)
                             .map_err(|e| TransportError::Malformed(e.to_string()))?,
                         None => last.saturating_add(1),
                     };
-                    self.store().set_meta("agent_mail_nonce", &next.saturating_sub(1).to_string()).await?;
-                    card = self.sign_card(&st, card.payload().public_key).await?;
+                    rt.store().set_meta("agent_mail_nonce", &next.saturating_sub(1).to_string()).await?;
+                    card = self.sign_card(rt, &st, card.payload().public_key).await?;
                 }
             }
         }
@@ -351,12 +434,12 @@ impl Runtime {
 
     /// A new card key now: a card with a higher nonce, published; the old key stays retained
     /// (until its card's `receive_until`) so mail already queued under it still opens.
-    pub(super) async fn agent_mail_rotate(&self) -> Result<Value> {
-        let st = self.am_state().await?;
-        let st = self.new_card(st).await?;
-        *self.inner.am.lock().await = Some(st);
-        self.agent_mail_publish().await?;
-        Ok(self.agent_mail_whoami().await)
+    pub(in crate::engine) async fn agent_mail_rotate(&self, rt: &Runtime) -> Result<Value> {
+        let st = self.am_state(rt).await?;
+        let st = self.new_card(rt, st).await?;
+        *self.state.lock().await = Some(st);
+        self.agent_mail_publish(rt).await?;
+        Ok(self.agent_mail_whoami(rt).await)
     }
 
     /// Our contact address (stable address + our relay as route).
@@ -364,12 +447,12 @@ impl Runtime {
         MailAddress { owner: st.id, mailbox_id: st.mailbox, routes: vec![st.origin.clone()] }.to_string()
     }
 
-    pub(super) async fn agent_mail_whoami(&self) -> Value {
-        let st = match self.am_state().await {
+    pub(in crate::engine) async fn agent_mail_whoami(&self, rt: &Runtime) -> Value {
+        let st = match self.am_state(rt).await {
             Ok(st) => st,
             Err(e) => return json!({"error": e.to_string()}),
         };
-        let card = self.current_card().await.ok();
+        let card = self.current_card(rt).await.ok();
         json!({
             "address": Self::address_of(&st),
             "agent_id": st.id.to_string(),
@@ -383,66 +466,61 @@ impl Runtime {
 
     /// Fetches the card of `addr` from its routes in order and applies the pin. Falls back to the
     /// pinned card when no route answers.
-    async fn fetch_card(&self, st: &AmState, addr: &MailAddress) -> Result<MailboxCard> {
+    async fn fetch_card(&self, rt: &Runtime, st: &AmState, addr: &MailAddress) -> Result<MailboxCard> {
         let mut last_err = None;
         for route in &addr.routes {
-            let client = self.mail_client(st, route)?;
+            let client = self.mail_client(rt, st, route)?;
             match client.card(&addr.mailbox_id).await {
                 Ok(rec) if rec.card.owner() == &addr.owner && rec.card.mailbox_id() == addr.mailbox_id => {
-                    let mut conn = self.store().pool.acquire().await?;
+                    let mut conn = rt.store().pool.acquire().await?;
                     return observe_card(&mut conn, &rec.card).await;
                 }
-                Ok(_) => last_err = Some(Error::Invalid("the route served a card for another mailbox".into())),
+                Ok(_) => last_err = Some(Error::RelayServed("the route served a card for another mailbox".into())),
                 Err(e) => last_err = Some(e.into()),
             }
         }
-        let mut conn = self.store().pool.acquire().await?;
+        let mut conn = rt.store().pool.acquire().await?;
         if let Some((_, card)) = pin_of(&mut conn, &addr.owner, &addr.mailbox_id).await? {
             return Ok(card);
         }
         Err(last_err.unwrap_or_else(|| Error::Invalid("the address has no route to fetch its card from".into())))
     }
 
-    pub(super) async fn agent_mail_contact_add(
+    pub(in crate::engine) async fn agent_mail_contact_add(
         &self,
+        rt: &Runtime,
         address: &str,
         name: Option<&str>,
         allow: Option<&[String]>,
-    ) -> Result<Value> {
-        let st = self.am_state().await?;
-        let addr = MailAddress::parse(address).map_err(|e| Error::Invalid(format!("mail address: {e}")))?;
+    ) -> Result<String> {
+        let st = self.am_state(rt).await?;
+        let addr = MailAddress::parse(address)?;
         if addr.owner == st.id {
             return Err(Error::Invalid("that is our own Agent Mail address".into()));
         }
         let allow = match allow {
-            Some(k) => super::kinds_to_string(k)?,
-            None => super::DEFAULT_ALLOW.to_owned(),
+            Some(k) => crate::engine::kinds_to_string(k)?,
+            None => crate::engine::DEFAULT_ALLOW.to_owned(),
         };
-        let card = self.fetch_card(&st, &addr).await?;
+        let card = self.fetch_card(rt, &st, &addr).await?;
         let owner = addr.owner.to_string();
         let full = MailAddress { routes: card.payload().routes.clone(), ..addr.clone() }.to_string();
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let name = match store::contact_by_peer(&mut tx, AM, &owner).await? {
             Some(c) if c.state == "pending" => {
                 let new_name = name.unwrap_or(&c.name).to_owned();
                 if new_name != c.name && store::name_taken(&mut tx, &new_name).await? {
                     return Err(Error::ContactExists(format!("a contact named `{new_name}` already exists")));
                 }
-                sqlx::query(
-                    "UPDATE contacts SET name = ?, state = 'active', allow_kinds = ?, address = ? WHERE id = ?",
-                )
-                .bind(&new_name)
-                .bind(&allow)
-                .bind(&full)
-                .bind(c.id)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "UPDATE messages SET state = 'received', shown = 0 WHERE contact_id = ? AND state = 'held'",
-                )
-                .bind(c.id)
-                .execute(&mut *tx)
-                .await?;
+                let accept = store::ContactUpdate {
+                    name: Some(&new_name),
+                    state: Some("active"),
+                    allow_kinds: Some(&allow),
+                    address: Some(&full),
+                    ..Default::default()
+                };
+                store::update_contact(&mut tx, c.id, &accept).await?;
+                store::release_held(&mut tx, c.id).await?;
                 new_name
             }
             Some(c) => return Err(Error::ContactExists(format!("already a contact, as `{}`", c.name))),
@@ -476,14 +554,14 @@ impl Runtime {
             }
         };
         tx.commit().await?;
-        let _ = card;
-        Ok(super::contact_dto(&self.contact(&name).await?))
+        Ok(name)
     }
 
     /// Builds, seals and queues a message to an Agent Mail contact. Returns its `message_id`.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn agent_mail_send(
+    pub(in crate::engine) async fn agent_mail_send(
         &self,
+        rt: &Runtime,
         c: &ContactRow,
         kind: &str,
         text: &str,
@@ -492,14 +570,14 @@ impl Runtime {
         from_agent: Option<&str>,
         to_agent: Option<&str>,
     ) -> Result<String> {
-        let st = self.am_state().await?;
-        if let Err(e) = self.agent_mail_publish().await {
+        let st = self.am_state(rt).await?;
+        if let Err(e) = self.agent_mail_publish(rt).await {
             tracing::info!("agent mail: our card is not published yet: {e}");
         }
         let addr = MailAddress::parse(&c.address)
             .map_err(|_| Error::Invalid(format!("no mailbox known for `{}`: add their Agent Mail address", c.name)))?;
-        let card = self.fetch_card(&st, &addr).await?;
-        let (own_card, _) = self.current_card().await?;
+        let card = self.fetch_card(rt, &st, &addr).await?;
+        let (own_card, _) = self.current_card(rt).await?;
         let now = now_ms();
         let expires_at = (now + MESSAGE_TTL_MS).min(card.payload().receive_until);
         let parts = vec![Part::text(text)];
@@ -511,7 +589,7 @@ impl Runtime {
                 .bind(st.id.to_string())
                 .bind(&c.peer_id)
                 .bind(parent_id)
-                .fetch_optional(&self.store().pool)
+                .fetch_optional(&rt.store().pool)
                 .await?
                 .ok_or_else(|| Error::UnknownMessage(parent_id.into()))?;
                 let bytes: Vec<u8> = row.get(0);
@@ -530,74 +608,58 @@ impl Runtime {
             message.subject = Some(s.to_owned());
         }
         message.reply_card = Some(own_card);
-        message.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+        message.validate()?;
         let id = message.message_id.to_string();
         let route =
             card.payload().routes.first().cloned().ok_or_else(|| Error::Invalid("the mailbox is closed".into()))?;
 
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let nonce = take_nonce(&mut tx, now).await?;
         let packet = seal(
             &SealRequest { sender: &st.key, card: &card, message: &message, created_at: now, nonce },
             now,
             &mut OsRng,
-        )
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-        store::insert_message(
-            &mut tx,
-            &NewMessage {
-                id: &id,
-                direction: "out",
-                protocol: AM,
-                contact_id: Some(c.id),
-                peer: &c.peer_id,
-                kind,
-                body: text,
-                reply_to,
-                from_agent,
-                to_agent,
-                ts: now,
-                state: "queued",
-                hidden: true,
-                now,
-            },
-        )
-        .await?;
+        )?;
         insert_am_message(&mut tx, "out", &message, &card.mailbox_id().to_string(), now).await?;
         let mailbox = card.mailbox_id().to_string();
         let payload = packet.to_jcs();
-        let out = Queued {
-            message_id: &id,
+        let sealed = Sealed {
+            id: &id,
             protocol: AM,
+            contact: c,
             kind,
+            body: text,
+            reply_to,
+            from_agent,
+            to_agent,
+            ts: now,
             relay_url: route.as_str(),
             target: &mailbox,
-            peer: &c.peer_id,
             drop_code: &[],
             payload: &payload,
         };
-        store::enqueue(&mut tx, out, now).await?;
-        tx.commit().await?;
-        self.inner.outbox_wake.notify_one();
+        outbox::queue(&mut tx, sealed, now).await?;
+        rt.commit_queued(tx).await?;
         Ok(id)
     }
 
     /// One delivery attempt of a queued packet: the exact stored bytes.
-    pub(super) async fn agent_mail_attempt(&self, row: &OutboxRow) -> SendOutcome {
-        let st = match self.am_state().await {
+    pub(in crate::engine) async fn agent_mail_attempt(&self, rt: &Runtime, row: &OutboxRow) -> SendOutcome {
+        let st = match self.am_state(rt).await {
             Ok(st) => st,
             Err(e) => return SendOutcome::Retry { after_ms: None, reason: format!("local: {e}") },
         };
-        let client =
-            match Origin::parse(&row.relay_url).map_err(|e| bug(e.to_string())).and_then(|o| self.mail_client(&st, &o))
-            {
-                Ok(c) => c,
-                Err(e) => return SendOutcome::Permanent(format!("route: {e}")),
-            };
+        let client = match Origin::parse(&row.relay_url)
+            .map_err(|e| bug(e.to_string()))
+            .and_then(|o| self.mail_client(rt, &st, &o))
+        {
+            Ok(c) => c,
+            Err(e) => return SendOutcome::Permanent(format!("route: {e}")),
+        };
         match client.deliver(&row.target, row.payload.clone()).await {
             Delivered::Accepted(_) => SendOutcome::Accepted,
             Delivered::Other(o) => o,
-            Delivered::StaleCard => match self.agent_mail_reseal(&st, row).await {
+            Delivered::StaleCard => match self.agent_mail_reseal(rt, &st, row).await {
                 Ok(()) => SendOutcome::Retry { after_ms: Some(0), reason: "re-encrypted under the newer card".into() },
                 Err(e) => SendOutcome::Retry { after_ms: None, reason: format!("stale card: {e}") },
             },
@@ -605,23 +667,23 @@ impl Runtime {
     }
 
     /// Re-encrypts a queued message under the recipient's newer card (same message, new packet).
-    async fn agent_mail_reseal(&self, st: &AmState, row: &OutboxRow) -> Result<()> {
+    async fn agent_mail_reseal(&self, rt: &Runtime, st: &AmState, row: &OutboxRow) -> Result<()> {
         let r = sqlx::query(
             "SELECT recipient, message FROM am_messages WHERE direction = 'out' AND sender = ? AND message_id = ?",
         )
         .bind(st.id.to_string())
         .bind(&row.message_id)
-        .fetch_optional(&self.store().pool)
+        .fetch_optional(&rt.store().pool)
         .await?
         .ok_or_else(|| bug("queued message without its record"))?;
         let recipient: String = r.get(0);
         let bytes: Vec<u8> = r.get(1);
         let message = Message::parse(&bytes).map_err(|e| bug(format!("stored message: {e}")))?;
-        let mut conn = self.store().pool.acquire().await?;
+        let mut conn = rt.store().pool.acquire().await?;
         let c = store::contact_by_peer(&mut conn, AM, &recipient).await?.ok_or_else(|| bug("contact gone"))?;
         drop(conn);
         let addr = MailAddress::parse(&c.address).map_err(bug)?;
-        let card = self.fetch_card(st, &addr).await?;
+        let card = self.fetch_card(rt, st, &addr).await?;
         let old = crate::protocol::agent_mail::Packet::parse(&row.payload).map_err(bug)?;
         if old.header().card_hash == card.hash() {
             return Err(Error::Invalid("no newer card is available yet".into()));
@@ -629,14 +691,13 @@ impl Runtime {
         let now = now_ms();
         let route =
             card.payload().routes.first().cloned().ok_or_else(|| Error::Invalid("the mailbox is closed".into()))?;
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let nonce = take_nonce(&mut tx, now).await?;
         let packet = seal(
             &SealRequest { sender: &st.key, card: &card, message: &message, created_at: now, nonce },
             now,
             &mut OsRng,
-        )
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        )?;
         sqlx::query("UPDATE outbox SET payload = ?, target = ?, relay_url = ? WHERE id = ?")
             .bind(packet.to_jcs())
             .bind(card.mailbox_id().to_string())
@@ -646,7 +707,7 @@ impl Runtime {
             .await?;
         let audit = Audit {
             direction: "out",
-            protocol: AM,
+            protocol: AM.as_str(),
             peer: &recipient,
             message_id: &row.message_id,
             kind: &row.kind,
@@ -665,10 +726,10 @@ impl Runtime {
 
     /// Lists our mailbox, processes every packet and deletes each after its commit. Zero when
     /// this profile has no Agent Mail identity yet. Returns (processed, any showable).
-    async fn agent_mail_drain(&self) -> Result<(usize, bool)> {
-        let Some(st) = self.inner.am.lock().await.clone() else { return Ok((0, false)) };
-        let client = self.mail_client(&st, &st.origin)?;
-        let keys = self.retained(&st).await?;
+    async fn agent_mail_drain(&self, rt: &Runtime) -> Result<(usize, bool)> {
+        let Some(st) = self.state.lock().await.clone() else { return Ok((0, false)) };
+        let client = self.mail_client(rt, &st, &st.origin)?;
+        let keys = self.retained(rt, &st).await?;
         let mut cursor: Option<String> = None;
         let mut total = 0;
         let mut showable = false;
@@ -678,14 +739,14 @@ impl Runtime {
                 Ok(p) => p,
                 Err(TransportError::Status { status: 404, code, .. }) if code == "mailbox_unavailable" => {
                     // The relay does not know our mailbox (never published, or forgotten).
-                    sqlx::query("UPDATE am_own_cards SET published_at = 0").execute(&self.store().pool).await?;
-                    self.agent_mail_publish().await?;
+                    sqlx::query("UPDATE am_own_cards SET published_at = 0").execute(&rt.store().pool).await?;
+                    self.agent_mail_publish(rt).await?;
                     return Ok((total, showable));
                 }
                 Err(e) => return Err(e.into()),
             };
             for item in &page.result {
-                let (delete, shows) = self.agent_mail_process(&st, &keys, item).await?;
+                let (delete, shows) = self.agent_mail_process(rt, &st, &keys, item).await?;
                 showable |= shows;
                 total += 1;
                 if let Some(packet_id) = delete {
@@ -700,14 +761,14 @@ impl Runtime {
     }
 
     /// Drains the mailbox once (one-shot commands).
-    pub(super) async fn agent_mail_sync(&self) -> Result<usize> {
-        if self.inner.am.lock().await.is_none() {
+    pub(in crate::engine) async fn agent_mail_sync(&self, rt: &Runtime) -> Result<usize> {
+        if self.state.lock().await.is_none() {
             return Ok(0);
         }
-        if let Err(e) = self.agent_mail_publish().await {
+        if let Err(e) = self.agent_mail_publish(rt).await {
             tracing::debug!("agent mail publish: {e}");
         }
-        match self.agent_mail_drain().await {
+        match self.agent_mail_drain(rt).await {
             Ok((n, _)) => Ok(n),
             // A relay that is down or does not serve Agent Mail must not stop the other
             // protocols' sync; the mail stays queued at the relay.
@@ -720,17 +781,17 @@ impl Runtime {
     }
 
     /// Polls the mailbox forever (daemon), or until something showable arrives.
-    pub(super) async fn agent_mail_receive_loop(&self, until_showable: bool) -> Result<()> {
-        let mut stop = self.inner.shutdown.subscribe();
+    pub(in crate::engine) async fn agent_mail_receive_loop(&self, rt: &Runtime, until_showable: bool) -> Result<()> {
+        let mut stop = rt.inner.shutdown.subscribe();
         let mut failures = 0u32;
         loop {
             if *stop.borrow() {
                 return Ok(());
             }
             let round = async {
-                self.am_state().await?;
-                self.agent_mail_publish().await?;
-                self.agent_mail_drain().await
+                self.am_state(rt).await?;
+                self.agent_mail_publish(rt).await?;
+                self.agent_mail_drain(rt).await
             };
             let result = tokio::select! {
                 r = round => r,
@@ -753,7 +814,7 @@ impl Runtime {
                 Err(e) => {
                     tracing::info!("agent mail: {e}");
                     failures = failures.saturating_add(1);
-                    self.am_pause(super::backoff_ms(failures).max(POLL_INTERVAL_MS), &mut stop).await;
+                    self.am_pause(crate::engine::backoff_ms(failures).max(POLL_INTERVAL_MS), &mut stop).await;
                 }
             }
         }
@@ -770,6 +831,7 @@ impl Runtime {
     /// the packet ID to delete at the relay (after the commit) and whether `inbox` shows it.
     async fn agent_mail_process(
         &self,
+        rt: &Runtime,
         st: &AmState,
         keys: &[RetainedKey],
         item: &crate::protocol::agent_identity::Value,
@@ -778,7 +840,7 @@ impl Runtime {
         let record = match PacketRecord::from_value(item) {
             Ok(r) => r,
             Err(e) => {
-                self.am_audit("", "", "dropped", &format!("relay listed a malformed record: {e}")).await?;
+                self.am_audit(rt, "", "", "dropped", &format!("relay listed a malformed record: {e}")).await?;
                 return Ok((None, false));
             }
         };
@@ -787,7 +849,7 @@ impl Runtime {
         let verified = match verify_packet(record.packet, Some(&packet_id), now) {
             Ok(v) => v,
             Err(e) => {
-                self.am_audit("", &packet_id.to_string(), "dropped", &refuse(e)).await?;
+                self.am_audit(rt, "", &packet_id.to_string(), "dropped", &refuse(e)).await?;
                 return Ok((Some(packet_id), false));
             }
         };
@@ -795,24 +857,24 @@ impl Runtime {
         let opened = match verified.admit(SenderPolicy::Allow).and_then(|a| a.open(&st.id, keys, now)) {
             Ok(o) => o,
             Err(e) => {
-                self.am_audit(&sender, &packet_id.to_string(), "dropped", &refuse(e)).await?;
+                self.am_audit(rt, &sender, &packet_id.to_string(), "dropped", &refuse(e)).await?;
                 return Ok((Some(packet_id), false));
             }
         };
         let message = &opened.message;
         let msg_id = message.message_id.to_string();
-        let seen = self.am_commitment(&st.id, &sender, &msg_id).await?;
+        let seen = self.am_commitment(rt, &st.id, &sender, &msg_id).await?;
         let commitment = match opened.decide(seen.as_ref(), now) {
             Ok(Verdict::Duplicate) => return Ok((Some(packet_id), false)),
             Ok(Verdict::New(c)) => c,
             Err(e) => {
-                self.am_audit(&sender, &msg_id, "refused", &refuse(e)).await?;
+                self.am_audit(rt, &sender, &msg_id, "refused", &refuse(e)).await?;
                 return Ok((Some(packet_id), false));
             }
         };
         let _ = commitment;
 
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         // The deduplication row commits with everything else; a concurrent drain that got here
         // first makes this one a duplicate.
         if !insert_am_message(&mut tx, "in", message, &st.mailbox.to_string(), now).await? {
@@ -862,9 +924,8 @@ impl Runtime {
         let mut contact = store::contact_by_peer(&mut tx, AM, &sender).await?;
         let mut event = None;
         if contact.is_none() {
-            let pending: i64 =
-                sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(&mut *tx).await?;
-            if pending >= super::MAX_PENDING_REQUESTS {
+            let pending = store::pending_requests(&mut tx).await?;
+            if pending >= crate::engine::MAX_PENDING_REQUESTS {
                 let d = "unknown_sender: too many pending requests";
                 store::audit(&mut tx, now, audit_in(&sender, &msg_id, kind, "dropped", d)).await?;
                 tx.commit().await?;
@@ -890,7 +951,7 @@ impl Runtime {
                     drop_code: None,
                     relay_url: None,
                     state: "pending",
-                    allow_kinds: super::DEFAULT_ALLOW,
+                    allow_kinds: crate::engine::DEFAULT_ALLOW,
                     request_body: &request,
                     now,
                 },
@@ -899,7 +960,8 @@ impl Runtime {
             event = Some(Event::Request { name });
             contact = store::contact_by_peer(&mut tx, AM, &sender).await?;
         } else if let (Some(c), Some(a)) = (&contact, &reply_address) {
-            sqlx::query("UPDATE contacts SET address = ? WHERE id = ?").bind(a).bind(c.id).execute(&mut *tx).await?;
+            store::update_contact(&mut tx, c.id, &store::ContactUpdate { address: Some(a), ..Default::default() })
+                .await?;
         }
         let c = contact.ok_or_else(|| bug("contact vanished"))?;
         let held = c.state != "active";
@@ -937,22 +999,28 @@ impl Runtime {
         store::audit(&mut tx, now, audit_in(&sender, &msg_id, kind, state, &detail)).await?;
         tx.commit().await?;
         if let Some(e) = event {
-            self.emit(e);
+            rt.emit(e);
         }
         if showable {
-            self.emit(Event::Message { id: msg_id });
+            rt.emit(Event::Message { id: msg_id });
         }
         Ok((Some(packet_id), showable))
     }
 
-    async fn am_commitment(&self, me: &AgentId, sender: &str, msg_id: &str) -> Result<Option<MessageCommitment>> {
+    async fn am_commitment(
+        &self,
+        rt: &Runtime,
+        me: &AgentId,
+        sender: &str,
+        msg_id: &str,
+    ) -> Result<Option<MessageCommitment>> {
         let row = sqlx::query(
             "SELECT content_hash, expires_at FROM am_messages WHERE direction = 'in' AND recipient = ? AND sender = ? AND message_id = ?",
         )
         .bind(me.to_string())
         .bind(sender)
         .bind(msg_id)
-        .fetch_optional(&self.store().pool)
+        .fetch_optional(&rt.store().pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
         let hash: String = row.get(0);
@@ -962,16 +1030,16 @@ impl Runtime {
         }))
     }
 
-    async fn am_audit(&self, peer: &str, id: &str, state: &str, detail: &str) -> Result<()> {
-        let mut conn = self.store().pool.acquire().await?;
+    async fn am_audit(&self, rt: &Runtime, peer: &str, id: &str, state: &str, detail: &str) -> Result<()> {
+        let mut conn = rt.store().pool.acquire().await?;
         store::audit(&mut conn, now_ms(), audit_in(peer, id, "", state, detail)).await?;
         Ok(())
     }
 
     /// Adds `subject` and `thread` to Agent Mail message views.
-    pub(super) async fn agent_mail_decorate(&self, views: &mut [Value]) -> Result<()> {
+    pub(in crate::engine) async fn agent_mail_decorate(&self, rt: &Runtime, views: &mut [Value]) -> Result<()> {
         for v in views.iter_mut() {
-            if v.get("protocol").and_then(Value::as_str) != Some(AM) {
+            if v.get("protocol").and_then(Value::as_str) != Some(AM.as_str()) {
                 continue;
             }
             let (Some(id), Some(peer), Some(dir)) = (
@@ -989,7 +1057,7 @@ impl Runtime {
             .bind(&dir)
             .bind(&peer)
             .bind(&id)
-            .fetch_optional(&self.store().pool)
+            .fetch_optional(&rt.store().pool)
             .await?;
             if let (Some(row), Some(obj)) = (row, v.as_object_mut()) {
                 let subject: String = row.get(0);
@@ -1003,7 +1071,7 @@ impl Runtime {
 }
 
 fn audit_in<'a>(peer: &'a str, id: &'a str, kind: &'a str, state: &'a str, detail: &'a str) -> Audit<'a> {
-    Audit { direction: "in", protocol: AM, peer, message_id: id, kind, state, detail }
+    Audit { direction: "in", protocol: AM.as_str(), peer, message_id: id, kind, state, detail }
 }
 
 /// A local name for an Agent ID nobody named yet.

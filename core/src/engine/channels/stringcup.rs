@@ -13,15 +13,21 @@ use serde_json::{Value, json};
 use x25519_dalek::{PublicKey, StaticSecret};
 use zeroize::Zeroizing;
 
-use super::{Error, Event, Result, Runtime, SC, blocking, contact_dto, kinds_to_string};
+use futures_util::future::BoxFuture;
+use tokio::sync::Mutex;
+
+use super::{Channel, ContactAdd};
+use crate::engine::outbox::{self, Sealed};
+use crate::engine::{Error, Event, Result, Runtime, blocking, kinds_to_string};
 use crate::identity::keystore::Keystore;
 use crate::protocol::letagents::Kind;
 use crate::protocol::stringcup::crypto::{self, fingerprint, fingerprint_short};
 use crate::protocol::stringcup::wire::{InboxMessageIn, Outgoing, is_identity_id, is_rendezvous_token};
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Queued, Store};
+use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Protocol, Store};
 use crate::transport::TransportError;
+use crate::transport::letagents::RelayClient;
 use crate::transport::letagents::SendOutcome;
-use crate::transport::stringcup::{self as sct, LongPoll};
+use crate::transport::stringcup::{self as sct, LongPoll, StringcupClient};
 use crate::util::{OsRng, b64u, b64u_decode, now_ms, random_array};
 
 /// Renew the token when it has less than this left (30-day inactivity TTL).
@@ -29,9 +35,16 @@ const ROTATE_BEFORE_SECS: i64 = 7 * 24 * 3600;
 /// The spec's normal poll interval (300 inbox requests per hour).
 const POLL_INTERVAL_MS: u64 = 12_000;
 
+/// Stringcup's channel: the `/api/v2` client on our relay and our identity there, registered
+/// the first time it is needed.
+pub(in crate::engine) struct Stringcup {
+    client: StringcupClient,
+    id: Mutex<Option<ScIdentity>>,
+}
+
 /// Our Stringcup identity.
 #[derive(Clone)]
-pub(super) struct ScIdentity {
+struct ScIdentity {
     id: String,
     secret: StaticSecret,
     token: String,
@@ -49,7 +62,7 @@ fn slot(ks: &Keystore) -> std::result::Result<Keystore, crate::identity::keystor
 }
 
 /// Loads the identity if this profile registered one.
-pub(super) async fn load_identity(store: &Store, ks: &std::sync::Arc<Keystore>) -> Result<Option<ScIdentity>> {
+async fn load_identity(store: &Store, ks: &std::sync::Arc<Keystore>) -> Result<Option<ScIdentity>> {
     if store.meta("stringcup_id").await?.is_none() {
         return Ok(None);
     }
@@ -70,39 +83,122 @@ fn pinned_key(c: &ContactRow) -> Result<[u8; 32]> {
     c.box_pub.as_slice().try_into().map_err(|_| Error::Bug("stored stringcup key has the wrong length".into()))
 }
 
-impl Runtime {
-    async fn save_identity(&self, id: &ScIdentity) -> Result<()> {
+impl Channel for Stringcup {
+    fn claims_address(&self, address: &str) -> bool {
+        is_identity_id(address)
+    }
+
+    fn add_contact<'a>(&'a self, rt: &'a Runtime, req: ContactAdd<'a>) -> BoxFuture<'a, Result<String>> {
+        Box::pin(self.stringcup_contact_add(rt, req.address, req.name, req.allow))
+    }
+
+    fn send<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        c: &'a ContactRow,
+        msg: super::Outgoing<'a>,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move {
+            let text = msg.body.as_str().ok_or_else(|| Error::Invalid("Stringcup carries text only".into()))?;
+            if !matches!(msg.kind, Kind::Send | Kind::Ask | Kind::Reply) {
+                return Err(Error::Invalid(format!(
+                    "`{}` is a letagents kind; Stringcup carries text",
+                    msg.kind.as_str()
+                )));
+            }
+            self.stringcup_send(rt, c, msg.kind, text, msg.reply_to, msg.from_agent, msg.to_agent).await
+        })
+    }
+
+    fn attempt<'a>(&'a self, rt: &'a Runtime, row: &'a OutboxRow) -> BoxFuture<'a, Result<SendOutcome>> {
+        Box::pin(async move { Ok(self.stringcup_attempt(rt, row).await) })
+    }
+
+    fn sync<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<usize>> {
+        Box::pin(self.stringcup_sync(rt))
+    }
+
+    fn run<'a>(&'a self, rt: &'a Runtime, until_showable: bool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.stringcup_receive_loop(rt, until_showable))
+    }
+
+    fn init<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<()>> {
+        // Register an identity on the same relay, if it serves /api/v2; otherwise the runtime
+        // tries again whenever Stringcup is first needed.
+        Box::pin(async move {
+            if let Err(e) = self.stringcup_identity(rt).await {
+                tracing::info!("no Stringcup identity yet: {e}");
+            }
+            Ok(())
+        })
+    }
+
+    fn housekeeping<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.stringcup_rotate_if_due(rt, false).await {
+                tracing::warn!("stringcup token: {e}");
+            }
+        })
+    }
+
+    fn whoami<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, (&'static str, Value)> {
+        Box::pin(async move { ("stringcup", self.stringcup_whoami(rt).await) })
+    }
+
+    fn safety_numbers(&self, c: &ContactRow) -> (Option<String>, Option<String>) {
+        // Stringcup has one key: the short fingerprint is what people compare (B.7).
+        let short = |k: &[u8]| <[u8; 32]>::try_from(k).ok().map(|k| fingerprint_short(&k));
+        (short(&c.box_pub), c.changed_box_pub.as_deref().and_then(short))
+    }
+
+    fn address_with_box(&self, c: &ContactRow, _new_box: &[u8]) -> Result<String> {
+        // The address is the identity id; the key is not part of it.
+        Ok(c.address.clone())
+    }
+}
+
+impl Stringcup {
+    /// The channel, with the identity this profile registered (if any).
+    pub(in crate::engine) async fn load(
+        store: &Store,
+        ks: &std::sync::Arc<Keystore>,
+        relay: &RelayClient,
+    ) -> Result<Stringcup> {
+        Ok(Stringcup { client: StringcupClient::new(relay), id: Mutex::new(load_identity(store, ks).await?) })
+    }
+
+    async fn save_identity(&self, rt: &Runtime, id: &ScIdentity) -> Result<()> {
         let stored = Stored { id: id.id.clone(), secret: b64u(id.secret.as_bytes()), token: id.token.clone() };
         let bytes = Zeroizing::new(serde_json::to_vec(&stored).map_err(|e| Error::Bug(e.to_string()))?);
-        let ks = self.inner.keys.clone();
+        let ks = rt.inner.keys.clone();
         blocking(move || slot(&ks)?.save(&bytes)).await??;
         Ok(())
     }
 
     /// Our identity, registering one on the relay the first time.
-    pub(super) async fn stringcup_identity(&self) -> Result<ScIdentity> {
-        let mut guard = self.inner.sc.lock().await;
+    async fn stringcup_identity(&self, rt: &Runtime) -> Result<ScIdentity> {
+        let mut guard = self.id.lock().await;
         if let Some(id) = guard.as_ref() {
             return Ok(id.clone());
         }
         let secret = StaticSecret::from(random_array::<32>());
-        let reg = self.inner.sc_client.register(&public_b64(&secret), &self.inner.name).await?;
+        let reg = self.client.register(&public_b64(&secret), &rt.inner.name).await?;
         if !is_identity_id(&reg.id) {
             return Err(TransportError::Malformed(format!("relay assigned an invalid id `{}`", reg.id)).into());
         }
         let id = ScIdentity { id: reg.id, secret, token: reg.api_token };
         // The token is shown once: it is durable before anything else uses it.
-        self.save_identity(&id).await?;
-        self.store().set_meta("stringcup_id", &id.id).await?;
+        self.save_identity(rt, &id).await?;
+        rt.store().set_meta("stringcup_id", &id.id).await?;
         *guard = Some(id.clone());
         Ok(id)
     }
 
     async fn registered(&self) -> Option<ScIdentity> {
-        self.inner.sc.lock().await.clone()
+        self.id.lock().await.clone()
     }
 
-    pub(super) async fn stringcup_whoami(&self) -> Value {
+    pub(in crate::engine) async fn stringcup_whoami(&self, rt: &Runtime) -> Value {
         match self.registered().await {
             Some(me) => {
                 let key = PublicKey::from(&me.secret).to_bytes();
@@ -110,7 +206,7 @@ impl Runtime {
                     "id": me.id,
                     "fingerprint": fingerprint(&key),
                     "fingerprint_short": fingerprint_short(&key),
-                    "relay": format!("{}/api/v2", self.inner.relay_url),
+                    "relay": format!("{}/api/v2", rt.inner.relay_url),
                 })
             }
             None => Value::Null,
@@ -119,7 +215,7 @@ impl Runtime {
 
     /// Looks `id` up and returns its key (the fingerprint is recomputed locally by callers).
     async fn stringcup_lookup(&self, id: &str) -> Result<([u8; 32], Option<String>)> {
-        let rec = self.inner.sc_client.identity(id).await?;
+        let rec = self.client.identity(id).await?;
         if rec.id != id {
             return Err(TransportError::Malformed("lookup answered for another identity".into()).into());
         }
@@ -128,33 +224,34 @@ impl Runtime {
         Ok((key, rec.display_name))
     }
 
-    async fn pin_contact(&self, id: &str, name: &str, key: &[u8; 32], allow: &str, state: &str) -> Result<ContactRow> {
+    async fn pin_contact(
+        &self,
+        rt: &Runtime,
+        id: &str,
+        name: &str,
+        key: &[u8; 32],
+        allow: &str,
+        state: &str,
+    ) -> Result<ContactRow> {
         let now = now_ms();
-        let mut tx = self.store().pool.begin().await?;
-        match store::contact_by_peer(&mut tx, SC, id).await? {
+        let mut tx = rt.store().pool.begin().await?;
+        match store::contact_by_peer(&mut tx, Protocol::Stringcup, id).await? {
             Some(c) if c.box_pub.as_slice() != key => {
-                sqlx::query("UPDATE contacts SET changed_box_pub = ?, key_changed_at = ? WHERE id = ?")
-                    .bind(key.as_slice())
-                    .bind(now)
-                    .bind(c.id)
-                    .execute(&mut *tx)
-                    .await?;
+                let changed = store::ContactUpdate {
+                    changed_box_pub: Some(Some(key.as_slice())),
+                    key_changed_at: Some(Some(now)),
+                    ..Default::default()
+                };
+                store::update_contact(&mut tx, c.id, &changed).await?;
                 tx.commit().await?;
-                self.emit(Event::KeyChanged { name: c.name.clone() });
+                rt.emit(Event::KeyChanged { name: c.name.clone() });
                 return Err(Error::KeyChanged(c.name));
             }
             Some(c) if c.state == "pending" && state == "active" => {
-                sqlx::query("UPDATE contacts SET state = 'active', allow_kinds = ? WHERE id = ?")
-                    .bind(allow)
-                    .bind(c.id)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
-                    "UPDATE messages SET state = 'received', shown = 0 WHERE contact_id = ? AND state = 'held'",
-                )
-                .bind(c.id)
-                .execute(&mut *tx)
-                .await?;
+                let accept =
+                    store::ContactUpdate { state: Some("active"), allow_kinds: Some(allow), ..Default::default() };
+                store::update_contact(&mut tx, c.id, &accept).await?;
+                store::release_held(&mut tx, c.id).await?;
             }
             Some(_) => {}
             None => {
@@ -168,7 +265,7 @@ impl Runtime {
                     &mut tx,
                     &NewContact {
                         name: &unique,
-                        protocol: SC,
+                        protocol: Protocol::Stringcup,
                         peer_id: id,
                         address: id,
                         sig_pub: &[],
@@ -185,31 +282,34 @@ impl Runtime {
             }
         }
         tx.commit().await?;
-        let mut conn = self.store().pool.acquire().await?;
-        store::contact_by_peer(&mut conn, SC, id).await?.ok_or_else(|| Error::Bug("pinned contact vanished".into()))
+        let mut conn = rt.store().pool.acquire().await?;
+        store::contact_by_peer(&mut conn, Protocol::Stringcup, id)
+            .await?
+            .ok_or_else(|| Error::Bug("pinned contact vanished".into()))
     }
 
-    pub(super) async fn stringcup_contact_add(
+    pub(in crate::engine) async fn stringcup_contact_add(
         &self,
+        rt: &Runtime,
         id: &str,
         name: Option<&str>,
         allow: Option<&[String]>,
-    ) -> Result<Value> {
-        let me = self.stringcup_identity().await?;
+    ) -> Result<String> {
+        let me = self.stringcup_identity(rt).await?;
         if id == me.id {
             return Err(Error::Invalid("that is our own Stringcup id".into()));
         }
         let allow = match allow {
             Some(k) => kinds_to_string(k)?,
-            None => super::DEFAULT_ALLOW.to_owned(),
+            None => crate::engine::DEFAULT_ALLOW.to_owned(),
         };
         if let Some(n) = name
-            && self.store().contact_by_name(n).await?.is_some_and(|c| c.peer_id != id)
+            && rt.store().contact_by_name(n).await?.is_some_and(|c| c.peer_id != id)
         {
             return Err(Error::ContactExists(format!("a contact named `{n}` already exists")));
         }
-        let mut conn = self.store().pool.acquire().await?;
-        if let Some(c) = store::contact_by_peer(&mut conn, SC, id).await?
+        let mut conn = rt.store().pool.acquire().await?;
+        if let Some(c) = store::contact_by_peer(&mut conn, Protocol::Stringcup, id).await?
             && c.state == "active"
         {
             return Err(Error::ContactExists(format!("already a contact, as `{}`", c.name)));
@@ -217,12 +317,14 @@ impl Runtime {
         drop(conn);
         let (key, display) = self.stringcup_lookup(id).await?;
         let default_name = display.filter(|d| !d.trim().is_empty()).unwrap_or_else(|| id.chars().take(11).collect());
-        let c = self.pin_contact(id, name.unwrap_or(&default_name), &key, &allow, "active").await?;
-        Ok(contact_dto(&c))
+        let c = self.pin_contact(rt, id, name.unwrap_or(&default_name), &key, &allow, "active").await?;
+        Ok(c.name)
     }
 
-    pub(super) async fn stringcup_send(
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::engine) async fn stringcup_send(
         &self,
+        rt: &Runtime,
         c: &ContactRow,
         kind: Kind,
         text: &str,
@@ -230,65 +332,48 @@ impl Runtime {
         from_agent: Option<&str>,
         to_agent: Option<&str>,
     ) -> Result<String> {
-        let me = self.stringcup_identity().await?;
+        let me = self.stringcup_identity(rt).await?;
         // Check the pin against a fresh lookup; a relay that cannot be reached now does not stop
         // the send (the pinned key is what we encrypt to).
         if let Ok((key, _)) = self.stringcup_lookup(&c.peer_id).await
             && key.as_slice() != c.box_pub.as_slice()
         {
-            self.pin_contact(&c.peer_id, &c.name, &key, &c.allow_kinds, "active").await?;
+            self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, "active").await?;
         }
-        let (header, ciphertext) = crypto::seal(&me.id, &c.peer_id, &pinned_key(c)?, text, &mut OsRng)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let (header, ciphertext) = crypto::seal(&me.id, &c.peer_id, &pinned_key(c)?, text, &mut OsRng)?;
         let body = serde_json::to_vec(&Outgoing { recipient_id: c.peer_id.clone(), header, ciphertext })
             .map_err(|e| Error::Bug(e.to_string()))?;
         // The message id doubles as the Idempotency-Key every retry reuses.
         let id = uuid::Uuid::new_v4().hyphenated().to_string();
         let now = now_ms();
-        let mut tx = self.store().pool.begin().await?;
-        store::insert_message(
-            &mut tx,
-            &NewMessage {
-                id: &id,
-                direction: "out",
-                protocol: SC,
-                contact_id: Some(c.id),
-                peer: &c.peer_id,
-                kind: kind.as_str(),
-                body: text,
-                reply_to,
-                from_agent,
-                to_agent,
-                ts: now,
-                state: "queued",
-                hidden: true,
-                now,
-            },
-        )
-        .await?;
-        let out = Queued {
-            message_id: &id,
-            protocol: SC,
+        let sealed = Sealed {
+            id: &id,
+            protocol: Protocol::Stringcup,
+            contact: c,
             kind: kind.as_str(),
-            relay_url: &self.inner.relay_url,
+            body: text,
+            reply_to,
+            from_agent,
+            to_agent,
+            ts: now,
+            relay_url: &rt.inner.relay_url,
             target: &c.peer_id,
-            peer: &c.peer_id,
             drop_code: &[],
             payload: &body,
         };
-        store::enqueue(&mut tx, out, now).await?;
-        tx.commit().await?;
-        self.inner.outbox_wake.notify_one();
+        let mut tx = rt.store().pool.begin().await?;
+        outbox::queue(&mut tx, sealed, now).await?;
+        rt.commit_queued(tx).await?;
         Ok(id)
     }
 
     /// One delivery attempt of a queued Stringcup message.
-    pub(super) async fn stringcup_attempt(&self, row: &OutboxRow) -> SendOutcome {
-        let me = match self.stringcup_identity().await {
+    pub(in crate::engine) async fn stringcup_attempt(&self, rt: &Runtime, row: &OutboxRow) -> SendOutcome {
+        let me = match self.stringcup_identity(rt).await {
             Ok(me) => me,
             Err(e) => return SendOutcome::Retry { after_ms: None, reason: format!("unreachable: {e}") },
         };
-        match self.inner.sc_client.send(&me.token, &row.payload, &row.message_id).await {
+        match self.client.send(&me.token, &row.payload, &row.message_id).await {
             sct::SendOutcome::Stored => SendOutcome::Accepted,
             sct::SendOutcome::Retry { after_ms, reason } => SendOutcome::Retry { after_ms, reason },
             sct::SendOutcome::Permanent(reason) => SendOutcome::Permanent(reason),
@@ -296,20 +381,19 @@ impl Runtime {
     }
 
     /// Processes one inbox message and commits it. Returns whether `inbox` will show it.
-    async fn stringcup_process(&self, me: &ScIdentity, m: &InboxMessageIn) -> Result<bool> {
+    async fn stringcup_process(&self, rt: &Runtime, me: &ScIdentity, m: &InboxMessageIn) -> Result<bool> {
         let now = now_ms();
         let msg_id = format!("{}/{}", me.id, m.id);
         let sender = m.sender_id.as_str();
-        let mut conn = self.store().pool.acquire().await?;
-        if store::was_seen(&mut conn, SC, sender, &msg_id).await? {
+        let mut conn = rt.store().pool.acquire().await?;
+        if store::was_seen(&mut conn, Protocol::Stringcup, sender, &msg_id).await? {
             return Ok(false);
         }
-        let mut contact = store::contact_by_peer(&mut conn, SC, sender).await?;
-        let pending: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM contacts WHERE state = 'pending'").fetch_one(&mut *conn).await?;
+        let mut contact = store::contact_by_peer(&mut conn, Protocol::Stringcup, sender).await?;
+        let pending = store::pending_requests(&mut conn).await?;
         drop(conn);
         // Strangers cannot grow the request list without bound (as with letagents hellos).
-        let room = pending < super::MAX_PENDING_REQUESTS;
+        let room = pending < crate::engine::MAX_PENDING_REQUESTS;
         if contact.is_none() && is_identity_id(sender) && room {
             // A stranger: pin its key now and hold what it sent until the user accepts.
             let (key, display) = self.stringcup_lookup(sender).await?;
@@ -317,12 +401,12 @@ impl Runtime {
                 .map(|d| d.chars().filter(|c| c.is_alphanumeric() || "-_.".contains(*c)).take(32).collect::<String>())
                 .filter(|d| !d.is_empty())
                 .unwrap_or_else(|| sender.chars().take(11).collect());
-            contact = Some(self.pin_contact(sender, &name, &key, super::DEFAULT_ALLOW, "pending").await?);
-            self.emit(Event::Request { name });
+            contact = Some(self.pin_contact(rt, sender, &name, &key, crate::engine::DEFAULT_ALLOW, "pending").await?);
+            rt.emit(Event::Request { name });
         }
         let plain = crypto::open(sender, &me.id, &me.secret, &m.header, &m.ciphertext);
-        let mut tx = self.store().pool.begin().await?;
-        store::mark_seen(&mut tx, SC, sender, &msg_id, now).await?;
+        let mut tx = rt.store().pool.begin().await?;
+        store::mark_seen(&mut tx, Protocol::Stringcup, sender, &msg_id, now).await?;
         let (state, detail, showable) = match (&contact, plain) {
             (_, Err(e)) => ("dropped", format!("undecryptable: {e}"), false),
             (None, Ok(_)) if !room => ("dropped", "unknown_sender: too many pending requests".to_owned(), false),
@@ -337,7 +421,7 @@ impl Runtime {
                     &NewMessage {
                         id: &msg_id,
                         direction: "in",
-                        protocol: SC,
+                        protocol: Protocol::Stringcup,
                         contact_id: Some(c.id),
                         peer: sender,
                         kind: "send",
@@ -361,7 +445,7 @@ impl Runtime {
         };
         let audit = Audit {
             direction: "in",
-            protocol: SC,
+            protocol: Protocol::Stringcup.as_str(),
             peer: sender,
             message_id: &msg_id,
             kind: "send",
@@ -371,33 +455,33 @@ impl Runtime {
         store::audit(&mut tx, now, audit).await?;
         tx.commit().await?;
         if showable {
-            self.emit(Event::Message { id: msg_id });
+            rt.emit(Event::Message { id: msg_id });
         }
         Ok(showable)
     }
 
     /// Reads one inbox page (holding up to `wait` s), commits each message, then acks the page.
     /// Returns (messages processed, any showable, more waiting, long-poll state).
-    async fn stringcup_page(&self, me: &ScIdentity, wait: u64) -> Result<(usize, bool, bool, LongPoll)> {
-        let (page, long_poll) = self.inner.sc_client.inbox(&me.token, wait).await?;
+    async fn stringcup_page(&self, rt: &Runtime, me: &ScIdentity, wait: u64) -> Result<(usize, bool, bool, LongPoll)> {
+        let (page, long_poll) = self.client.inbox(&me.token, wait).await?;
         let mut showable = false;
         let mut ids = Vec::with_capacity(page.messages.len());
         for m in &page.messages {
-            showable |= self.stringcup_process(me, m).await?;
+            showable |= self.stringcup_process(rt, me, m).await?;
             ids.push(m.id);
         }
         if !ids.is_empty() {
-            self.inner.sc_client.ack(&me.token, &ids).await?;
+            self.client.ack(&me.token, &ids).await?;
         }
         Ok((ids.len(), showable, page.has_more, long_poll))
     }
 
     /// Drains the inbox without waiting. Zero when we have no Stringcup identity.
-    pub(super) async fn stringcup_sync(&self) -> Result<usize> {
+    pub(in crate::engine) async fn stringcup_sync(&self, rt: &Runtime) -> Result<usize> {
         let Some(me) = self.registered().await else { return Ok(0) };
         let mut total = 0;
         loop {
-            let (n, _, more, _) = self.stringcup_page(&me, 0).await?;
+            let (n, _, more, _) = self.stringcup_page(rt, &me, 0).await?;
             total += n;
             if !more || n == 0 {
                 return Ok(total);
@@ -406,14 +490,14 @@ impl Runtime {
     }
 
     /// Long-polls the inbox forever (daemon), or until something showable arrives.
-    pub(super) async fn stringcup_receive_loop(&self, until_showable: bool) -> Result<()> {
-        let mut stop = self.inner.shutdown.subscribe();
+    pub(in crate::engine) async fn stringcup_receive_loop(&self, rt: &Runtime, until_showable: bool) -> Result<()> {
+        let mut stop = rt.inner.shutdown.subscribe();
         let mut failures = 0u32;
         loop {
             if *stop.borrow() {
                 return Ok(());
             }
-            let me = match self.stringcup_identity().await {
+            let me = match self.stringcup_identity(rt).await {
                 Ok(me) => me,
                 Err(Error::Transport(TransportError::Status { status: 404 | 405, .. })) => {
                     tracing::info!("the relay does not serve Stringcup (/api/v2)");
@@ -422,12 +506,12 @@ impl Runtime {
                 Err(e) => {
                     tracing::debug!("stringcup: {e}");
                     failures = failures.saturating_add(1);
-                    self.pause(super::backoff_ms(failures).max(5_000), &mut stop).await;
+                    self.pause(crate::engine::backoff_ms(failures).max(5_000), &mut stop).await;
                     continue;
                 }
             };
             let page = tokio::select! {
-                page = self.stringcup_page(&me, sct::MAX_WAIT_SECS) => page,
+                page = self.stringcup_page(rt, &me, sct::MAX_WAIT_SECS) => page,
                 _ = stop.changed() => return Ok(()),
             };
             match page {
@@ -444,7 +528,7 @@ impl Runtime {
                 Err(e) => {
                     tracing::info!("stringcup inbox: {e}");
                     failures = failures.saturating_add(1);
-                    self.pause(super::backoff_ms(failures), &mut stop).await;
+                    self.pause(crate::engine::backoff_ms(failures), &mut stop).await;
                 }
             }
         }
@@ -459,24 +543,24 @@ impl Runtime {
 
     /// Rotates the token when it nears expiry (or now, with `force`), durably saving the new one
     /// before treating the rotation as done.
-    pub(super) async fn stringcup_rotate_if_due(&self, force: bool) -> Result<Value> {
+    pub(in crate::engine) async fn stringcup_rotate_if_due(&self, rt: &Runtime, force: bool) -> Result<Value> {
         let Some(mut me) = self.registered().await else { return Ok(Value::Null) };
-        let info = self.inner.sc_client.token_info(&me.token).await?;
+        let info = self.client.token_info(&me.token).await?;
         if !force && info.expires_in_seconds > ROTATE_BEFORE_SECS {
             return Ok(json!({"rotated": false, "expires_in_seconds": info.expires_in_seconds}));
         }
-        let mut guard = self.inner.sc.lock().await;
-        let rotated = self.inner.sc_client.rotate(&me.token).await?;
+        let mut guard = self.id.lock().await;
+        let rotated = self.client.rotate(&me.token).await?;
         me.token = rotated.api_token;
-        self.save_identity(&me).await?;
+        self.save_identity(rt, &me).await?;
         *guard = Some(me);
         Ok(json!({"rotated": true}))
     }
 
     /// Opens a rendezvous and returns the relay-issued token to hand over.
-    pub(super) async fn pair_open(&self) -> Result<Value> {
-        let me = self.stringcup_identity().await?;
-        let rv = self.inner.sc_client.rendezvous(&me.token, None, 0).await?;
+    pub(in crate::engine) async fn pair_open(&self, rt: &Runtime) -> Result<Value> {
+        let me = self.stringcup_identity(rt).await?;
+        let rv = self.client.rendezvous(&me.token, None, 0).await?;
         let token = rv.token.filter(|t| is_rendezvous_token(t)).ok_or_else(|| {
             Error::Transport(TransportError::Malformed("rendezvous answer carries no valid token".into()))
         })?;
@@ -484,18 +568,24 @@ impl Runtime {
     }
 
     /// Claims (or re-polls) a rendezvous until paired or `timeout_secs` pass, then pins the peer.
-    pub(super) async fn pair_wait(&self, token: &str, name: Option<&str>, timeout_secs: u64) -> Result<Value> {
+    pub(in crate::engine) async fn pair_wait(
+        &self,
+        rt: &Runtime,
+        token: &str,
+        name: Option<&str>,
+        timeout_secs: u64,
+    ) -> Result<Value> {
         if !is_rendezvous_token(token) {
             return Err(Error::Invalid("not a rendezvous token (rv-…)".into()));
         }
-        let me = self.stringcup_identity().await?;
+        let me = self.stringcup_identity(rt).await?;
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now()).as_secs();
             if left == 0 {
                 return Ok(json!({"status": "timeout", "detail": "no peer arrived before the deadline"}));
             }
-            let rv = match self.inner.sc_client.rendezvous(&me.token, Some(token), left.min(sct::MAX_WAIT_SECS)).await {
+            let rv = match self.client.rendezvous(&me.token, Some(token), left.min(sct::MAX_WAIT_SECS)).await {
                 Ok(rv) => rv,
                 Err(TransportError::Status { status: 409, .. }) => {
                     return Err(Error::Invalid(
@@ -514,7 +604,9 @@ impl Runtime {
                     TransportError::Malformed("relay's fingerprint does not match the key it served".into()).into()
                 );
             }
-            let c = self.pin_contact(&peer_id, name.unwrap_or(&peer_id), &key, super::DEFAULT_ALLOW, "active").await?;
+            let c = self
+                .pin_contact(rt, &peer_id, name.unwrap_or(&peer_id), &key, crate::engine::DEFAULT_ALLOW, "active")
+                .await?;
             return Ok(json!({
                 "status": "paired",
                 "role": rv.role,
@@ -527,30 +619,30 @@ impl Runtime {
     }
 
     /// Creates a topic with these Stringcup contacts; returns its id.
-    pub(super) async fn topic_create(&self, members: &[String]) -> Result<Value> {
-        let me = self.stringcup_identity().await?;
+    pub(in crate::engine) async fn topic_create(&self, rt: &Runtime, members: &[String]) -> Result<Value> {
+        let me = self.stringcup_identity(rt).await?;
         let mut ids = Vec::new();
         for m in members {
-            let c = self.store().contact_by_name(m).await?.ok_or_else(|| Error::UnknownContact(m.clone()))?;
-            if c.protocol != SC {
+            let c = rt.store().contact_by_name(m).await?.ok_or_else(|| Error::UnknownContact(m.clone()))?;
+            if c.protocol != Protocol::Stringcup {
                 return Err(Error::Invalid(format!("`{m}` is not a Stringcup contact")));
             }
             ids.push(c.peer_id);
         }
-        let topic = self.inner.sc_client.topic_create(&me.token, &ids).await?;
+        let topic = self.client.topic_create(&me.token, &ids).await?;
         Ok(json!({"topic": topic, "members": ids.len() + 1}))
     }
 
     /// Sends `text` to every member of `topic` we have pinned, in one batch request. Members with
     /// no pin or a different key are skipped and reported.
-    pub(super) async fn topic_send(&self, topic: &str, text: &str) -> Result<Value> {
-        let me = self.stringcup_identity().await?;
-        let roster = self.inner.sc_client.topic_roster(&me.token, topic).await?;
+    pub(in crate::engine) async fn topic_send(&self, rt: &Runtime, topic: &str, text: &str) -> Result<Value> {
+        let me = self.stringcup_identity(rt).await?;
+        let roster = self.client.topic_roster(&me.token, topic).await?;
         let mut skipped = Vec::new();
         let mut targets = Vec::new();
         for m in roster.members.iter().filter(|m| m.id != me.id) {
-            let mut conn = self.store().pool.acquire().await?;
-            let c = store::contact_by_peer(&mut conn, SC, &m.id).await?;
+            let mut conn = rt.store().pool.acquire().await?;
+            let c = store::contact_by_peer(&mut conn, Protocol::Stringcup, &m.id).await?;
             let served = crypto::decode_public_key(&m.identity_public_key);
             match c {
                 Some(c)
@@ -569,7 +661,7 @@ impl Runtime {
         }
         let mut queued = Vec::new();
         for c in &targets {
-            queued.push(self.stringcup_send(c, Kind::Send, text, None, None, None).await?);
+            queued.push(self.stringcup_send(rt, c, Kind::Send, text, None, None, None).await?);
         }
         // First attempt: one request for the whole fan-out; refused entries stay queued and the
         // outbox retries each on its own with its Idempotency-Key.
@@ -577,19 +669,19 @@ impl Runtime {
         for id in &queued {
             let row: Option<OutboxRow> = sqlx::query_as("SELECT * FROM outbox WHERE message_id = ? AND protocol = ?")
                 .bind(id)
-                .bind(SC)
-                .fetch_optional(&self.store().pool)
+                .bind(Protocol::Stringcup)
+                .fetch_optional(&rt.store().pool)
                 .await?;
             rows.extend(row);
         }
         let entries: Vec<Outgoing> = rows.iter().filter_map(|r| serde_json::from_slice(&r.payload).ok()).collect();
         let mut sent = 0;
         if !entries.is_empty() && entries.len() == rows.len() {
-            match self.inner.sc_client.batch(&me.token, &entries).await {
+            match self.client.batch(&me.token, &entries).await {
                 Ok(result) => {
                     for s in result.sent {
                         if let Some(row) = rows.get(s.index) {
-                            self.store().outbox_sent(row, now_ms()).await?;
+                            rt.store().outbox_sent(row, now_ms()).await?;
                             sent += 1;
                         }
                     }

@@ -1,0 +1,674 @@
+//! The engine's letagents v1 side: contacts by address (a hello introduces us), sealed envelopes
+//! through the shared outbox, the receiver's decision (`receive::decide`) with every effect in one
+//! transaction, automatic receipts and rosters, and the websocket (or plain GET) inbox.
+//!
+//! - Outgoing: the inner message is signed and sealed to the pinned keys; the exact envelope is
+//!   queued with the message and audit rows before any network I/O.
+//! - Incoming: each envelope is opened and judged; seen id, message, contact change, queued
+//!   receipt or roster and audit row commit together, and only then is the relay told to delete
+//!   it.
+//! - A running runtime keeps the websocket (ping every 20 s, reconnect with backoff, catch-up from
+//!   the waiting backlog); a one-shot one syncs over HTTP.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use super::{Channel, ContactAdd, Outgoing};
+use crate::engine::outbox::{self, Sealed, backoff_ms};
+use crate::engine::{DEFAULT_ALLOW, Error, Event, MAX_PENDING_REQUESTS, Result, Runtime, kinds_to_string};
+use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};
+use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
+use crate::protocol::letagents::wire::{ClientToRelay, RelayToClient};
+use crate::protocol::letagents::{self as la, Address, Inner, Kind, PeerKeys};
+use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Protocol};
+use crate::transport::TransportError;
+use crate::transport::letagents::{RelayClient, SendOutcome};
+use crate::util::{OsRng, now_ms};
+
+/// letagents' channel: relay clients for contacts that live on other relays.
+#[derive(Default)]
+pub(in crate::engine) struct Letagents {
+    peers: Mutex<BTreeMap<String, RelayClient>>,
+}
+
+/// The pinned keys of a letagents contact.
+pub(in crate::engine) fn peer_keys(c: &ContactRow) -> Result<PeerKeys> {
+    Ok(PeerKeys {
+        sig: c.sig_pub.as_slice().try_into().map_err(|_| Error::Bug("stored sig key has the wrong length".into()))?,
+        boxk: c.box_pub.as_slice().try_into().map_err(|_| Error::Bug("stored box key has the wrong length".into()))?,
+    })
+}
+
+/// Records an incoming envelope that was refused before it could be attributed to anyone.
+async fn audit_dropped(conn: &mut sqlx::SqliteConnection, now: i64, detail: &str) -> Result<()> {
+    let audit = Audit {
+        direction: "in",
+        protocol: Protocol::Letagents.as_str(),
+        peer: "",
+        message_id: "",
+        kind: "",
+        state: "dropped",
+        detail,
+    };
+    Ok(store::audit(conn, now, audit).await?)
+}
+
+impl Channel for Letagents {
+    fn claims_address(&self, address: &str) -> bool {
+        Address::parse(address).is_ok()
+    }
+
+    fn add_contact<'a>(&'a self, rt: &'a Runtime, req: ContactAdd<'a>) -> BoxFuture<'a, Result<String>> {
+        Box::pin(self.contact_add(rt, req))
+    }
+
+    fn send<'a>(&'a self, rt: &'a Runtime, c: &'a ContactRow, msg: Outgoing<'a>) -> BoxFuture<'a, Result<String>> {
+        Box::pin(self.seal_and_queue(rt, c, msg))
+    }
+
+    fn attempt<'a>(&'a self, rt: &'a Runtime, row: &'a OutboxRow) -> BoxFuture<'a, Result<SendOutcome>> {
+        Box::pin(async move {
+            let client = self.client_for(rt, &row.relay_url).await?;
+            Ok(client.send(&row.target, &row.drop_code, row.payload.clone()).await)
+        })
+    }
+
+    fn sync<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<usize>> {
+        Box::pin(self.sync_letagents(rt))
+    }
+
+    fn run<'a>(&'a self, rt: &'a Runtime, until_showable: bool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if until_showable {
+                self.websocket_session(rt, true).await
+            } else {
+                self.receiver_loop(rt).await;
+                Ok(())
+            }
+        })
+    }
+
+    fn init<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, Result<()>> {
+        // Log in once: a letagents mailbox exists from its owner's first login, so contacts can
+        // reach us right away. A relay that is down now is not an error for init.
+        Box::pin(async move {
+            if let Err(e) = self.sync_letagents(rt).await {
+                tracing::warn!("could not reach the relay yet: {e}");
+            }
+            Ok(())
+        })
+    }
+
+    fn whoami<'a>(&'a self, rt: &'a Runtime) -> BoxFuture<'a, (&'static str, Value)> {
+        Box::pin(async move {
+            let keys = rt.keys();
+            let v = json!({
+                "address": rt.inner.id.address().to_string(),
+                "mailbox_id": keys.mailbox_id(),
+                "safety_number": keys.safety_number(),
+                "relay": rt.inner.relay_url,
+            });
+            ("letagents", v)
+        })
+    }
+
+    fn safety_numbers(&self, c: &ContactRow) -> (Option<String>, Option<String>) {
+        let keys = peer_keys(c).ok();
+        let new = match (&keys, &c.changed_box_pub) {
+            (Some(k), Some(b)) => {
+                b.as_slice().try_into().ok().map(|boxk| PeerKeys { sig: k.sig, boxk }.safety_number())
+            }
+            _ => None,
+        };
+        (keys.map(|k| k.safety_number()), new)
+    }
+
+    fn address_with_box(&self, c: &ContactRow, new_box: &[u8]) -> Result<String> {
+        let mut a = Address::parse(&c.address).map_err(|e| Error::Bug(e.to_string()))?;
+        a.keys.boxk = new_box.try_into().map_err(|_| Error::Bug("box key length".into()))?;
+        Ok(a.to_string())
+    }
+
+    fn carries_roster(&self) -> bool {
+        true
+    }
+}
+
+impl Letagents {
+    async fn contact_add(&self, rt: &Runtime, req: ContactAdd<'_>) -> Result<String> {
+        let ContactAdd { address, name, allow, relay, hello } = req;
+        let addr = Address::parse(address)?;
+        let drop =
+            addr.drop.ok_or_else(|| Error::Invalid("the address has no drop code: ask for the full address".into()))?;
+        if addr.keys == rt.keys() {
+            return Err(Error::Invalid("that is our own address".into()));
+        }
+        if let Some(r) = relay {
+            crate::transport::letagents::parse_relay_url(r)?;
+        }
+        let allow = match allow {
+            Some(kinds) => kinds_to_string(kinds)?,
+            None => DEFAULT_ALLOW.to_owned(),
+        };
+        let peer_id = addr.keys.mailbox_id();
+        let now = now_ms();
+        let mut tx = rt.store().pool.begin().await?;
+        let existing = store::contact_by_peer(&mut tx, Protocol::Letagents, &peer_id).await?;
+        let name = match existing {
+            Some(c) if c.state == "pending" => {
+                // They asked first: adding them is accepting them.
+                let new_name = name.unwrap_or(&c.name).to_owned();
+                if new_name != c.name && store::name_taken(&mut tx, &new_name).await? {
+                    return Err(Error::ContactExists(format!("a contact named `{new_name}` already exists")));
+                }
+                let accept = store::ContactUpdate {
+                    name: Some(&new_name),
+                    state: Some("active"),
+                    allow_kinds: Some(&allow),
+                    drop_code: Some(drop.as_slice()),
+                    address: Some(&addr.to_string()),
+                    relay_url: Some(relay),
+                    ..Default::default()
+                };
+                store::update_contact(&mut tx, c.id, &accept).await?;
+                new_name
+            }
+            Some(c) => {
+                return Err(Error::ContactExists(format!("already a contact, as `{}`", c.name)));
+            }
+            None => {
+                let name = name.map(str::to_owned).unwrap_or_else(|| peer_id.chars().take(8).collect());
+                if name.trim().is_empty() || name.len() > 64 {
+                    return Err(Error::Invalid("contact name must be 1 to 64 characters".into()));
+                }
+                if store::name_taken(&mut tx, &name).await? {
+                    return Err(Error::ContactExists(format!("a contact named `{name}` already exists")));
+                }
+                store::insert_contact(
+                    &mut tx,
+                    &NewContact {
+                        name: &name,
+                        protocol: Protocol::Letagents,
+                        peer_id: &peer_id,
+                        address: &addr.to_string(),
+                        sig_pub: &addr.keys.sig,
+                        box_pub: &addr.keys.boxk,
+                        drop_code: Some(&drop),
+                        relay_url: relay,
+                        state: "active",
+                        allow_kinds: &allow,
+                        request_body: "",
+                        now,
+                    },
+                )
+                .await?;
+                name
+            }
+        };
+        tx.commit().await?;
+        if hello {
+            rt.send(&name, Kind::Hello, Value::String(rt.inner.name.clone()), None, None, None).await?;
+        }
+        Ok(name)
+    }
+
+    /// Builds the signed inner message, seals it and queues it.
+    async fn seal_and_queue(&self, rt: &Runtime, c: &ContactRow, msg: Outgoing<'_>) -> Result<String> {
+        let Outgoing { kind, body, reply_to, from_agent, to_agent } = msg;
+        let name = &c.name;
+        if let Some(r) = reply_to
+            && !la::inner::is_uuid(r)
+        {
+            return Err(Error::Invalid(format!("`{r}` is not a message id")));
+        }
+        if c.drop_code.is_none() {
+            return Err(Error::Invalid(format!("no drop code for `{name}`: add their full address")));
+        }
+        let mut inner = Inner::new(&rt.keys(), &c.peer_id, now_ms(), uuid::Uuid::new_v4(), kind, body);
+        if kind == Kind::Hello {
+            inner.from = rt.inner.id.address().to_string();
+        }
+        inner.reply_to = reply_to.map(str::to_owned);
+        inner.from_agent = from_agent.map(str::to_owned);
+        inner.to_agent = to_agent.map(str::to_owned);
+        inner.validate()?;
+        let mut tx = rt.store().pool.begin().await?;
+        self.queue_sealed(rt, &mut tx, c, &inner, kind).await?;
+        rt.commit_queued(tx).await?;
+        Ok(inner.id)
+    }
+
+    /// Seals `inner` to contact `c` and records it in `tx`: the message row, the outbox entry with
+    /// the exact envelope bytes every retry will reuse, and the audit row.
+    async fn queue_sealed(
+        &self,
+        rt: &Runtime,
+        tx: &mut sqlx::SqliteConnection,
+        c: &ContactRow,
+        inner: &Inner,
+        kind: Kind,
+    ) -> Result<()> {
+        let drop =
+            c.drop_code.as_deref().ok_or_else(|| Error::Bug("queued to a contact without a drop code".into()))?;
+        let json = serde_json::to_string(inner).map_err(|e| Error::Bug(e.to_string()))?;
+        let envelope = la::seal(&rt.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng)?;
+        let now = now_ms();
+        let relay = c.relay_url.clone().unwrap_or_else(|| rt.inner.relay_url.clone());
+        let body = match &inner.body {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let sealed = Sealed {
+            id: &inner.id,
+            protocol: Protocol::Letagents,
+            contact: c,
+            kind: kind.as_str(),
+            body: &body,
+            reply_to: inner.reply_to.as_deref(),
+            from_agent: inner.from_agent.as_deref(),
+            to_agent: inner.to_agent.as_deref(),
+            ts: inner.ts,
+            relay_url: &relay,
+            target: &c.peer_id,
+            drop_code: drop,
+            payload: &envelope,
+        };
+        outbox::queue(tx, sealed, now).await
+    }
+
+    async fn client_for(&self, rt: &Runtime, url: &str) -> Result<RelayClient> {
+        if url == rt.inner.relay_url {
+            return Ok(rt.inner.relay.clone());
+        }
+        let mut peers = self.peers.lock().await;
+        if let Some(c) = peers.get(url) {
+            return Ok(c.clone());
+        }
+        let c = RelayClient::new(url, None)?;
+        peers.insert(url.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Processes one envelope from the relay and commits every effect. Returns true if it
+    /// produced something `inbox` will show. Errors are local (the envelope must not be acked).
+    pub(in crate::engine) async fn receive(&self, rt: &Runtime, envelope: &[u8]) -> Result<bool> {
+        let now = now_ms();
+        let me = rt.keys();
+        let opened = match la::open(envelope, &rt.inner.id.boxs, &me) {
+            Ok(o) => o,
+            Err(e) => {
+                let mut conn = rt.store().pool.acquire().await?;
+                audit_dropped(&mut conn, now, &format!("refused envelope: {e}")).await?;
+                return Ok(false);
+            }
+        };
+        let peer = opened.sender().mailbox_id();
+        let msg_id = opened.inner.id.clone();
+        let kind = opened.kind;
+        // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
+        // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox) commits between.
+        let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        let contact = store::contact_by_peer(&mut tx, Protocol::Letagents, &peer).await?;
+        let view = match &contact {
+            Some(c) => {
+                let rules = store::rules_for(&mut tx, c.id)
+                    .await?
+                    .into_iter()
+                    .map(|(from, to, action)| AgentRule {
+                        from,
+                        to,
+                        action: if action == "deny" { RuleAction::Deny } else { RuleAction::Allow },
+                    })
+                    .collect();
+                Some(ContactView {
+                    keys: peer_keys(c)?,
+                    allow: c.allow_kinds.split(',').filter_map(Kind::parse).collect(),
+                    rules,
+                    active: c.state == "active",
+                })
+            }
+            None => None,
+        };
+        let seen = store::was_seen(&mut tx, Protocol::Letagents, &peer, &msg_id).await?;
+        let mut verdict = decide(&opened, view.as_ref(), seen, now);
+        if verdict == Verdict::PendingRequest && contact.is_none() {
+            // Strangers cannot grow the request list without bound.
+            let pending = store::pending_requests(&mut tx).await?;
+            if pending >= MAX_PENDING_REQUESTS {
+                verdict = Verdict::Drop(la::receive::DropReason::UnknownSender);
+            }
+        }
+        let audit_in = |state: &'static str, detail: String| (state, detail);
+        let mut showable = false;
+        let mut event = None;
+        let (state, detail) = match &verdict {
+            Verdict::Drop(reason) => audit_in("dropped", reason.as_str().to_owned()),
+            Verdict::PendingRequest => {
+                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                let body = opened.inner.text().chars().take(64).collect::<String>();
+                let full = opened.from.to_string();
+                let drop = opened.from.drop.unwrap_or_default();
+                match &contact {
+                    Some(c) => {
+                        let request = store::ContactUpdate {
+                            request_body: Some(&body),
+                            drop_code: Some(drop.as_slice()),
+                            address: Some(&full),
+                            ..Default::default()
+                        };
+                        store::update_contact(&mut tx, c.id, &request).await?;
+                        event = Some(Event::Request { name: c.name.clone() });
+                    }
+                    None => {
+                        let base: String = body.chars().filter(|c| c.is_alphanumeric() || "-_.".contains(*c)).collect();
+                        let base = if base.is_empty() { peer.chars().take(8).collect() } else { base };
+                        let mut name = base.clone();
+                        let mut n = 2;
+                        while store::name_taken(&mut tx, &name).await? {
+                            name = format!("{base}-{n}");
+                            n += 1;
+                        }
+                        store::insert_contact(
+                            &mut tx,
+                            &NewContact {
+                                name: &name,
+                                protocol: Protocol::Letagents,
+                                peer_id: &peer,
+                                address: &full,
+                                sig_pub: &opened.from.keys.sig,
+                                box_pub: &opened.from.keys.boxk,
+                                drop_code: Some(&drop),
+                                relay_url: None,
+                                state: "pending",
+                                allow_kinds: DEFAULT_ALLOW,
+                                request_body: &body,
+                                now,
+                            },
+                        )
+                        .await?;
+                        event = Some(Event::Request { name });
+                    }
+                }
+                audit_in("request", body)
+            }
+            Verdict::RefreshAddress => {
+                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                if let (Some(c), Some(drop)) = (&contact, opened.from.drop) {
+                    let address = opened.from.to_string();
+                    let refresh = store::ContactUpdate {
+                        drop_code: Some(drop.as_slice()),
+                        address: Some(&address),
+                        ..Default::default()
+                    };
+                    store::update_contact(&mut tx, c.id, &refresh).await?;
+                }
+                audit_in("received", "hello from a known contact: address refreshed".into())
+            }
+            Verdict::Refuse { reason, receipt } => {
+                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                if let (la::receive::RefuseReason::KeyChanged, Some(c)) = (reason, &contact) {
+                    let changed = store::ContactUpdate {
+                        changed_box_pub: Some(Some(opened.from.keys.boxk.as_slice())),
+                        key_changed_at: Some(Some(now)),
+                        ..Default::default()
+                    };
+                    store::update_contact(&mut tx, c.id, &changed).await?;
+                    event = Some(Event::KeyChanged { name: c.name.clone() });
+                }
+                if *receipt && let Some(c) = &contact {
+                    self.queue_receipt(rt, &mut tx, c, &msg_id, ReceiptStatus::Refused, &reason.detail()).await?;
+                }
+                audit_in("refused", reason.detail())
+            }
+            Verdict::Accept { receipt } => {
+                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                let Some(c) = &contact else {
+                    return Err(Error::Bug("accepted without a contact".into()));
+                };
+                let body = match &opened.inner.body {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let hidden = matches!(kind, Kind::Receipt | Kind::List);
+                store::insert_message(
+                    &mut tx,
+                    &NewMessage {
+                        id: &msg_id,
+                        direction: "in",
+                        protocol: Protocol::Letagents,
+                        contact_id: Some(c.id),
+                        peer: &peer,
+                        kind: kind.as_str(),
+                        body: &body,
+                        reply_to: opened.inner.reply_to.as_deref(),
+                        from_agent: opened.inner.from_agent.as_deref(),
+                        to_agent: opened.inner.to_agent.as_deref(),
+                        ts: opened.inner.ts,
+                        state: "received",
+                        hidden,
+                        now,
+                    },
+                )
+                .await?;
+                showable = !hidden;
+                match kind {
+                    Kind::Receipt => {
+                        if let (Some(target), Ok(r)) =
+                            (&opened.inner.reply_to, serde_json::from_value::<ReceiptBody>(opened.inner.body.clone()))
+                        {
+                            let state = if r.status == ReceiptStatus::Refused { "refused" } else { "delivered" };
+                            let detail = format!(
+                                "{}{}{}",
+                                serde_json::to_value(r.status)
+                                    .ok()
+                                    .and_then(|v| v.as_str().map(str::to_owned))
+                                    .unwrap_or_default(),
+                                if r.detail.is_empty() { "" } else { ": " },
+                                r.detail
+                            );
+                            if store::set_outgoing_state(&mut tx, target, &peer, state, &detail).await? {
+                                store::audit(
+                                    &mut tx,
+                                    now,
+                                    Audit {
+                                        direction: "out",
+                                        protocol: Protocol::Letagents.as_str(),
+                                        peer: &peer,
+                                        message_id: target,
+                                        kind: "",
+                                        state,
+                                        detail: &detail,
+                                    },
+                                )
+                                .await?;
+                                event = Some(Event::Delivery { id: target.clone(), state: state.into() });
+                            }
+                        }
+                    }
+                    Kind::Roster => {
+                        let roster = store::ContactUpdate { roster: Some(&body), ..Default::default() };
+                        store::update_contact(&mut tx, c.id, &roster).await?;
+                    }
+                    Kind::List => {
+                        let roster = rt.roster().await?;
+                        self.queue_reply(rt, &mut tx, c, Kind::Roster, roster, Some(&msg_id)).await?;
+                    }
+                    _ => {}
+                }
+                if *receipt {
+                    let status = accepted_status(rt.inner.listeners.load(Ordering::SeqCst) > 0);
+                    self.queue_receipt(rt, &mut tx, c, &msg_id, status, "").await?;
+                }
+                if showable {
+                    event = Some(Event::Message { id: msg_id.clone() });
+                }
+                audit_in("received", String::new())
+            }
+        };
+        store::audit(
+            &mut tx,
+            now,
+            Audit {
+                direction: "in",
+                protocol: Protocol::Letagents.as_str(),
+                peer: &peer,
+                message_id: &msg_id,
+                kind: kind.as_str(),
+                state,
+                detail: &detail,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        if let Some(e) = event {
+            rt.emit(e);
+        }
+        rt.inner.outbox_wake.notify_one();
+        Ok(showable)
+    }
+
+    async fn queue_receipt(
+        &self,
+        rt: &Runtime,
+        tx: &mut sqlx::SqliteConnection,
+        c: &ContactRow,
+        about: &str,
+        status: ReceiptStatus,
+        detail: &str,
+    ) -> Result<()> {
+        let body = serde_json::to_value(ReceiptBody { status, detail: detail.into() })
+            .map_err(|e| Error::Bug(e.to_string()))?;
+        self.queue_reply(rt, tx, c, Kind::Receipt, body, Some(about)).await
+    }
+
+    /// Seals and queues an automatic message inside the receiving transaction.
+    async fn queue_reply(
+        &self,
+        rt: &Runtime,
+        tx: &mut sqlx::SqliteConnection,
+        c: &ContactRow,
+        kind: Kind,
+        body: Value,
+        reply_to: Option<&str>,
+    ) -> Result<()> {
+        if c.drop_code.is_none() {
+            return Ok(());
+        }
+        let mut inner = Inner::new(&rt.keys(), &c.peer_id, now_ms(), uuid::Uuid::new_v4(), kind, body);
+        inner.reply_to = reply_to.map(str::to_owned);
+        self.queue_sealed(rt, tx, c, &inner, kind).await
+    }
+
+    /// Reads everything waiting in the letagents mailbox (plain GET), processes and acks it.
+    async fn sync_letagents(&self, rt: &Runtime) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let msgs = rt.inner.relay.inbox(&rt.inner.id.sig, &rt.inner.id.drop).await?;
+            rt.set_health("reachable", "");
+            let n = msgs.len();
+            let mut done = Vec::with_capacity(n);
+            for m in msgs {
+                match crate::util::b64u_decode(&m.ct) {
+                    Some(bytes) => {
+                        self.receive(rt, &bytes).await?;
+                    }
+                    None => {
+                        let mut conn = rt.store().pool.acquire().await?;
+                        audit_dropped(&mut conn, now_ms(), "relay sent an envelope that is not base64url").await?;
+                    }
+                }
+                done.push(m.seq);
+            }
+            if !done.is_empty() {
+                rt.inner.relay.ack(&rt.inner.id.sig, &done).await?;
+            }
+            total += n;
+            if n < la::wire::INBOX_PAGE {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// One websocket session: catch up, then live delivery until the socket ends. With
+    /// `until_showable`, returns as soon as something `inbox` shows arrives.
+    async fn websocket_session(&self, rt: &Runtime, until_showable: bool) -> Result<()> {
+        let ws = rt.inner.relay.connect(&rt.inner.id.sig, &rt.inner.id.drop).await?;
+        rt.set_health("connected", "");
+        rt.inner.outbox_wake.notify_one();
+        let (mut tx, mut rx) = ws.split();
+        let mut ping = tokio::time::interval(Duration::from_secs(20));
+        ping.tick().await;
+        let mut stop = rt.inner.shutdown.subscribe();
+        let mut awaiting_pong = false;
+        loop {
+            tokio::select! {
+                frame = rx.next() => {
+                    let Some(frame) = frame else { break };
+                    let frame = frame.map_err(|e| TransportError::Unreachable(e.to_string()))?;
+                    let WsMessage::Text(text) = frame else { continue };
+                    let Ok(msg) = serde_json::from_str::<RelayToClient>(text.as_str()) else {
+                        tracing::warn!("relay sent an unknown frame");
+                        continue;
+                    };
+                    match msg {
+                        RelayToClient::Msg { seq, ct } => {
+                            let showable = match crate::util::b64u_decode(&ct) {
+                                Some(bytes) => self.receive(rt, &bytes).await?,
+                                None => false,
+                            };
+                            let ack = serde_json::to_string(&ClientToRelay::Ack { seq }).map_err(|e| Error::Bug(e.to_string()))?;
+                            tx.send(WsMessage::text(ack)).await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
+                            if showable && until_showable {
+                                return Ok(());
+                            }
+                        }
+                        RelayToClient::Ready => {}
+                        RelayToClient::Pong => awaiting_pong = false,
+                    }
+                }
+                _ = ping.tick() => {
+                    if awaiting_pong {
+                        return Err(TransportError::Unreachable("relay stopped answering pings".into()).into());
+                    }
+                    let p = serde_json::to_string(&ClientToRelay::Ping).map_err(|e| Error::Bug(e.to_string()))?;
+                    tx.send(WsMessage::text(p)).await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
+                    awaiting_pong = true;
+                }
+                _ = stop.changed() => return Ok(()),
+            }
+        }
+        Err(TransportError::Unreachable("relay closed the connection".into()).into())
+    }
+
+    async fn receiver_loop(&self, rt: &Runtime) {
+        let mut attempt = 0u32;
+        let mut stop = rt.inner.shutdown.subscribe();
+        loop {
+            let started = tokio::time::Instant::now();
+            let result = self.websocket_session(rt, false).await;
+            if *stop.borrow() {
+                return;
+            }
+            if let Err(e) = result {
+                tracing::info!("relay connection: {e}");
+                rt.set_health("disconnected", &e.to_string());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                attempt = 0;
+            }
+            let delay = backoff_ms(attempt);
+            attempt = attempt.saturating_add(1);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(u64::try_from(delay).unwrap_or(1000))) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The engine's errors: one enum, every variant documented, each saying whose fault it is
+//! ([`Fault`]) and carrying a stable code. Clients see `{code, message}` ([`Error::to_api`]);
+//! the codes and messages are a contract (CLI, bridge, MCP, UI) and do not change when a
+//! variant is split for precision: several variants share `invalid_input`.
+//!
+//! Protocol errors convert with `?` (`#[from]`) and keep their own message, so the engine does
+//! not flatten them into strings.
+
+use crate::bridge::api::ApiError;
+use crate::identity::keystore::KeystoreError;
+use crate::mls::MlsError;
+use crate::protocol::agent_mail::card::PinError;
+use crate::protocol::{agent_mail, letagents, letmeknow, stringcup};
+use crate::store::StoreError;
+use crate::transport::TransportError;
+
+/// Who is at fault when an operation fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The caller (the operator, an agent, a script) asked for something invalid or not allowed.
+    Caller,
+    /// A peer sent something we refuse.
+    Peer,
+    /// The relay failed, was unreachable, or served something inconsistent.
+    Relay,
+    /// Local state: the disk, the database, the keystore, profile files.
+    Local,
+    /// Something that cannot happen did.
+    Bug,
+}
+
+/// Engine errors, each with a stable code for clients.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `init` has not run for this profile.
+    #[error("profile not initialised: run `switchboard init --name NAME --relay URL`")]
+    NotInitialized,
+    /// `init` already ran.
+    #[error("profile already initialised")]
+    AlreadyInitialized,
+    /// No such contact.
+    #[error("no contact named `{0}`")]
+    UnknownContact(String),
+    /// The name or peer is already a contact.
+    #[error("{0}")]
+    ContactExists(String),
+    /// Sending is blocked until the user re-verifies.
+    #[error("{0}'s key changed: compare the new safety number and run `switchboard contact verify {0}` before sending")]
+    KeyChanged(String),
+    /// The contact has not been accepted.
+    #[error("`{0}` is a pending request: accept it first")]
+    Pending(String),
+    /// The caller gave something invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// The caller gave a malformed letagents address.
+    #[error(transparent)]
+    Address(#[from] letagents::address::AddressError),
+    /// The caller gave a malformed Agent Mail address.
+    #[error("mail address: {0}")]
+    MailAddress(#[from] agent_mail::address::AddressError),
+    /// The caller gave a malformed letmeknow invite link.
+    #[error(transparent)]
+    InviteLink(#[from] letmeknow::invite::InviteError),
+    /// A letagents message the caller composed breaks the protocol's rules.
+    #[error(transparent)]
+    LetagentsMessage(#[from] letagents::inner::InnerError),
+    /// An Agent Mail message the caller composed breaks the protocol's rules.
+    #[error(transparent)]
+    MailMessage(#[from] agent_mail::message::MessageError),
+    /// A letagents envelope could not be sealed (too large, or an unusable pinned key).
+    #[error(transparent)]
+    LetagentsSeal(#[from] letagents::envelope::SealError),
+    /// A Stringcup message could not be sealed to the pinned key.
+    #[error(transparent)]
+    StringcupSeal(#[from] stringcup::crypto::SealError),
+    /// An Agent Mail packet could not be sealed to the recipient's card.
+    #[error(transparent)]
+    MailSeal(#[from] agent_mail::packet::SealError),
+    /// A mailbox card failed the pin rule and no card was pinned before.
+    #[error("card refused: {0}")]
+    CardRefused(#[from] PinError),
+    /// A peer's input (MLS message, join request, Welcome) is malformed or does not verify.
+    #[error("{0}")]
+    Peer(String),
+    /// The relay served something inconsistent with what was asked (another mailbox's card, no
+    /// Welcome in time).
+    #[error("{0}")]
+    RelayServed(String),
+    /// No group member has the fingerprint the caller named.
+    #[error("no member has fingerprint {0}")]
+    UnknownMember(String),
+    /// No message with that id.
+    #[error("no message with id `{0}`")]
+    UnknownMessage(String),
+    /// Local storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The keystore failed.
+    #[error(transparent)]
+    Keystore(#[from] KeystoreError),
+    /// The relay failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// Profile files.
+    #[error(transparent)]
+    Profile(#[from] crate::profile::ProfileError),
+    /// Something that cannot happen did.
+    #[error("internal error: {0}")]
+    Bug(String),
+    /// The caller (an agent session) may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The loop guard paused this conversation until the operator resumes it.
+    #[error("{0}")]
+    LoopGuard(String),
+}
+
+impl Error {
+    /// The stable code clients see.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NotInitialized => "not_initialized",
+            Error::AlreadyInitialized => "already_initialized",
+            Error::UnknownContact(_) => "unknown_contact",
+            Error::ContactExists(_) => "contact_exists",
+            Error::KeyChanged(_) => "key_changed",
+            Error::Pending(_) => "pending_contact",
+            Error::Invalid(_)
+            | Error::Address(_)
+            | Error::MailAddress(_)
+            | Error::InviteLink(_)
+            | Error::LetagentsMessage(_)
+            | Error::MailMessage(_)
+            | Error::LetagentsSeal(_)
+            | Error::StringcupSeal(_)
+            | Error::MailSeal(_)
+            | Error::CardRefused(_)
+            | Error::Peer(_)
+            | Error::RelayServed(_)
+            | Error::UnknownMember(_) => "invalid_input",
+            Error::UnknownMessage(_) => "unknown_message",
+            Error::Store(StoreError::DiskFull(_)) => "disk_full",
+            Error::Store(_) => "store",
+            Error::Keystore(_) => "keystore",
+            Error::Transport(_) => "relay",
+            Error::Profile(_) => "profile",
+            Error::Bug(_) => "internal",
+            Error::Forbidden(_) => "forbidden",
+            Error::LoopGuard(_) => "loop_guard",
+        }
+    }
+
+    /// Whose fault it is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Error::NotInitialized
+            | Error::AlreadyInitialized
+            | Error::UnknownContact(_)
+            | Error::ContactExists(_)
+            | Error::KeyChanged(_)
+            | Error::Pending(_)
+            | Error::Invalid(_)
+            | Error::Address(_)
+            | Error::MailAddress(_)
+            | Error::InviteLink(_)
+            | Error::LetagentsMessage(_)
+            | Error::MailMessage(_)
+            | Error::LetagentsSeal(_)
+            | Error::MailSeal(_)
+            | Error::UnknownMember(_)
+            | Error::UnknownMessage(_)
+            | Error::Forbidden(_)
+            | Error::LoopGuard(_) => Fault::Caller,
+            // The key we seal to is the one the peer published.
+            Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,
+            Error::RelayServed(_) | Error::Transport(_) => Fault::Relay,
+            Error::Store(_) | Error::Keystore(_) | Error::Profile(_) => Fault::Local,
+            Error::Bug(_) => Fault::Bug,
+        }
+    }
+
+    /// As it crosses to clients.
+    pub fn to_api(&self) -> ApiError {
+        ApiError { code: self.code().into(), message: self.to_string() }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        Error::Store(e.into())
+    }
+}
+
+impl From<MlsError> for Error {
+    /// Input from a peer or the relay that MLS refuses is the peer's; damaged local state or a
+    /// refused operation in our own state is a bug.
+    fn from(e: MlsError) -> Self {
+        match e {
+            MlsError::Peer(_) | MlsError::Unprocessable(_) => Error::Peer(e.to_string()),
+            MlsError::Corrupt(_) | MlsError::Local(_) => Error::Bug(e.to_string()),
+        }
+    }
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_errors_keep_the_code_and_message_clients_saw_as_invalid_input() {
+        let e: Error = letagents::Address::parse("la1.nope").map(|_| ()).unwrap_err().into();
+        let before = Error::Invalid(letagents::Address::parse("la1.nope").map(|_| ()).unwrap_err().to_string());
+        assert_eq!(e.to_api(), before.to_api());
+        assert_eq!(e.fault(), Fault::Caller);
+
+        let e: Error = agent_mail::MailAddress::parse("nope").map(|_| ()).unwrap_err().into();
+        let parse = agent_mail::MailAddress::parse("nope").map(|_| ()).unwrap_err();
+        assert_eq!(e.to_api(), Error::Invalid(format!("mail address: {parse}")).to_api());
+    }
+
+    #[test]
+    fn mls_errors_say_whether_the_peer_or_we_are_at_fault() {
+        let peer: Error = MlsError::Peer("bad signature".into()).into();
+        assert_eq!((peer.code(), peer.fault()), ("invalid_input", Fault::Peer));
+        assert_eq!(peer.to_string(), MlsError::Peer("bad signature".into()).to_string());
+        let ours: Error = MlsError::Corrupt("snapshot".into()).into();
+        assert_eq!((ours.code(), ours.fault()), ("internal", Fault::Bug));
+    }
+
+    #[test]
+    fn unknown_member_reads_as_before() {
+        let e = Error::UnknownMember("ab12".into());
+        assert_eq!(e.to_api(), Error::Invalid("no member has fingerprint ab12".into()).to_api());
+    }
+}
