@@ -218,7 +218,9 @@ impl LanHandle {
     ) -> Result<Stored, LanError> {
         let delivery = Delivery::new(protocol, sealed)?;
         let (tx, rx) = oneshot::channel();
-        let deadline = self.deliver_timeout + Duration::from_millis(250);
+        // The node answers within its own deadline (and un-lists the peer first); this one only
+        // guards against a node that stopped answering altogether.
+        let deadline = self.deliver_timeout + Duration::from_secs(1);
         let send = self.cmd.send(Command::Deliver { contact, delivery, reply: tx });
         match tokio::time::timeout(deadline, async move {
             send.await.map_err(|_| LanError::Stopped)?;
@@ -355,6 +357,8 @@ enum Pending {
     Deliver(PeerId, oneshot::Sender<Result<Stored, LanError>>),
 }
 
+type DeadlineFuture = BoxFuture<'static, OutboundRequestId>;
+
 /// Starts a node: listens on `0.0.0.0:port`, runs mDNS, and returns the handle and the stream of
 /// direct deliveries. Must be called inside a tokio runtime.
 pub fn start(
@@ -419,6 +423,7 @@ pub fn start(
         refused: HashMap::new(),
         retry: HashMap::new(),
         pending: HashMap::new(),
+        deadlines: FuturesUnordered::new(),
         replies: FuturesUnordered::new(),
         inbound: inbound_tx,
         nearby: nearby_tx,
@@ -445,6 +450,8 @@ struct Node {
     /// Dial backoff: next attempt and current delay.
     retry: HashMap<PeerId, (Instant, Duration)>,
     pending: HashMap<OutboundRequestId, Pending>,
+    /// One per delivery in flight: resolves at its deadline.
+    deadlines: FuturesUnordered<DeadlineFuture>,
     replies: FuturesUnordered<ReplyFuture>,
     inbound: mpsc::Sender<Inbound>,
     nearby: watch::Sender<BTreeSet<ContactId>>,
@@ -468,6 +475,7 @@ impl Node {
                 Some((channel, response)) = self.replies.next(), if !self.replies.is_empty() => {
                     let _ = self.swarm.behaviour_mut().rr.send_response(channel, response);
                 }
+                Some(id) = self.deadlines.next(), if !self.deadlines.is_empty() => self.deliver_deadline(id),
                 _ = tick.tick() => {
                     let keepalive = last_keepalive.elapsed() >= self.config.keepalive;
                     if keepalive {
@@ -668,8 +676,14 @@ impl Node {
             }
             Event::OutboundFailure { peer, request_id, error, .. } => {
                 tracing::debug!("lan: request to {peer} failed: {error}");
+                // Whatever failed, this connection is suspect: the peer stops being nearby
+                // before the engine hears of the failure, so its next message takes the relay
+                // without trying the link again.
+                // A request whose deadline already un-listed the peer says nothing new (and must
+                // not un-list a connection made since).
                 match self.pending.remove(&request_id) {
                     Some(Pending::Deliver(_, reply)) => {
+                        self.unlist(peer);
                         let err = match error {
                             request_response::OutboundFailure::Timeout => {
                                 LanError::Timeout(self.config.deliver_timeout)
@@ -678,18 +692,9 @@ impl Node {
                         };
                         let _ = reply.send(Err(err));
                     }
-                    Some(Pending::Hello(_)) | None => {}
+                    Some(Pending::Hello(_)) => self.unlist(peer),
+                    None => {}
                 }
-                // Whatever failed, this connection is suspect: the peer is not nearby from now
-                // (closing a connection over a cut link can take until TCP gives up, and the
-                // engine must take the relay at once), and the connection is dropped; mDNS and
-                // a fresh hello bring the peer back.
-                if let Some(state) = self.peers.get_mut(&peer) {
-                    state.bound = None;
-                    state.mutual = false;
-                }
-                let _ = self.swarm.disconnect_peer_id(peer);
-                self.publish_nearby();
             }
             Event::InboundFailure { peer, error, .. } => {
                 tracing::debug!("lan: request from {peer} failed: {error}");
@@ -752,6 +757,42 @@ impl Node {
         };
         let id = self.swarm.behaviour_mut().rr.send_request(&peer, LanRequest::Deliver(delivery));
         self.pending.insert(id, Pending::Deliver(peer, reply));
+        let wait = self.config.deliver_timeout;
+        self.deadlines.push(
+            async move {
+                tokio::time::sleep(wait).await;
+                id
+            }
+            .boxed(),
+        );
+    }
+
+    /// A delivery's deadline passed. If it is still unanswered, the peer is un-listed (and its
+    /// connection dropped) before the engine is told, so the engine takes the relay now and does
+    /// not try this link for the next message either: over a cut link nothing else would say so
+    /// until TCP gives up.
+    fn deliver_deadline(&mut self, id: OutboundRequestId) {
+        let (peer, reply) = match self.pending.remove(&id) {
+            Some(Pending::Deliver(peer, reply)) => (peer, reply),
+            Some(other) => {
+                self.pending.insert(id, other);
+                return;
+            }
+            None => return,
+        };
+        tracing::info!("lan: delivery to {peer} unanswered after {:?}; not nearby any more", self.config.deliver_timeout);
+        self.unlist(peer);
+        let _ = reply.send(Err(LanError::Timeout(self.config.deliver_timeout)));
+    }
+
+    /// Forgets a peer's binding and drops its connection; mDNS and a fresh hello bring it back.
+    fn unlist(&mut self, peer: PeerId) {
+        if let Some(state) = self.peers.get_mut(&peer) {
+            state.bound = None;
+            state.mutual = false;
+        }
+        let _ = self.swarm.disconnect_peer_id(peer);
+        self.publish_nearby();
     }
 
     fn dial_discovered(&mut self) {
