@@ -179,6 +179,29 @@ fn timed_delivery(from: &Host, to: &Host, text: &str) -> (Duration, Value) {
     (took, msg.unwrap_or_else(|| panic!("{} got {msgs} instead of {id}", to.name)))
 }
 
+/// Milliseconds from the sender's commit of message `id` to the receiver's (the namespaces share
+/// one clock): the engine's part of the latency, without the CLI processes around it.
+fn commit_to_commit(from: &Host, to: &Host, id: &str) -> f64 {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let at = |home: PathBuf, direction: &'static str| {
+            let id = id.to_owned();
+            async move {
+                let pool = switchboard_tests::profile_db(&home).await;
+                let t: i64 = sqlx::query_scalar("SELECT created_at FROM messages WHERE direction = ? AND id = ?")
+                    .bind(direction)
+                    .bind(&id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                pool.close().await;
+                t
+            }
+        };
+        (at(to.home.clone(), "in").await - at(from.home.clone(), "out").await) as f64
+    })
+}
+
 fn to_name(h: &Host) -> &'static str {
     // Each profile calls the other by its own name.
     h.name
@@ -282,17 +305,27 @@ fn daemons_on_one_lan_discover_deliver_directly_fall_back_to_the_relay_and_refus
     let audit = |h: &Host, id: &str| -> Vec<Value> {
         h.json(&["log"]).as_array().unwrap().iter().filter(|r| r["message_id"] == id).cloned().collect()
     };
-    assert!(audit(&alice, &id).iter().any(|r| r["state"] == "relayed" && r["path"] == "direct"), "{:?}", audit(&alice, &id));
-    assert!(audit(&bob, &id).iter().any(|r| r["state"] == "received" && r["path"] == "direct"), "{:?}", audit(&bob, &id));
+    assert!(
+        audit(&alice, &id).iter().any(|r| r["state"] == "relayed" && r["path"] == "direct"),
+        "{:?}",
+        audit(&alice, &id)
+    );
+    assert!(
+        audit(&bob, &id).iter().any(|r| r["state"] == "received" && r["path"] == "direct"),
+        "{:?}",
+        audit(&bob, &id)
+    );
 
     // Direct latency.
-    let mut direct = Vec::new();
+    let (mut direct, mut direct_engine) = (Vec::new(), Vec::new());
     for i in 0..15 {
         let (took, m) = timed_delivery(&alice, &bob, &format!("direct {i}"));
         assert_eq!(m["path"], "direct", "{m}");
         direct.push(ms(took));
+        direct_engine.push(commit_to_commit(&alice, &bob, m["id"].as_str().unwrap()));
     }
     direct.sort_by(f64::total_cmp);
+    direct_engine.sort_by(f64::total_cmp);
 
     // The stranger: refused by alice's node, nobody nearby to her.
     let refused = (0..100).any(|_| {
@@ -302,10 +335,7 @@ fn daemons_on_one_lan_discover_deliver_directly_fall_back_to_the_relay_and_refus
     assert!(refused, "alice's daemon never refused carol's binding");
     assert!(carol.status_nearby().is_empty(), "carol learned {:?}", carol.status_nearby());
     let alice_list = alice.json(&["contact", "list"]);
-    assert!(
-        alice_list.as_array().unwrap().iter().all(|c| c["name"] == "bob" || c["nearby"] == false),
-        "{alice_list}"
-    );
+    assert!(alice_list.as_array().unwrap().iter().all(|c| c["name"] == "bob" || c["nearby"] == false), "{alice_list}");
 
     // Cut alice from bob (both still reach the relay). The next message goes through the
     // relay in the same attempt, arrives once, and bob stops being nearby to alice.
@@ -319,13 +349,15 @@ fn daemons_on_one_lan_discover_deliver_directly_fall_back_to_the_relay_and_refus
     println!("first message after the cut: {:.0} ms (direct try + relay)", ms(took));
 
     // Relay latency between the same two namespaces, same run: nothing tries the cut link now.
-    let mut relayed = Vec::new();
+    let (mut relayed, mut relayed_engine) = (Vec::new(), Vec::new());
     for i in 0..15 {
         let (took, m) = timed_delivery(&alice, &bob, &format!("relay {i}"));
         assert_eq!(m["path"], "relay", "{m}");
         relayed.push(ms(took));
+        relayed_engine.push(commit_to_commit(&alice, &bob, m["id"].as_str().unwrap()));
     }
     relayed.sort_by(f64::total_cmp);
+    relayed_engine.sort_by(f64::total_cmp);
 
     // Exactly once: bob's history holds the message after the cut one time, alice's outbox is
     // empty.
@@ -346,6 +378,32 @@ fn daemons_on_one_lan_discover_deliver_directly_fall_back_to_the_relay_and_refus
         percentile(&relayed, 0.5),
         percentile(&relayed, 0.95)
     );
+    println!(
+        "sender's commit -> receiver's commit, same messages: direct p50 {:.0} ms (p95 {:.0}), relay p50 {:.0} ms (p95 {:.0})",
+        percentile(&direct_engine, 0.5),
+        percentile(&direct_engine, 0.95),
+        percentile(&relayed_engine, 0.5),
+        percentile(&relayed_engine, 0.95)
+    );
+    // Off: the running daemon stops its node; nothing but the bridge (loopback) listens in A.
+    assert!(alice.ok(&["lan", "off"]).contains("lan: off"));
+    let st = alice.json(&["lan", "status"]);
+    assert_eq!((st["enabled"].clone(), st["running"].clone()), (Value::Bool(false), Value::Bool(false)), "{st}");
+    let mut exposed = Vec::new();
+    for _ in 0..60 {
+        let out = Command::new("ip").args(["netns", "exec", &a, "ss", "-Hlntu"]).output().unwrap();
+        exposed = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.split_whitespace().nth(4).is_some_and(|local| local.starts_with("127.0.0.1:")))
+            .map(str::to_owned)
+            .collect();
+        if exposed.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(exposed.is_empty(), "LAN off, yet alice's namespace has {exposed:?}");
+
     drop((alice, bob, carol));
     let _ = relay.kill();
     let _ = relay.wait();

@@ -46,6 +46,8 @@ export interface Contact {
   new_safety_number: string | null;
   relay: string | null;
   request: string;
+  /** On the same network with a bound LAN connection now (issue 17). */
+  nearby?: boolean;
 }
 
 export interface Message {
@@ -62,6 +64,8 @@ export interface Message {
   ts: number;
   state: string;
   detail: string;
+  /** The path that carried it: direct (LAN), relay, or '' (not handed over yet). */
+  path?: string;
 }
 
 export interface RelayStatus {
@@ -86,6 +90,15 @@ export interface Status {
   relays: RelayStatus[];
   outbox: number;
   agents: Agent[];
+  lan?: LanStatus;
+}
+
+/** The LAN layer (`switchboard lan status`). */
+export interface LanStatus {
+  enabled: boolean;
+  running: boolean;
+  peer_id: string | null;
+  nearby: string[];
 }
 
 export interface AuditRow {
@@ -98,6 +111,8 @@ export interface AuditRow {
   kind: string;
   state: string;
   detail: string;
+  /** The path that carried the message (direct, relay), or ''. */
+  path?: string;
 }
 
 /** An outbound agent message held for the operator's approval. */
@@ -220,6 +235,8 @@ export interface Backend {
   reviewDecide(id: number, approve: boolean): Promise<void>;
   /** The delivery policy; with `review`, switches review mode first. */
   policy(review?: 'auto' | 'review'): Promise<Policy>;
+  /** The LAN layer; with `on`, switches it first. */
+  lan(on?: boolean): Promise<LanStatus>;
   /** Sets a group's outbound mode for agent sends (auto, review, default). */
   groupMode(group: string, mode: string): Promise<void>;
   /** Resumes a group the loop guard paused (operator input). */
@@ -337,6 +354,9 @@ abstract class RequestBackend implements Backend {
   }
   policy(review?: 'auto' | 'review') {
     return this.rpc<Policy>({ op: 'policy', review: review ?? null });
+  }
+  lan(on?: boolean) {
+    return this.rpc<LanStatus>({ op: 'lan', on: on ?? null });
   }
   async groupMode(group: string, mode: string) {
     await this.rpc({ op: 'group_mode', group, mode });

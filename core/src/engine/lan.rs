@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, watch};
 use super::{Result, Runtime, blocking};
 use crate::identity::keystore::{Keystore, KeystoreError};
 use crate::protocol::lan::{LAN_KEY_LIFETIME_MS, LanBinding, LanKey, ProtocolTag, Refusal};
-use crate::store::{OutboxRow, DeliveryPath, Protocol};
+use crate::store::{DeliveryPath, OutboxRow, Protocol};
 use crate::transport::lan::{self as node, ContactId, Inbound, LanConfig, LanHandle, LanIdentity, Pinned};
 use crate::util::{OsRng, now_ms};
 
@@ -171,7 +171,8 @@ impl Runtime {
         }
         life.pins.send_replace(self.lan_pins().await?);
         life.key_created_at = key.created_at_ms();
-        let (handle, inbound) = node::start(LanIdentity { key, bindings }, life.pins.subscribe(), LanConfig::default())?;
+        let (handle, inbound) =
+            node::start(LanIdentity { key, bindings }, life.pins.subscribe(), LanConfig::default())?;
         tracing::info!("lan: node {} started", handle.peer_id());
         tokio::spawn(self.clone().lan_inbound_loop(inbound));
         if let Ok(mut h) = self.inner.lan.handle.lock() {

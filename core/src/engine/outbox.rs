@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::{Event, Result, Runtime};
 use crate::protocol::letagents::STALE_AFTER_MS;
-use crate::store::{self, ContactRow, NewMessage, OutboxRow, DeliveryPath, Protocol, Queued};
+use crate::store::{self, ContactRow, DeliveryPath, NewMessage, OutboxRow, Protocol, Queued};
 use crate::transport::letagents::SendOutcome;
 use crate::util::{now_ms, random_array};
 

@@ -780,7 +780,10 @@ impl Node {
             }
             None => return,
         };
-        tracing::info!("lan: delivery to {peer} unanswered after {:?}; not nearby any more", self.config.deliver_timeout);
+        tracing::info!(
+            "lan: delivery to {peer} unanswered after {:?}; not nearby any more",
+            self.config.deliver_timeout
+        );
         self.unlist(peer);
         let _ = reply.send(Err(LanError::Timeout(self.config.deliver_timeout)));
     }

@@ -42,7 +42,7 @@ use crate::protocol::agent_mail::recipient::{
 use crate::protocol::agent_mail::relay::PacketRecord;
 use crate::protocol::agent_mail::{DAY_MS, Id16, MAX_TTL_MS, MailAddress, MailboxCard, Message, Part, Pin};
 use crate::protocol::letagents::Kind;
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, DeliveryPath, Protocol};
+use crate::store::{self, Audit, ContactRow, DeliveryPath, NewContact, NewMessage, OutboxRow, Protocol};
 use crate::transport::TransportError;
 use crate::transport::agent_mail::{Delivered, MailClient, Published};
 use crate::transport::letagents::{RelayClient, SendOutcome};

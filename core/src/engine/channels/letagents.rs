@@ -27,7 +27,7 @@ use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};
 use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
 use crate::protocol::letagents::wire::{ClientToRelay, RelayToClient};
 use crate::protocol::letagents::{self as la, Address, Inner, Kind, PeerKeys};
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, DeliveryPath, Protocol};
+use crate::store::{self, Audit, ContactRow, DeliveryPath, NewContact, NewMessage, OutboxRow, Protocol};
 use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::util::{OsRng, now_ms};
@@ -305,7 +305,12 @@ impl Letagents {
     /// [`Self::receive`] for an envelope that came by `path` (a nearby contact hands it over
     /// directly): the same decision and transaction, the path recorded on the message and the
     /// audit row.
-    pub(in crate::engine) async fn receive_via(&self, rt: &Runtime, envelope: &[u8], path: DeliveryPath) -> Result<bool> {
+    pub(in crate::engine) async fn receive_via(
+        &self,
+        rt: &Runtime,
+        envelope: &[u8],
+        path: DeliveryPath,
+    ) -> Result<bool> {
         let now = now_ms();
         let me = rt.keys();
         let opened = match la::open(envelope, &rt.inner.id.boxs, &me) {
