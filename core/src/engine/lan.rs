@@ -50,6 +50,9 @@ pub(super) struct Lan {
 struct Life {
     pins: watch::Sender<Pinned>,
     key_created_at: i64,
+    /// Whether the running node's bindings include the Agent Mail key (made lazily: when it
+    /// appears later, the node restarts to bind it too).
+    bound_agent_mail: bool,
 }
 
 impl Default for Lan {
@@ -59,6 +62,7 @@ impl Default for Lan {
             life: tokio::sync::Mutex::new(Life {
                 pins: watch::channel(Arc::new(BTreeMap::new())).0,
                 key_created_at: 0,
+                bound_agent_mail: false,
             }),
             long_lived: AtomicBool::new(false),
         }
@@ -166,7 +170,9 @@ impl Runtime {
         let peer = key.peer_id_bytes();
         let expiry = key.binding_expiry();
         let mut bindings = vec![LanBinding::sign(&self.inner.id.sig, &peer, expiry)];
-        if let Some(am) = self.inner.agent_mail.signing_key().await {
+        let am = self.inner.agent_mail.signing_key().await;
+        life.bound_agent_mail = am.is_some();
+        if let Some(am) = am {
             bindings.push(LanBinding::sign(&am, &peer, expiry));
         }
         life.pins.send_replace(self.lan_pins().await?);
@@ -219,10 +225,11 @@ impl Runtime {
                 life.pins.send_replace(pins);
             }
             let running = self.inner.lan.handle().is_some_and(|h| h.is_running());
-            running && now_ms() - life.key_created_at >= LAN_KEY_LIFETIME_MS
+            let unbound_am = !life.bound_agent_mail && self.inner.agent_mail.signing_key().await.is_some();
+            running && (now_ms() - life.key_created_at >= LAN_KEY_LIFETIME_MS || unbound_am)
         };
         if due {
-            // A new day, a new PeerId: restart with a fresh key and bindings.
+            // A new day, a new PeerId (or a new identity to bind): restart with fresh bindings.
             self.lan_stop().await;
         }
         self.lan_start().await

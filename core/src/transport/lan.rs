@@ -374,10 +374,9 @@ pub fn start(
         .with_max_pending_incoming(Some(config.max_pending_incoming))
         .with_max_established_per_peer(Some(config.max_per_peer))
         .with_max_pending_outgoing(Some(32));
-    let mut mdns_config = mdns::Config::default();
     // IPv6 mDNS in rust-libp2p uses one interface only; IPv4 covers the LAN.
-    mdns_config.enable_ipv6 = false;
-    mdns_config.query_interval = config.mdns_query_interval;
+    let mdns_config =
+        mdns::Config { enable_ipv6: false, query_interval: config.mdns_query_interval, ..Default::default() };
     let rr_config = request_response::Config::default()
         .with_request_timeout(config.deliver_timeout)
         .with_max_concurrent_streams(32);
