@@ -285,6 +285,9 @@ fn daemons_on_one_lan_discover_deliver_directly_fall_back_to_the_relay_and_refus
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(accepted, "bob never saw alice's mail request");
+    // Accepting released her first mail (it came through the relay): read it.
+    let first = bob.json(&["inbox"]);
+    assert!(first.as_array().unwrap().iter().any(|m| m["body"] == "hello by mail" && m["path"] == "relay"), "{first}");
     for h in [&alice, &bob, &carol] {
         assert!(h.ok(&["lan", "on"]).contains("lan: on"));
     }

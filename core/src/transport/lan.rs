@@ -360,12 +360,46 @@ enum Pending {
 type DeadlineFuture = BoxFuture<'static, OutboundRequestId>;
 
 /// Starts a node: listens on `0.0.0.0:port`, runs mDNS, and returns the handle and the stream of
-/// direct deliveries. Must be called inside a tokio runtime.
+/// direct deliveries. The node runs on its own thread and tokio runtime: when it stops, dropping
+/// that runtime ends every task the swarm spawned (mDNS keeps a socket per interface in tasks of
+/// its own that outlive the swarm otherwise), so no LAN socket stays open.
 pub fn start(
     identity: LanIdentity,
     pinned: watch::Receiver<Pinned>,
     config: LanConfig,
 ) -> Result<(LanHandle, mpsc::Receiver<Inbound>), LanError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("switchboard-lan".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(LanError::Start(format!("runtime: {e}"))));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                match build(identity, pinned, config) {
+                    Ok((node, cmd_rx, handle, inbound_rx)) => {
+                        let _ = tx.send(Ok((handle, inbound_rx)));
+                        node.run(cmd_rx).await;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            });
+            // `rt` drops here, and with it every task the node spawned.
+        })
+        .map_err(|e| LanError::Start(format!("thread: {e}")))?;
+    rx.recv().map_err(|_| LanError::Start("the node's thread ended".into()))?
+}
+
+type Built = (Node, mpsc::Receiver<Command>, LanHandle, mpsc::Receiver<Inbound>);
+
+/// Builds the swarm and the node inside the node's runtime.
+fn build(identity: LanIdentity, pinned: watch::Receiver<Pinned>, config: LanConfig) -> Result<Built, LanError> {
     let keypair = libp2p::identity::Keypair::ed25519_from_bytes(*identity.key.seed())
         .map_err(|e| LanError::Start(format!("LAN key: {e}")))?;
     let peer_id = keypair.public().to_peer_id();
@@ -430,8 +464,7 @@ pub fn start(
         hello_budget: 0,
         hello_window: Instant::now(),
     };
-    tokio::spawn(node.run(cmd_rx));
-    Ok((handle, inbound_rx))
+    Ok((node, cmd_rx, handle, inbound_rx))
 }
 
 type ReplyFuture = BoxFuture<'static, (ResponseChannel<LanResponse>, LanResponse)>;

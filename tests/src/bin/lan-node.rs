@@ -10,7 +10,7 @@
 //! on every change, `delivered` (seq, result, latency µs), `inbound` (contacts, protocol, len).
 //! Reads commands: `deliver CONTACT SIZE SEQ`, `quit`. A delivery is answered `Stored` only after
 //! it is appended to `store` and fsynced.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::collections::BTreeMap;
 use std::io::Write;
