@@ -1,5 +1,5 @@
 //! The LAN path's rows (issue 17): which path carried a message (`messages.path`, `audit.path`,
-//! migration 0009), the outbox's hand-over with its path, and the on/off setting (`meta.lan`).
+//! migration 0011), the outbox's hand-over with its path, and the on/off setting (`meta.lan`).
 
 use sqlx::SqliteConnection;
 
