@@ -12,6 +12,7 @@ packages=(
   xvfb xauth x11-utils xdotool imagemagick           # the app's window test (src-tauri/tests/window.rs)
   dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
+  iproute2                                           # network namespaces for the LAN tests (tests/tests/lan_netns.rs)
   xdg-utils desktop-file-utils rpm                   # the package test: link handler, MIME cache, the .rpm's file list
   python3-aiosmtpd                                   # a real SMTP receiver as the ASNET smarthost (relay-lite/tests/asnet_smtp.rs)
   postfix                                            # a real MTA in front of the ASNET service (relay-lite/tests/asnet_postfix.rs)

@@ -22,6 +22,7 @@ dbus-run-session -- bash -c '
   export SWITCHBOARD_REQUIRE_WEBDRIVER=1  # src-tauri/tests/webview.rs likewise without tauri-driver
   export SWITCHBOARD_REQUIRE_MAIL=1  # relay-lite/tests/asnet_{smtp,postfix}.rs likewise without aiosmtpd or Postfix
   export SWITCHBOARD_REQUIRE_POSTGRES=1  # relay-lite store_conformance and pg_cluster fail instead of skipping without PostgreSQL
+  export SWITCHBOARD_REQUIRE_NETNS=1  # tests/tests/lan_netns.rs likewise without network namespaces (root, iproute2)
   export SWITCHBOARD_REQUIRE_TMPFS=1  # the disk-full tests (relay-lite, tests/) mount a small tmpfs: CI runs as root
   cargo test --workspace --no-fail-fast
 ' "$keyring_home"

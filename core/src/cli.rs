@@ -231,6 +231,13 @@ pub enum Command {
         #[arg(value_parser = ["on", "off", "status"], default_value = "status")]
         state: String,
     },
+    /// The LAN layer: find contacts on the local network (mDNS) and deliver to them directly,
+    /// the relay as fallback. Off by default; off opens no LAN socket.
+    Lan {
+        /// on, off, or status.
+        #[arg(value_parser = ["on", "off", "status"], default_value = "status")]
+        state: String,
+    },
 }
 
 /// `review` subcommands.
@@ -581,6 +588,13 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
                 _ => None,
             },
         },
+        Command::Lan { state } => Request::Lan {
+            on: match state.as_str() {
+                "on" => Some(true),
+                "off" => Some(false),
+                _ => None,
+            },
+        },
         Command::Join { link, handle } => Request::GroupJoin { handle, link, timeout_secs: None },
         Command::Group(g) => match g {
             GroupCmd::List { handle } => Request::GroupList { handle },
@@ -657,6 +671,9 @@ fn print_text(kind: &str, v: &Value) {
                 if c["verified"].as_bool() == Some(true) {
                     flags.push("verified".into());
                 }
+                if c["nearby"].as_bool() == Some(true) {
+                    flags.push("nearby".into());
+                }
                 if c["key_changed"].as_bool() == Some(true) {
                     flags.push(format!("KEY CHANGED (new safety number {})", s(&c, "new_safety_number")));
                 }
@@ -714,18 +731,40 @@ fn print_text(kind: &str, v: &Value) {
         "log" => {
             for r in v.as_array().cloned().unwrap_or_default() {
                 println!(
-                    "{} {:<3} {:<9} {:<8} {:<10} {} {}",
+                    "{} {:<3} {:<9} {:<8} {:<10} {}{} {}",
                     r["at"],
                     s(&r, "direction"),
                     s(&r, "protocol"),
                     s(&r, "kind"),
                     s(&r, "state"),
                     s(&r, "message_id"),
+                    match s(&r, "path") {
+                        "" => String::new(),
+                        p => format!(" via {p}"),
+                    },
                     s(&r, "detail")
                 );
             }
         }
         "dnd" => println!("do-not-disturb: {}", if v["dnd"].as_bool() == Some(true) { "on" } else { "off" }),
+        "lan" => {
+            let on = v["enabled"].as_bool() == Some(true);
+            let running = v["running"].as_bool() == Some(true);
+            println!(
+                "lan: {}{}",
+                if on { "on" } else { "off" },
+                match (on, running) {
+                    (true, true) => format!(" (node {})", v["peer_id"].as_str().unwrap_or("")),
+                    (true, false) => " (starts with the daemon or the app)".to_owned(),
+                    _ => String::new(),
+                }
+            );
+            let nearby: Vec<&str> =
+                v["nearby"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+            if running {
+                println!("nearby: {}", if nearby.is_empty() { "nobody".to_owned() } else { nearby.join(", ") });
+            }
+        }
         _ => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
     }
 }
@@ -746,6 +785,7 @@ fn output_kind(cmd: &Command) -> &'static str {
         Command::Inbox { .. } => "inbox",
         Command::Log { .. } => "log",
         Command::Dnd { .. } => "dnd",
+        Command::Lan { .. } => "lan",
         _ => "json",
     }
 }

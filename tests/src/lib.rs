@@ -17,6 +17,7 @@ use tempfile::TempDir;
 
 pub mod browser;
 pub mod model;
+pub mod netns;
 
 /// A relay-lite serving on loopback, restartable on the same port and data.
 pub struct TestRelay {

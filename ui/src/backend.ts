@@ -52,6 +52,8 @@ export interface Contact {
   blocked_dropped?: number;
   /** What the protocol proves about who sent a message. */
   sender_auth?: 'signed_end_to_end' | 'asserted_by_relay';
+  /** On the same network with a bound LAN connection now (issue 17). */
+  nearby?: boolean;
 }
 
 export interface Message {
@@ -70,6 +72,8 @@ export interface Message {
   detail: string;
   /** Incoming only: what the protocol proves about the sender. */
   sender_auth?: 'signed_end_to_end' | 'asserted_by_relay' | null;
+  /** The path that carried it: direct (LAN), relay, or '' (not handed over yet). */
+  path?: string;
 }
 
 export interface RelayStatus {
@@ -94,6 +98,15 @@ export interface Status {
   relays: RelayStatus[];
   outbox: number;
   agents: Agent[];
+  lan?: LanStatus;
+}
+
+/** The LAN layer (`switchboard lan status`). */
+export interface LanStatus {
+  enabled: boolean;
+  running: boolean;
+  peer_id: string | null;
+  nearby: string[];
 }
 
 export interface AuditRow {
@@ -106,6 +119,8 @@ export interface AuditRow {
   kind: string;
   state: string;
   detail: string;
+  /** The path that carried the message (direct, relay), or ''. */
+  path?: string;
 }
 
 /** An outbound agent message held for the operator's approval. */
@@ -285,6 +300,8 @@ export interface Backend {
   reviewDecide(id: number, approve: boolean): Promise<void>;
   /** The delivery policy; with `review`, switches review mode first. */
   policy(review?: 'auto' | 'review'): Promise<Policy>;
+  /** The LAN layer; with `on`, switches it first. */
+  lan(on?: boolean): Promise<LanStatus>;
   /** Sets a group's outbound mode for agent sends (auto, review, default). */
   groupMode(group: string, mode: string): Promise<void>;
   /** Resumes a group the loop guard paused (operator input). */
@@ -420,6 +437,9 @@ abstract class RequestBackend implements Backend {
   }
   policy(review?: 'auto' | 'review') {
     return this.rpc<Policy>({ op: 'policy', review: review ?? null });
+  }
+  lan(on?: boolean) {
+    return this.rpc<LanStatus>({ op: 'lan', on: on ?? null });
   }
   async groupMode(group: string, mode: string) {
     await this.rpc({ op: 'group_mode', group, mode });

@@ -412,6 +412,7 @@ function contactBadges(c: Contact) {
   return [
     protocolBadge(c.protocol),
     c.blocked ? badge(S.contacts.blocked, 'danger') : c.state !== 'active' ? badge(c.state, 'state') : null,
+    c.nearby ? h('span', { class: 'badge ok nearby', title: S.contacts.nearbyTitle }, S.contacts.nearby) : null,
     c.key_changed
       ? badge(S.contacts.keyChanged, 'danger')
       : c.verified
@@ -1242,6 +1243,7 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
           m.kind !== 'send' && m.kind !== 'reply' ? badge(S.conversation.kindBadge[m.kind] ?? m.kind, 'kind') : null,
           h('time', { datetime: new Date(m.ts).toISOString(), title: new Date(m.ts).toLocaleString() }, clock(m.ts)),
           m.direction === 'out' ? tick(m.state) : null,
+          m.path === 'direct' ? h('span', { class: 'badge path-direct', title: S.conversation.directTitle }, S.conversation.direct) : null,
           m.direction === 'out' && (m.state === 'failed' || m.state === 'refused') && m.detail
             ? h('span', { class: 'detail' }, m.detail)
             : null,
@@ -2039,7 +2041,7 @@ async function logView() {
                 h('td', null, names.get(r.peer) ?? (r.peer ? h('code', null, r.peer.slice(0, 12)) : '—')),
                 h('td', null, r.kind),
                 h('td', null, badge(r.state, `state state-${r.state}`)),
-                h('td', null, r.detail),
+                h('td', null, r.path === 'direct' ? `${r.detail ? `${r.detail} · ` : ''}${S.conversation.direct}` : r.detail),
               ),
             ),
           ),
@@ -2063,6 +2065,17 @@ async function settingsView() {
     onchange: (e: Event) => {
       const on = (e.currentTarget as HTMLInputElement).checked;
       void act(() => backend.policy(on ? 'review' : 'auto'), on ? S.settings.reviewOn : S.settings.reviewOff);
+    },
+  });
+  const lanBox = h('input', {
+    type: 'checkbox',
+    id: 'set-lan',
+    checked: st.lan?.enabled ?? false,
+    disabled: st.lan === undefined,
+    'aria-describedby': 'set-lan-note',
+    onchange: (e: Event) => {
+      const on = (e.currentTarget as HTMLInputElement).checked;
+      void act(() => backend.lan(on), on ? S.settings.lanOn : S.settings.lanOff);
     },
   });
   const toggle = (key: string, label: string) => {
@@ -2130,6 +2143,14 @@ async function settingsView() {
       ),
     ),
     hosted ? hostedRelayBox(hosted) : null,
+    h(
+      'section',
+      { 'aria-labelledby': 'lan-title' },
+      h('h3', { id: 'lan-title' }, S.settings.lan),
+      h('div', { class: 'check' }, lanBox, h('label', { for: 'set-lan' }, S.settings.lanMode)),
+      h('p', { class: 'muted hint', id: 'set-lan-note' }, S.settings.lanNote),
+      st.lan?.running ? h('p', null, S.settings.lanNearby(st.lan.nearby)) : null,
+    ),
     h(
       'section',
       { 'aria-labelledby': 'notif-title' },

@@ -312,6 +312,14 @@ pub enum Request {
         #[serde(default)]
         on: Option<bool>,
     },
+    /// The LAN layer (owner only): with `on` switches it on or off (a running runtime starts or
+    /// stops its node), without only reports. Answers `{enabled, running, peer_id, listening,
+    /// nearby}`.
+    Lan {
+        /// On or off; absent: only report.
+        #[serde(default)]
+        on: Option<bool>,
+    },
     /// letmeknow: opens (or creates, with a random two-word handle) a group session; `name` is
     /// the display name its credential carries. Agent sessions always act as their own handle.
     GroupSession {

@@ -111,6 +111,9 @@ pub enum Error {
     /// Profile files.
     #[error(transparent)]
     Profile(#[from] crate::profile::ProfileError),
+    /// The LAN layer could not start (its socket or mDNS; local).
+    #[error(transparent)]
+    Lan(#[from] crate::transport::lan::LanError),
     /// Something that cannot happen did.
     #[error("internal error: {0}")]
     Bug(String),
@@ -158,6 +161,7 @@ impl Error {
             Error::Keystore(_) => "keystore",
             Error::Transport(_) => "relay",
             Error::Profile(_) => "profile",
+            Error::Lan(_) => "lan",
             Error::Bug(_) => "internal",
             Error::Forbidden(_) => "forbidden",
             Error::LoopGuard(_) => "loop_guard",
@@ -191,7 +195,7 @@ impl Error {
             // The key we seal to is the one the peer published.
             Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,
             Error::RelayServed(_) | Error::Transport(_) => Fault::Relay,
-            Error::Store(_) | Error::Keystore(_) | Error::Profile(_) => Fault::Local,
+            Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Lan(_) => Fault::Local,
             Error::Bug(_) => Fault::Bug,
         }
     }

@@ -31,6 +31,7 @@ mod channels;
 mod delivery;
 mod error;
 mod groups;
+mod lan;
 mod outbox;
 
 pub use agents::Caller;
@@ -38,6 +39,7 @@ pub use channels::Protocol;
 pub use delivery::{LEASE_MS, SenderAuth, fence};
 pub use error::{Error, Fault, Result};
 pub use groups::random_handle;
+pub use lan::LAN_DEFAULT_ON;
 pub use outbox::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, backoff_ms};
 
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms};
@@ -141,6 +143,8 @@ struct Inner_ {
     shutdown: watch::Sender<bool>,
     /// letmeknow sessions and invite admissions.
     groups: groups::Groups,
+    /// The LAN layer (issue 17): setting, node, nearby contacts.
+    lan: lan::Lan,
 }
 
 /// One profile's runtime. Cheap to clone.
@@ -240,6 +244,7 @@ fn message_dto(m: &store::MessageRow, contact: Option<&str>, auth: SenderAuth) -
         "state": m.state,
         "detail": m.detail,
         "sender_auth": if m.direction == "in" { Value::from(auth.as_str()) } else { Value::Null },
+        "path": m.path,
     })
 }
 
@@ -348,6 +353,7 @@ impl Runtime {
                 health: std::sync::Mutex::new(RelayHealth { state: "unknown".into(), ..Default::default() }),
                 shutdown,
                 groups: groups::Groups::default(),
+                lan: lan::Lan::default(),
             }),
         })
     }
@@ -397,6 +403,7 @@ impl Runtime {
         match req {
             Request::Whoami => self.whoami().await,
             Request::Status => self.status().await,
+            Request::Lan { on } => self.lan_request(on).await,
             Request::ContactAdd { address, name, allow, relay, no_hello } => {
                 let v = self
                     .contact_add(ContactAdd {
@@ -595,6 +602,7 @@ impl Runtime {
             "agent_mail": self.inner.agent_mail.agent_mail_whoami(self).await,
             "agents": self.store().agents().await?,
             "dnd": self.dnd().await?,
+            "lan": self.lan_status().await?,
         }))
     }
 
@@ -657,6 +665,7 @@ impl Runtime {
             "sender_auth": self.channel(c.protocol).sender_auth().as_str(),
             "blocked": c.blocked,
             "blocked_dropped": c.blocked_dropped,
+            "nearby": self.inner.lan.is_nearby(c.id),
         })
     }
 
@@ -935,7 +944,7 @@ impl Runtime {
     }
 
     /// Starts the long-lived loops (websocket receiver, outbox worker, housekeeping, letmeknow
-    /// group followers).
+    /// group followers, the LAN supervisor).
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let mut loops: Vec<_> = Protocol::ALL
             .into_iter()
@@ -952,6 +961,7 @@ impl Runtime {
             tokio::spawn(self.clone().outbox_loop()),
             tokio::spawn(self.clone().housekeeping_loop()),
             tokio::spawn(self.clone().lmk_background_loop()),
+            tokio::spawn(self.clone().lan_supervisor_loop()),
         ]);
         loops
     }

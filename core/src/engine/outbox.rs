@@ -6,11 +6,13 @@
 //! - `Retry-After` is honoured; a payload the relay keeps refusing is given up (`failed`) when
 //!   its channel says (letagents: 48 h; Agent Mail: the message's deadline; Stringcup: never).
 //! - A relay found unreachable is not tried again in the same pass.
+//! - A row for a nearby contact (the LAN layer, `engine/lan.rs`) is offered directly first, one
+//!   try; if that fails the relay gets it in the same attempt. The path is recorded.
 
 use std::time::Duration;
 
 use super::{Event, Result, Runtime};
-use crate::store::{self, ContactRow, NewMessage, OutboxRow, Protocol, Queued};
+use crate::store::{self, ContactRow, DeliveryPath, NewMessage, OutboxRow, Protocol, Queued};
 use crate::transport::letagents::SendOutcome;
 use crate::util::{now_ms, random_array};
 
@@ -111,17 +113,25 @@ impl Runtime {
         Ok(())
     }
 
+    /// The payload is with the relay or the nearby contact: off the outbox, the path recorded.
+    async fn handed_over(&self, row: &OutboxRow, path: DeliveryPath) -> Result<Attempt> {
+        self.store().outbox_handed_over(row, path, now_ms()).await?;
+        if !matches!(row.kind.as_str(), "receipt" | "roster" | "hello") {
+            self.emit(Event::Delivery { id: row.message_id.clone(), state: "relayed".into() });
+        }
+        Ok(Attempt::Accepted)
+    }
+
+    /// One delivery attempt: directly when the contact is nearby (one try), else (or when that
+    /// fails) through the row's channel to the relay, in the same attempt.
     async fn attempt(&self, row: OutboxRow) -> Result<Attempt> {
+        if self.lan_try_direct(&row).await {
+            return self.handed_over(&row, DeliveryPath::Direct).await;
+        }
         let now = now_ms();
         let outcome = self.channel(row.protocol).attempt(self, &row).await?;
         match outcome {
-            SendOutcome::Accepted => {
-                self.store().outbox_sent(&row, now_ms()).await?;
-                if !matches!(row.kind.as_str(), "receipt" | "roster" | "hello") {
-                    self.emit(Event::Delivery { id: row.message_id.clone(), state: "relayed".into() });
-                }
-                Ok(Attempt::Accepted)
-            }
+            SendOutcome::Accepted => self.handed_over(&row, DeliveryPath::Relay).await,
             SendOutcome::Retry { after_ms, reason } => {
                 if self.give_up_if_due(&row, now, &reason).await? {
                     return Ok(Attempt::Later);
@@ -163,8 +173,14 @@ impl Runtime {
         let mut down: Vec<String> = Vec::new();
         for row in self.store().due_outbox(until, 500).await? {
             if down.contains(&row.relay_url) {
-                // Not tried, but a deadline still passes while the relay is down.
-                self.give_up_if_due(&row, now_ms(), "unreachable: the relay did not answer").await?;
+                // The relay is down, but a nearby contact may still take it directly; if not, a
+                // deadline still passes while the relay is down.
+                if self.lan_try_direct(&row).await {
+                    self.handed_over(&row, DeliveryPath::Direct).await?;
+                    sent += 1;
+                } else {
+                    self.give_up_if_due(&row, now_ms(), "unreachable: the relay did not answer").await?;
+                }
                 continue;
             }
             let url = row.relay_url.clone();

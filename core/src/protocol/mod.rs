@@ -4,6 +4,7 @@
 pub mod agent_identity;
 pub mod agent_mail;
 pub mod asnet;
+pub mod lan;
 pub mod letagents;
 pub mod letmeknow;
 pub mod stringcup;

@@ -14,12 +14,14 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 mod contacts;
 mod groups;
+mod lan;
 mod protocol;
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,
 };
 pub use groups::{GroupLogRow, name_group_if_unnamed};
+pub use lan::{DeliveryPath, set_message_path};
 pub use protocol::Protocol;
 
 /// Store failures: local (disk, corruption) or bugs.
@@ -178,6 +180,8 @@ pub struct MessageRow {
     pub state: String,
     /// Detail (receipt text, error).
     pub detail: String,
+    /// The path that carried it: direct, relay, or '' (not handed over yet, or older rows).
+    pub path: String,
     /// Whether `inbox` showed it.
     #[serde(skip)]
     pub shown: bool,
@@ -235,6 +239,8 @@ pub struct AuditRow {
     pub state: String,
     /// Detail.
     pub detail: String,
+    /// The path that carried the message (direct, relay), or '' when the row is not a transfer.
+    pub path: String,
 }
 
 /// A local agent.
@@ -466,28 +472,7 @@ impl Store {
 
     /// The relay took the payload: remove it from the outbox, move the message to `relayed`.
     pub async fn outbox_sent(&self, row: &OutboxRow, now: i64) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
-        sqlx::query("UPDATE messages SET state = 'relayed' WHERE direction = 'out' AND id = ? AND state = 'queued'")
-            .bind(&row.message_id)
-            .execute(&mut *tx)
-            .await?;
-        audit(
-            &mut tx,
-            now,
-            Audit {
-                direction: "out",
-                protocol: row.protocol.as_str(),
-                peer: &row.target,
-                message_id: &row.message_id,
-                kind: &row.kind,
-                state: "relayed",
-                detail: "",
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        self.outbox_handed_over(row, DeliveryPath::Relay, now).await
     }
 
     /// A failed attempt: try again at `next`.
@@ -564,9 +549,14 @@ pub async fn set_meta(conn: &mut SqliteConnection, key: &str, value: &str) -> Re
 
 /// Appends to the audit log.
 pub async fn audit(conn: &mut SqliteConnection, now: i64, a: Audit<'_>) -> Result<()> {
+    audit_via(conn, now, a, None).await
+}
+
+/// Appends to the audit log, with the path that carried the message when there is one.
+pub async fn audit_via(conn: &mut SqliteConnection, now: i64, a: Audit<'_>, path: Option<DeliveryPath>) -> Result<()> {
     sqlx::query(
-        "INSERT INTO audit (at, direction, protocol, peer, message_id, kind, state, detail) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO audit (at, direction, protocol, peer, message_id, kind, state, detail, path) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(now)
     .bind(a.direction)
@@ -576,6 +566,7 @@ pub async fn audit(conn: &mut SqliteConnection, now: i64, a: Audit<'_>) -> Resul
     .bind(a.kind)
     .bind(a.state)
     .bind(a.detail)
+    .bind(path.map_or("", DeliveryPath::as_str))
     .execute(conn)
     .await?;
     Ok(())

@@ -1,7 +1,8 @@
 //! Relay transports: TLS configuration (web PKI or a pinned self-signed certificate) and the
-//! letagents relay client (HTTP send/inbox/ack and the websocket).
+//! letagents relay client (HTTP send/inbox/ack and the websocket), and the LAN layer ([`lan`]).
 
 pub mod agent_mail;
+pub mod lan;
 pub mod letagents;
 pub mod letmeknow;
 pub mod stringcup;

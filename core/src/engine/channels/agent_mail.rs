@@ -43,7 +43,7 @@ use crate::protocol::agent_mail::recipient::{
 use crate::protocol::agent_mail::relay::PacketRecord;
 use crate::protocol::agent_mail::{DAY_MS, Id16, MAX_TTL_MS, MailAddress, MailboxCard, Message, Part, Pin};
 use crate::protocol::letagents::{Kind, STALE_AFTER_MS};
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Protocol};
+use crate::store::{self, Audit, ContactRow, DeliveryPath, NewContact, NewMessage, OutboxRow, Protocol};
 use crate::transport::TransportError;
 use crate::transport::agent_mail::{Delivered, MailClient, Published};
 use crate::transport::letagents::{RelayClient, SendOutcome};
@@ -807,7 +807,7 @@ impl AgentMail {
                 Err(e) => return Err(e.into()),
             };
             for item in &page.result {
-                let (delete, shows) = self.agent_mail_process(rt, &st, &keys, item).await?;
+                let (delete, shows) = self.agent_mail_process(rt, &st, &keys, item, DeliveryPath::Relay).await?;
                 showable |= shows;
                 total += 1;
                 if let Some(packet_id) = delete {
@@ -819,6 +819,25 @@ impl AgentMail {
                 _ => return Ok((total, showable)),
             }
         }
+    }
+
+    /// The Agent ID key, when this profile has an Agent Mail identity (it signs the LAN binding).
+    pub(in crate::engine) async fn signing_key(&self) -> Option<SigningKey> {
+        self.state.lock().await.as_ref().map(|st| st.key.clone())
+    }
+
+    /// A packet a nearby contact handed over directly (the LAN path): the same pipeline and
+    /// transaction as a listed one, under a record made here (its packet ID is the packet's
+    /// hash, as a relay's). Returns whether `inbox` shows it.
+    pub(in crate::engine) async fn receive_direct(&self, rt: &Runtime, bytes: &[u8]) -> Result<bool> {
+        let Some(st) = self.state.lock().await.clone() else {
+            return Err(Error::Invalid("this profile has no Agent Mail mailbox".into()));
+        };
+        let packet = crate::protocol::agent_mail::Packet::parse(bytes).map_err(|e| Error::Peer(e.to_string()))?;
+        let record = PacketRecord { packet_id: packet.id(), packet, accepted_at: now_ms(), seq: 1 };
+        let keys = self.retained(rt, &st).await?;
+        let (_, showable) = self.agent_mail_process(rt, &st, &keys, &record.to_value(), DeliveryPath::Direct).await?;
+        Ok(showable)
     }
 
     /// Drains the mailbox once (one-shot commands).
@@ -896,6 +915,7 @@ impl AgentMail {
         st: &AmState,
         keys: &[RetainedKey],
         item: &crate::protocol::agent_identity::Value,
+        path: DeliveryPath,
     ) -> Result<(Option<Hash32>, bool)> {
         let now = now_ms();
         let record = match PacketRecord::from_value(item) {
@@ -1071,6 +1091,7 @@ impl AgentMail {
                 },
             )
             .await?;
+            store::set_message_path(&mut tx, "in", AM, &sender, &msg_id, path).await?;
         } else {
             detail.push(format!("kind `{kind}` is not allowed for this contact"));
         }

@@ -28,7 +28,7 @@ use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};
 use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
 use crate::protocol::letagents::wire::{ClientToRelay, RelayToClient};
 use crate::protocol::letagents::{self as la, Address, Inner, Kind, PeerKeys};
-use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Protocol};
+use crate::store::{self, Audit, ContactRow, DeliveryPath, NewContact, NewMessage, OutboxRow, Protocol};
 use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::util::{OsRng, now_ms};
@@ -305,6 +305,18 @@ impl Letagents {
     /// Processes one envelope from the relay and commits every effect. Returns true if it
     /// produced something `inbox` will show. Errors are local (the envelope must not be acked).
     pub(in crate::engine) async fn receive(&self, rt: &Runtime, envelope: &[u8]) -> Result<bool> {
+        self.receive_via(rt, envelope, DeliveryPath::Relay).await
+    }
+
+    /// [`Self::receive`] for an envelope that came by `path` (a nearby contact hands it over
+    /// directly): the same decision and transaction, the path recorded on the message and the
+    /// audit row.
+    pub(in crate::engine) async fn receive_via(
+        &self,
+        rt: &Runtime,
+        envelope: &[u8],
+        path: DeliveryPath,
+    ) -> Result<bool> {
         let now = now_ms();
         let me = rt.keys();
         let opened = match la::open(envelope, &rt.inner.id.boxs, &me) {
@@ -480,6 +492,7 @@ impl Letagents {
                     },
                 )
                 .await?;
+                store::set_message_path(&mut tx, "in", Protocol::Letagents, &peer, &msg_id, path).await?;
                 showable = !hidden;
                 match kind {
                     Kind::Receipt => {
@@ -535,7 +548,7 @@ impl Letagents {
                 audit_in("received", String::new())
             }
         };
-        store::audit(
+        store::audit_via(
             &mut tx,
             now,
             Audit {
@@ -547,6 +560,7 @@ impl Letagents {
                 state,
                 detail: &detail,
             },
+            Some(path),
         )
         .await?;
         tx.commit().await?;
