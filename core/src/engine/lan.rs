@@ -145,12 +145,14 @@ impl Runtime {
     }
 
     /// Pinned identity keys: active letagents and Agent Mail contacts, minus any whose key
-    /// changed and awaits re-verification.
+    /// changed and awaits re-verification and any the owner blocked (a blocked contact gets no
+    /// LAN connection: its binding verifies against no pin).
     async fn lan_pins(&self) -> Result<Pinned> {
         let mut map = BTreeMap::new();
         for c in self.store().contacts(Some("active")).await? {
             let end_to_end = matches!(c.protocol, Protocol::Letagents | Protocol::AgentMail);
             if end_to_end
+                && !c.blocked
                 && c.changed_box_pub.is_none()
                 && let Ok(key) = <[u8; 32]>::try_from(c.sig_pub.as_slice())
             {
