@@ -58,6 +58,15 @@ struct Stored {
     token: String,
 }
 
+/// A topic as it may go into a request path: the relay's `tp-` ids and legacy names, letters,
+/// digits, `-` and `_` only (a `/`, `?` or `..` would address another resource of the relay).
+fn topic_path(topic: &str) -> Result<&str> {
+    let ok = !topic.is_empty()
+        && topic.len() <= 64
+        && topic.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok { Ok(topic) } else { Err(Error::Invalid(format!("`{topic}` is not a topic id (tp-…)"))) }
+}
+
 /// One inbox page as the receive loop sees it.
 struct Page {
     /// Messages processed (and acknowledged).
@@ -741,6 +750,7 @@ impl Stringcup {
 
     /// Adds Stringcup contacts to a topic we own.
     pub(in crate::engine) async fn topic_add(&self, rt: &Runtime, topic: &str, members: &[String]) -> Result<Value> {
+        let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
         let mut ids = Vec::new();
         for m in members {
@@ -759,6 +769,7 @@ impl Stringcup {
         topic: &str,
         member: Option<&str>,
     ) -> Result<Value> {
+        let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
         let id = match member {
             Some(m) => self.member_id(rt, m).await?,
@@ -770,6 +781,7 @@ impl Stringcup {
 
     /// Deletes a topic we own.
     pub(in crate::engine) async fn topic_delete(&self, rt: &Runtime, topic: &str) -> Result<Value> {
+        let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
         self.client.topic_delete(&me.token, topic).await?;
         Ok(json!({"topic": topic, "deleted": true}))
@@ -793,6 +805,7 @@ impl Stringcup {
     /// Sends `text` to every member of `topic` we have pinned, in one batch request. Members with
     /// no pin or a different key are skipped and reported.
     pub(in crate::engine) async fn topic_send(&self, rt: &Runtime, topic: &str, text: &str) -> Result<Value> {
+        let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
         let roster = self.client.topic_roster(&me.token, topic).await?;
         let mut skipped = Vec::new();
@@ -854,5 +867,19 @@ impl Stringcup {
         rt.store().outbox_release(&queued, now_ms()).await?;
         rt.inner.outbox_wake.notify_one();
         Ok(json!({"topic": topic, "sent": sent, "queued": queued.len() - sent, "messages": queued, "skipped": skipped}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_topic_id_goes_into_a_request_path() {
+        assert!(topic_path("tp-cucxeqysmwr2a45nzo34h6lz").is_ok());
+        assert!(topic_path("legacy_name-2").is_ok());
+        for bad in ["", "x/../../messages", "tp-a?x=1", "a b", "tp-%2e%2e", &"a".repeat(65)] {
+            assert!(topic_path(bad).is_err(), "{bad}");
+        }
     }
 }
