@@ -18,6 +18,18 @@ fn send(contact: &str, text: &str) -> Request {
     }
 }
 
+/// Bob and Carol, each a mutual Stringcup contact of `alice` (named "bob", "carol", "alice").
+async fn bob_and_carol_know(alice: &Peer, relay: &TestRelay) -> (Peer, Peer) {
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let carol = Peer::offline("carol", &relay.url()).await;
+    let alice_id = alice.stringcup_id().await;
+    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
+        p.add_contact(&alice_id, "alice").await;
+        alice.add_contact(&p.stringcup_id().await, n).await;
+    }
+    (bob, carol)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_message_is_held_as_a_request_then_both_sides_talk() {
     let relay = TestRelay::start().await;
@@ -171,13 +183,7 @@ async fn a_retried_send_is_stored_once_thanks_to_its_idempotency_key() {
 async fn a_topic_fans_out_in_one_batch_to_pinned_members() {
     let relay = TestRelay::start().await;
     let alice = Peer::offline("alice", &relay.url()).await;
-    let bob = Peer::offline("bob", &relay.url()).await;
-    let carol = Peer::offline("carol", &relay.url()).await;
-    let alice_id = alice.stringcup_id().await;
-    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
-        p.add_contact(&alice_id, "alice").await;
-        alice.add_contact(&p.stringcup_id().await, n).await;
-    }
+    let (bob, carol) = bob_and_carol_know(&alice, &relay).await;
     let topic = alice.call(Request::TopicCreate { members: vec!["bob".into(), "carol".into()] }).await;
     let topic = topic["topic"].as_str().unwrap().to_owned();
     assert!(topic.starts_with("tp-"));
@@ -229,13 +235,7 @@ async fn what_stringcup_cannot_carry_is_refused_not_dropped() {
 async fn a_live_sender_fans_out_a_topic_message_exactly_once_per_member() {
     let relay = TestRelay::start().await;
     let alice = Peer::live("alice", &relay.url()).await;
-    let bob = Peer::offline("bob", &relay.url()).await;
-    let carol = Peer::offline("carol", &relay.url()).await;
-    let alice_id = alice.stringcup_id().await;
-    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
-        p.add_contact(&alice_id, "alice").await;
-        alice.add_contact(&p.stringcup_id().await, n).await;
-    }
+    let (bob, carol) = bob_and_carol_know(&alice, &relay).await;
     let topic = alice.call(Request::TopicCreate { members: vec!["bob".into(), "carol".into()] }).await;
     let topic = topic["topic"].as_str().unwrap().to_owned();
     for round in 0..5 {
@@ -350,13 +350,7 @@ async fn the_inbox_budget_is_read_from_the_relay_and_a_429_says_when_to_return()
 async fn topics_can_be_listed_changed_left_and_deleted() {
     let relay = TestRelay::start().await;
     let alice = Peer::offline("alice", &relay.url()).await;
-    let bob = Peer::offline("bob", &relay.url()).await;
-    let carol = Peer::offline("carol", &relay.url()).await;
-    let alice_id = alice.stringcup_id().await;
-    for (p, n) in [(&bob, "bob"), (&carol, "carol")] {
-        p.add_contact(&alice_id, "alice").await;
-        alice.add_contact(&p.stringcup_id().await, n).await;
-    }
+    let (bob, carol) = bob_and_carol_know(&alice, &relay).await;
     let t = alice.call(Request::TopicCreate { members: vec!["bob".into()] }).await;
     let topic = t["topic"].as_str().unwrap().to_owned();
     let listed = alice.call(Request::TopicList).await;

@@ -727,11 +727,7 @@ impl Stringcup {
         let me = self.stringcup_identity(rt).await?;
         let mut ids = Vec::new();
         for m in members {
-            let c = rt.store().contact_by_name(m).await?.ok_or_else(|| Error::UnknownContact(m.clone()))?;
-            if c.protocol != Protocol::Stringcup {
-                return Err(Error::Invalid(format!("`{m}` is not a Stringcup contact")));
-            }
-            ids.push(c.peer_id);
+            ids.push(self.member_id(rt, m).await?);
         }
         let topic = self.client.topic_create(&me.token, &ids).await?;
         Ok(json!({"topic": topic, "members": ids.len() + 1}))
