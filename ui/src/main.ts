@@ -261,7 +261,10 @@ async function render(background = false) {
       if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
     });
     const active = main.contains(document.activeElement) ? (document.activeElement as HTMLElement) : null;
-    const focused = active?.id ?? '';
+    // Where the focus goes back to: the element with the same id, or the link to the same place
+    // (a keyboard user tabbing through the chat list keeps their place when a message arrives).
+    const href = active instanceof HTMLAnchorElement ? active.getAttribute('href') : null;
+    const focused = active?.id ? `#${CSS.escape(active.id)}` : href ? `a[href="${CSS.escape(href)}"]` : '';
     const caret =
       active instanceof HTMLTextAreaElement || (active instanceof HTMLInputElement && active.type !== 'checkbox')
         ? [active.selectionStart, active.selectionEnd]
@@ -277,7 +280,7 @@ async function render(background = false) {
     if (compose instanceof HTMLTextAreaElement && compose.value) compose.dispatchEvent(new Event('input'));
     restoreScrolls(scrolls, route);
     if (focused) {
-      const el = document.getElementById(focused);
+      const el = main.querySelector<HTMLElement>(focused);
       el?.focus({ preventScroll: true });
       if (caret && (el instanceof HTMLTextAreaElement || el instanceof HTMLInputElement)) {
         try {
@@ -1436,24 +1439,15 @@ async function conversationView(name: string, highlight?: string) {
       'form',
       {
         class: 'compose',
-        onsubmit: async (e: Event) => {
+        onsubmit: (e: Event) => {
           e.preventDefault();
-          if (!text.value.trim()) return;
-          sendBtn.disabled = true;
-          try {
-            await backend.send(c.name, text.value, {
+          void submitComposer(text, sendBtn, async (body) => {
+            await backend.send(c.name, body, {
               kind: replyTo ? 'reply' : kind.value,
               reply_to: replyTo ?? undefined,
             });
             replyTo = null;
-            text.value = '';
-            scrollToNewest = true;
-            await render(true);
-            document.getElementById('compose')?.focus();
-          } catch (x) {
-            say(errorText(x), true);
-            sendBtn.disabled = false;
-          }
+          });
         },
       },
       replyNote,
@@ -1767,6 +1761,39 @@ function groupMessageList(name: string, msgs: GroupMessage[]) {
   );
 }
 
+/**
+ * Sends what the composer holds. The text leaves the composer at once: a background refresh that
+ * lands while the send is under way replaces the composer and carries over what it holds, so
+ * clearing only after the send would leave the sent text in the new composer (and Enter pressed
+ * again would send it twice). If the send fails, the text comes back unless something new was typed.
+ */
+async function submitComposer(text: HTMLTextAreaElement, sendBtn: HTMLButtonElement, send: (body: string) => Promise<unknown>) {
+  const body = text.value;
+  if (!body.trim()) return;
+  // The composer on screen now: the one this form was built with, or its replacement.
+  const current = () => (document.getElementById('compose') as HTMLTextAreaElement | null) ?? text;
+  const clear = (el: HTMLTextAreaElement, value: string) => {
+    el.value = value;
+    el.dispatchEvent(new Event('input')); // it shrinks or grows with what it holds
+  };
+  clear(text, '');
+  if (current() !== text) clear(current(), '');
+  sendBtn.disabled = true;
+  try {
+    await send(body);
+    scrollToNewest = true;
+    await render(true);
+    document.getElementById('compose')?.focus();
+  } catch (x) {
+    const el = current();
+    if (!el.value) clear(el, body);
+    say(errorText(x), true);
+    sendBtn.disabled = false;
+    const shown = el.form?.querySelector<HTMLButtonElement>('button[type="submit"]');
+    if (shown) shown.disabled = false;
+  }
+}
+
 /** A group as a chat: its messages, the composer (as the person's own group session), the details. */
 async function groupView(group: string) {
   const s = summary ?? (await refreshSummary());
@@ -1841,20 +1868,9 @@ async function groupView(group: string) {
       'form',
       {
         class: 'compose',
-        onsubmit: async (e: Event) => {
+        onsubmit: (e: Event) => {
           e.preventDefault();
-          if (!text.value.trim()) return;
-          sendBtn.disabled = true;
-          try {
-            await backend.groupSend(group, text.value);
-            text.value = '';
-            scrollToNewest = true;
-            await render(true);
-            document.getElementById('compose')?.focus();
-          } catch (x) {
-            say(errorText(x), true);
-            sendBtn.disabled = false;
-          }
+          void submitComposer(text, sendBtn, (body) => backend.groupSend(group, body));
         },
       },
       h(
