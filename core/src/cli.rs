@@ -477,6 +477,11 @@ pub enum GroupCmd {
         #[arg(long)]
         handle: Option<String>,
     },
+    /// Delete a group session: leave its groups, then erase its keys and its decrypted log.
+    DeleteSession {
+        /// The group session.
+        handle: String,
+    },
     /// Remove a member (by fingerprint).
     Remove {
         /// The group.
@@ -604,6 +609,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             GroupCmd::Read { id, ancestors, handle } => Request::GroupRead { handle, id, ancestors: Some(ancestors) },
             GroupCmd::Members { group, handle } => Request::GroupMembers { handle, group },
             GroupCmd::Leave { group, handle } => Request::GroupLeave { handle, group },
+            GroupCmd::DeleteSession { handle } => Request::GroupSessionDelete { handle },
             GroupCmd::Remove { group, fingerprint, handle } => Request::GroupRemove { handle, group, fingerprint },
             GroupCmd::Mode { group, mode, handle } => Request::GroupMode { handle, group, mode },
             GroupCmd::Resume { group, handle } => Request::GroupResume { handle, group },

@@ -893,6 +893,166 @@ async fn a_message_with_a_forged_epoch_auth_is_reported_and_not_delivered() {
     assert_eq!(alice.members(&g).await.len(), 3, "mallory's forged leave request was not honoured");
 }
 
+/// `reply_to` of `id` in `agent`'s local log.
+async fn reply_to_in_log(agent: &Agent, id: &str) -> String {
+    sqlx::query_scalar("SELECT reply_to FROM lmk_messages WHERE handle = ? AND id = ?")
+        .bind(&agent.handle)
+        .bind(id)
+        .fetch_one(&agent.rt().store().pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_reply_to_outside_the_senders_declared_context_loses_its_link_and_is_reported() {
+    use switchboard_core::mls::{self, Member};
+    use switchboard_core::util::b64u;
+    let relay = TestRelay::start().await;
+    let (alice, bob, mallory) =
+        (Agent::new("alice", &relay).await, Agent::new("bob", &relay).await, Agent::new("mallory", &relay).await);
+    let g = admit(&alice, None, &bob).await;
+    admit(&alice, Some(&g), &mallory).await;
+    // A chain: `second` is sent after `first` (its `after` holds `first`).
+    let first = alice.send(&g, "first").await;
+    let second = alice.send(&g, "second").await;
+    bob.sync(&g).await;
+    mallory.sync(&g).await;
+    let (name, key, state): (String, Vec<u8>, Vec<u8>) =
+        sqlx::query_as("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
+            .bind(&mallory.handle)
+            .fetch_one(&mallory.rt().store().pool)
+            .await
+            .unwrap();
+    let member = Member::restore(&state, &key, &name).unwrap();
+    let mut group = member.load_group(&g).unwrap().unwrap();
+    let auth = mls::epoch_authenticator(&group);
+    let upstream = LetmeknowClient::new(&RelayClient::new(&relay.url(), None).unwrap());
+    let mut post = async |after: &[&str], content: &str| {
+        let p = serde_json::json!({"after": after, "epoch-auth": b64u(&auth), "content": content, "reply-to": first});
+        let sealed = member.encrypt(&mut group, &serde_json::to_vec(&p).unwrap()).unwrap();
+        let id = switchboard_core::protocol::letmeknow::message_id(&sealed);
+        upstream.post(&g, sealed).await.unwrap();
+        id
+    };
+    let direct = post(&[first.as_str()], "covered directly").await;
+    let through = post(&[second.as_str()], "covered through second").await;
+    let outside = post(&[], "claims to answer first").await;
+
+    bob.sync(&g).await;
+    assert_eq!(reply_to_in_log(&bob, &direct).await, first, "a reply-to listed in after keeps its link");
+    assert_eq!(reply_to_in_log(&bob, &through).await, first, "an ancestor of after is covered too");
+    assert_eq!(reply_to_in_log(&bob, &outside).await, "", "the uncovered link is dropped");
+    let log = log_contents(&bob).await;
+    assert!(log.iter().any(|c| c == "claims to answer first"), "the text itself is kept: {log:?}");
+    let said = alerts(&bob).await;
+    let alert: Vec<_> = said.iter().filter(|t| t.contains(&outside)).collect();
+    assert_eq!(alert.len(), 1, "{said:?}");
+    assert!(alert[0].contains(&mallory.fp) && alert[0].contains("does not cover"), "{}", alert[0]);
+    assert!(!said.iter().any(|t| t.contains(&direct) || t.contains(&through)), "{said:?}");
+}
+
+#[tokio::test]
+async fn the_decrypted_log_goes_after_the_group_ttl_unread_rows_stay_and_no_gap_is_reported() {
+    let relay = TestRelay::start().await;
+    let (alice, bob) = (Agent::new("alice", &relay).await, Agent::new("bob", &relay).await);
+    let g = admit(&alice, None, &bob).await;
+    let old = alice.send(&g, "old and read").await;
+    bob.sync(&g).await;
+    assert!(bob.contents().await.iter().any(|c| c == "old and read"), "read: it entered bob's context");
+    let unread = alice.send(&g, "old but not yet read").await;
+    bob.sync(&g).await;
+    let bob_row = async |id: &str| -> Option<String> {
+        sqlx::query_scalar("SELECT content FROM lmk_messages WHERE handle = ? AND id = ?")
+            .bind(&bob.handle)
+            .bind(id)
+            .fetch_optional(&bob.rt().store().pool)
+            .await
+            .unwrap()
+    };
+    assert!(bob_row(&unread).await.is_some());
+
+    // Everything so far is past the TTL (the cutoff stands in for the clock a week on).
+    let cutoff = switchboard_core::util::now_ms() + 1;
+    let deleted = bob.rt().store().expire_group_log(cutoff).await.unwrap();
+    assert!(deleted >= 1, "{deleted}");
+    assert_eq!(bob_row(&old).await, None, "the read message's plaintext is gone");
+    assert_eq!(bob_row(&unread).await.as_deref(), Some("old but not yet read"), "an unread one stays until read");
+    let joined: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM lmk_messages WHERE handle = ? AND id LIKE 'joined:%'")
+        .bind(&bob.handle)
+        .fetch_one(&bob.rt().store().pool)
+        .await
+        .unwrap();
+    assert_eq!(joined, 1, "the session's own join marker stays");
+    let left: Vec<String> = sqlx::query_scalar("SELECT content FROM lmk_messages WHERE handle = ? AND created_at < ?")
+        .bind(&bob.handle)
+        .bind(cutoff)
+        .fetch_all(&bob.rt().store().pool)
+        .await
+        .unwrap();
+    assert!(!left.iter().any(|c| c.contains("old and read")), "{left:?}");
+    assert!(bob.rt().store().expired_group_ids(&bob.handle, &g).await.unwrap().contains(&old));
+    // Once read, the other one goes too.
+    bob.contents().await;
+    bob.rt().store().expire_group_log(switchboard_core::util::now_ms() + 1).await.unwrap();
+    assert_eq!(bob_row(&unread).await, None);
+    // Nothing is left to answer on bob's side.
+    let gone = bob.rt().lmk_send(&bob.handle, &g, "re: old", None, Some(&old)).await;
+    assert!(matches!(gone, Err(switchboard_core::engine::Error::UnknownMessage(_))), "{gone:?}");
+
+    // Talk goes on: alice (whose device keeps its log longer) answers the old message; her
+    // context names both deleted messages, which is no gap, and her reply link stays.
+    let next = alice.rt().lmk_send(&alice.handle, &g, "after a week", None, Some(&old)).await.unwrap();
+    bob.sync(&g).await;
+    let got = bob.deliveries().await;
+    let n = got.iter().find(|d| d["id"] == next["id"]).unwrap_or_else(|| panic!("{got:?}"));
+    assert_eq!(n["reply_to"], old.as_str(), "covered by after");
+    assert!(n["after"].as_array().unwrap().iter().any(|a| a == unread.as_str()), "{n}");
+    bob.rt().lmk_sync(&bob.handle, &g, 0).await.unwrap();
+    let said = alerts(&bob).await;
+    assert!(!said.iter().any(|t| t.contains(&old) || t.contains(&unread)), "no gap, no uncovered reply: {said:?}");
+    // A second pass deletes nothing new that is recent.
+    assert_eq!(bob.rt().store().expire_group_log(switchboard_core::util::now_ms() - 60_000).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn deleting_a_group_session_leaves_its_groups_and_erases_its_keys_and_log() {
+    let relay = TestRelay::start().await;
+    let (alice, bob) = (Agent::new("alice", &relay).await, Agent::new("bob", &relay).await);
+    let g = admit(&alice, None, &bob).await;
+    alice.send(&g, "before bob goes").await;
+    bob.sync(&g).await;
+    bob.contents().await;
+
+    let out = bob.peer.call(Request::GroupSessionDelete { handle: bob.handle.clone() }).await;
+    assert_eq!(out["deleted"], true, "{out}");
+    assert_eq!(out["left"], serde_json::json!([g]), "{out}");
+    let pool = &bob.rt().store().pool;
+    for table in ["lmk_sessions", "lmk_groups", "lmk_messages", "lmk_epoch_auth", "lmk_expired"] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table} WHERE handle = ?")))
+            .bind(&bob.handle)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "{table} holds nothing of the deleted session");
+    }
+    assert!(bob.rt().lmk_sync(&bob.handle, &g, 0).await.is_err(), "the session is gone, not cached");
+    // The others honour its leave request: alice commits the removal.
+    alice.sync(&g).await;
+    assert_eq!(alice.members(&g).await.len(), 1, "bob was removed");
+    // An agent session may not delete one.
+    use switchboard_core::engine::Caller;
+    let err = alice
+        .rt()
+        .handle_as(
+            &Caller::Agent(alice.handle.clone()),
+            Request::GroupSessionDelete { handle: alice.handle.clone() },
+            true,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("operator's decision"), "{err}");
+}
+
 #[tokio::test]
 async fn a_new_member_is_not_told_of_gaps_before_it_joined() {
     let relay = TestRelay::start().await;

@@ -410,6 +410,12 @@ pub enum Request {
         /// The member's fingerprint.
         fingerprint: String,
     },
+    /// letmeknow (owner only): deletes a group session: leaves its groups, then erases its MLS
+    /// state and decrypted log. Answers `{handle, deleted, left, not_told}`.
+    GroupSessionDelete {
+        /// The session.
+        handle: String,
+    },
     /// letmeknow: leaves a group (asks the others to commit the removal).
     GroupLeave {
         /// The session (owner callers; default: the only one).

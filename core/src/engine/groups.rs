@@ -471,6 +471,7 @@ impl Runtime {
                 let h = self.group_handle(pick(handle), &group).await?;
                 self.lmk_remove(&h, &group, &fingerprint).await
             }
+            Request::GroupSessionDelete { handle } if agent.is_none() => self.lmk_session_delete(&handle).await,
             Request::GroupLeave { handle, group } => {
                 let h = self.group_handle(pick(handle), &group).await?;
                 self.lmk_leave(&h, &group).await
@@ -898,7 +899,10 @@ impl Runtime {
                 return;
             }
             let round = async {
-                let (relay, cursor, state) = self.lmk_group_row(handle, gid).await?;
+                // A deleted session's groups are gone: nothing left to follow.
+                let Ok((relay, cursor, state)) = self.lmk_group_row(handle, gid).await else {
+                    return Ok(false);
+                };
                 if state != "active" {
                     return Ok(false);
                 }
@@ -1167,6 +1171,28 @@ impl Runtime {
                             tx.commit().await?;
                             return Ok(false);
                         }
+                        // A reply must be to something in the sender's declared context: a
+                        // `reply-to` that `after` does not cover (seed 001) would let a message
+                        // pose as the answer to one its sender never saw. The text is kept; the
+                        // reply link is not, and the owner is told once.
+                        let mut reply_to = p.reply_to.unwrap_or_default();
+                        if !reply_to.is_empty()
+                            && !crate::store::group_context_covers(&mut tx, &handle, gid, &p.after, &reply_to).await?
+                        {
+                            alert(
+                                &mut tx,
+                                &handle,
+                                gid,
+                                &format!("reply-to:{id}"),
+                                format!(
+                                    "{} sent message {id} as a reply to {reply_to}, which its context (`after`) \
+                                     does not cover; it is shown without the reply link",
+                                    who(&sender)
+                                ),
+                            )
+                            .await?;
+                            reply_to.clear();
+                        }
                         let row = NewRow {
                             id: id.clone(),
                             seq,
@@ -1175,7 +1201,7 @@ impl Runtime {
                             sender_fp: sender.fingerprint.clone(),
                             sender_name: sender.name.clone(),
                             to_fp: p.to.as_deref().map(canonical_fp).unwrap_or_default(),
-                            reply_to: p.reply_to.unwrap_or_default(),
+                            reply_to,
                             after: p.after,
                             content: p.content,
                             ..Default::default()
@@ -1248,7 +1274,9 @@ impl Runtime {
         .bind(gid)
         .fetch_all(&self.store().pool)
         .await?;
-        let known: BTreeSet<String> = rows.iter().map(|r| r.get::<String, _>("id")).collect();
+        let mut known: BTreeSet<String> = rows.iter().map(|r| r.get::<String, _>("id")).collect();
+        // A message whose content was deleted after the group TTL arrived all the same.
+        known.extend(self.store().expired_group_ids(handle, gid).await?);
         let mut missing: BTreeMap<String, String> = BTreeMap::new();
         for r in &rows {
             let after: Vec<String> = serde_json::from_str(r.get::<String, _>("after").as_str()).unwrap_or_default();
@@ -1894,6 +1922,36 @@ impl Runtime {
     }
 
     /// Leaves `gid`: asks the other members to commit our removal, then stops following it.
+    /// Deletes group session `handle` (owner only): leaves each of its active groups (the others
+    /// commit the removal), then erases its MLS state and its decrypted log (seed 001: the log is
+    /// deleted with the session). A group that could not be told (its relay down) is named in the
+    /// answer; the session is deleted all the same, since the owner asked for its keys to go.
+    pub async fn lmk_session_delete(&self, handle: &str) -> Result<Value> {
+        let session = self.lmk_load(handle).await?;
+        let groups: Vec<String> =
+            sqlx::query_scalar("SELECT group_id FROM lmk_groups WHERE handle = ? AND state = 'active'")
+                .bind(handle)
+                .fetch_all(&self.store().pool)
+                .await?;
+        let (mut left, mut not_told) = (Vec::new(), Vec::new());
+        for g in &groups {
+            match self.lmk_leave(handle, g).await {
+                Ok(_) => left.push(json!(g)),
+                Err(e) => not_told.push(json!({"group": g, "error": e.to_string()})),
+            }
+        }
+        {
+            // Under the session's lock: no sync of it is halfway through a write.
+            let _held = session.lock().await;
+            self.store().delete_group_session(handle).await?;
+            self.inner.groups.sessions.lock().await.remove(handle);
+        }
+        for g in groups {
+            self.emit(Event::GroupChanged { group: g });
+        }
+        Ok(json!({"handle": handle, "deleted": true, "left": left, "not_told": not_told}))
+    }
+
     pub async fn lmk_leave(&self, handle: &str, gid: &str) -> Result<Value> {
         let sent = self.lmk_post_app(handle, gid, "(leaving the group)", None, None, true).await?;
         sqlx::query("UPDATE lmk_groups SET state = 'left' WHERE handle = ? AND group_id = ?")

@@ -567,6 +567,7 @@ impl Runtime {
             | Request::GroupMembers { .. }
             | Request::GroupRemove { .. }
             | Request::GroupLeave { .. }
+            | Request::GroupSessionDelete { .. }
             | Request::GroupDeliveries { .. }
             | Request::GroupMode { .. }
             | Request::GroupResume { .. }
@@ -933,6 +934,11 @@ impl Runtime {
         let mut stop = self.inner.shutdown.subscribe();
         loop {
             let _ = self.store().prune_seen(now_ms() - STALE_AFTER_MS - la::MAX_FUTURE_SKEW_MS - 3_600_000).await;
+            // The decrypted group log goes after the group TTL (seed 001, "Crypto").
+            let ttl_ms = i64::try_from(crate::protocol::letmeknow::LOG_TTL_SECS * 1000).unwrap_or(i64::MAX);
+            if let Err(e) = self.store().expire_group_log(now_ms() - ttl_ms).await {
+                tracing::warn!("deleting the group log past its TTL: {e}");
+            }
             for p in Protocol::ALL {
                 self.channel(p).housekeeping(&self).await;
             }

@@ -140,3 +140,92 @@ pub async fn name_group_if_unnamed(conn: &mut SqliteConnection, group: &str, nam
         .await?;
     Ok(())
 }
+
+/// How far [`covers`] walks back through `after` links before it stops looking.
+pub const COVER_WALK_LIMIT: usize = 2_000;
+
+/// Whether `target` is in the context a message declares: one of its `after` ids, or an ancestor
+/// of one through the `after` lists of rows this session holds for the group (seed 001: a
+/// `reply-to` must be covered by `after`). A row we have not received cannot be walked through,
+/// so a reference only it would cover counts as not covered; the walk stops after
+/// [`COVER_WALK_LIMIT`] rows.
+pub async fn covers(
+    conn: &mut SqliteConnection,
+    handle: &str,
+    group: &str,
+    after: &[String],
+    target: &str,
+) -> Result<bool> {
+    let mut seen: std::collections::HashSet<String> = after.iter().cloned().collect();
+    let mut todo: Vec<String> = after.to_vec();
+    while let Some(id) = todo.pop() {
+        if id == target {
+            return Ok(true);
+        }
+        if seen.len() > COVER_WALK_LIMIT {
+            break;
+        }
+        let parents: Option<String> = sqlx::query_scalar(
+            "SELECT after FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND id = ?3 \
+             UNION ALL SELECT after FROM lmk_expired WHERE handle = ?1 AND group_id = ?2 AND id = ?3 LIMIT 1",
+        )
+        .bind(handle)
+        .bind(group)
+        .bind(&id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let parents: Vec<String> = parents.and_then(|p| serde_json::from_str(&p).ok()).unwrap_or_default();
+        for p in parents {
+            if seen.insert(p.clone()) {
+                todo.push(p);
+            }
+        }
+    }
+    Ok(false)
+}
+
+impl Store {
+    /// Deletes the decrypted group log older than `cutoff` (ms): messages and leave requests that
+    /// entered their session's context (read) or were sent by it, alerts, and membership events
+    /// (a session's `joined:` marker stays: it tells its own history from what came before it).
+    /// Unread rows stay until read: a message nobody has seen is not lost to the clock. A deleted
+    /// message keeps its id and `after` list in `lmk_expired`. Returns the rows deleted.
+    pub async fn expire_group_log(&self, cutoff: i64) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        // The same condition in both statements (a literal each: sqlx takes no built SQL).
+        sqlx::query(
+            "INSERT OR IGNORE INTO lmk_expired (handle, group_id, id, after) SELECT handle, group_id, id, after \
+             FROM lmk_messages WHERE created_at < ?1 AND state = 'done' AND (read = 1 OR outgoing = 1) \
+             AND kind IN ('message', 'leave')",
+        )
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await?;
+        let gone = sqlx::query(
+            "DELETE FROM lmk_messages WHERE created_at < ?1 AND state = 'done' AND (read = 1 OR outgoing = 1) \
+             AND (kind IN ('message', 'leave', 'alert') OR (kind = 'event' AND id NOT LIKE 'joined:%'))",
+        )
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(gone.rows_affected())
+    }
+
+    /// Ids of `group`'s messages whose decrypted content was deleted by [`Self::expire_group_log`].
+    pub async fn expired_group_ids(&self, handle: &str, group: &str) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar("SELECT id FROM lmk_expired WHERE handle = ? AND group_id = ?")
+            .bind(handle)
+            .bind(group)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Deletes a group session: its MLS state and everything kept for its groups (the decrypted
+    /// log, member notes, epoch authenticators, policies), in one transaction. False when there
+    /// was no such session.
+    pub async fn delete_group_session(&self, handle: &str) -> Result<bool> {
+        let gone = sqlx::query("DELETE FROM lmk_sessions WHERE handle = ?").bind(handle).execute(&self.pool).await?;
+        Ok(gone.rows_affected() > 0)
+    }
+}

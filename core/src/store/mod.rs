@@ -20,7 +20,7 @@ pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,
 };
-pub use groups::{GroupLogRow, name_group_if_unnamed};
+pub use groups::{GroupLogRow, covers as group_context_covers, name_group_if_unnamed};
 pub use lan::{DeliveryPath, set_message_path};
 pub use protocol::Protocol;
 

@@ -22,6 +22,9 @@ pub const MAX_INVITE_TTL: u64 = 86_400;
 pub const INVITE_TTL: u64 = 600;
 /// Most log entries one read returns.
 pub const PAGE: usize = 500;
+/// The group log's TTL (seed 001: default 7 days). The decrypted local log is deleted after it:
+/// it is outside the forward secrecy MLS gives.
+pub const LOG_TTL_SECS: u64 = 7 * 86_400;
 
 fn is_lower_hex(text: &str, len: usize) -> bool {
     text.len() == len && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
