@@ -108,6 +108,8 @@ pub enum Command {
     Topic(TopicCmd),
     /// Rotate the Stringcup API token now (the runtime also rotates it before it expires).
     RotateToken,
+    /// Give the Stringcup identity a new key (same id and inbox); contacts must verify it anew.
+    RotateStringcupKey,
     /// Replace the Agent Mail card key now (the runtime also renews the card before it expires).
     RotateMailKey,
     /// Run the profile's runtime headless.
@@ -580,6 +582,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Topic(TopicCmd::Leave { topic }) => Request::TopicRemove { topic, member: None },
         Command::Topic(TopicCmd::Delete { topic }) => Request::TopicDelete { topic },
         Command::RotateToken => Request::TokenRotate,
+        Command::RotateStringcupKey => Request::StringcupKeyUpdate,
         Command::RotateMailKey => Request::MailRotate,
         Command::Review(ReviewCmd::List) => Request::ReviewList,
         Command::Review(ReviewCmd::Approve { id }) => Request::ReviewApprove { id },

@@ -451,3 +451,95 @@ async fn the_hundredth_stranger_is_held_and_the_hundred_and_first_dropped() {
         bob.log().await.iter().filter(|r| r["detail"].as_str().unwrap_or("").contains("too many pending")).count();
     assert_eq!(dropped, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_update_keeps_the_id_opens_mail_sealed_to_the_old_key_and_contacts_must_verify_anew() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let alice_id = alice.stringcup_id().await;
+    bob.add_contact(&alice_id, "alice").await;
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
+    let before = alice.call(Request::Whoami).await["stringcup"].clone();
+    // Sealed to the key alice has now, and still in her inbox when the key changes.
+    bob.call(send("alice", "sealed to the old key")).await;
+
+    let r = alice.call(Request::StringcupKeyUpdate).await;
+    assert_eq!(r["updated"], true, "{r}");
+    assert_eq!(r["previous_fingerprint"], before["fingerprint"]);
+    let after = alice.call(Request::Whoami).await["stringcup"].clone();
+    assert_eq!(after["id"], before["id"], "same identity, same inbox");
+    assert_ne!(after["fingerprint"], before["fingerprint"]);
+    assert_eq!(after["fingerprint"], r["fingerprint"]);
+    // The relay serves the new key.
+    let served: Value =
+        reqwest::get(format!("{}/api/v2/identities/{alice_id}", relay.url())).await.unwrap().json().await.unwrap();
+    let key = data_encoding::BASE64.decode(served["identity_public_key"].as_str().unwrap().as_bytes()).unwrap();
+    assert_eq!(
+        switchboard_core::protocol::stringcup::crypto::fingerprint(&key.try_into().unwrap()),
+        after["fingerprint"].as_str().unwrap()
+    );
+
+    // A reopened runtime still opens what was sealed to the old key (the old key was saved).
+    let (profile, _dir) = alice.close();
+    let rt = switchboard_core::engine::Runtime::open(&profile).await.unwrap();
+    let got = rt.handle(Request::Inbox { all: false, wait_secs: 0 }, true).await.unwrap();
+    assert_eq!(got[0]["body"], "sealed to the old key", "{got}");
+
+    // Bob pinned the old key: he is stopped until he verifies the new one.
+    assert_eq!(bob.try_call(send("alice", "still you?")).await.unwrap_err(), "key_changed");
+    let c = &bob.call(Request::ContactList).await[0];
+    assert_eq!(c["key_changed"], true);
+    bob.call(Request::ContactVerify { name: "alice".into() }).await;
+    bob.call(send("alice", "to the new key")).await;
+    let got = rt.handle(Request::Inbox { all: false, wait_secs: 0 }, true).await.unwrap();
+    assert!(got.as_array().unwrap().iter().any(|m| m["body"] == "to the new key"), "{got}");
+    rt.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_update_whose_answer_is_lost_is_settled_by_the_next_one() {
+    let mut relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let alice_id = alice.stringcup_id().await;
+    bob.add_contact(&alice_id, "alice").await;
+    alice.add_contact(&bob.stringcup_id().await, "bob").await;
+    let before = alice.call(Request::Whoami).await["stringcup"]["fingerprint"].clone();
+    let stored = || -> Value {
+        let secret = std::fs::read_to_string(alice.dir.path().join("profile/stringcup.secret")).unwrap();
+        serde_json::from_slice(&switchboard_core::util::b64u_decode(secret.trim()).unwrap()).unwrap()
+    };
+
+    // The relay is gone while the update runs: it fails, the new key stays saved as pending.
+    relay.stop().await;
+    assert!(alice.try_call(Request::StringcupKeyUpdate).await.is_err());
+    assert_eq!(alice.call(Request::Whoami).await["stringcup"]["fingerprint"], before, "not current yet");
+    let pending = stored()["pending"].as_str().expect("the pending key is durable").to_owned();
+    // Say the relay had taken it after all (the answer was what got lost).
+    relay.restart().await;
+    let secret: [u8; 32] = switchboard_core::util::b64u_decode(&pending).unwrap().try_into().unwrap();
+    let public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
+    let put = reqwest::Client::new()
+        .put(format!("{}/api/v2/identities", relay.url()))
+        .bearer_auth(stored()["token"].as_str().unwrap())
+        .json(&serde_json::json!({"identity_public_key": data_encoding::BASE64.encode(public.as_bytes()), "algo": "x25519"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    // Bob verifies the key the relay serves and seals to it: alice opens it with the pending key.
+    bob.try_call(send("alice", "probe")).await.unwrap_err();
+    bob.call(Request::ContactVerify { name: "alice".into() }).await;
+    bob.call(send("alice", "sealed to the pending key")).await;
+    assert_eq!(alice.inbox(0).await[0]["body"], "sealed to the pending key");
+
+    // The next update finds the relay holding the pending key, keeps it as an old key, and goes on.
+    bob.call(send("alice", "in flight during the second update")).await;
+    let r = alice.call(Request::StringcupKeyUpdate).await;
+    let pending_fp = switchboard_core::protocol::stringcup::crypto::fingerprint(public.as_bytes());
+    assert_eq!(r["previous_fingerprint"], pending_fp.as_str(), "the key the relay held is the one replaced: {r}");
+    assert!(stored().get("pending").is_none(), "settled");
+    assert_eq!(stored()["previous"].as_array().unwrap().len(), 2, "the pending key and the first one are kept");
+    assert!(alice.inbox(0).await.iter().any(|m| m["body"] == "in flight during the second update"));
+}

@@ -209,6 +209,10 @@ pub enum Request {
     },
     /// Stringcup: rotate the API token now.
     TokenRotate,
+    /// Stringcup: a new identity key for the same id and inbox (B.1.2). Contacts who pinned the
+    /// old key must verify the new one. Answers `{updated, fingerprint, fingerprint_short,
+    /// previous_fingerprint}`.
+    StringcupKeyUpdate,
     /// Agent Mail: a new card key now (higher nonce, published; the old key stays retained).
     MailRotate,
     /// Opens an agent session (owner only): registers the agent in the roster and returns a

@@ -543,6 +543,7 @@ impl Runtime {
                 Ok(v)
             }
             Request::TokenRotate => self.inner.stringcup.stringcup_rotate_if_due(self, true).await,
+            Request::StringcupKeyUpdate => self.inner.stringcup.stringcup_key_update(self).await,
             Request::MailRotate => self.inner.agent_mail.agent_mail_rotate(self).await,
             Request::SessionOpen { .. }
             | Request::SessionClose

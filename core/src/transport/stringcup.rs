@@ -112,6 +112,15 @@ impl StringcupClient {
         json_of(self.http.post(self.url("/identities")).json(&body).send().await.map_err(unreachable)?).await
     }
 
+    /// Replaces the caller's identity key (`PUT /identities`, B.1.2); the id, token and inbox
+    /// stay.
+    pub async fn update_key(&self, token: &str, public_key: &str) -> Result<(), TransportError> {
+        let body = serde_json::json!({"identity_public_key": public_key, "algo": "x25519"});
+        let r =
+            self.http.put(self.url("/identities")).bearer_auth(token).json(&body).send().await.map_err(unreachable)?;
+        json_of::<serde_json::Value>(r).await.map(|_| ())
+    }
+
     /// Looks up an identity by exact id.
     pub async fn identity(&self, id: &str) -> Result<IdentityIn, TransportError> {
         json_of(self.http.get(self.url(&format!("/identities/{id}"))).send().await.map_err(unreachable)?).await

@@ -49,13 +49,39 @@ struct ScIdentity {
     id: String,
     secret: StaticSecret,
     token: String,
+    /// Keys this identity had before a key update, newest first: what senders sealed to them
+    /// before they saw the new key may still wait in the inbox ([`KEPT_OLD_KEYS`] at most).
+    previous: Vec<StaticSecret>,
+    /// A key saved before the relay was asked to take it: if the runtime stopped before the
+    /// answer, the relay may hold it, so it opens mail too until the next key update settles it.
+    pending: Option<StaticSecret>,
 }
+
+impl ScIdentity {
+    /// Every secret that may open a message to us, the current one first.
+    fn openers(&self) -> impl Iterator<Item = &StaticSecret> {
+        std::iter::once(&self.secret).chain(self.pending.iter()).chain(self.previous.iter())
+    }
+}
+
+/// How many keys from before key updates are kept to open mail sealed to them.
+const KEPT_OLD_KEYS: usize = 2;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Stored {
     id: String,
     secret: String,
     token: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    previous: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending: Option<String>,
+}
+
+fn secret_of(b64: &str) -> Result<StaticSecret> {
+    let secret: [u8; 32] =
+        b64u_decode(b64).and_then(|v| v.try_into().ok()).ok_or_else(|| Error::Bug("stringcup key length".into()))?;
+    Ok(StaticSecret::from(secret))
 }
 
 /// A topic as it may go into a request path: the relay's `tp-` ids and legacy names, letters,
@@ -97,10 +123,13 @@ async fn load_identity(store: &Store, ks: &std::sync::Arc<Keystore>) -> Result<O
     let ks = ks.clone();
     let raw = blocking(move || slot(&ks)?.load()).await??.ok_or_else(|| Error::Bug("stringcup key missing".into()))?;
     let stored: Stored = serde_json::from_slice(&raw).map_err(|e| Error::Bug(format!("stringcup key: {e}")))?;
-    let secret: [u8; 32] = b64u_decode(&stored.secret)
-        .and_then(|v| v.try_into().ok())
-        .ok_or_else(|| Error::Bug("stringcup key length".into()))?;
-    Ok(Some(ScIdentity { id: stored.id, secret: StaticSecret::from(secret), token: stored.token }))
+    Ok(Some(ScIdentity {
+        id: stored.id,
+        secret: secret_of(&stored.secret)?,
+        token: stored.token,
+        previous: stored.previous.iter().map(|s| secret_of(s)).collect::<Result<_>>()?,
+        pending: stored.pending.as_deref().map(secret_of).transpose()?,
+    }))
 }
 
 fn public_b64(secret: &StaticSecret) -> String {
@@ -215,7 +244,13 @@ impl Stringcup {
     }
 
     async fn save_identity(&self, rt: &Runtime, id: &ScIdentity) -> Result<()> {
-        let stored = Stored { id: id.id.clone(), secret: b64u(id.secret.as_bytes()), token: id.token.clone() };
+        let stored = Stored {
+            id: id.id.clone(),
+            secret: b64u(id.secret.as_bytes()),
+            token: id.token.clone(),
+            previous: id.previous.iter().map(|k| b64u(k.as_bytes())).collect(),
+            pending: id.pending.as_ref().map(|k| b64u(k.as_bytes())),
+        };
         let bytes = Zeroizing::new(serde_json::to_vec(&stored).map_err(|e| Error::Bug(e.to_string()))?);
         let ks = rt.inner.keys.clone();
         blocking(move || slot(&ks)?.save(&bytes)).await??;
@@ -233,7 +268,7 @@ impl Stringcup {
         if !is_identity_id(&reg.id) {
             return Err(TransportError::Malformed(format!("relay assigned an invalid id `{}`", reg.id)).into());
         }
-        let id = ScIdentity { id: reg.id, secret, token: reg.api_token };
+        let id = ScIdentity { id: reg.id, secret, token: reg.api_token, previous: Vec::new(), pending: None };
         // The token is shown once: it is durable before anything else uses it.
         self.save_identity(rt, &id).await?;
         rt.store().set_meta("stringcup_id", &id.id).await?;
@@ -486,7 +521,15 @@ impl Stringcup {
             contact = Some(self.pin_contact(rt, sender, &name, &key, crate::engine::DEFAULT_ALLOW, "pending").await?);
             rt.emit(Event::Request { name });
         }
-        let plain = crypto::open(sender, &me.id, &me.secret, &m.header, &m.ciphertext);
+        // The current key, else one from before a key update (mail sealed before the sender
+        // saw the new key); the first error is the one reported.
+        let mut plain = crypto::open(sender, &me.id, &me.secret, &m.header, &m.ciphertext);
+        if plain.is_err()
+            && let Some(text) =
+                me.openers().skip(1).find_map(|k| crypto::open(sender, &me.id, k, &m.header, &m.ciphertext).ok())
+        {
+            plain = Ok(text);
+        }
         let mut tx = rt.store().pool.begin().await?;
         store::mark_seen(&mut tx, Protocol::Stringcup, sender, &msg_id, now).await?;
         let (state, detail, showable) = match (&contact, plain) {
@@ -647,6 +690,49 @@ impl Stringcup {
         self.save_identity(rt, &me).await?;
         *guard = Some(me);
         Ok(json!({"rotated": true}))
+    }
+
+    /// Key update (seed 003 B.1.2): a new X25519 key for the same identity and inbox. The new key
+    /// is saved (as pending) before the relay is asked to take it, and becomes current only once
+    /// the relay answers; the old one is kept to open mail already sealed to it. Contacts who
+    /// pinned the old key see a key change and must verify the new one (B.7) before they send.
+    pub(in crate::engine) async fn stringcup_key_update(&self, rt: &Runtime) -> Result<Value> {
+        self.stringcup_identity(rt).await?;
+        let mut guard = self.id.lock().await;
+        let Some(mut me) = guard.clone() else { return Err(Error::Bug("stringcup identity vanished".into())) };
+        // A pending key from an update whose answer was lost: if the relay took it, it is ours.
+        if let Some(p) = me.pending.take() {
+            let (relay_key, _) = self.stringcup_lookup(&me.id).await?;
+            if relay_key == PublicKey::from(&p).to_bytes() {
+                me.previous.insert(0, std::mem::replace(&mut me.secret, p));
+            }
+        }
+        let before = PublicKey::from(&me.secret).to_bytes();
+        let fresh = StaticSecret::from(random_array::<32>());
+        me.pending = Some(fresh.clone());
+        self.save_identity(rt, &me).await?;
+        *guard = Some(me.clone());
+        let updated = self.client.update_key(&me.token, &public_b64(&fresh)).await;
+        me.pending = None;
+        if let Err(e) = updated {
+            // The relay refused or could not be reached: the pending key stays saved until the
+            // next update settles whether the relay took it.
+            me.pending = Some(fresh);
+            *guard = Some(me);
+            return Err(e.into());
+        }
+        me.previous.insert(0, std::mem::replace(&mut me.secret, fresh));
+        me.previous.truncate(KEPT_OLD_KEYS);
+        self.save_identity(rt, &me).await?;
+        let key = PublicKey::from(&me.secret).to_bytes();
+        *guard = Some(me);
+        drop(guard);
+        Ok(json!({
+            "updated": true,
+            "fingerprint": fingerprint(&key),
+            "fingerprint_short": fingerprint_short(&key),
+            "previous_fingerprint": fingerprint(&before),
+        }))
     }
 
     /// Opens a rendezvous and returns the relay-issued token to hand over.
