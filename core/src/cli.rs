@@ -112,6 +112,13 @@ pub enum Command {
     RotateStringcupKey,
     /// Replace the Agent Mail card key now (the runtime also renews the card before it expires).
     RotateMailKey,
+    /// Close the Agent Mail mailbox (no new mail accepted; what was accepted still arrives), or
+    /// open it again.
+    Mailbox {
+        /// close or open.
+        #[arg(value_parser = ["close", "open"])]
+        state: String,
+    },
     /// Run the profile's runtime headless.
     Daemon {
         /// Also serve this UI build (ui/dist) to browsers signed in with `switchboard ui`.
@@ -584,6 +591,10 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::RotateToken => Request::TokenRotate,
         Command::RotateStringcupKey => Request::StringcupKeyUpdate,
         Command::RotateMailKey => Request::MailRotate,
+        Command::Mailbox { state } => match state.as_str() {
+            "close" => Request::MailClose,
+            _ => Request::MailOpen,
+        },
         Command::Review(ReviewCmd::List) => Request::ReviewList,
         Command::Review(ReviewCmd::Approve { id }) => Request::ReviewApprove { id },
         Command::Review(ReviewCmd::Reject { id }) => Request::ReviewReject { id },

@@ -461,3 +461,46 @@ async fn retired_card_keys_are_erased_past_receive_until() {
     bob.send("alice", "still reachable").await;
     request_from(&alice, &agent_id(&bob).await).await;
 }
+
+/// Issue 12 §4 (§4.2): closing the mailbox publishes a card with `routes: []`; the relay takes no
+/// new packet, a sender is told the mailbox is closed, what was accepted before still arrives,
+/// and opening it again restores delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_mailbox_takes_no_new_mail_keeps_what_was_accepted_and_opens_again() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    add(&alice, &mail_address(&bob).await, "bob").await;
+    add(&bob, &mail_address(&alice).await, "alice").await;
+    let early = bob.send("alice", "accepted before the close").await;
+    assert_eq!(bob.state_of(&early).await, "relayed");
+
+    let closed = alice.call(Request::MailClose).await;
+    assert_eq!(closed["closed"], true, "{closed}");
+    assert_eq!(closed["published"], true, "{closed}");
+    let card = card_of(&relay, &alice).await;
+    assert!(card.payload().routes.is_empty(), "the relay serves the closing card");
+
+    let refused = bob.rt.handle(
+        Request::Send {
+            contact: "alice".into(),
+            text: "after the close".into(),
+            kind: None,
+            reply_to: None,
+            from_agent: None,
+            to_agent: None,
+        },
+        true,
+    );
+    let text = refused.await.unwrap_err().to_string();
+    assert!(text.contains("closed"), "the sender is told the mailbox is closed: {text}");
+    let got = alice.inbox(0).await;
+    let bodies: Vec<&str> = got.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    assert_eq!(bodies, ["accepted before the close"], "{got:?}");
+
+    let opened = alice.call(Request::MailOpen).await;
+    assert_eq!(opened["closed"], false, "{opened}");
+    let again = bob.send("alice", "after opening again").await;
+    assert_eq!(bob.state_of(&again).await, "relayed");
+    assert!(alice.inbox(0).await.iter().any(|m| m["body"] == "after opening again"));
+}

@@ -215,6 +215,11 @@ pub enum Request {
     StringcupKeyUpdate,
     /// Agent Mail: a new card key now (higher nonce, published; the old key stays retained).
     MailRotate,
+    /// Agent Mail: closes the mailbox (a card with no routes: no new mail is accepted; what was
+    /// accepted still arrives). Answers the Agent Mail part of `whoami`.
+    MailClose,
+    /// Agent Mail: opens a closed mailbox again (a card with our relay as its route).
+    MailOpen,
     /// Opens an agent session (owner only): registers the agent in the roster and returns a
     /// token bound to its name. Requests made with that token act as that agent and no other.
     SessionOpen {

@@ -545,6 +545,8 @@ impl Runtime {
             Request::TokenRotate => self.inner.stringcup.stringcup_rotate_if_due(self, true).await,
             Request::StringcupKeyUpdate => self.inner.stringcup.stringcup_key_update(self).await,
             Request::MailRotate => self.inner.agent_mail.agent_mail_rotate(self).await,
+            Request::MailClose => self.inner.agent_mail.agent_mail_set_closed(self, true).await,
+            Request::MailOpen => self.inner.agent_mail.agent_mail_set_closed(self, false).await,
             Request::SessionOpen { .. }
             | Request::SessionClose
             | Request::Read { .. }

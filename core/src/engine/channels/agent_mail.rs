@@ -347,12 +347,17 @@ impl AgentMail {
         let now = now_ms();
         let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         let nonce = take_nonce(&mut tx, now).await?;
+        // A closed mailbox stays closed through renewals and key rotations (§4.2: `routes: []`).
+        let closed = sqlx::query_scalar::<_, String>("SELECT value FROM meta WHERE key = 'agent_mail_closed'")
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some_and(|v| v == "1");
         let payload = CardPayload {
             mailbox_id: st.mailbox,
             expires_at: now + MAX_TTL_MS,
             receive_until: now + 2 * MAX_TTL_MS,
             public_key: public,
-            routes: vec![st.origin.clone()],
+            routes: if closed { Vec::new() } else { vec![st.origin.clone()] },
             max_packet_bytes: CARD_MAX_PACKET_BYTES,
         };
         let card = MailboxCard::sign(&st.key, now, nonce, payload).map_err(bug)?;
@@ -466,6 +471,19 @@ impl AgentMail {
         Ok(self.agent_mail_whoami(rt).await)
     }
 
+    /// Closes the mailbox (`closed`) or opens it again: a card with the next nonce and the same
+    /// key, with `routes: []` to close (§4.2: the relay then accepts no new packet and senders
+    /// that fetch the card see the mailbox closed) or our relay to open. What was accepted before
+    /// stays retrievable until it expires, so mail already queued still arrives.
+    pub(in crate::engine) async fn agent_mail_set_closed(&self, rt: &Runtime, closed: bool) -> Result<Value> {
+        let st = self.am_state(rt).await?;
+        let (card, _) = self.current_card(rt).await?;
+        rt.store().set_meta("agent_mail_closed", if closed { "1" } else { "0" }).await?;
+        self.sign_card(rt, &st, card.payload().public_key).await?;
+        self.agent_mail_publish(rt).await?;
+        Ok(self.agent_mail_whoami(rt).await)
+    }
+
     /// Erases the card secrets no card of ours can receive under any more (every card with that
     /// key is past its `receive_until`, §4.3/§10), from memory and from the keystore, then those
     /// cards. The current card's key always stays. Returns how many secrets were erased.
@@ -510,6 +528,7 @@ impl AgentMail {
             "card_nonce": card.as_ref().map(|(c, _)| c.nonce()),
             "card_expires_at": card.as_ref().map(|(c, _)| c.payload().expires_at),
             "published": card.as_ref().is_some_and(|(_, p)| *p),
+            "closed": card.as_ref().is_some_and(|(c, _)| c.payload().routes.is_empty()),
             "card_keys": st.secrets.len(),
         })
     }
