@@ -33,6 +33,7 @@ mod error;
 mod groups;
 mod lan;
 mod outbox;
+mod people;
 
 pub use agents::Caller;
 pub use channels::Protocol;
@@ -41,6 +42,7 @@ pub use error::{Error, Fault, Result};
 pub use groups::random_handle;
 pub use lan::LAN_DEFAULT_ON;
 pub use outbox::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, backoff_ms};
+pub use people::CHANNEL_ORDER;
 
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms};
 use channels::{AgentMail, ContactAdd, Letagents, Outgoing, Stringcup};
@@ -245,6 +247,7 @@ fn message_dto(m: &store::MessageRow, contact: Option<&str>, auth: SenderAuth) -
         "detail": m.detail,
         "sender_auth": if m.direction == "in" { Value::from(auth.as_str()) } else { Value::Null },
         "path": m.path,
+        "fallback_of": m.fallback_of,
     })
 }
 
@@ -404,6 +407,13 @@ impl Runtime {
             Request::Whoami => self.whoami().await,
             Request::Status => self.status().await,
             Request::Lan { on } => self.lan_request(on).await,
+            Request::ContactAdd { address, name, allow, relay: _, no_hello } if people::looks_like_link(&address) => {
+                let v = self.person_add(&address, name.as_deref(), allow.as_deref(), !no_hello).await?;
+                if one_shot {
+                    self.flush_once(true).await?;
+                }
+                Ok(v)
+            }
             Request::ContactAdd { address, name, allow, relay, no_hello } => {
                 let v = self
                     .contact_add(ContactAdd {
@@ -423,7 +433,7 @@ impl Runtime {
                 if one_shot {
                     self.sync_best_effort().await;
                 }
-                Ok(Value::Array(self.store().contacts(None).await?.iter().map(|c| self.contact_dto(c)).collect()))
+                self.contact_list(None).await
             }
             Request::ContactRequests => {
                 if one_shot {
@@ -582,6 +592,8 @@ impl Runtime {
         v.insert("name".into(), json!(self.inner.name));
         v.insert("profile".into(), json!(self.inner.profile.dir.display().to_string()));
         v.insert("keystore".into(), json!(self.inner.keystore));
+        // The one thing to share: every address below, signed, with one safety number.
+        v.insert("contact_link".into(), self.whoami_link().await);
         // One section per protocol: a new channel shows up here (and in the UI) by itself.
         for p in Protocol::ALL {
             let (key, section) = self.channel(p).whoami(self).await;
@@ -623,6 +635,9 @@ impl Runtime {
     }
 
     async fn conversation(&self, name: &str, limit: Option<i64>) -> Result<Value> {
+        if let Some(p) = self.store().person_by_name(name).await? {
+            return self.person_conversation(&p, limit).await;
+        }
         let c = self.contact(name).await?;
         let rows: Vec<store::MessageRow> = sqlx::query_as(
             "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 AND kind NOT IN ('receipt', 'roster') \
@@ -852,7 +867,11 @@ impl Runtime {
         from_agent: Option<&str>,
         to_agent: Option<&str>,
     ) -> Result<String> {
-        let c = self.contact(name).await?;
+        // A person: the first usable channel in `CHANNEL_ORDER`; the outbox falls back from there.
+        let c = match self.store().person_by_name(name).await? {
+            Some(p) => self.person_first_channel(&p).await?,
+            None => self.contact(name).await?,
+        };
         if c.blocked {
             return Err(Error::Blocked(name.into()));
         }
