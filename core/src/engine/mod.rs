@@ -627,7 +627,10 @@ impl Runtime {
             Some(m) => m,
             None => self.store().message("in", id).await?.ok_or_else(|| Error::UnknownMessage(id.into()))?,
         };
-        let name = self.contact_name(m.contact_id).await?;
+        let name = match m.contact_id {
+            Some(id) => self.display_names().await?.remove(&id),
+            None => None,
+        };
         let mut view = [message_dto(&m, name.as_deref(), self.channel(m.protocol).sender_auth())];
         self.inner.agent_mail.agent_mail_decorate(self, &mut view).await?;
         let [view] = view;
@@ -651,13 +654,27 @@ impl Runtime {
         Ok(Value::Array(rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect()))
     }
 
-    async fn contact_name(&self, id: Option<i64>) -> Result<Option<String>> {
-        let Some(id) = id else { return Ok(None) };
-        Ok(self.store().contact_name(id).await?)
+    /// What each contact row is called in messages: its person's name if it is a channel of one.
+    async fn display_names(&self) -> Result<BTreeMap<i64, String>> {
+        let people: BTreeMap<i64, String> =
+            self.store().people().await?.into_iter().map(|p| (p.id, p.name)).collect();
+        let mut names = BTreeMap::new();
+        for c in self.store().contacts(None).await? {
+            let name = c.person_id.and_then(|p| people.get(&p).cloned()).unwrap_or(c.name);
+            names.insert(c.id, name);
+        }
+        Ok(names)
     }
 
     async fn contact(&self, name: &str) -> Result<ContactRow> {
-        self.store().contact_by_name(name).await?.ok_or_else(|| Error::UnknownContact(name.into()))
+        if let Some(c) = self.store().contact_by_name(name).await? {
+            return Ok(c);
+        }
+        // A person's name stands for the channel a message to them goes on first.
+        match self.store().person_by_name(name).await? {
+            Some(p) => self.person_first_channel(&p).await,
+            None => Err(Error::UnknownContact(name.into())),
+        }
     }
 
     /// A contact as clients see it.
@@ -928,10 +945,7 @@ impl Runtime {
             }
             rows = self.store().inbox(all, 1000).await?;
         }
-        let mut names: BTreeMap<i64, String> = BTreeMap::new();
-        for c in self.store().contacts(None).await? {
-            names.insert(c.id, c.name);
-        }
+        let names = self.display_names().await?;
         let mut out: Vec<Value> = rows
             .iter()
             .map(|m| {

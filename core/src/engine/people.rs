@@ -75,9 +75,9 @@ impl Runtime {
             Err(e) => return json!({"error": e.to_string()}),
         };
         let channels: Vec<&str> = [
-            Some("letagents"),
-            link.agent_mail.as_ref().map(|_| "agent_mail"),
-            link.stringcup.as_ref().map(|_| "stringcup"),
+            Some(Protocol::Letagents.as_str()),
+            link.agent_mail.as_ref().map(|_| Protocol::AgentMail.as_str()),
+            link.stringcup.as_ref().map(|_| Protocol::Stringcup.as_str()),
         ]
         .into_iter()
         .flatten()

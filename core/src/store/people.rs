@@ -118,11 +118,12 @@ impl Store {
     }
 
     /// The conversation with every channel of person `id`, oldest first (receipts, rosters and
-    /// messages another channel carried instead are left out).
+    /// the hellos that introduced each channel and messages another channel carried instead are
+    /// left out).
     pub async fn person_conversation(&self, id: i64, limit: i64) -> Result<Vec<super::MessageRow>> {
         Ok(sqlx::query_as(
             "SELECT * FROM (SELECT m.* FROM messages m JOIN contacts c ON c.id = m.contact_id \
-             WHERE c.person_id = ?1 AND m.kind NOT IN ('receipt', 'roster') AND m.state != 'rerouted' \
+             WHERE c.person_id = ?1 AND m.kind NOT IN ('receipt', 'roster', 'hello') AND m.state != 'rerouted' \
              ORDER BY m.rowid_ DESC LIMIT ?2) ORDER BY rowid_",
         )
         .bind(id)
