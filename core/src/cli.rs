@@ -689,7 +689,13 @@ fn print_text(kind: &str, v: &Value) {
                     flags.push(a.into());
                 }
                 if c["person"].as_bool() == Some(true) {
-                    println!("{:<16} {:<10} {}  [{}]", s(&c, "name"), "person", s(&c, "safety_number"), flags.join(", "));
+                    println!(
+                        "{:<16} {:<10} {}  [{}]",
+                        s(&c, "name"),
+                        "person",
+                        s(&c, "safety_number"),
+                        flags.join(", ")
+                    );
                     for ch in c["channels"].as_array().cloned().unwrap_or_default() {
                         println!("  via {:<10} as {:<20} [{}]", s(&ch, "protocol"), s(&ch, "name"), s(&ch, "state"));
                     }

@@ -433,7 +433,7 @@ impl Runtime {
                 if one_shot {
                     self.sync_best_effort().await;
                 }
-                self.contact_list(None).await
+                self.contact_list().await
             }
             Request::ContactRequests => {
                 if one_shot {
@@ -656,8 +656,7 @@ impl Runtime {
 
     /// What each contact row is called in messages: its person's name if it is a channel of one.
     async fn display_names(&self) -> Result<BTreeMap<i64, String>> {
-        let people: BTreeMap<i64, String> =
-            self.store().people().await?.into_iter().map(|p| (p.id, p.name)).collect();
+        let people: BTreeMap<i64, String> = self.store().people().await?.into_iter().map(|p| (p.id, p.name)).collect();
         let mut names = BTreeMap::new();
         for c in self.store().contacts(None).await? {
             let name = c.person_id.and_then(|p| people.get(&p).cloned()).unwrap_or(c.name);

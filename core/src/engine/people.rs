@@ -31,7 +31,8 @@ pub(super) fn looks_like_link(text: &str) -> bool {
     let lower = t.get(..12).map(str::to_ascii_lowercase);
     let body = if lower.as_deref() == Some("switchboard:") { t.get(12..).unwrap_or("") } else { t };
     let body = body.strip_prefix("//").unwrap_or(body);
-    body.strip_prefix("sb").is_some_and(|r| r.split_once('.').is_some_and(|(v, _)| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())))
+    body.strip_prefix("sb")
+        .is_some_and(|r| r.split_once('.').is_some_and(|(v, _)| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())))
 }
 
 fn rank(p: Protocol) -> usize {
@@ -89,7 +90,13 @@ impl Runtime {
     }
 
     /// Adds the person a contact link names: one person row, one contact row per protocol.
-    pub(super) async fn person_add(&self, text: &str, name: Option<&str>, allow: Option<&[String]>, hello: bool) -> Result<Value> {
+    pub(super) async fn person_add(
+        &self,
+        text: &str,
+        name: Option<&str>,
+        allow: Option<&[String]>,
+        hello: bool,
+    ) -> Result<Value> {
         let link = ContactLink::parse(text)?;
         if link.identity_key() == self.keys().sig {
             return Err(Error::Invalid("that is our own contact link".into()));
@@ -106,9 +113,11 @@ impl Runtime {
                 // A contact row of the same name clashes unless it is one of this person's own
                 // channels (a request they sent, which joins the person below).
                 let clash = match self.store().contact_by_name(&name).await? {
-                    Some(c) => c.peer_id != link.letagents.address.keys.mailbox_id()
-                        && link.agent_mail.as_ref().is_none_or(|a| c.peer_id != a.owner.to_string())
-                        && link.stringcup.as_ref().is_none_or(|s| c.peer_id != s.id),
+                    Some(c) => {
+                        c.peer_id != link.letagents.address.keys.mailbox_id()
+                            && link.agent_mail.as_ref().is_none_or(|a| c.peer_id != a.owner.to_string())
+                            && link.stringcup.as_ref().is_none_or(|s| c.peer_id != s.id)
+                    }
                     None => false,
                 };
                 if clash || store::person_name_taken(&mut conn, &name).await? {
@@ -136,7 +145,8 @@ impl Runtime {
         match &link.stringcup {
             // Stringcup identities are looked up at our own relay.
             Some(sc) if sc.relay == own_relay => wanted.push((Protocol::Stringcup, sc.id.clone(), sc.id.clone(), None)),
-            Some(sc) => skipped.push(json!({"protocol": "stringcup", "why": format!("registered at {}, not at our relay", sc.relay)})),
+            Some(sc) => skipped
+                .push(json!({"protocol": "stringcup", "why": format!("registered at {}, not at our relay", sc.relay)})),
             None => {}
         }
         for (protocol, address, peer_id, relay) in wanted {
@@ -207,15 +217,12 @@ impl Runtime {
     }
 
     /// `contact list`: one entry per person (with its channels), then every contact of its own.
-    pub(super) async fn contact_list(&self, state: Option<&str>) -> Result<Value> {
+    pub(super) async fn contact_list(&self) -> Result<Value> {
         let mut out = Vec::new();
         for p in self.store().people().await? {
-            let v = self.person_dto(&p).await?;
-            if state.is_none_or(|s| v["state"] == s) {
-                out.push(v);
-            }
+            out.push(self.person_dto(&p).await?);
         }
-        for c in self.store().contacts(state).await? {
+        for c in self.store().contacts(None).await? {
             if c.person_id.is_none() {
                 out.push(self.contact_dto(&c));
             }

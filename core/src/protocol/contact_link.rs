@@ -330,7 +330,10 @@ mod tests {
             name: "Bob".into(),
             letagents: LetagentsEntry { address: id.address(), relay: "https://relay.example".into() },
             agent_mail: None,
-            stringcup: Some(StringcupEntry { id: "sc-abcdefghijklmnopqrstuvwx".into(), relay: "https://relay.example".into() }),
+            stringcup: Some(StringcupEntry {
+                id: "sc-abcdefghijklmnopqrstuvwx".into(),
+                relay: "https://relay.example".into(),
+            }),
         }
     }
 
@@ -405,7 +408,10 @@ mod tests {
         let long = format!("{text}{}", "A".repeat(MAX_LINK_LEN));
         assert!(matches!(ContactLink::parse(&long), Err(LinkError::TooLong(_))));
         assert_eq!(ContactLink::parse("la1.abc.def"), Err(LinkError::NotALink));
-        assert_eq!(ContactLink::parse(&text[..text.len() - 3]), Err(LinkError::Malformed("signature is not 64 bytes of base64url")));
+        assert_eq!(
+            ContactLink::parse(&text[..text.len() - 3]),
+            Err(LinkError::Malformed("signature is not 64 bytes of base64url"))
+        );
         let no_sig = text.rsplit_once('.').unwrap().0;
         assert_eq!(ContactLink::parse(no_sig), Err(LinkError::Malformed("missing signature")));
     }

@@ -42,22 +42,24 @@ pub async fn insert_person(
     link: &str,
     now: i64,
 ) -> Result<i64> {
-    Ok(sqlx::query(
-        "INSERT INTO people (name, identity_key, safety_number, link, created_at) VALUES (?, ?, ?, ?, ?)",
-    )
-    .bind(name)
-    .bind(key)
-    .bind(safety_number)
-    .bind(link)
-    .bind(now)
-    .execute(conn)
-    .await?
-    .last_insert_rowid())
+    Ok(sqlx::query("INSERT INTO people (name, identity_key, safety_number, link, created_at) VALUES (?, ?, ?, ?, ?)")
+        .bind(name)
+        .bind(key)
+        .bind(safety_number)
+        .bind(link)
+        .bind(now)
+        .execute(conn)
+        .await?
+        .last_insert_rowid())
 }
 
 /// Makes contact `contact_id` a channel of person `person_id`.
 pub async fn set_contact_person(conn: &mut SqliteConnection, contact_id: i64, person_id: i64) -> Result<()> {
-    sqlx::query("UPDATE contacts SET person_id = ? WHERE id = ?").bind(person_id).bind(contact_id).execute(conn).await?;
+    sqlx::query("UPDATE contacts SET person_id = ? WHERE id = ?")
+        .bind(person_id)
+        .bind(contact_id)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
@@ -103,17 +105,18 @@ impl Store {
 
     /// The contact rows (channels) of person `id`.
     pub async fn person_channels(&self, id: i64) -> Result<Vec<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE person_id = ? ORDER BY id").bind(id).fetch_all(&self.pool).await?)
+        Ok(sqlx::query_as("SELECT * FROM contacts WHERE person_id = ? ORDER BY id")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// Whether some message was already carried by another channel in place of `original`.
     pub async fn fell_back_from(&self, original: &str) -> Result<bool> {
-        Ok(sqlx::query_scalar::<_, i64>(
-            "SELECT COUNT(*) FROM messages WHERE direction = 'out' AND fallback_of = ?",
-        )
-        .bind(original)
-        .fetch_one(&self.pool)
-        .await?
+        Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM messages WHERE direction = 'out' AND fallback_of = ?")
+            .bind(original)
+            .fetch_one(&self.pool)
+            .await?
             > 0)
     }
 
