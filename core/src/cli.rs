@@ -661,6 +661,11 @@ fn print_text(kind: &str, v: &Value) {
             println!("name:      {}", s(v, "name"));
             println!("profile:   {}", s(v, "profile"));
             println!("keystore:  {}", s(v, "keystore"));
+            let link = &v["contact_link"];
+            println!("contact link (share this one):");
+            println!("  {}", s(link, "link"));
+            println!("  safety number:    {}", s(link, "safety_number"));
+            println!("protocol addresses (advanced):");
             let la = &v["letagents"];
             println!("letagents address:  {}", s(la, "address"));
             println!("  mailbox id:       {}", s(la, "mailbox_id"));
@@ -702,6 +707,19 @@ fn print_text(kind: &str, v: &Value) {
                 }
                 if let Some(a) = sender_auth_text(&c) {
                     flags.push(a.into());
+                }
+                if c["person"].as_bool() == Some(true) {
+                    println!(
+                        "{:<16} {:<10} {}  [{}]",
+                        s(&c, "name"),
+                        "person",
+                        s(&c, "safety_number"),
+                        flags.join(", ")
+                    );
+                    for ch in c["channels"].as_array().cloned().unwrap_or_default() {
+                        println!("  via {:<10} as {:<20} [{}]", s(&ch, "protocol"), s(&ch, "name"), s(&ch, "state"));
+                    }
+                    continue;
                 }
                 let req = s(&c, "request");
                 let req = if req.is_empty() { String::new() } else { format!(" says \"{req}\"") };

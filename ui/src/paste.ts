@@ -2,7 +2,8 @@
 // token or invite link of any protocol the app knows, as data the preview renders generically.
 
 export interface Recognised {
-  /** Protocol id as the runtime names it (letagents, agent_mail, stringcup, letmeknow). */
+  /** Protocol id as the runtime names it (letagents, agent_mail, stringcup, letmeknow), or
+   *  `switchboard` for a contact link naming several. */
   protocol: string;
   /** Human label of what it is. */
   what: string;
@@ -84,6 +85,31 @@ export function recognise(raw: string): Recognised | null {
     text = decodeURIComponent(text.slice('switchboard:'.length).replace(/^\/\//, ''));
   }
   if (!text || text.length > 4096 || /\s/.test(text)) return null;
+
+  // Switchboard contact link: sb1.<payload>.<signature>, every address of one person. Only the
+  // preview is read here; the runtime verifies the signature and every field when it is added.
+  const sb = /^sb1\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{86})$/.exec(text);
+  if (sb) {
+    const payload = b64uDecode(sb[1]);
+    if (!payload) return null;
+    const lines = new TextDecoder().decode(payload).split('\n');
+    if (lines[0] !== 'switchboard contact v1') return null;
+    const value = (key: string) => lines.find((l) => l.startsWith(`${key} `))?.slice(key.length + 1);
+    const channels = ['letagents', 'agent_mail', 'stringcup'].filter((k) => value(k) !== undefined);
+    const name = value('name');
+    return {
+      protocol: 'switchboard',
+      what: `Switchboard contact link (${channels.length} channels)`,
+      value: `switchboard:${text}`,
+      action: 'add',
+      fields: [
+        ['Name', name ?? ''],
+        ['Channels', channels.map((c) => c.replace('_', ' ')).join(', ')],
+      ],
+      suggestedName: name?.replace(/\./g, ' ').slice(0, 48),
+      fingerprint: Promise.resolve(value('safety') ?? null),
+    };
+  }
 
   // letagents: la1.<sig>.<box>[.<drop>]
   const la = /^la1\.([A-Za-z0-9_-]{43})\.([A-Za-z0-9_-]{43})(?:\.([A-Za-z0-9_-]{22}))?$/.exec(text);

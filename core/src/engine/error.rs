@@ -62,6 +62,10 @@ pub enum Error {
     /// The caller gave a malformed Agent Mail address.
     #[error("mail address: {0}")]
     MailAddress(#[from] agent_mail::address::AddressError),
+    /// The caller gave a contact link that is malformed or forged (its sharer's fault, or a
+    /// forger's).
+    #[error(transparent)]
+    ContactLink(#[from] crate::protocol::contact_link::LinkError),
     /// The caller gave a malformed letmeknow invite link.
     #[error(transparent)]
     InviteLink(#[from] letmeknow::invite::InviteError),
@@ -154,6 +158,7 @@ impl Error {
             | Error::RelayServed(_)
             | Error::UnknownMember(_)
             | Error::NotCarried { .. } => "invalid_input",
+            Error::ContactLink(_) => "invalid_contact_link",
             Error::UnknownMessage(_) => "unknown_message",
             Error::UnknownGroup(_) => "unknown_group",
             Error::Store(StoreError::DiskFull(_)) => "disk_full",
@@ -194,6 +199,8 @@ impl Error {
             | Error::NotCarried { .. } => Fault::Caller,
             // The key we seal to is the one the peer published.
             Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,
+            // A link is the sharer's word: damaged or forged, it is theirs (or a forger's).
+            Error::ContactLink(_) => Fault::Peer,
             Error::RelayServed(_) | Error::Transport(_) => Fault::Relay,
             Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Lan(_) => Fault::Local,
             Error::Bug(_) => Fault::Bug,

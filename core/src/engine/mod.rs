@@ -33,6 +33,7 @@ mod error;
 mod groups;
 mod lan;
 mod outbox;
+mod people;
 
 pub use agents::Caller;
 pub use channels::Protocol;
@@ -41,6 +42,7 @@ pub use error::{Error, Fault, Result};
 pub use groups::random_handle;
 pub use lan::LAN_DEFAULT_ON;
 pub use outbox::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, backoff_ms};
+pub use people::CHANNEL_ORDER;
 
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms};
 use channels::{AgentMail, ContactAdd, Letagents, Outgoing, Stringcup};
@@ -245,6 +247,7 @@ fn message_dto(m: &store::MessageRow, contact: Option<&str>, auth: SenderAuth) -
         "detail": m.detail,
         "sender_auth": if m.direction == "in" { Value::from(auth.as_str()) } else { Value::Null },
         "path": m.path,
+        "fallback_of": m.fallback_of,
     })
 }
 
@@ -404,6 +407,13 @@ impl Runtime {
             Request::Whoami => self.whoami().await,
             Request::Status => self.status().await,
             Request::Lan { on } => self.lan_request(on).await,
+            Request::ContactAdd { address, name, allow, relay: _, no_hello } if people::looks_like_link(&address) => {
+                let v = self.person_add(&address, name.as_deref(), allow.as_deref(), !no_hello).await?;
+                if one_shot {
+                    self.flush_once(true).await?;
+                }
+                Ok(v)
+            }
             Request::ContactAdd { address, name, allow, relay, no_hello } => {
                 let v = self
                     .contact_add(ContactAdd {
@@ -423,7 +433,7 @@ impl Runtime {
                 if one_shot {
                     self.sync_best_effort().await;
                 }
-                Ok(Value::Array(self.store().contacts(None).await?.iter().map(|c| self.contact_dto(c)).collect()))
+                self.contact_list().await
             }
             Request::ContactRequests => {
                 if one_shot {
@@ -586,6 +596,8 @@ impl Runtime {
         v.insert("name".into(), json!(self.inner.name));
         v.insert("profile".into(), json!(self.inner.profile.dir.display().to_string()));
         v.insert("keystore".into(), json!(self.inner.keystore));
+        // The one thing to share: every address below, signed, with one safety number.
+        v.insert("contact_link".into(), self.whoami_link().await);
         // One section per protocol: a new channel shows up here (and in the UI) by itself.
         for p in Protocol::ALL {
             let (key, section) = self.channel(p).whoami(self).await;
@@ -619,7 +631,10 @@ impl Runtime {
             Some(m) => m,
             None => self.store().message("in", id).await?.ok_or_else(|| Error::UnknownMessage(id.into()))?,
         };
-        let name = self.contact_name(m.contact_id).await?;
+        let name = match m.contact_id {
+            Some(id) => self.display_names().await?.remove(&id),
+            None => None,
+        };
         let mut view = [message_dto(&m, name.as_deref(), self.channel(m.protocol).sender_auth())];
         self.inner.agent_mail.agent_mail_decorate(self, &mut view).await?;
         let [view] = view;
@@ -627,6 +642,9 @@ impl Runtime {
     }
 
     async fn conversation(&self, name: &str, limit: Option<i64>) -> Result<Value> {
+        if let Some(p) = self.store().person_by_name(name).await? {
+            return self.person_conversation(&p, limit).await;
+        }
         let c = self.contact(name).await?;
         let rows: Vec<store::MessageRow> = sqlx::query_as(
             "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 AND kind NOT IN ('receipt', 'roster') \
@@ -640,13 +658,26 @@ impl Runtime {
         Ok(Value::Array(rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect()))
     }
 
-    async fn contact_name(&self, id: Option<i64>) -> Result<Option<String>> {
-        let Some(id) = id else { return Ok(None) };
-        Ok(self.store().contact_name(id).await?)
+    /// What each contact row is called in messages: its person's name if it is a channel of one.
+    async fn display_names(&self) -> Result<BTreeMap<i64, String>> {
+        let people: BTreeMap<i64, String> = self.store().people().await?.into_iter().map(|p| (p.id, p.name)).collect();
+        let mut names = BTreeMap::new();
+        for c in self.store().contacts(None).await? {
+            let name = c.person_id.and_then(|p| people.get(&p).cloned()).unwrap_or(c.name);
+            names.insert(c.id, name);
+        }
+        Ok(names)
     }
 
     async fn contact(&self, name: &str) -> Result<ContactRow> {
-        self.store().contact_by_name(name).await?.ok_or_else(|| Error::UnknownContact(name.into()))
+        if let Some(c) = self.store().contact_by_name(name).await? {
+            return Ok(c);
+        }
+        // A person's name stands for the channel a message to them goes on first.
+        match self.store().person_by_name(name).await? {
+            Some(p) => self.person_first_channel(&p).await,
+            None => Err(Error::UnknownContact(name.into())),
+        }
     }
 
     /// A contact as clients see it.
@@ -856,7 +887,11 @@ impl Runtime {
         from_agent: Option<&str>,
         to_agent: Option<&str>,
     ) -> Result<String> {
-        let c = self.contact(name).await?;
+        // A person: the first usable channel in `CHANNEL_ORDER`; the outbox falls back from there.
+        let c = match self.store().person_by_name(name).await? {
+            Some(p) => self.person_first_channel(&p).await?,
+            None => self.contact(name).await?,
+        };
         if c.blocked {
             return Err(Error::Blocked(name.into()));
         }
@@ -913,10 +948,7 @@ impl Runtime {
             }
             rows = self.store().inbox(all, 1000).await?;
         }
-        let mut names: BTreeMap<i64, String> = BTreeMap::new();
-        for c in self.store().contacts(None).await? {
-            names.insert(c.id, c.name);
-        }
+        let names = self.display_names().await?;
         let mut out: Vec<Value> = rows
             .iter()
             .map(|m| {

@@ -8,6 +8,9 @@
 //! - A relay found unreachable is not tried again in the same pass.
 //! - A row for a nearby contact (the LAN layer, `engine/lan.rs`) is offered directly first, one
 //!   try; if that fails the relay gets it in the same attempt. The path is recorded.
+//! - A person's message (`engine/people.rs`) whose channel fails (relay unreachable, refused for
+//!   good, or given up) is handed to the person's next channel once; the first row is
+//!   `rerouted` and names where it went.
 
 use std::time::Duration;
 
@@ -133,6 +136,11 @@ impl Runtime {
         match outcome {
             SendOutcome::Accepted => self.handed_over(&row, DeliveryPath::Relay).await,
             SendOutcome::Retry { after_ms, reason } => {
+                // A person's message whose relay is down goes to their next channel at once.
+                if reason.starts_with("unreachable") && self.fall_back(&row, &reason).await? {
+                    self.set_health("disconnected", &reason);
+                    return Ok(Attempt::Unreachable);
+                }
                 if self.give_up_if_due(&row, now, &reason).await? {
                     return Ok(Attempt::Later);
                 }
@@ -146,6 +154,9 @@ impl Runtime {
                 Ok(Attempt::Later)
             }
             SendOutcome::Permanent(reason) => {
+                if self.fall_back(&row, &reason).await? {
+                    return Ok(Attempt::Later);
+                }
                 self.store().outbox_failed(&row, &reason, now).await?;
                 Ok(Attempt::Later)
             }
@@ -157,6 +168,9 @@ impl Runtime {
     async fn give_up_if_due(&self, row: &OutboxRow, now: i64, reason: &str) -> Result<bool> {
         match self.channel(row.protocol).give_up_at(row) {
             Some((at, when)) if now >= at => {
+                if self.fall_back(row, &format!("gave up {when}: {reason}")).await? {
+                    return Ok(true);
+                }
                 self.store().outbox_failed(row, &format!("gave up {when}: {reason}"), now).await?;
                 Ok(true)
             }
@@ -178,7 +192,7 @@ impl Runtime {
                 if self.lan_try_direct(&row).await {
                     self.handed_over(&row, DeliveryPath::Direct).await?;
                     sent += 1;
-                } else {
+                } else if !self.fall_back(&row, "unreachable: the relay did not answer").await? {
                     self.give_up_if_due(&row, now_ms(), "unreachable: the relay did not answer").await?;
                 }
                 continue;

@@ -4,6 +4,7 @@
 pub mod agent_identity;
 pub mod agent_mail;
 pub mod asnet;
+pub mod contact_link;
 pub mod lan;
 pub mod letagents;
 pub mod letmeknow;

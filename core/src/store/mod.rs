@@ -15,6 +15,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 mod contacts;
 mod groups;
 mod lan;
+mod people;
 mod protocol;
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
@@ -22,6 +23,7 @@ pub use contacts::{
 };
 pub use groups::{GroupLogRow, covers as group_context_covers, name_group_if_unnamed};
 pub use lan::{DeliveryPath, set_message_path};
+pub use people::{PersonRow, insert_person, person_by_key, person_name_taken, record_fallback, set_contact_person};
 pub use protocol::Protocol;
 
 /// Store failures: local (disk, corruption) or bugs.
@@ -145,6 +147,8 @@ pub struct ContactRow {
     pub blocked_at: i64,
     /// How many of its messages were dropped while it was blocked.
     pub blocked_dropped: i64,
+    /// The person this row is a channel of (migration 0013), if added by a contact link.
+    pub person_id: Option<i64>,
 }
 
 /// A message row.
@@ -182,6 +186,9 @@ pub struct MessageRow {
     pub detail: String,
     /// The path that carried it: direct, relay, or '' (not handed over yet, or older rows).
     pub path: String,
+    /// For a message another channel carried after its own failed: the id it was first queued
+    /// under (migration 0013); '' otherwise.
+    pub fallback_of: String,
     /// Whether `inbox` showed it.
     #[serde(skip)]
     pub shown: bool,

@@ -1,0 +1,137 @@
+//! People (migration 0013): one name and one safety number over several contact rows, one per
+//! protocol, made by adding a Switchboard contact link; and the outbox's record of a message
+//! another channel carried after its own failed.
+
+use sqlx::SqliteConnection;
+
+use super::{ContactRow, Result, Store};
+
+/// A person row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PersonRow {
+    /// Row id.
+    pub id: i64,
+    /// Local name (unique among people).
+    pub name: String,
+    /// The Ed25519 key that signed their link.
+    pub identity_key: Vec<u8>,
+    /// Their one safety number.
+    pub safety_number: String,
+    /// The newest link they shared.
+    pub link: String,
+    /// When added.
+    pub created_at: i64,
+}
+
+/// The person with identity key `key`, if known.
+pub async fn person_by_key(conn: &mut SqliteConnection, key: &[u8]) -> Result<Option<PersonRow>> {
+    Ok(sqlx::query_as("SELECT * FROM people WHERE identity_key = ?").bind(key).fetch_optional(conn).await?)
+}
+
+/// Whether `name` names a person.
+pub async fn person_name_taken(conn: &mut SqliteConnection, name: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM people WHERE name = ?").bind(name).fetch_one(conn).await? > 0)
+}
+
+/// Inserts a person, returning its id.
+pub async fn insert_person(
+    conn: &mut SqliteConnection,
+    name: &str,
+    key: &[u8],
+    safety_number: &str,
+    link: &str,
+    now: i64,
+) -> Result<i64> {
+    Ok(sqlx::query("INSERT INTO people (name, identity_key, safety_number, link, created_at) VALUES (?, ?, ?, ?, ?)")
+        .bind(name)
+        .bind(key)
+        .bind(safety_number)
+        .bind(link)
+        .bind(now)
+        .execute(conn)
+        .await?
+        .last_insert_rowid())
+}
+
+/// Makes contact `contact_id` a channel of person `person_id`.
+pub async fn set_contact_person(conn: &mut SqliteConnection, contact_id: i64, person_id: i64) -> Result<()> {
+    sqlx::query("UPDATE contacts SET person_id = ? WHERE id = ?")
+        .bind(person_id)
+        .bind(contact_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Records that outgoing message `original` was carried as `new_id` by another channel: the new
+/// message names the original, the original becomes `rerouted` (with `detail` saying where and
+/// why) and leaves the outbox. One transaction.
+pub async fn record_fallback(
+    conn: &mut SqliteConnection,
+    outbox_id: i64,
+    original: &str,
+    new_id: &str,
+    detail: &str,
+) -> Result<()> {
+    sqlx::query("UPDATE messages SET fallback_of = ? WHERE direction = 'out' AND id = ?")
+        .bind(original)
+        .bind(new_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("UPDATE messages SET state = 'rerouted', detail = ? WHERE direction = 'out' AND id = ?")
+        .bind(detail)
+        .bind(original)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM outbox WHERE id = ?").bind(outbox_id).execute(&mut *conn).await?;
+    Ok(())
+}
+
+impl Store {
+    /// Every person, by name.
+    pub async fn people(&self) -> Result<Vec<PersonRow>> {
+        Ok(sqlx::query_as("SELECT * FROM people ORDER BY name").fetch_all(&self.pool).await?)
+    }
+
+    /// A person by local name.
+    pub async fn person_by_name(&self, name: &str) -> Result<Option<PersonRow>> {
+        Ok(sqlx::query_as("SELECT * FROM people WHERE name = ?").bind(name).fetch_optional(&self.pool).await?)
+    }
+
+    /// A person by row id.
+    pub async fn person_by_id(&self, id: i64) -> Result<Option<PersonRow>> {
+        Ok(sqlx::query_as("SELECT * FROM people WHERE id = ?").bind(id).fetch_optional(&self.pool).await?)
+    }
+
+    /// The contact rows (channels) of person `id`.
+    pub async fn person_channels(&self, id: i64) -> Result<Vec<ContactRow>> {
+        Ok(sqlx::query_as("SELECT * FROM contacts WHERE person_id = ? ORDER BY id")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Whether some message was already carried by another channel in place of `original`.
+    pub async fn fell_back_from(&self, original: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM messages WHERE direction = 'out' AND fallback_of = ?")
+            .bind(original)
+            .fetch_one(&self.pool)
+            .await?
+            > 0)
+    }
+
+    /// The conversation with every channel of person `id`, oldest first (receipts, rosters and
+    /// the hellos that introduced each channel and messages another channel carried instead are
+    /// left out).
+    pub async fn person_conversation(&self, id: i64, limit: i64) -> Result<Vec<super::MessageRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM (SELECT m.* FROM messages m JOIN contacts c ON c.id = m.contact_id \
+             WHERE c.person_id = ?1 AND m.kind NOT IN ('receipt', 'roster', 'hello') AND m.state != 'rerouted' \
+             ORDER BY m.rowid_ DESC LIMIT ?2) ORDER BY rowid_",
+        )
+        .bind(id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
