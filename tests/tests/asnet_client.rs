@@ -236,7 +236,8 @@ impl MailServers {
     }
 
     async fn send(&self, from: &str, to: &str, raw: &str) {
-        let transport = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1").port(self.smtp_port).build();
+        let transport =
+            AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1").port(self.smtp_port).build();
         let envelope = Envelope::new(Some(from.parse().unwrap()), vec![to.parse().unwrap()]).unwrap();
         transport.send_raw(&envelope, raw.as_bytes()).await.unwrap();
     }
@@ -286,7 +287,12 @@ impl Profile {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{} {args:?} failed: {}{stdout}", self.name, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {}{stdout}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{} {args:?} printed {stdout:?}: {e}", self.name))
     }
 
@@ -302,7 +308,12 @@ impl Profile {
             if ok(&s) {
                 return s;
             }
-            assert!(Instant::now() < deadline, "{}: no {what} within 60 s; status {s:#}\n{}", self.name, servers.logs());
+            assert!(
+                Instant::now() < deadline,
+                "{}: no {what} within 60 s; status {s:#}\n{}",
+                self.name,
+                servers.logs()
+            );
             std::thread::sleep(Duration::from_millis(300));
         }
     }
@@ -423,7 +434,11 @@ async fn two_profiles_register_connect_accept_fewer_scopes_list_and_disconnect_o
     alice.run(&["asnet", "connections"]);
     alice.approve(&servers, &json!({"protocol": "ASNET/1", "command": "LIST CONNECTIONS"}));
     alice.until(&servers, "CONNECTIONS reply", |s| {
-        s["requests"].as_array().unwrap().iter().any(|r| r["action"]["command"] == "LIST CONNECTIONS" && r["state"] == "verified")
+        s["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["action"]["command"] == "LIST CONNECTIONS" && r["state"] == "verified")
     });
 
     // A forged challenge for an action Alice never asked for, a mail from someone else and a
@@ -445,15 +460,23 @@ async fn two_profiles_register_connect_accept_fewer_scopes_list_and_disconnect_o
         .into_iter()
         .find(|m| m.contains("\"type\": \"REGISTERED\""))
         .expect("alice's REGISTERED reply is in her Maildir");
-    let replayed = replayed.split_once("From: ").map(|(_, rest)| format!("From: {rest}")).unwrap().replace("\r\n", "\n").replace('\n', "\r\n");
+    let replayed = replayed
+        .split_once("From: ")
+        .map(|(_, rest)| format!("From: {rest}"))
+        .unwrap()
+        .replace("\r\n", "\n")
+        .replace('\n', "\r\n");
     servers.send("mallory@example.test", ALICE, &replayed).await;
     let s = alice.until(&servers, "three warnings", |s| s["warnings"].as_array().unwrap().len() >= before + 3);
     let kinds: Vec<&str> = s["warnings"].as_array().unwrap().iter().map(|w| w["kind"].as_str().unwrap()).collect();
     assert!(kinds.contains(&"unsolicited_challenge"), "{kinds:?}");
     assert!(kinds.contains(&"refused_mail"), "{kinds:?}");
     assert!(kinds.contains(&"duplicate_response"), "{kinds:?}");
-    let forged_state =
-        s["challenges"].as_array().unwrap().iter().find(|c| c["challenge_id"] == "chl_00000000000000000000000000000001");
+    let forged_state = s["challenges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["challenge_id"] == "chl_00000000000000000000000000000001");
     assert_eq!(forged_state.unwrap()["state"], "warning");
     let list = alice.run(&["review", "list"]);
     assert!(list.as_array().unwrap().is_empty(), "nothing for the owner to approve: {list:#}");

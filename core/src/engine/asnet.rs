@@ -30,7 +30,9 @@ use zeroize::Zeroizing;
 
 use super::{Error, Result, Runtime, blocking};
 use crate::bridge::api::Request;
-use crate::protocol::asnet::client::{AskedFor, ChallengeVerdict, ReplyIn, judge_challenge, read_reply, render_command};
+use crate::protocol::asnet::client::{
+    AskedFor, ChallengeVerdict, ReplyIn, judge_challenge, read_reply, render_command,
+};
 use crate::protocol::asnet::{Action, Command, Mailbox, MemberId, ReplyBody, RequestId, Scope, Scopes};
 use crate::store::{AsnetAccountRow, Store};
 use crate::util::{hex, now_ms, random_array};
@@ -75,7 +77,9 @@ fn parse_scopes(names: &[String]) -> Result<Scopes> {
         .flat_map(|n| n.split(','))
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .map(|n| Scope::parse(n).map_err(|_| Error::Invalid(format!("unknown scope `{n}` (contact:email, profile:basic)"))))
+        .map(|n| {
+            Scope::parse(n).map_err(|_| Error::Invalid(format!("unknown scope `{n}` (contact:email, profile:basic)")))
+        })
         .collect::<Result<Vec<_>>>()?;
     Scopes::new(scopes).ok_or_else(|| Error::Invalid("scopes must be a nonempty set of distinct scopes".into()))
 }
@@ -194,7 +198,8 @@ impl Runtime {
         let ks = self.inner.keys.slot("asnet")?;
         let secret = blocking(move || ks.load()).await??.ok_or(Error::AsnetNotSetUp)?;
         let password = Zeroizing::new(
-            String::from_utf8(secret.to_vec()).map_err(|_| Error::Keystore(crate::identity::keystore::KeystoreError::Corrupt))?,
+            String::from_utf8(secret.to_vec())
+                .map_err(|_| Error::Keystore(crate::identity::keystore::KeystoreError::Corrupt))?,
         );
         Ok(Account { row, service, mailbox, password })
     }
@@ -204,7 +209,9 @@ impl Runtime {
         let host = acct.row.smtp_host.as_str();
         let builder = match acct.row.smtp_tls.as_str() {
             "tls" => AsyncSmtpTransport::<Tokio1Executor>::relay(host).map_err(|e| mail_err("SMTP", e))?,
-            "starttls" => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(host).map_err(|e| mail_err("SMTP", e))?,
+            "starttls" => {
+                AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(host).map_err(|e| mail_err("SMTP", e))?
+            }
             _ => AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host),
         };
         let mut builder = builder.port(acct.row.smtp_port).timeout(Some(NET_TIMEOUT));
@@ -335,8 +342,13 @@ impl Runtime {
             o.insert("code".into(), Value::String(String::new()));
         }
         if !Store::asnet_reply_seen(tx, &rid, reply.body.type_name(), &stored.to_string(), now).await? {
-            Store::asnet_warn(tx, "duplicate_response", &format!("IMAP UID {uid}: response {rid} was already read"), now)
-                .await?;
+            Store::asnet_warn(
+                tx,
+                "duplicate_response",
+                &format!("IMAP UID {uid}: response {rid} was already read"),
+                now,
+            )
+            .await?;
             return Ok(false);
         }
         match reply.body {
@@ -367,7 +379,8 @@ impl Runtime {
                         let detail = format!(
                             "challenge {cid} for {stored_action} matches nothing this profile asked for: never answered"
                         );
-                        Store::asnet_challenge_warning(tx, &cid, &stored_action, expires_at, &rid, &detail, now).await?;
+                        Store::asnet_challenge_warning(tx, &cid, &stored_action, expires_at, &rid, &detail, now)
+                            .await?;
                     }
                 }
             }
@@ -435,13 +448,7 @@ impl Runtime {
         // The rule again, at the moment of sending: the stored request must still carry exactly
         // this action (a challenge without a request never reaches the review queue).
         let request_action = match ch.request_id {
-            Some(id) => self
-                .store()
-                .asnet_requests(1000)
-                .await?
-                .into_iter()
-                .find(|r| r.0 == id)
-                .map(|r| r.1),
+            Some(id) => self.store().asnet_requests(1000).await?.into_iter().find(|r| r.0 == id).map(|r| r.1),
             None => None,
         };
         let action = Action::from_stored(&ch.action).ok_or_else(|| Error::Bug("stored challenge action".into()))?;
@@ -602,10 +609,8 @@ where
         .await
         .map_err(|e| mail_err("IMAP greeting", e))?
         .ok_or_else(|| Error::MailServer("IMAP: the server closed before its greeting".into()))?;
-    let mut session = client
-        .login(&acct.row.username, acct.password.as_str())
-        .await
-        .map_err(|(e, _)| mail_err("IMAP login", e))?;
+    let mut session =
+        client.login(&acct.row.username, acct.password.as_str()).await.map_err(|(e, _)| mail_err("IMAP login", e))?;
     let mailbox = session.select("INBOX").await.map_err(|e| mail_err("IMAP SELECT INBOX", e))?;
     let uid_validity = mailbox.uid_validity.unwrap_or(0);
     let from = if uid_validity == acct.row.uid_validity { acct.row.last_uid.saturating_add(1) } else { 1 };

@@ -118,9 +118,11 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         if !same {
-            sqlx::query("UPDATE asnet_account SET member_id = '', discovery = 0, uid_validity = 0, last_uid = 0 WHERE id = 1")
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE asnet_account SET member_id = '', discovery = 0, uid_validity = 0, last_uid = 0 WHERE id = 1",
+            )
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -153,7 +155,9 @@ impl Store {
 
     /// Requests `(id, action)` still waiting for their challenge, oldest first.
     pub async fn asnet_requests_waiting(conn: &mut SqliteConnection) -> Result<Vec<(i64, String)>> {
-        Ok(sqlx::query_as("SELECT id, action FROM asnet_requests WHERE state = 'sent' ORDER BY id").fetch_all(conn).await?)
+        Ok(sqlx::query_as("SELECT id, action FROM asnet_requests WHERE state = 'sent' ORDER BY id")
+            .fetch_all(conn)
+            .await?)
     }
 
     /// Requests, newest first (for `status`): `(id, action, requested_by, state, created_at)`.
@@ -311,7 +315,13 @@ impl Store {
 
     /// Decides a challenge's review: the code is emptied, the challenge, its request and the
     /// review row move to their final states together.
-    pub async fn asnet_challenge_decide(&self, review_id: i64, challenge_id: &str, approved: bool, now: i64) -> Result<()> {
+    pub async fn asnet_challenge_decide(
+        &self,
+        review_id: i64,
+        challenge_id: &str,
+        approved: bool,
+        now: i64,
+    ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let (challenge_state, request_state, review_state) =
             if approved { ("verified", "verified", "approved") } else { ("rejected", "rejected", "rejected") };
@@ -435,7 +445,12 @@ impl Store {
     }
 
     /// Adds or updates one connection.
-    pub async fn asnet_connection_put(conn: &mut SqliteConnection, member_id: &str, scopes: &str, now: i64) -> Result<()> {
+    pub async fn asnet_connection_put(
+        conn: &mut SqliteConnection,
+        member_id: &str,
+        scopes: &str,
+        now: i64,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO asnet_connections (member_id, scopes, updated_at) VALUES (?, ?, ?) \
              ON CONFLICT(member_id) DO UPDATE SET scopes = excluded.scopes, updated_at = excluded.updated_at",
@@ -455,7 +470,11 @@ impl Store {
     }
 
     /// Replaces the whole list (a CONNECTIONS reply).
-    pub async fn asnet_connections_replace(conn: &mut SqliteConnection, list: &[(String, String)], now: i64) -> Result<()> {
+    pub async fn asnet_connections_replace(
+        conn: &mut SqliteConnection,
+        list: &[(String, String)],
+        now: i64,
+    ) -> Result<()> {
         sqlx::query("DELETE FROM asnet_connections").execute(&mut *conn).await?;
         for (member, scopes) in list {
             Self::asnet_connection_put(conn, member, scopes, now).await?;
@@ -471,13 +490,20 @@ impl Store {
     }
 
     /// Moves the read position (and records a successful read).
-    pub async fn asnet_read_position(conn: &mut SqliteConnection, uid_validity: u32, last_uid: u32, now: i64) -> Result<()> {
-        sqlx::query("UPDATE asnet_account SET uid_validity = ?, last_uid = ?, last_sync_at = ?, last_error = '' WHERE id = 1")
-            .bind(i64::from(uid_validity))
-            .bind(i64::from(last_uid))
-            .bind(now)
-            .execute(conn)
-            .await?;
+    pub async fn asnet_read_position(
+        conn: &mut SqliteConnection,
+        uid_validity: u32,
+        last_uid: u32,
+        now: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE asnet_account SET uid_validity = ?, last_uid = ?, last_sync_at = ?, last_error = '' WHERE id = 1",
+        )
+        .bind(i64::from(uid_validity))
+        .bind(i64::from(last_uid))
+        .bind(now)
+        .execute(conn)
+        .await?;
         Ok(())
     }
 }

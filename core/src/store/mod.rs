@@ -17,11 +17,11 @@ mod contacts;
 mod groups;
 mod lan;
 mod protocol;
+pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,
 };
-pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
 pub use groups::{GroupLogRow, name_group_if_unnamed};
 pub use lan::{DeliveryPath, set_message_path};
 pub use protocol::Protocol;

@@ -75,11 +75,8 @@ pub fn read_reply(raw: &[u8], service: &Mailbox) -> Result<ReplyIn, ReplyError> 
     if parts.from != *service {
         return Err(ReplyError::NotFromService(parts.from.to_string()));
     }
-    let header_id = parts
-        .response_id
-        .as_deref()
-        .and_then(|id| ResponseId::parse(id).ok())
-        .ok_or(ReplyError::MissingResponseId)?;
+    let header_id =
+        parts.response_id.as_deref().and_then(|id| ResponseId::parse(id).ok()).ok_or(ReplyError::MissingResponseId)?;
     let reply = parse_reply_body(parts.body.as_bytes())?;
     if reply.response_id != header_id {
         return Err(ReplyError::ResponseIdMismatch);
@@ -104,7 +101,8 @@ pub fn parse_reply_body(body: &[u8]) -> Result<ReplyIn, ReplyError> {
     let kind = obj.get("type").and_then(Json::as_str).ok_or(ReplyError::Field("type"))?;
     let response_id = ResponseId::parse(str_field(obj, "responseId")?)?;
     let only = |allowed: &[&str]| -> Result<(), ReplyError> {
-        if obj.keys().all(|k| matches!(k.as_str(), "protocol" | "type" | "responseId") || allowed.contains(&k.as_str())) {
+        if obj.keys().all(|k| matches!(k.as_str(), "protocol" | "type" | "responseId") || allowed.contains(&k.as_str()))
+        {
             Ok(())
         } else {
             Err(ReplyError::Field("unexpected field"))
@@ -341,11 +339,17 @@ mod tests {
         let (raw, _) = challenge_mail(Action::ListConnections);
         let rid = ResponseId([7; 16]).to_string();
         let other = ResponseId([8; 16]).to_string();
-        let text = String::from_utf8(raw).unwrap().replacen(&format!("X-ASNET-Response-ID: {rid}"), &format!("X-ASNET-Response-ID: {other}"), 1);
+        let text = String::from_utf8(raw).unwrap().replacen(
+            &format!("X-ASNET-Response-ID: {rid}"),
+            &format!("X-ASNET-Response-ID: {other}"),
+            1,
+        );
         assert_eq!(read_reply(text.as_bytes(), &service()), Err(ReplyError::ResponseIdMismatch));
-        let without = String::from_utf8(challenge_mail(Action::ListConnections).0)
-            .unwrap()
-            .replacen(&format!("X-ASNET-Response-ID: {rid}\r\n"), "", 1);
+        let without = String::from_utf8(challenge_mail(Action::ListConnections).0).unwrap().replacen(
+            &format!("X-ASNET-Response-ID: {rid}\r\n"),
+            "",
+            1,
+        );
         assert_eq!(read_reply(without.as_bytes(), &service()), Err(ReplyError::MissingResponseId));
     }
 
@@ -353,12 +357,20 @@ mod tests {
     fn malformed_reply_bodies_are_refused() {
         let rid = ResponseId([7; 16]).to_string();
         let cases = [
-            format!(r#"{{"protocol":"ASNET/1","type":"DISCONNECTED","responseId":"{rid}","memberId":"{MEM}","memberId":"{MEM2}"}}"#),
+            format!(
+                r#"{{"protocol":"ASNET/1","type":"DISCONNECTED","responseId":"{rid}","memberId":"{MEM}","memberId":"{MEM2}"}}"#
+            ),
             format!(r#"{{"protocol":"ASNET/2","type":"DISCONNECTED","responseId":"{rid}","memberId":"{MEM}"}}"#),
             format!(r#"{{"protocol":"ASNET/1","type":"PWNED","responseId":"{rid}"}}"#),
-            format!(r#"{{"protocol":"ASNET/1","type":"DISCONNECTED","responseId":"{rid}","memberId":"{MEM}","note":"x"}}"#),
-            format!(r#"{{"protocol":"ASNET/1","type":"CONNECTED","responseId":"{rid}","requestId":"req_00","memberId":"{MEM}","scopes":["contact:email"]}}"#),
-            format!(r#"{{"protocol":"ASNET/1","type":"CHALLENGE","responseId":"{rid}","challengeId":"chl_0123456789abcdef0123456789abcdef","code":"0123456789abcdef0123456789abcdef","expiresAt":1,"action":{{"protocol":"ASNET/1","command":"VERIFY","challengeId":"chl_0123456789abcdef0123456789abcdef","code":"0123456789abcdef0123456789abcdef"}}}}"#),
+            format!(
+                r#"{{"protocol":"ASNET/1","type":"DISCONNECTED","responseId":"{rid}","memberId":"{MEM}","note":"x"}}"#
+            ),
+            format!(
+                r#"{{"protocol":"ASNET/1","type":"CONNECTED","responseId":"{rid}","requestId":"req_00","memberId":"{MEM}","scopes":["contact:email"]}}"#
+            ),
+            format!(
+                r#"{{"protocol":"ASNET/1","type":"CHALLENGE","responseId":"{rid}","challengeId":"chl_0123456789abcdef0123456789abcdef","code":"0123456789abcdef0123456789abcdef","expiresAt":1,"action":{{"protocol":"ASNET/1","command":"VERIFY","challengeId":"chl_0123456789abcdef0123456789abcdef","code":"0123456789abcdef0123456789abcdef"}}}}"#
+            ),
             "not json".to_owned(),
         ];
         for body in cases {
@@ -372,9 +384,10 @@ mod tests {
             AskedFor { key: 1, action: Action::Register { discovery: Some(true) } },
             AskedFor { key: 2, action: connect(MEM, &[Scope::ContactEmail, Scope::ProfileBasic]) },
         ];
-        assert_eq!(judge_challenge(&asked, &Action::Register { discovery: Some(true) }), ChallengeVerdict::AskOwner {
-            key: 1
-        });
+        assert_eq!(
+            judge_challenge(&asked, &Action::Register { discovery: Some(true) }),
+            ChallengeVerdict::AskOwner { key: 1 }
+        );
         assert_eq!(
             judge_challenge(&asked, &connect(MEM, &[Scope::ContactEmail, Scope::ProfileBasic])),
             ChallengeVerdict::AskOwner { key: 2 }
