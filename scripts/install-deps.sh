@@ -16,6 +16,7 @@ packages=(
   xdg-utils desktop-file-utils rpm                   # the package test: link handler, MIME cache, the .rpm's file list
   python3-aiosmtpd                                   # a real SMTP receiver as the ASNET smarthost (relay-lite/tests/asnet_smtp.rs)
   postfix                                            # a real MTA in front of the ASNET service (relay-lite/tests/asnet_postfix.rs)
+  dovecot-imapd                                      # a real IMAP server the ASNET client reads its replies from (tests/tests/asnet_client.rs)
   postgresql                                         # relay-lite's PostgreSQL backend tests (initdb + pg_ctl in a temp dir)
 )
 

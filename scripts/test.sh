@@ -20,7 +20,7 @@ dbus-run-session -- bash -c '
   export SWITCHBOARD_REQUIRE_CODEX=1  # tests/tests/codex.rs fails instead of skipping without codex
   export SWITCHBOARD_REQUIRE_CLAUDE=1  # tests/tests/claude_code.rs likewise without Claude Code
   export SWITCHBOARD_REQUIRE_WEBDRIVER=1  # src-tauri/tests/webview.rs likewise without tauri-driver
-  export SWITCHBOARD_REQUIRE_MAIL=1  # relay-lite/tests/asnet_{smtp,postfix}.rs likewise without aiosmtpd or Postfix
+  export SWITCHBOARD_REQUIRE_MAIL=1  # relay-lite/tests/asnet_{smtp,postfix}.rs and tests/tests/asnet_client.rs likewise without aiosmtpd, Postfix or Dovecot
   export SWITCHBOARD_REQUIRE_POSTGRES=1  # relay-lite store_conformance and pg_cluster fail instead of skipping without PostgreSQL
   export SWITCHBOARD_REQUIRE_NETNS=1  # tests/tests/lan_netns.rs likewise without network namespaces (root, iproute2)
   export SWITCHBOARD_REQUIRE_TMPFS=1  # the disk-full tests (relay-lite, tests/) mount a small tmpfs: CI runs as root

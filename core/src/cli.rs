@@ -247,6 +247,80 @@ pub enum Command {
         #[arg(value_parser = ["on", "off", "status"], default_value = "status")]
         state: String,
     },
+    /// ASNET/1, the email-borne agent network: your mailbox, registration, connections. Every
+    /// challenge the service mails back waits in `review list` for your approval.
+    #[command(subcommand)]
+    Asnet(AsnetCmd),
+}
+
+/// `asnet` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AsnetCmd {
+    /// Set up the account: the service mailbox, your mailbox and its SMTP and IMAP servers. The
+    /// password is read from standard input (or $SWITCHBOARD_ASNET_PASSWORD) into the keystore.
+    Setup {
+        /// The service mailbox (e.g. network@example.com).
+        #[arg(long)]
+        service: String,
+        /// Your own mailbox, which sends the commands and receives the replies.
+        #[arg(long)]
+        mailbox: String,
+        /// Login for both servers (default: the mailbox).
+        #[arg(long)]
+        username: Option<String>,
+        /// SMTP server HOST:PORT.
+        #[arg(long)]
+        smtp: String,
+        /// tls, starttls, or none (loopback servers only).
+        #[arg(long, value_parser = ["tls", "starttls", "none"], default_value = "tls")]
+        smtp_tls: String,
+        /// Whether to log in to the SMTP server.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        smtp_auth: bool,
+        /// IMAP server HOST:PORT.
+        #[arg(long)]
+        imap: String,
+        /// tls, or none (loopback servers only).
+        #[arg(long, value_parser = ["tls", "none"], default_value = "tls")]
+        imap_tls: String,
+    },
+    /// Register this mailbox with the service (or change the discovery choice).
+    Register {
+        /// Publish a discovery marker (true) or withdraw it (false); absent keeps the choice.
+        #[arg(long, action = clap::ArgAction::Set)]
+        discovery: Option<bool>,
+    },
+    /// Look a member id up (public; the answer arrives by mail, see `asnet status`).
+    Lookup {
+        /// mem_…
+        id: String,
+    },
+    /// Propose a connection to a member.
+    Connect {
+        /// mem_…
+        id: String,
+        /// Scopes, comma-separated: contact:email, profile:basic.
+        #[arg(long, value_delimiter = ',', required = true)]
+        scopes: Vec<String>,
+    },
+    /// Accept an invitation with the same or fewer scopes.
+    Accept {
+        /// req_… from the invitation.
+        request: String,
+        /// Scopes, comma-separated, a subset of the invitation's.
+        #[arg(long, value_delimiter = ',', required = true)]
+        scopes: Vec<String>,
+    },
+    /// Ask the service for your connections (challenged), and show the list as last reported.
+    Connections,
+    /// Remove the connection with a member.
+    Disconnect {
+        /// mem_…
+        id: String,
+    },
+    /// Read the mailbox once and show the account, requests, challenges, invitations,
+    /// connections and warnings.
+    Status,
 }
 
 /// `review` subcommands.
@@ -614,6 +688,38 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
                 _ => None,
             },
         },
+        Command::Asnet(a) => match a {
+            AsnetCmd::Setup { service, mailbox, username, smtp, smtp_tls, smtp_auth, imap, imap_tls } => {
+                let password = match std::env::var("SWITCHBOARD_ASNET_PASSWORD") {
+                    Ok(p) if !p.is_empty() => p,
+                    _ => {
+                        let mut s = String::new();
+                        std::io::stdin()
+                            .read_to_string(&mut s)
+                            .map_err(|e| ApiError { code: "invalid_input".into(), message: e.to_string() })?;
+                        s.trim_end_matches(['\r', '\n']).to_owned()
+                    }
+                };
+                Request::AsnetSetup {
+                    service,
+                    mailbox,
+                    username,
+                    password: crate::bridge::api::Secret(password),
+                    smtp,
+                    smtp_tls: Some(smtp_tls),
+                    smtp_auth: Some(smtp_auth),
+                    imap,
+                    imap_tls: Some(imap_tls),
+                }
+            }
+            AsnetCmd::Register { discovery } => Request::AsnetRegister { discovery },
+            AsnetCmd::Lookup { id } => Request::AsnetLookup { member_id: id },
+            AsnetCmd::Connect { id, scopes } => Request::AsnetConnect { member_id: id, scopes },
+            AsnetCmd::Accept { request, scopes } => Request::AsnetAccept { request_id: request, scopes },
+            AsnetCmd::Connections => Request::AsnetConnections,
+            AsnetCmd::Disconnect { id } => Request::AsnetDisconnect { member_id: id },
+            AsnetCmd::Status => Request::AsnetStatus,
+        },
         Command::Join { link, handle } => Request::GroupJoin { handle, link, timeout_secs: None },
         Command::Group(g) => match g {
             GroupCmd::List { handle } => Request::GroupList { handle },
@@ -803,6 +909,25 @@ fn print_text(kind: &str, v: &Value) {
                 println!("nearby: {}", if nearby.is_empty() { "nobody".to_owned() } else { nearby.join(", ") });
             }
         }
+        "asnet_status" => {
+            println!("asnet: {} -> {}", s(v, "mailbox"), s(v, "service"));
+            println!("member: {}", v["member_id"].as_str().unwrap_or("(not registered)"));
+            if let Some(e) = v["sync_error"].as_str().or(v["last_error"].as_str()).filter(|e| !e.is_empty()) {
+                println!("error: {e}");
+            }
+            for c in v["challenges"].as_array().into_iter().flatten().filter(|c| c["state"] == "pending") {
+                println!("challenge waiting for `review approve`: {} {}", s(c, "challenge_id"), c["action"]);
+            }
+            for i in v["invitations"].as_array().into_iter().flatten() {
+                println!("invitation {} from {} offering {}", s(i, "request_id"), s(i, "from_member_id"), i["scopes"]);
+            }
+            for c in v["connections"].as_array().into_iter().flatten() {
+                println!("connected: {} {}", s(c, "member_id"), c["scopes"]);
+            }
+            for w in v["warnings"].as_array().into_iter().flatten() {
+                println!("warning ({}): {}", s(w, "kind"), s(w, "detail"));
+            }
+        }
         _ => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
     }
 }
@@ -824,6 +949,7 @@ fn output_kind(cmd: &Command) -> &'static str {
         Command::Log { .. } => "log",
         Command::Dnd { .. } => "dnd",
         Command::Lan { .. } => "lan",
+        Command::Asnet(AsnetCmd::Status) => "asnet_status",
         _ => "json",
     }
 }

@@ -321,6 +321,70 @@ pub enum Request {
         #[serde(default)]
         on: Option<bool>,
     },
+    /// ASNET/1 (owner only): sets up this profile's account: the service mailbox, the user's
+    /// own mailbox and its SMTP (sending) and IMAP (reading) servers. The password goes to the
+    /// profile's keystore. `none` TLS is accepted for loopback servers only.
+    AsnetSetup {
+        /// The service mailbox.
+        service: String,
+        /// The user's own mailbox (commands are sent from it, replies read from it).
+        mailbox: String,
+        /// The login for both servers (default: the mailbox).
+        #[serde(default)]
+        username: Option<String>,
+        /// The password (kept in the keystore, never in the database).
+        password: Secret,
+        /// SMTP server `HOST:PORT`.
+        smtp: String,
+        /// tls (default), starttls, none.
+        #[serde(default)]
+        smtp_tls: Option<String>,
+        /// Whether SMTP logs in (default true).
+        #[serde(default)]
+        smtp_auth: Option<bool>,
+        /// IMAP server `HOST:PORT`.
+        imap: String,
+        /// tls (default), none.
+        #[serde(default)]
+        imap_tls: Option<String>,
+    },
+    /// ASNET/1: asks the service to register (or re-register) this mailbox. The challenge comes
+    /// back as a review item.
+    AsnetRegister {
+        /// The discovery choice; absent keeps the current one.
+        #[serde(default)]
+        discovery: Option<bool>,
+    },
+    /// ASNET/1: a public lookup of a member id (the answer arrives by mail: see `asnet_status`).
+    AsnetLookup {
+        /// `mem_…`.
+        member_id: String,
+    },
+    /// ASNET/1: proposes a connection to a member with these scopes.
+    AsnetConnect {
+        /// `mem_…`.
+        member_id: String,
+        /// Scopes (`contact:email`, `profile:basic`).
+        scopes: Vec<String>,
+    },
+    /// ASNET/1: accepts an invitation with the same or fewer scopes.
+    AsnetAccept {
+        /// `req_…` from the invitation.
+        request_id: String,
+        /// Scopes, a subset of the invitation's.
+        scopes: Vec<String>,
+    },
+    /// ASNET/1: asks the service for the connection list (a private read, challenged) and
+    /// answers the list as last reported.
+    AsnetConnections,
+    /// ASNET/1: removes the connection (and pending offers) with a member.
+    AsnetDisconnect {
+        /// `mem_…`.
+        member_id: String,
+    },
+    /// ASNET/1: reads the mailbox once and reports the account, requests, challenges,
+    /// invitations, connections, lookups and warnings.
+    AsnetStatus,
     /// The LAN layer (owner only): with `on` switches it on or off (a running runtime starts or
     /// stops its node), without only reports. Answers `{enabled, running, peer_id, listening,
     /// nearby}`.
@@ -516,4 +580,15 @@ pub struct ApiError {
     pub code: String,
     /// Human-readable message.
     pub message: String,
+}
+
+/// A secret in a request (a password): serialized as given, never printed by `Debug`.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }

@@ -145,13 +145,21 @@ impl Runtime {
             }
             Request::ReviewList => self.review_list().await,
             Request::ReviewApprove { id } => {
+                if let Some(ch) = self.store().asnet_challenge_of_review(id).await? {
+                    return self.asnet_approve(id, ch).await;
+                }
                 let v = self.review_approve(id).await?;
                 if one_shot {
                     self.flush_once(true).await?;
                 }
                 Ok(v)
             }
-            Request::ReviewReject { id } => self.review_decide(id, "rejected", None).await,
+            Request::ReviewReject { id } => {
+                if let Some(ch) = self.store().asnet_challenge_of_review(id).await? {
+                    return self.asnet_reject(id, ch).await;
+                }
+                self.review_decide(id, "rejected", None).await
+            }
             Request::Policy { review, loop_limit, digest_secs } => {
                 self.set_policy(review, loop_limit, digest_secs).await
             }
@@ -338,8 +346,9 @@ impl Runtime {
     async fn review_list(&self) -> Result<Value> {
         // A held message is for a contact (1:1) or for a letmeknow group (`group`, `to`).
         let rows = sqlx::query(
-            "SELECT r.id, r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, r.created_at, r.group_id, r.to_fp \
-             FROM review_queue r LEFT JOIN contacts c ON c.id = r.contact_id WHERE r.state = 'pending' ORDER BY r.id",
+            "SELECT r.id, r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, r.created_at, r.group_id, r.to_fp, \
+             a.challenge_id, a.expires_at FROM review_queue r LEFT JOIN contacts c ON c.id = r.contact_id \
+             LEFT JOIN asnet_challenges a ON a.challenge_id = r.asnet_challenge WHERE r.state = 'pending' ORDER BY r.id",
         )
         .fetch_all(&self.store().pool)
         .await?;
@@ -357,6 +366,12 @@ impl Runtime {
                         "reply_to": r.get::<Option<String>, _>(5),
                         "to_agent": r.get::<Option<String>, _>(6),
                         "created_at": r.get::<i64, _>(7),
+                        // An ASNET challenge: approving sends VERIFY for exactly this action.
+                        "asnet": r.get::<Option<String>, _>(10).map(|id| json!({
+                            "challenge_id": id,
+                            "action": serde_json::from_str::<Value>(&r.get::<String, _>(4)).unwrap_or(Value::Null),
+                            "expires_at": r.get::<Option<i64>, _>(11),
+                        })),
                     })
                 })
                 .collect(),

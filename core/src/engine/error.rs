@@ -118,6 +118,12 @@ pub enum Error {
     /// The LAN layer could not start (its socket or mDNS; local).
     #[error(transparent)]
     Lan(#[from] crate::transport::lan::LanError),
+    /// The ASNET account's mail server (SMTP or IMAP) could not be reached or refused us.
+    #[error("mail server: {0}")]
+    MailServer(String),
+    /// ASNET is not set up for this profile.
+    #[error("ASNET is not set up: run `switchboard asnet setup` first")]
+    AsnetNotSetUp,
     /// Something that cannot happen did.
     #[error("internal error: {0}")]
     Bug(String),
@@ -167,6 +173,8 @@ impl Error {
             Error::Transport(_) => "relay",
             Error::Profile(_) => "profile",
             Error::Lan(_) => "lan",
+            Error::MailServer(_) => "mail_server",
+            Error::AsnetNotSetUp => "not_set_up",
             Error::Bug(_) => "internal",
             Error::Forbidden(_) => "forbidden",
             Error::LoopGuard(_) => "loop_guard",
@@ -196,12 +204,14 @@ impl Error {
             | Error::UnknownGroup(_)
             | Error::Forbidden(_)
             | Error::LoopGuard(_)
-            | Error::NotCarried { .. } => Fault::Caller,
+            | Error::NotCarried { .. }
+            | Error::AsnetNotSetUp => Fault::Caller,
             // The key we seal to is the one the peer published.
             Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,
             // A link is the sharer's word: damaged or forged, it is theirs (or a forger's).
             Error::ContactLink(_) => Fault::Peer,
-            Error::RelayServed(_) | Error::Transport(_) => Fault::Relay,
+            // The user's own mail server stands where a relay stands for the other protocols.
+            Error::RelayServed(_) | Error::Transport(_) | Error::MailServer(_) => Fault::Relay,
             Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Lan(_) => Fault::Local,
             Error::Bug(_) => Fault::Bug,
         }

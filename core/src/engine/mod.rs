@@ -27,6 +27,7 @@ use crate::store::{self, ContactRow, Store};
 use crate::transport::letagents::RelayClient;
 
 mod agents;
+mod asnet;
 mod channels;
 mod delivery;
 mod error;
@@ -414,6 +415,14 @@ impl Runtime {
                 }
                 Ok(v)
             }
+            asnet @ (Request::AsnetSetup { .. }
+            | Request::AsnetRegister { .. }
+            | Request::AsnetLookup { .. }
+            | Request::AsnetConnect { .. }
+            | Request::AsnetAccept { .. }
+            | Request::AsnetConnections
+            | Request::AsnetDisconnect { .. }
+            | Request::AsnetStatus) => self.asnet_request(asnet).await,
             Request::ContactAdd { address, name, allow, relay, no_hello } => {
                 let v = self
                     .contact_add(ContactAdd {
@@ -1003,6 +1012,7 @@ impl Runtime {
             tokio::spawn(self.clone().housekeeping_loop()),
             tokio::spawn(self.clone().lmk_background_loop()),
             tokio::spawn(self.clone().lan_supervisor_loop()),
+            tokio::spawn(self.clone().asnet_loop()),
         ]);
         loops
     }

@@ -12,11 +12,13 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{SqliteConnection, SqlitePool};
 
+mod asnet;
 mod contacts;
 mod groups;
 mod lan;
 mod people;
 mod protocol;
+pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,

@@ -316,6 +316,66 @@ pub fn adapt(raw: &[u8], smtp: SmtpEnvelope<'_>, policy: &Policy) -> Result<Enve
     })
 }
 
+/// Largest reply mail a client reads (a connection list may be longer than a command).
+pub const MAX_REPLY_RAW_BYTES: usize = 256 * 1024;
+
+/// What a client needs from a mail in its own mailbox that claims to be a service reply: the
+/// single `From:` address, `X-ASNET-Response-ID`, `Auto-Submitted` and the decoded text body.
+/// The header rules are the inbound ones (no duplicated `From`/`X-ASNET-Response-ID`, plain
+/// text only); whether `from` is the service is the caller's check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyParts {
+    /// The one `From:` mailbox.
+    pub from: Mailbox,
+    /// `X-ASNET-Response-ID`, when present.
+    pub response_id: Option<String>,
+    /// `Auto-Submitted`, when present.
+    pub auto_submitted: Option<String>,
+    /// The decoded body.
+    pub body: String,
+}
+
+/// Splits a reply mail into [`ReplyParts`], or refuses it.
+pub fn reply_parts(raw: &[u8]) -> Result<ReplyParts, Refusal> {
+    if raw.len() > MAX_REPLY_RAW_BYTES {
+        return Err(Refusal::TooLarge);
+    }
+    check_line_breaks(raw)?;
+    let (head, body) = split_head(raw)?;
+    let fields = parse_fields(head)?;
+    for (i, f) in fields.iter().enumerate() {
+        if !REPEATABLE.contains(&f.name.as_str())
+            && f.name != "delivered-to"
+            && fields.iter().skip(i + 1).any(|g| g.name == f.name)
+        {
+            return Err(Refusal::DuplicateHeader);
+        }
+    }
+    let get = |name: &str| fields.iter().find(|f| f.name == name).map(|f| f.value.as_ref());
+    let (kind, params) = content_type(get("content-type"))?;
+    if kind != "text/plain" {
+        return Err(Refusal::NotPlainText);
+    }
+    let from = single_address(get("from").ok_or(Refusal::MissingFrom)?)?;
+    let decoded = match get("content-transfer-encoding").map(simple_token).as_deref() {
+        None | Some("7bit") | Some("8bit") => body.to_vec(),
+        Some("quoted-printable") => decode_qp(body)?,
+        Some("base64") => decode_base64(body)?,
+        Some(_) => return Err(Refusal::TransferEncoding),
+    };
+    let charset = params.iter().find(|(n, _)| n == "charset").map(|(_, v)| v.to_ascii_lowercase());
+    if !matches!(charset.as_deref(), None | Some("us-ascii") | Some("utf-8")) {
+        return Err(Refusal::Charset);
+    }
+    let body = String::from_utf8(decoded).map_err(|_| Refusal::BodyNotText)?;
+    Ok(ReplyParts {
+        from,
+        response_id: get("x-asnet-response-id").map(|v| v.trim().to_owned()),
+        auto_submitted: get("auto-submitted").map(|v| strip_comments(v).trim().to_owned()),
+        body,
+    })
+}
+
 /// Every CR must start a CRLF and every LF end one.
 fn check_line_breaks(raw: &[u8]) -> Result<(), Refusal> {
     let mut prev = 0u8;

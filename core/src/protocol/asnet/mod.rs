@@ -17,6 +17,7 @@
 //! Nothing here awaits, reads a clock or performs I/O: `now`, randomness and storage
 //! ([`store::Store`]) are parameters; the caller commits each `receive` in one transaction.
 
+pub mod client;
 pub mod command;
 pub mod mime;
 pub mod outbox;
