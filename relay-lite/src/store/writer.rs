@@ -1,6 +1,10 @@
 //! The single writer task: group commit, for any backend.
 //!
 //! - wait for one queued write, then take every write already queued (up to a batch limit);
+//!   when the previous batch was large and this one is still small, linger a little (at most
+//!   [`LINGER`] or until [`LINGER_WRITES`] are queued, yielding to the tasks that are about to
+//!   queue more) so a busy writer does not alternate full and near-empty batches, each paying a
+//!   whole fsync;
 //! - apply them in order inside one transaction, each seeing the ones before it;
 //! - commit (one fsync for the whole batch; on PostgreSQL also one `NOTIFY` naming every key the
 //!   batch woke, sent inside the transaction so it is delivered only if the batch commits), then
@@ -31,6 +35,14 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 const MAX_BATCH: usize = 1024;
 /// Most envelope bytes in one transaction, so one batch cannot hold the writer for long.
 const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// The longest a batch waits for more writes, and only after a batch of at least
+/// [`LINGER_AFTER`] writes: under load the next writes are already on their way, while a lone
+/// write (the previous batch small) never waits.
+const LINGER: std::time::Duration = std::time::Duration::from_micros(200);
+/// A lingering batch stops waiting once it holds this many writes.
+const LINGER_WRITES: usize = 32;
+/// The previous batch size from which the next one lingers.
+const LINGER_AFTER: usize = 8;
 /// Times a retryable batch is applied before its callers get the error.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -290,13 +302,32 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
     let mut conn = Some(conn);
     let mut batch: Vec<BoxOp<B::Conn>> = Vec::with_capacity(MAX_BATCH);
     let mut closed: Option<oneshot::Sender<()>> = None;
+    let mut last_batch = 0;
     while closed.is_none() {
         let Some(first) = queue.recv().await else {
             break;
         };
         let mut bytes = 0;
         let mut next = Some(first);
-        while let Some(msg) = next.take() {
+        let mut lingering: Option<std::time::Instant> = None;
+        loop {
+            let Some(msg) = next.take() else {
+                // Nothing more queued right now: linger after a large batch, else commit.
+                if last_batch < LINGER_AFTER || batch.len() >= LINGER_WRITES {
+                    break;
+                }
+                let since = *lingering.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= LINGER {
+                    break;
+                }
+                tokio::task::yield_now().await;
+                match queue.try_recv() {
+                    Ok(msg) => next = Some(msg),
+                    Err(mpsc::error::TryRecvError::Empty) => {}
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                }
+                continue;
+            };
             match msg {
                 Msg::Op(op) => {
                     bytes += op.bytes();
@@ -312,6 +343,7 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
             }
             next = queue.try_recv().ok();
         }
+        last_batch = batch.len();
         if batch.is_empty() {
             continue;
         }
