@@ -22,6 +22,7 @@
 
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
@@ -52,12 +53,17 @@ pub(crate) struct BatchCx<'h> {
     /// The local wake-up hub.
     pub(crate) hub: &'h Hub,
     wakeups: Vec<(String, i64)>,
+    /// The committed body for each wake-up, where the write has one (same index).
+    bodies: Vec<Option<Bytes>>,
 }
 
 impl BatchCx<'_> {
-    /// Announces, once the batch commits, that `seq` is the newest value of hub key `key`.
-    pub(crate) fn wake(&mut self, key: String, seq: i64) {
+    /// Announces, once the batch commits, that `seq` is the newest value of hub key `key`,
+    /// handing the hub the committed `body` (if any) so live sessions send it without reading
+    /// it back.
+    pub(crate) fn wake_with(&mut self, key: String, seq: i64, body: Option<Bytes>) {
         self.wakeups.push((key, seq));
+        self.bodies.push(body);
     }
 }
 
@@ -132,6 +138,12 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     fn wakeup(&self, _out: &Self::Out) -> Option<(String, i64)> {
         None
     }
+
+    /// The body `out` committed under its wake-up's seq, if the hub should hand it to live
+    /// sessions.
+    fn wakeup_body(&self, _out: &Self::Out) -> Option<Bytes> {
+        None
+    }
 }
 
 impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
@@ -143,7 +155,7 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
         Box::pin(async move {
             let out = self.req.run(conn, cx.hub).await?;
             if let Some((key, seq)) = self.req.wakeup(&out) {
-                cx.wake(key, seq);
+                cx.wake_with(key, seq, self.req.wakeup_body(&out));
             }
             self.out = Some(out);
             Ok(())
@@ -231,6 +243,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 }
 
+/// The wake-ups a committed batch publishes, with the committed bodies where known.
+type Wakeups = (Vec<(String, i64)>, Vec<Option<Bytes>>);
+
 /// Applies `batch` in the transaction begun on `conn` and commits it; returns the wake-ups to
 /// publish.
 async fn apply_batch<B: Backend>(
@@ -238,13 +253,13 @@ async fn apply_batch<B: Backend>(
     conn: &mut B::Conn,
     batch: &mut [BoxOp<B::Conn>],
     hub: &Hub,
-) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    let mut cx = BatchCx { hub, wakeups: Vec::new() };
+) -> Result<Wakeups, sqlx::Error> {
+    let mut cx = BatchCx { hub, wakeups: Vec::new(), bodies: Vec::new() };
     for op in batch.iter_mut() {
         op.apply(conn, &mut cx).await?;
     }
     backend.commit(conn, &cx.wakeups).await?;
-    Ok(cx.wakeups)
+    Ok((cx.wakeups, cx.bodies))
 }
 
 /// Applies and commits `batch` on the writer connection, opening one first if the last failure
@@ -255,7 +270,7 @@ async fn commit_batch<B: Backend>(
     slot: &mut Option<B::Conn>,
     batch: &mut [BoxOp<B::Conn>],
     hub: &Hub,
-) -> Result<Vec<(String, i64)>, StoreError> {
+) -> Result<Wakeups, StoreError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -349,10 +364,13 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
         }
         let committed = commit_batch(&backend, &mut conn, &mut batch, &hub).await;
         let committed = match committed {
-            Ok(wakeups) => {
+            Ok((wakeups, bodies)) => {
                 tracing::trace!(writes = batch.len(), bytes, "write batch committed");
-                for (key, seq) in &wakeups {
-                    hub.publish(key, *seq);
+                for ((key, seq), body) in wakeups.iter().zip(bodies) {
+                    match body {
+                        Some(body) => hub.publish_body(key, *seq, body),
+                        None => hub.publish(key, *seq),
+                    }
                 }
                 Ok(())
             }
