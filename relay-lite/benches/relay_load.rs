@@ -617,9 +617,7 @@ async fn main() {
         median(&last.baseline),
         last.ratio()
     );
-    let drift = |l: &[f64], f: &[f64]| {
-        median(&l.iter().zip(f).map(|(l, f)| l / f).collect::<Vec<f64>>())
-    };
+    let drift = |l: &[f64], f: &[f64]| median(&l.iter().zip(f).map(|(l, f)| l / f).collect::<Vec<f64>>());
     println!(
         "| ... last second / first second (flatness) | {:.2} | {:.2} | |",
         drift(&last.relay, &first.relay),

@@ -154,7 +154,11 @@ pub async fn start_group_commit_baseline(dir: &Path, route: &str) -> (SocketAddr
             }
         }
     });
-    async fn deposit(State(state): State<GroupState>, UrlPath(id): UrlPath<String>, body: Bytes) -> (StatusCode, &'static str) {
+    async fn deposit(
+        State(state): State<GroupState>,
+        UrlPath(id): UrlPath<String>,
+        body: Bytes,
+    ) -> (StatusCode, &'static str) {
         let (reply, answer) = oneshot::channel();
         if state.writes.send((id, body, reply)).await.is_err() {
             return (StatusCode::INTERNAL_SERVER_ERROR, "");
@@ -193,12 +197,13 @@ async fn commit_group(conn: &mut SqliteConnection, batch: &[GroupWrite], ids: &m
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
         let now = now_ms();
         for (mailbox, body, _) in batch {
-            let id: i64 = sqlx::query_scalar("INSERT INTO stored (mailbox, received_ms, body) VALUES (?, ?, ?) RETURNING id")
-                .bind(mailbox)
-                .bind(now)
-                .bind(body.as_ref())
-                .fetch_one(&mut *conn)
-                .await?;
+            let id: i64 =
+                sqlx::query_scalar("INSERT INTO stored (mailbox, received_ms, body) VALUES (?, ?, ?) RETURNING id")
+                    .bind(mailbox)
+                    .bind(now)
+                    .bind(body.as_ref())
+                    .fetch_one(&mut *conn)
+                    .await?;
             ids.push(id);
         }
         sqlx::query("COMMIT").execute(&mut *conn).await?;
@@ -229,7 +234,7 @@ pub struct ClientWork {
 
 /// Accepted posts per second over the measured window, the failures, and how many clients ran
 /// out of bodies before the window ended.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Load {
     /// `202`s per second inside the window.
     pub per_sec: f64,

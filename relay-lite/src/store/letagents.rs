@@ -327,12 +327,10 @@ pub(crate) async fn sweep(conn: &mut SqliteConnection, s: &Sweep, hub: &Hub) -> 
         .execute(&mut *conn)
         .await?
         .rows_affected();
-    let idle: Vec<String> = sqlx::query_scalar(
-        "SELECT id FROM la_mailbox WHERE last_active_ms < ? AND waiting = 0",
-    )
-    .bind(s.idle_before)
-    .fetch_all(&mut *conn)
-    .await?;
+    let idle: Vec<String> = sqlx::query_scalar("SELECT id FROM la_mailbox WHERE last_active_ms < ? AND waiting = 0")
+        .bind(s.idle_before)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut erased = 0;
     for id in idle {
         // A mailbox its owner is connected to right now is not idle, whatever the clock says.
