@@ -8,11 +8,20 @@
 //!   Baseline: a bare axum route that does one sqlx `INSERT` of the body per request on a pool
 //!   (`RELAY_LOAD_BASELINE_POOL`, default 10: sqlx's default and the fastest of 1, 4 and 10 on
 //!   the 2-core machine), same pragmas (WAL, `synchronous=FULL`), same clients, bodies and URLs.
+//! - The honest baseline for both: a bare axum + sqlx server with the same group commit as
+//!   relay-lite (one writer task, one transaction and one fsync per batch of queued writes, WAL,
+//!   `synchronous=FULL`, cached statements), which also hands each committed body straight to the
+//!   websockets watching its mailbox (`support::start_group_commit_baseline`). Throughput rounds
+//!   alternate relay-lite and this loop; the per-request baseline runs in the same rounds.
+//! - Flatness: `RELAY_LOAD_PREFILL` (10,000) envelopes are left waiting first, then the same
+//!   load runs for `RELAY_LOAD_FLAT_SECS` (10) seconds; the first and last whole seconds are
+//!   compared, for relay-lite and for the group-commit loop.
 //! - Send-to-delivery latency: the recipient holds the inbox websocket (`RelayClient::connect`,
 //!   a signed login) and one sender posts one envelope at a time; a sample runs from the start of
 //!   the POST until the `msg` frame arrives. The recipient does not ack (the mailbox limit is
 //!   raised), so every sample is one deposit commit and nothing else. Baseline: a bare axum route
-//!   echoing the same body, timed with the same reqwest client to the end of the response body.
+//!   echoing the same body, timed with the same reqwest client to the end of the response body,
+//!   and the group-commit loop's send to its websocket frame (same client, same JSON framing).
 //!
 //! `cargo bench -p relay-lite --bench relay_load`; `RELAY_LOAD_SCALE=0.2` shortens every phase for
 //! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds.
@@ -33,7 +42,8 @@ use axum::routing::post;
 use futures_util::StreamExt as _;
 use relay_lite::{Config, RunningRelay};
 use support::{
-    ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, serve, start_insert_baseline,
+    ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, serve, start_group_commit_baseline,
+    start_insert_baseline,
 };
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::wire::RelayToClient;
@@ -61,6 +71,8 @@ struct Settings {
     measure: Duration,
     latency_warmup: usize,
     latency_samples: usize,
+    prefill: usize,
+    flat: Duration,
 }
 
 impl Settings {
@@ -77,6 +89,8 @@ impl Settings {
             measure: Duration::from_secs_f64(scaled(4.0, 0.5)),
             latency_warmup: scaled(100.0, 5.0) as usize,
             latency_samples: scaled(2000.0, 20.0) as usize,
+            prefill: env_or("RELAY_LOAD_PREFILL", 10_000_usize),
+            flat: Duration::from_secs(env_or("RELAY_LOAD_FLAT_SECS", 10_u64).max(2)),
         }
     }
 
@@ -153,6 +167,109 @@ async fn relay_throughput(owners: &[DeviceIdentity], targets: &[Target], s: &Set
     let load = post_load(&relay.url(), &client_work(targets, s), s.warmup, s.measure).await;
     relay.shutdown().await.unwrap();
     load
+}
+
+async fn group_throughput(targets: &[Target], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/send/{id}").await;
+    let load = post_load(&format!("http://{addr}"), &client_work(targets, s), s.warmup, s.measure).await;
+    task.abort();
+    writer.abort();
+    load
+}
+
+/// Work that posts `s.prefill` envelopes once, spread over the clients (and so the mailboxes).
+fn prefill_work(targets: &[Target], s: &Settings) -> Vec<Arc<ClientWork>> {
+    let per_client = s.prefill.div_ceil(s.clients);
+    client_work(targets, s)
+        .into_iter()
+        .map(|w| {
+            let bodies = (0..per_client).map(|i| w.bodies[(w.first + i) % w.bodies.len()].clone()).collect();
+            Arc::new(ClientWork { path: w.path.clone(), headers: w.headers.clone(), bodies, first: 0, cycle: false })
+        })
+        .collect()
+}
+
+/// Leaves `s.prefill` envelopes waiting at `base`, then runs the load for `s.flat`.
+async fn prefilled_load(base: &str, targets: &[Target], s: &Settings) -> Load {
+    let filled = post_load(base, &prefill_work(targets, s), Duration::ZERO, Duration::from_secs(600)).await;
+    assert_eq!(filled.failed, 0, "prefill sends failed");
+    assert_eq!(filled.exhausted, s.clients, "the prefill did not finish");
+    post_load(base, &client_work(targets, s), Duration::ZERO, s.flat).await
+}
+
+async fn relay_flat(owners: &[DeviceIdentity], targets: &[Target], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start_relay(dir.path()).await;
+    let client = RelayClient::new(&relay.url(), None).unwrap();
+    for owner in owners {
+        client.inbox(&owner.sig, &owner.drop).await.unwrap();
+    }
+    let load = prefilled_load(&relay.url(), targets, s).await;
+    relay.shutdown().await.unwrap();
+    load
+}
+
+async fn group_flat(targets: &[Target], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/send/{id}").await;
+    let load = prefilled_load(&format!("http://{addr}"), targets, s).await;
+    task.abort();
+    writer.abort();
+    load
+}
+
+/// Send-to-delivery samples through the group-commit loop: POST start to its websocket frame.
+async fn group_latency(http: &reqwest::Client, sender: &DeviceIdentity, s: &Settings) -> Vec<Duration> {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/send/{id}").await;
+    let owner = DeviceIdentity::generate(&mut OsRng);
+    let target = target(sender, &owner);
+    let expected: Vec<String> = target.bodies.iter().map(|b| b64u(b)).collect();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{addr}/ws/{}", owner.keys().mailbox_id())).await.unwrap();
+    let url = format!("http://{addr}{}", target.path);
+    let mut samples = Vec::with_capacity(s.latency_samples);
+    for i in 0..s.latency_warmup + s.latency_samples {
+        let n = i % target.bodies.len();
+        let started = Instant::now();
+        let post = async {
+            let r = http
+                .post(&url)
+                .header("x-la-drop", &target.drop)
+                .header("content-type", "application/octet-stream")
+                .body(target.bodies[n].clone())
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            r.bytes().await.unwrap();
+            status
+        };
+        let delivered = async {
+            loop {
+                let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                    .await
+                    .expect("no frame within 10 s")
+                    .expect("websocket closed")
+                    .unwrap();
+                if let Message::Text(text) = message {
+                    let v: serde_json::Value = serde_json::from_str(text.as_str()).unwrap();
+                    return (started.elapsed(), v["ct"].as_str().unwrap().to_owned());
+                }
+            }
+        };
+        let (status, (took, ct)) = tokio::join!(post, delivered);
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert!(ct == expected[n], "the websocket delivered a different envelope");
+        if i >= s.latency_warmup {
+            samples.push(took);
+        }
+    }
+    drop(ws);
+    task.abort();
+    writer.abort();
+    samples
 }
 
 async fn baseline_throughput(targets: &[Target], s: &Settings) -> Load {
@@ -343,30 +460,83 @@ async fn main() {
     let targets: Vec<Target> = owners.iter().map(|o| target(&sender, o)).collect();
 
     let mut throughput = Pairs::default();
+    let mut grouped = Pairs::default();
     let mut failures = (0_u64, 0_u64);
     for round in 0..s.rounds {
-        let (relay, baseline) = if round % 2 == 0 {
-            let b = baseline_throughput(&targets, &s).await;
-            (relay_throughput(&owners, &targets, &s).await, b)
+        let (relay, group) = if round % 2 == 0 {
+            let g = group_throughput(&targets, &s).await;
+            (relay_throughput(&owners, &targets, &s).await, g)
         } else {
             let r = relay_throughput(&owners, &targets, &s).await;
-            (r, baseline_throughput(&targets, &s).await)
+            (r, group_throughput(&targets, &s).await)
         };
+        let baseline = baseline_throughput(&targets, &s).await;
         println!(
-            "  throughput round {}: relay-lite {:>8.0}/s ({} failed), baseline {:>8.0}/s ({} failed)",
+            "  throughput round {}: relay-lite {:>8.0}/s ({} failed), group-commit loop {:>8.0}/s ({} failed), \
+             per-request INSERT {:>8.0}/s ({} failed)",
             round + 1,
             relay.per_sec,
             relay.failed,
+            group.per_sec,
+            group.failed,
             baseline.per_sec,
             baseline.failed
         );
         failures.0 += relay.failed;
-        failures.1 += baseline.failed;
+        failures.1 += baseline.failed + group.failed;
         throughput.push(relay.per_sec, baseline.per_sec);
+        grouped.push(relay.per_sec, group.per_sec);
+    }
+
+    let mut first = Pairs::default();
+    let mut last = Pairs::default();
+    let mut flat_window = Pairs::default();
+    for round in 0..s.rounds {
+        let (relay, group) = if round % 2 == 0 {
+            let g = group_flat(&targets, &s).await;
+            (relay_flat(&owners, &targets, &s).await, g)
+        } else {
+            let r = relay_flat(&owners, &targets, &s).await;
+            (r, group_flat(&targets, &s).await)
+        };
+        println!(
+            "  flatness round {} ({} waiting first): relay-lite per second {:?}, group-commit loop per second {:?}",
+            round + 1,
+            s.prefill,
+            relay.per_second,
+            group.per_second
+        );
+        failures.0 += relay.failed;
+        failures.1 += group.failed;
+        let (rf, rl) = (relay.per_second[0] as f64, *relay.per_second.last().unwrap() as f64);
+        let (gf, gl) = (group.per_second[0] as f64, *group.per_second.last().unwrap() as f64);
+        first.push(rf, gf);
+        last.push(rl, gl);
+        flat_window.push(relay.per_sec, group.per_sec);
     }
 
     let http = http_client();
     let echo_body = targets[0].bodies[0].clone();
+    let mut ws50 = Pairs::default();
+    let mut ws99 = Pairs::default();
+    for round in 0..s.rounds {
+        let (relay, group) = if round % 2 == 0 {
+            let g = group_latency(&http, &sender, &s).await;
+            (relay_latency(&http, &sender, &s).await, g)
+        } else {
+            let r = relay_latency(&http, &sender, &s).await;
+            (r, group_latency(&http, &sender, &s).await)
+        };
+        let (r50, r99) = (percentile_ms(&relay, 50.0), percentile_ms(&relay, 99.0));
+        let (g50, g99) = (percentile_ms(&group, 50.0), percentile_ms(&group, 99.0));
+        println!(
+            "  websocket round {}: relay-lite p50 {r50:.3} ms p99 {r99:.3} ms, group-commit loop p50 {g50:.3} ms \
+             p99 {g99:.3} ms",
+            round + 1
+        );
+        ws50.push(r50, g50);
+        ws99.push(r99, g99);
+    }
     let mut p50 = Pairs::default();
     let mut p99 = Pairs::default();
     for round in 0..s.rounds {
@@ -416,6 +586,56 @@ async fn main() {
     println!();
     println!("| figure | relay-lite | baseline | ratio |");
     println!("|---|---:|---:|---:|");
+    println!(
+        "| durable send, {} clients, {} mailboxes, {}-byte envelopes (202/s; baseline: axum + sqlx with the \
+         same group commit, WAL, synchronous=FULL) | {:.0} | {:.0} | {:.2}x |",
+        s.clients,
+        s.mailboxes,
+        MIN_ENVELOPE,
+        median(&grouped.relay),
+        median(&grouped.baseline),
+        grouped.ratio()
+    );
+    println!(
+        "| durable send over {:?} after {} envelopes were left waiting (202/s; baseline: the group-commit \
+         loop, same) | {:.0} | {:.0} | {:.2}x |",
+        s.flat,
+        s.prefill,
+        median(&flat_window.relay),
+        median(&flat_window.baseline),
+        flat_window.ratio()
+    );
+    println!(
+        "| ... first second (202s) | {:.0} | {:.0} | {:.2}x |",
+        median(&first.relay),
+        median(&first.baseline),
+        first.ratio()
+    );
+    println!(
+        "| ... last second (202s) | {:.0} | {:.0} | {:.2}x |",
+        median(&last.relay),
+        median(&last.baseline),
+        last.ratio()
+    );
+    let drift = |l: &[f64], f: &[f64]| median(&l.iter().zip(f).map(|(l, f)| l / f).collect::<Vec<f64>>());
+    println!(
+        "| ... last second / first second (flatness) | {:.2} | {:.2} | |",
+        drift(&last.relay, &first.relay),
+        drift(&last.baseline, &first.baseline)
+    );
+    println!(
+        "| send-to-websocket p50, POST start to the `msg` frame (ms; baseline: the group-commit loop's \
+         websocket) | {:.3} | {:.3} | {:.2}x |",
+        median(&ws50.relay),
+        median(&ws50.baseline),
+        ws50.ratio()
+    );
+    println!(
+        "| send-to-websocket p99 (ms; baseline: the group-commit loop's websocket) | {:.3} | {:.3} | {:.2}x |",
+        median(&ws99.relay),
+        median(&ws99.baseline),
+        ws99.ratio()
+    );
     println!(
         "| send throughput, {} clients, {} mailboxes, {}-byte envelopes (202/s; baseline: axum + \
          one sqlx INSERT per request, pool {}, WAL, synchronous=FULL) | {:.0} | {:.0} | {:.2}x |",

@@ -6,20 +6,72 @@
 //! A `watch` channel per watched mailbox coalesces bursts and cannot lose a wake-up: a session
 //! subscribes before it reads the backlog, then reads everything above the last seq it sent
 //! whenever the value changes.
+//!
+//! A write that commits a body (a letagents deposit) also hands the committed bytes to the hub
+//! ([`Hub::publish_body`]); for watched keys the hub keeps the newest few as one unbroken run of
+//! seqs, so a live session sends them without reading them back ([`Hub::recent_after`]). Any
+//! wake-up without bytes for a newer seq (another instance's commit, a lost wake-up) breaks the
+//! run, and the session reads the store as before.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
+use axum::body::Bytes;
 use tokio::sync::watch;
+
+/// Most committed bodies kept per watched key.
+const RECENT_ENTRIES: usize = 64;
+/// Most committed bytes kept per watched key.
+const RECENT_BYTES: usize = 256 * 1024;
+
+/// One watched key: its newest-seq channel and the newest committed bodies, consecutive seqs.
+#[derive(Debug)]
+struct Watched {
+    tx: watch::Sender<i64>,
+    recent: VecDeque<(i64, Bytes)>,
+    recent_bytes: usize,
+}
+
+impl Watched {
+    fn new(tx: watch::Sender<i64>) -> Self {
+        Self { tx, recent: VecDeque::new(), recent_bytes: 0 }
+    }
+
+    fn forget_recent(&mut self) {
+        self.recent.clear();
+        self.recent_bytes = 0;
+    }
+
+    /// Records `seq` (with its body if known) as committed.
+    fn record(&mut self, seq: i64, body: Option<Bytes>) {
+        let newest = self.recent.back().map_or(*self.tx.borrow(), |(s, _)| *s);
+        match body {
+            _ if seq <= newest => {}
+            Some(body) if seq == newest + 1 || self.recent.is_empty() => {
+                if seq != newest + 1 {
+                    self.forget_recent();
+                }
+                self.recent_bytes += body.len();
+                self.recent.push_back((seq, body));
+                while self.recent.len() > RECENT_ENTRIES || self.recent_bytes > RECENT_BYTES {
+                    let Some((_, old)) = self.recent.pop_front() else { break };
+                    self.recent_bytes -= old.len();
+                }
+            }
+            // A newer seq whose bytes the hub does not have: the run is broken.
+            _ => self.forget_recent(),
+        }
+    }
+}
 
 /// Per-mailbox newest-seq channels, only for mailboxes somebody is watching.
 #[derive(Debug, Default)]
 pub struct Hub {
-    watched: Mutex<HashMap<String, watch::Sender<i64>>>,
+    watched: Mutex<HashMap<String, Watched>>,
 }
 
 impl Hub {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<i64>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Watched>> {
         // A panic while holding this lock cannot leave the map inconsistent; keep going.
         self.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -28,10 +80,10 @@ impl Hub {
     pub fn subscribe(&self, mailbox: &str) -> watch::Receiver<i64> {
         let mut map = self.lock();
         match map.get(mailbox) {
-            Some(tx) => tx.subscribe(),
+            Some(w) => w.tx.subscribe(),
             None => {
                 let (tx, rx) = watch::channel(0);
-                map.insert(mailbox.to_owned(), tx);
+                map.insert(mailbox.to_owned(), Watched::new(tx));
                 rx
             }
         }
@@ -40,16 +92,27 @@ impl Hub {
     /// Forgets `mailbox` once its last watcher is gone (call after dropping the receiver).
     pub fn release(&self, mailbox: &str) {
         let mut map = self.lock();
-        if map.get(mailbox).is_some_and(|tx| tx.receiver_count() == 0) {
+        if map.get(mailbox).is_some_and(|w| w.tx.receiver_count() == 0) {
             map.remove(mailbox);
         }
     }
 
     /// Announces that `seq` committed in `mailbox`.
     pub fn publish(&self, mailbox: &str, seq: i64) {
-        let map = self.lock();
-        if let Some(tx) = map.get(mailbox) {
-            tx.send_if_modified(|newest| {
+        self.publish_inner(mailbox, seq, None);
+    }
+
+    /// Announces that `seq` committed in `mailbox` holding `body`, which watchers may then send
+    /// without reading it back (see [`Hub::recent_after`]).
+    pub fn publish_body(&self, mailbox: &str, seq: i64, body: Bytes) {
+        self.publish_inner(mailbox, seq, Some(body));
+    }
+
+    fn publish_inner(&self, mailbox: &str, seq: i64, body: Option<Bytes>) {
+        let mut map = self.lock();
+        if let Some(w) = map.get_mut(mailbox) {
+            w.record(seq, body);
+            w.tx.send_if_modified(|newest| {
                 if seq > *newest {
                     *newest = seq;
                     true
@@ -60,23 +123,38 @@ impl Hub {
         }
     }
 
+    /// The committed bodies of `mailbox` with seqs above `after`, oldest first, if the hub holds
+    /// every one of them up to the newest published seq; `None` when the caller must read the
+    /// store (the run starts later, was broken, or nothing newer was published with its bytes).
+    pub fn recent_after(&self, mailbox: &str, after: i64) -> Option<Vec<(i64, Bytes)>> {
+        let map = self.lock();
+        let w = map.get(mailbox)?;
+        let (first, _) = w.recent.front()?;
+        let (last, _) = w.recent.back()?;
+        if *first > after + 1 || *last <= after || *last != *w.tx.borrow() {
+            return None;
+        }
+        Some(w.recent.iter().filter(|(seq, _)| *seq > after).cloned().collect())
+    }
+
     /// Whether a websocket session is watching `mailbox` (such a mailbox is not idle).
     pub fn is_watched(&self, mailbox: &str) -> bool {
-        self.lock().get(mailbox).is_some_and(|tx| tx.receiver_count() > 0)
+        self.lock().get(mailbox).is_some_and(|w| w.tx.receiver_count() > 0)
     }
 
     /// Wakes every watcher without a newer value, so each re-reads what it waits for: after
     /// wake-ups may have been lost (another instance's, while the database listener
     /// reconnected) or were too many to name one by one.
     pub fn poke_all(&self) {
-        for tx in self.lock().values() {
-            tx.send_modify(|_| {});
+        for w in self.lock().values_mut() {
+            w.forget_recent();
+            w.tx.send_modify(|_| {});
         }
     }
 
     /// Drops channels nobody watches any more.
     pub fn prune(&self) {
-        self.lock().retain(|_, tx| tx.receiver_count() > 0);
+        self.lock().retain(|_, w| w.tx.receiver_count() > 0);
     }
 }
 
@@ -98,5 +176,38 @@ mod tests {
         drop(rx);
         hub.release("m");
         assert!(!hub.is_watched("m"));
+    }
+
+    #[tokio::test]
+    async fn committed_bodies_are_handed_out_only_as_an_unbroken_run_up_to_the_newest_seq() {
+        let hub = Hub::default();
+        hub.publish_body("m", 1, Bytes::from_static(b"unwatched"));
+        let _rx = hub.subscribe("m");
+        assert_eq!(hub.recent_after("m", 0), None, "nothing kept while nobody watched");
+        hub.publish_body("m", 1, Bytes::from_static(b"one"));
+        hub.publish_body("m", 2, Bytes::from_static(b"two"));
+        assert_eq!(
+            hub.recent_after("m", 0),
+            Some(vec![(1, Bytes::from_static(b"one")), (2, Bytes::from_static(b"two"))])
+        );
+        assert_eq!(hub.recent_after("m", 1), Some(vec![(2, Bytes::from_static(b"two"))]));
+        assert_eq!(hub.recent_after("m", 2), None, "nothing newer");
+        // Seq 3 committed elsewhere (no bytes): the run is broken, sessions read the store.
+        hub.publish("m", 3);
+        assert_eq!(hub.recent_after("m", 2), None);
+        hub.publish_body("m", 4, Bytes::from_static(b"four"));
+        assert_eq!(hub.recent_after("m", 2), None, "seq 3 is missing");
+        assert_eq!(hub.recent_after("m", 3), Some(vec![(4, Bytes::from_static(b"four"))]));
+        // A repeated wake-up for a seq already held changes nothing; a lost one breaks the run.
+        hub.publish("m", 4);
+        assert_eq!(hub.recent_after("m", 3), Some(vec![(4, Bytes::from_static(b"four"))]));
+        hub.poke_all();
+        assert_eq!(hub.recent_after("m", 3), None);
+        for seq in 5..5 + RECENT_ENTRIES as i64 + 10 {
+            hub.publish_body("m", seq, Bytes::from_static(b"x"));
+        }
+        assert_eq!(hub.recent_after("m", 5), None, "the oldest fell out of the bounded run");
+        let newest = 4 + RECENT_ENTRIES as i64 + 10;
+        assert_eq!(hub.recent_after("m", newest - 2).map(|v| v.len()), Some(2));
     }
 }

@@ -74,6 +74,7 @@ conformance!(
     waiting_reads_in_seq_order_after_a_cursor_with_a_limit,
     ack_deletes_what_exists_and_seqs_are_never_reused,
     sweep_expires_old_envelopes_and_erases_idle_empty_mailboxes,
+    the_waiting_count_follows_deposits_acks_and_sweeps_and_refuses_exactly_at_capacity,
     a_committed_deposit_wakes_its_mailbox_watchers,
     concurrent_commits_at_one_epoch_exactly_one_wins,
     application_messages_need_the_current_epoch_and_the_log_reads_in_order,
@@ -168,6 +169,54 @@ async fn sweep_expires_old_envelopes_and_erases_idle_empty_mailboxes(b: &Backend
     assert!(s.drop_hash("busy").await.unwrap().is_some());
     assert!(s.drop_hash("fresh").await.unwrap().is_some());
     assert_eq!(s.waiting_count("fresh").await.unwrap(), 0);
+}
+
+/// The waiting count (a counter kept in the write transaction on SQLite) and the capacity check
+/// it feeds agree with the envelopes really waiting after every kind of change.
+async fn the_waiting_count_follows_deposits_acks_and_sweeps_and_refuses_exactly_at_capacity(b: &Backend) {
+    const CAP: usize = 4;
+    let s = &b.store;
+    let really_waiting = |mailbox: &'static str| async move { s.waiting(mailbox, 0, 1000).await.unwrap().len() as i64 };
+    s.login("alice", DROP, 1, 1).await.unwrap();
+    s.login("bob", DROP, 1, 1).await.unwrap();
+    // Two old envelopes (received at 10) and two new ones (at 500); bob's mail is counted apart.
+    for (i, at) in [10, 10, 500, 500].into_iter().enumerate() {
+        let stored = s.deposit("alice", DROP, body(&i.to_string()), CAP, at).await.unwrap();
+        assert_eq!(stored, DepositOutcome::Stored { seq: i as i64 + 1 });
+    }
+    s.deposit("bob", DROP, body("b"), CAP, 10).await.unwrap();
+    assert_eq!(s.waiting_count("alice").await.unwrap(), 4);
+    assert_eq!(s.waiting_count("bob").await.unwrap(), 1);
+    // Exactly at the limit: refused, and the refusal changes nothing.
+    assert_eq!(s.deposit("alice", DROP, body("over"), CAP, 600).await.unwrap(), DepositOutcome::Full);
+    assert_eq!(s.waiting_count("alice").await.unwrap(), 4);
+    // A wrong drop at the limit is still "no mailbox", never "full".
+    assert_eq!(s.deposit("alice", "wrong", body("x"), CAP, 600).await.unwrap(), DepositOutcome::NoMailbox);
+    // An ack frees exactly what it deleted (seq 9 does not exist, 3 is named twice).
+    assert_eq!(s.ack("alice", vec![3, 9, 3], 700).await.unwrap(), vec![3]);
+    assert_eq!(s.waiting_count("alice").await.unwrap(), 3);
+    assert_eq!(s.deposit("alice", DROP, body("fits"), CAP, 800).await.unwrap(), DepositOutcome::Stored { seq: 5 });
+    assert_eq!(s.deposit("alice", DROP, body("over"), CAP, 800).await.unwrap(), DepositOutcome::Full);
+    assert_eq!(s.waiting_count("alice").await.unwrap(), really_waiting("alice").await);
+    // The expiry sweep takes the two envelopes received at 10 from alice and bob's one.
+    let report = s.sweep(900, 100, 0).await.unwrap();
+    assert_eq!(report.expired, 3);
+    assert_eq!(s.waiting_count("alice").await.unwrap(), 2);
+    assert_eq!(s.waiting_count("alice").await.unwrap(), really_waiting("alice").await);
+    assert_eq!(s.waiting_count("bob").await.unwrap(), 0);
+    // Room for exactly two more, then refused at the limit again.
+    for seq in [6, 7] {
+        let stored = s.deposit("alice", DROP, body("refill"), CAP, 950).await.unwrap();
+        assert_eq!(stored, DepositOutcome::Stored { seq });
+    }
+    assert_eq!(s.deposit("alice", DROP, body("over"), CAP, 950).await.unwrap(), DepositOutcome::Full);
+    assert_eq!(s.waiting_count("alice").await.unwrap(), CAP as i64);
+    assert_eq!(really_waiting("alice").await, CAP as i64);
+    // Everything acked: zero, and a deposit fits again.
+    assert_eq!(s.ack("alice", vec![4, 5, 6, 7], 990).await.unwrap().len(), 4);
+    assert_eq!(s.waiting_count("alice").await.unwrap(), 0);
+    assert_eq!(s.deposit("alice", DROP, body("again"), CAP, 999).await.unwrap(), DepositOutcome::Stored { seq: 8 });
+    assert_eq!(s.waiting_count("alice").await.unwrap(), 1);
 }
 
 async fn a_committed_deposit_wakes_its_mailbox_watchers(b: &Backend) {

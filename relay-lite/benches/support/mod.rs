@@ -1,7 +1,8 @@
 //! What relay-lite's load benches share: knobs from the environment, the keep-alive HTTP client,
-//! the bare "axum + one sqlx INSERT" baseline server, the closed-loop POST load generator, and
-//! the statistics (percentiles, medians, per-round ratios). Each bench keeps only what is its
-//! protocol's own: the bodies it seals and the relay set-up.
+//! the two bare baseline servers ("axum + one sqlx INSERT per request", and "axum + sqlx with the
+//! same group commit as relay-lite", which also delivers committed bodies to websockets), the
+//! closed-loop POST load generator, and the statistics (percentiles, medians, per-round ratios).
+//! Each bench keeps only what is its protocol's own: the bodies it seals and the relay set-up.
 
 // Each bench uses its own subset.
 #![allow(dead_code)]
@@ -14,12 +15,16 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::ws::{Message as WsMessage, WebSocketUpgrade};
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::response::Response;
+use axum::routing::{get, post};
 use axum::serve::ListenerExt as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use switchboard_core::util::now_ms;
+use sqlx::{ConnectOptions as _, SqliteConnection};
+use switchboard_core::util::{b64u, now_ms};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 /// `$name` parsed, or `default` when unset; a value that does not parse stops the run.
@@ -98,6 +103,120 @@ pub async fn start_insert_baseline(
     (addr, task, pool)
 }
 
+/// A write queued for the group-commit baseline's writer: mailbox, body, where to answer.
+type GroupWrite = (String, Bytes, oneshot::Sender<bool>);
+
+/// The group-commit baseline's state: the writer's queue and the committed-body fan-out.
+#[derive(Clone)]
+struct GroupState {
+    writes: mpsc::Sender<GroupWrite>,
+    committed: broadcast::Sender<(Arc<str>, i64, Bytes)>,
+}
+
+/// The honest baseline: `POST route` (one `{id}` segment) queues the body for one writer task
+/// that does what relay-lite's writer does and nothing else: wait for one write, take every write
+/// already queued (up to 1024), `BEGIN IMMEDIATE`, one cached `INSERT` each, `COMMIT` (one fsync
+/// per batch; WAL, `synchronous=FULL`), then answer every caller `202 {}` and hand each committed
+/// body to the websockets at `GET /ws/{id}`, which send it as `{"t":"msg","seq":…,"ct":b64u}`.
+pub async fn start_group_commit_baseline(dir: &Path, route: &str) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join("group-baseline.sqlite3"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(10));
+    let mut conn = options.connect().await.unwrap();
+    sqlx::query(
+        "CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
+         body BLOB NOT NULL) STRICT",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let (writes, mut queue) = mpsc::channel::<GroupWrite>(4096);
+    let (committed, _) = broadcast::channel(4096);
+    let fanout = committed.clone();
+    let writer = tokio::spawn(async move {
+        let mut batch: Vec<GroupWrite> = Vec::with_capacity(1024);
+        let mut ids: Vec<i64> = Vec::with_capacity(1024);
+        while let Some(first) = queue.recv().await {
+            batch.push(first);
+            while batch.len() < 1024 {
+                let Ok(next) = queue.try_recv() else { break };
+                batch.push(next);
+            }
+            let ok = commit_group(&mut conn, &batch, &mut ids).await;
+            for ((mailbox, body, reply), id) in batch.drain(..).zip(ids.drain(..).chain(std::iter::repeat(0))) {
+                if ok && fanout.receiver_count() > 0 {
+                    let _ = fanout.send((Arc::from(mailbox.as_str()), id, body));
+                }
+                let _ = reply.send(ok);
+            }
+        }
+    });
+    async fn deposit(
+        State(state): State<GroupState>,
+        UrlPath(id): UrlPath<String>,
+        body: Bytes,
+    ) -> (StatusCode, &'static str) {
+        let (reply, answer) = oneshot::channel();
+        if state.writes.send((id, body, reply)).await.is_err() {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "");
+        }
+        match answer.await {
+            Ok(true) => (StatusCode::ACCEPTED, "{}"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+        }
+    }
+    async fn watch(State(state): State<GroupState>, UrlPath(id): UrlPath<String>, ws: WebSocketUpgrade) -> Response {
+        let mut committed = state.committed.subscribe();
+        ws.on_upgrade(move |mut socket| async move {
+            while let Ok((mailbox, seq, body)) = committed.recv().await {
+                if *mailbox != *id {
+                    continue;
+                }
+                let frame = serde_json::json!({"t": "msg", "seq": seq, "ct": b64u(&body)}).to_string();
+                if socket.send(WsMessage::Text(frame.into())).await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+    let router = Router::new()
+        .route(route, post(deposit))
+        .route("/ws/{id}", get(watch))
+        .with_state(GroupState { writes, committed });
+    let (addr, task) = serve(router).await;
+    (addr, task, writer)
+}
+
+/// One group commit of the baseline: every write of `batch` in one transaction; `ids` gets the
+/// rowids. False (every caller fails) if anything failed; the transaction is then rolled back.
+async fn commit_group(conn: &mut SqliteConnection, batch: &[GroupWrite], ids: &mut Vec<i64>) -> bool {
+    let applied = async {
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let now = now_ms();
+        for (mailbox, body, _) in batch {
+            let id: i64 =
+                sqlx::query_scalar("INSERT INTO stored (mailbox, received_ms, body) VALUES (?, ?, ?) RETURNING id")
+                    .bind(mailbox)
+                    .bind(now)
+                    .bind(body.as_ref())
+                    .fetch_one(&mut *conn)
+                    .await?;
+            ids.push(id);
+        }
+        sqlx::query("COMMIT").execute(&mut *conn).await?;
+        Ok::<(), sqlx::Error>(())
+    }
+    .await;
+    if applied.is_err() {
+        ids.clear();
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    applied.is_ok()
+}
+
 /// What one load client posts: to `path` (under the server's base URL), with `headers`, the
 /// bodies in order from `first`, cycling or each once.
 pub struct ClientWork {
@@ -115,7 +234,7 @@ pub struct ClientWork {
 
 /// Accepted posts per second over the measured window, the failures, and how many clients ran
 /// out of bodies before the window ended.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Load {
     /// `202`s per second inside the window.
     pub per_sec: f64,
@@ -123,6 +242,8 @@ pub struct Load {
     pub failed: u64,
     /// Clients that ran out of bodies.
     pub exhausted: usize,
+    /// `202`s completed in each whole second of the window, in order.
+    pub per_second: Vec<u64>,
 }
 
 /// One keep-alive connection per `work` item posting back to back for `warmup + measure`;
@@ -137,12 +258,13 @@ pub async fn post_load(base: &str, work: &[Arc<ClientWork>], warmup: Duration, m
         tasks.spawn(async move {
             let http = http_client();
             let (mut accepted, mut failed) = (0_u64, 0_u64);
+            let mut seconds = vec![0_u64; measure.as_secs() as usize];
             let mut next = w.first;
             while Instant::now() < end {
                 let body = if w.cycle {
                     w.bodies[next % w.bodies.len()].clone()
                 } else {
-                    let Some(b) = w.bodies.get(next).cloned() else { return (accepted, failed, true) };
+                    let Some(b) = w.bodies.get(next).cloned() else { return (accepted, failed, true, seconds) };
                     b
                 };
                 next += 1;
@@ -159,20 +281,27 @@ pub async fn post_load(base: &str, work: &[Arc<ClientWork>], warmup: Duration, m
                     failed += 1;
                 } else if done >= start && done < end {
                     accepted += 1;
+                    if let Some(n) = seconds.get_mut((done - start).as_secs() as usize) {
+                        *n += 1;
+                    }
                 }
             }
-            (accepted, failed, false)
+            (accepted, failed, false, seconds)
         });
     }
     let (mut accepted, mut failed, mut exhausted) = (0, 0, 0);
+    let mut per_second = vec![0_u64; measure.as_secs() as usize];
     while let Some(joined) = tasks.join_next().await {
-        let (a, f, e) = joined.unwrap();
+        let (a, f, e, seconds) = joined.unwrap();
         accepted += a;
         failed += f;
         exhausted += usize::from(e);
+        for (total, n) in per_second.iter_mut().zip(seconds) {
+            *total += n;
+        }
     }
     assert!(accepted > 0, "nothing was accepted");
-    Load { per_sec: accepted as f64 / measure.as_secs_f64(), failed, exhausted }
+    Load { per_sec: accepted as f64 / measure.as_secs_f64(), failed, exhausted, per_second }
 }
 
 /// Nearest-rank percentile in milliseconds.

@@ -1,6 +1,10 @@
 //! The single writer task: group commit, for any backend.
 //!
 //! - wait for one queued write, then take every write already queued (up to a batch limit);
+//!   when the previous batch was large and this one is still small, linger a little (at most
+//!   [`LINGER`] or until [`LINGER_WRITES`] are queued, yielding to the tasks that are about to
+//!   queue more) so a busy writer does not alternate full and near-empty batches, each paying a
+//!   whole fsync;
 //! - apply them in order inside one transaction, each seeing the ones before it;
 //! - commit (one fsync for the whole batch; on PostgreSQL also one `NOTIFY` naming every key the
 //!   batch woke, sent inside the transaction so it is delivered only if the batch commits), then
@@ -18,6 +22,7 @@
 
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
@@ -31,6 +36,14 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 const MAX_BATCH: usize = 1024;
 /// Most envelope bytes in one transaction, so one batch cannot hold the writer for long.
 const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// The longest a batch waits for more writes, and only after a batch of at least
+/// [`LINGER_AFTER`] writes: under load the next writes are already on their way, while a lone
+/// write (the previous batch small) never waits.
+const LINGER: std::time::Duration = std::time::Duration::from_micros(200);
+/// A lingering batch stops waiting once it holds this many writes.
+const LINGER_WRITES: usize = 32;
+/// The previous batch size from which the next one lingers.
+const LINGER_AFTER: usize = 8;
 /// Times a retryable batch is applied before its callers get the error.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -40,12 +53,17 @@ pub(crate) struct BatchCx<'h> {
     /// The local wake-up hub.
     pub(crate) hub: &'h Hub,
     wakeups: Vec<(String, i64)>,
+    /// The committed body for each wake-up, where the write has one (same index).
+    bodies: Vec<Option<Bytes>>,
 }
 
 impl BatchCx<'_> {
-    /// Announces, once the batch commits, that `seq` is the newest value of hub key `key`.
-    pub(crate) fn wake(&mut self, key: String, seq: i64) {
+    /// Announces, once the batch commits, that `seq` is the newest value of hub key `key`,
+    /// handing the hub the committed `body` (if any) so live sessions send it without reading
+    /// it back.
+    pub(crate) fn wake_with(&mut self, key: String, seq: i64, body: Option<Bytes>) {
         self.wakeups.push((key, seq));
+        self.bodies.push(body);
     }
 }
 
@@ -120,6 +138,12 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     fn wakeup(&self, _out: &Self::Out) -> Option<(String, i64)> {
         None
     }
+
+    /// The body `out` committed under its wake-up's seq, if the hub should hand it to live
+    /// sessions.
+    fn wakeup_body(&self, _out: &Self::Out) -> Option<Bytes> {
+        None
+    }
 }
 
 impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
@@ -131,7 +155,7 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
         Box::pin(async move {
             let out = self.req.run(conn, cx.hub).await?;
             if let Some((key, seq)) = self.req.wakeup(&out) {
-                cx.wake(key, seq);
+                cx.wake_with(key, seq, self.req.wakeup_body(&out));
             }
             self.out = Some(out);
             Ok(())
@@ -219,6 +243,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 }
 
+/// The wake-ups a committed batch publishes, with the committed bodies where known.
+type Wakeups = (Vec<(String, i64)>, Vec<Option<Bytes>>);
+
 /// Applies `batch` in the transaction begun on `conn` and commits it; returns the wake-ups to
 /// publish.
 async fn apply_batch<B: Backend>(
@@ -226,13 +253,13 @@ async fn apply_batch<B: Backend>(
     conn: &mut B::Conn,
     batch: &mut [BoxOp<B::Conn>],
     hub: &Hub,
-) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    let mut cx = BatchCx { hub, wakeups: Vec::new() };
+) -> Result<Wakeups, sqlx::Error> {
+    let mut cx = BatchCx { hub, wakeups: Vec::new(), bodies: Vec::new() };
     for op in batch.iter_mut() {
         op.apply(conn, &mut cx).await?;
     }
     backend.commit(conn, &cx.wakeups).await?;
-    Ok(cx.wakeups)
+    Ok((cx.wakeups, cx.bodies))
 }
 
 /// Applies and commits `batch` on the writer connection, opening one first if the last failure
@@ -243,7 +270,7 @@ async fn commit_batch<B: Backend>(
     slot: &mut Option<B::Conn>,
     batch: &mut [BoxOp<B::Conn>],
     hub: &Hub,
-) -> Result<Vec<(String, i64)>, StoreError> {
+) -> Result<Wakeups, StoreError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -290,13 +317,32 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
     let mut conn = Some(conn);
     let mut batch: Vec<BoxOp<B::Conn>> = Vec::with_capacity(MAX_BATCH);
     let mut closed: Option<oneshot::Sender<()>> = None;
+    let mut last_batch = 0;
     while closed.is_none() {
         let Some(first) = queue.recv().await else {
             break;
         };
         let mut bytes = 0;
         let mut next = Some(first);
-        while let Some(msg) = next.take() {
+        let mut lingering: Option<std::time::Instant> = None;
+        loop {
+            let Some(msg) = next.take() else {
+                // Nothing more queued right now: linger after a large batch, else commit.
+                if last_batch < LINGER_AFTER || batch.len() >= LINGER_WRITES {
+                    break;
+                }
+                let since = *lingering.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= LINGER {
+                    break;
+                }
+                tokio::task::yield_now().await;
+                match queue.try_recv() {
+                    Ok(msg) => next = Some(msg),
+                    Err(mpsc::error::TryRecvError::Empty) => {}
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                }
+                continue;
+            };
             match msg {
                 Msg::Op(op) => {
                     bytes += op.bytes();
@@ -312,15 +358,19 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
             }
             next = queue.try_recv().ok();
         }
+        last_batch = batch.len();
         if batch.is_empty() {
             continue;
         }
         let committed = commit_batch(&backend, &mut conn, &mut batch, &hub).await;
         let committed = match committed {
-            Ok(wakeups) => {
+            Ok((wakeups, bodies)) => {
                 tracing::trace!(writes = batch.len(), bytes, "write batch committed");
-                for (key, seq) in &wakeups {
-                    hub.publish(key, *seq);
+                for ((key, seq), body) in wakeups.iter().zip(bodies) {
+                    match body {
+                        Some(body) => hub.publish_body(key, *seq, body),
+                        None => hub.publish(key, *seq),
+                    }
                 }
                 Ok(())
             }

@@ -149,6 +149,10 @@ impl Request<PgConnection> for Deposit {
     fn wakeup(&self, out: &DepositOutcome) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
+
+    fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Bytes> {
+        Some(self.body.clone())
+    }
 }
 
 impl Request<PgConnection> for Login {
