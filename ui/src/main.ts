@@ -293,7 +293,17 @@ async function render(background = false) {
     updateChrome();
     return;
   }
+  // The chat list's "Add a contact" field stands beside every chat screen: what was typed into
+  // it while the screen changed stays (a navigation otherwise starts each screen afresh).
+  const pasted = document.getElementById('paste-field');
+  const pending = pasted instanceof HTMLInputElement ? pasted.value : '';
+  const pasteFocused = document.activeElement === pasted;
   mount(main, view);
+  const pasteField = document.getElementById('paste-field');
+  if (pending && pasteField instanceof HTMLInputElement && !pasteField.value) {
+    pasteField.value = pending;
+    if (pasteFocused) pasteField.focus({ preventScroll: true });
+  }
   scrollToNewest = true;
   restoreScrolls(new Map(), route);
   updateChrome();
