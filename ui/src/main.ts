@@ -211,6 +211,18 @@ function shell(route: Route) {
   updateChrome();
 }
 
+/**
+ * A selector for where the focus goes back to after a screen is rebuilt: the element with the same
+ * id, or the link to the same place (a keyboard user tabbing through the chat list keeps their
+ * place when a message arrives).
+ */
+function focusKey(active: HTMLElement | null): string {
+  if (!active) return '';
+  if (active.id) return `#${CSS.escape(active.id)}`;
+  const href = active instanceof HTMLAnchorElement ? active.getAttribute('href') : null;
+  return href ? `a[href="${CSS.escape(href)}"]` : '';
+}
+
 async function render(background = false) {
   const token = ++rendering;
   const route = parseRoute();
@@ -261,10 +273,7 @@ async function render(background = false) {
       if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
     });
     const active = main.contains(document.activeElement) ? (document.activeElement as HTMLElement) : null;
-    // Where the focus goes back to: the element with the same id, or the link to the same place
-    // (a keyboard user tabbing through the chat list keeps their place when a message arrives).
-    const href = active instanceof HTMLAnchorElement ? active.getAttribute('href') : null;
-    const focused = active?.id ? `#${CSS.escape(active.id)}` : href ? `a[href="${CSS.escape(href)}"]` : '';
+    const focused = focusKey(active);
     const caret =
       active instanceof HTMLTextAreaElement || (active instanceof HTMLInputElement && active.type !== 'checkbox')
         ? [active.selectionStart, active.selectionEnd]
@@ -298,7 +307,12 @@ async function render(background = false) {
   const pasted = document.getElementById('paste-field');
   const pending = pasted instanceof HTMLInputElement ? pasted.value : '';
   const pasteFocused = document.activeElement === pasted;
+  // Focus moved into the old screen while this one loaded (the person tabbed on): it stays on
+  // the same element of the new screen, so a key pressed next is not lost.
+  const movedTo =
+    document.activeElement !== main && main.contains(document.activeElement) ? focusKey(document.activeElement as HTMLElement) : '';
   mount(main, view);
+  if (movedTo) main.querySelector<HTMLElement>(movedTo)?.focus({ preventScroll: true });
   const pasteField = document.getElementById('paste-field');
   if (pending && pasteField instanceof HTMLInputElement && !pasteField.value) {
     pasteField.value = pending;
