@@ -128,12 +128,34 @@ async fn messages_on_two_protocols_from_one_person_show_as_one_conversation() {
 async fn with_the_relay_down_a_send_falls_back_to_the_next_channel_and_arrives_once() {
     let mut relay = TestRelay::start().await;
     let (alice, bob) = alice_and_bob(&relay).await;
+    // A brief outage moves nothing: every channel shares the one relay here, and the message
+    // stays on its first channel (letagents authenticates its sender end to end).
+    relay.stop().await;
+    let brief = alice.call(send_req("bob", "sent during a brief outage")).await;
+    let brief_id = brief["id"].as_str().unwrap().to_owned();
+    for _ in 0..3 {
+        let _ = alice.try_call(Request::Flush).await;
+    }
+    assert_eq!(alice.call(Request::Message { id: brief_id.clone() }).await["state"], "queued");
+    relay.restart().await;
+    alice.call(Request::Flush).await;
+    let got = bob.inbox(0).await;
+    let brief_in: Vec<&Value> = got.iter().filter(|m| m["body"] == "sent during a brief outage").collect();
+    assert_eq!(brief_in.len(), 1, "{got:?}");
+    assert_eq!(brief_in[0]["protocol"], "letagents");
+
+    // A long one: the letagents row has waited past the fall-back delay, so it goes to Agent
+    // Mail, where it waits (a fresh row) until the relay is back.
     relay.stop().await;
     let first = alice.call(send_req("bob", "one message, one arrival")).await;
     let first_id = first["id"].as_str().unwrap().to_owned();
     assert_eq!(first["protocol"], "letagents");
-    // letagents' relay does not answer: the message goes to Agent Mail, whose relay does not
-    // answer either, then to Stringcup, where it waits (Stringcup never gives up).
+    sqlx::query("UPDATE outbox SET created_at = created_at - ? WHERE message_id = ?")
+        .bind(switchboard_core::engine::FALL_BACK_UNREACHABLE_AFTER_MS + 1_000)
+        .bind(&first_id)
+        .execute(&alice.rt.store().pool)
+        .await
+        .unwrap();
     for _ in 0..3 {
         let _ = alice.try_call(Request::Flush).await;
     }
@@ -146,7 +168,7 @@ async fn with_the_relay_down_a_send_falls_back_to_the_next_channel_and_arrives_o
     let got = bob.inbox(0).await;
     let ours: Vec<&Value> = got.iter().filter(|m| m["body"] == "one message, one arrival").collect();
     assert_eq!(ours.len(), 1, "{got:?}");
-    assert_eq!(ours[0]["protocol"], "stringcup");
+    assert_eq!(ours[0]["protocol"], "agent-mail");
     assert_eq!(ours[0]["from"], "alice");
 
     // Alice's side: the conversation shows the message once, on the channel that carried it,
@@ -155,7 +177,7 @@ async fn with_the_relay_down_a_send_falls_back_to_the_next_channel_and_arrives_o
     let mine: Vec<&Value> =
         conv.as_array().unwrap().iter().filter(|m| m["body"] == "one message, one arrival").collect();
     assert_eq!(mine.len(), 1, "{conv}");
-    assert_eq!(mine[0]["protocol"], "stringcup");
+    assert_eq!(mine[0]["protocol"], "agent-mail");
     assert_eq!(mine[0]["path"], "relay");
     assert_ne!(mine[0]["fallback_of"], "");
     // Nothing more arrives later: each channel was tried once.

@@ -42,6 +42,7 @@ pub use delivery::{LEASE_MS, SenderAuth, fence};
 pub use error::{Error, Fault, Result};
 pub use groups::random_handle;
 pub use lan::LAN_DEFAULT_ON;
+pub use outbox::FALL_BACK_UNREACHABLE_AFTER_MS;
 pub use outbox::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, backoff_ms};
 pub use people::CHANNEL_ORDER;
 

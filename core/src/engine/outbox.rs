@@ -9,10 +9,14 @@
 //! - A row for a nearby contact (the LAN layer, `engine/lan.rs`) is offered directly first, one
 //!   try; if that fails the relay gets it in the same attempt. The path is recorded.
 //! - A person's message (`engine/people.rs`) whose channel fails (relay unreachable, refused for
-//!   good, or given up) is handed to the person's next channel once; the first row is
-//!   `rerouted` and names where it went.
+//!   good, or given up; unreachable only after [`FALL_BACK_UNREACHABLE_AFTER_MS`]) is handed
+//!   to the person's next channel once; the first row is `rerouted` and names where it went.
 
 use std::time::Duration;
+
+/// How long a person's message waits on an unreachable relay before it goes to the person's next
+/// channel (a permanent refusal or a give-up moves it at once).
+pub const FALL_BACK_UNREACHABLE_AFTER_MS: i64 = 10 * 60 * 1000;
 
 use super::{Event, Result, Runtime};
 use crate::store::{self, ContactRow, DeliveryPath, NewMessage, OutboxRow, Protocol, Queued};
@@ -136,8 +140,14 @@ impl Runtime {
         match outcome {
             SendOutcome::Accepted => self.handed_over(&row, DeliveryPath::Relay).await,
             SendOutcome::Retry { after_ms, reason } => {
-                // A person's message whose relay is down goes to their next channel at once.
-                if reason.starts_with("unreachable") && self.fall_back(&row, &reason).await? {
+                // A person's message whose relay has been down a while goes to their next
+                // channel. Not at once: every channel of a profile usually shares one relay, and
+                // a brief outage would otherwise push every message down to the last channel
+                // (Stringcup, whose sender is only relay-asserted).
+                if reason.starts_with("unreachable")
+                    && now - row.created_at >= FALL_BACK_UNREACHABLE_AFTER_MS
+                    && self.fall_back(&row, &reason).await?
+                {
                     self.set_health("disconnected", &reason);
                     return Ok(Attempt::Unreachable);
                 }
@@ -192,8 +202,13 @@ impl Runtime {
                 if self.lan_try_direct(&row).await {
                     self.handed_over(&row, DeliveryPath::Direct).await?;
                     sent += 1;
-                } else if !self.fall_back(&row, "unreachable: the relay did not answer").await? {
-                    self.give_up_if_due(&row, now_ms(), "unreachable: the relay did not answer").await?;
+                } else {
+                    let now = now_ms();
+                    let moved = now - row.created_at >= FALL_BACK_UNREACHABLE_AFTER_MS
+                        && self.fall_back(&row, "unreachable: the relay did not answer").await?;
+                    if !moved {
+                        self.give_up_if_due(&row, now, "unreachable: the relay did not answer").await?;
+                    }
                 }
                 continue;
             }
