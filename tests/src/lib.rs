@@ -82,6 +82,18 @@ impl TestRelay {
     }
 }
 
+/// A plain `send` of `text` to `contact` (no kind, reply or agents), as the owner makes it.
+pub fn send_request(contact: &str, text: &str) -> Request {
+    Request::Send {
+        contact: contact.into(),
+        text: text.into(),
+        kind: None,
+        reply_to: None,
+        from_agent: None,
+        to_agent: None,
+    }
+}
+
 /// A profile with its runtime in this process.
 pub struct Peer {
     /// The runtime.
@@ -195,16 +207,7 @@ impl Peer {
 
     /// Sends text; returns the id.
     pub async fn send(&self, contact: &str, text: &str) -> String {
-        let v = self
-            .call(Request::Send {
-                contact: contact.into(),
-                text: text.into(),
-                kind: None,
-                reply_to: None,
-                from_agent: None,
-                to_agent: None,
-            })
-            .await;
+        let v = self.call(send_request(contact, text)).await;
         v["id"].as_str().unwrap().to_owned()
     }
 

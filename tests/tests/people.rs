@@ -6,33 +6,11 @@
 
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
-use switchboard_tests::{Peer, TestRelay};
+use switchboard_tests::{Peer, TestRelay, send_request};
 
 async fn link_of(p: &Peer) -> String {
     let who = p.call(Request::Whoami).await;
     who["contact_link"]["link"].as_str().expect("whoami offers a contact link").to_owned()
-}
-
-async fn paste(p: &Peer, link: &str, name: &str) -> Value {
-    p.call(Request::ContactAdd {
-        address: link.into(),
-        name: Some(name.into()),
-        allow: None,
-        relay: None,
-        no_hello: false,
-    })
-    .await
-}
-
-fn send_req(contact: &str, text: &str) -> Request {
-    Request::Send {
-        contact: contact.into(),
-        text: text.into(),
-        kind: None,
-        reply_to: None,
-        from_agent: None,
-        to_agent: None,
-    }
 }
 
 /// Alice and Bob on one relay, each having pasted the other's link.
@@ -40,8 +18,8 @@ async fn alice_and_bob(relay: &TestRelay) -> (Peer, Peer) {
     let alice = Peer::offline("alice", &relay.url()).await;
     let bob = Peer::offline("bob", &relay.url()).await;
     let (al, bl) = (link_of(&alice).await, link_of(&bob).await);
-    paste(&alice, &bl, "bob").await;
-    paste(&bob, &al, "alice").await;
+    alice.add_contact(&bl, "bob").await;
+    bob.add_contact(&al, "alice").await;
     (alice, bob)
 }
 
@@ -61,7 +39,7 @@ async fn a_pasted_link_makes_one_contact_with_three_channels_and_one_safety_numb
     assert_eq!(who["contact_link"]["safety_number"], who["letagents"]["safety_number"]);
     assert_eq!(who["contact_link"]["channels"], serde_json::json!(["letagents", "agent-mail", "stringcup"]));
 
-    let person = paste(&alice, link, "bob").await;
+    let person = alice.add_contact(link, "bob").await;
     assert_eq!(person["name"], "bob");
     assert_eq!(person["safety_number"], who["contact_link"]["safety_number"]);
     assert_eq!(channels(&person), ["letagents", "agent-mail", "stringcup"]);
@@ -75,7 +53,7 @@ async fn a_pasted_link_makes_one_contact_with_three_channels_and_one_safety_numb
     assert_eq!(channels(&list[0]), ["letagents", "agent-mail", "stringcup"]);
 
     // Pasting it again adds nothing; a bare protocol address still makes a contact of its own.
-    let again = paste(&alice, link, "bob").await;
+    let again = alice.add_contact(link, "bob").await;
     assert_eq!(channels(&again), ["letagents", "agent-mail", "stringcup"]);
     let carol = Peer::offline("carol", &relay.url()).await;
     let c = alice.add_contact(&carol.address().await, "carol").await;
@@ -108,11 +86,11 @@ async fn messages_on_two_protocols_from_one_person_show_as_one_conversation() {
     let relay = TestRelay::start().await;
     let (alice, bob) = alice_and_bob(&relay).await;
     // Alice writes to the person: the first channel, letagents.
-    let first = alice.call(send_req("bob", "hello bob")).await;
+    let first = alice.call(send_request("bob", "hello bob")).await;
     assert_eq!(first["protocol"], "letagents");
     // Bob answers once on letagents and once on Agent Mail (by channel name).
-    bob.call(send_req("alice", "hi on letagents")).await;
-    bob.call(send_req("alice.agent-mail", "hi on agent mail")).await;
+    bob.call(send_request("alice", "hi on letagents")).await;
+    bob.call(send_request("alice.agent-mail", "hi on agent mail")).await;
     let got = alice.inbox(0).await;
     let mut protocols: Vec<&str> = got.iter().map(|m| m["protocol"].as_str().unwrap()).collect();
     protocols.sort_unstable();
@@ -131,7 +109,7 @@ async fn with_the_relay_down_a_send_falls_back_to_the_next_channel_and_arrives_o
     // A brief outage moves nothing: every channel shares the one relay here, and the message
     // stays on its first channel (letagents authenticates its sender end to end).
     relay.stop().await;
-    let brief = alice.call(send_req("bob", "sent during a brief outage")).await;
+    let brief = alice.call(send_request("bob", "sent during a brief outage")).await;
     let brief_id = brief["id"].as_str().unwrap().to_owned();
     for _ in 0..3 {
         let _ = alice.try_call(Request::Flush).await;
@@ -147,7 +125,7 @@ async fn with_the_relay_down_a_send_falls_back_to_the_next_channel_and_arrives_o
     // A long one: the letagents row has waited past the fall-back delay, so it goes to Agent
     // Mail, where it waits (a fresh row) until the relay is back.
     relay.stop().await;
-    let first = alice.call(send_req("bob", "one message, one arrival")).await;
+    let first = alice.call(send_request("bob", "one message, one arrival")).await;
     let first_id = first["id"].as_str().unwrap().to_owned();
     assert_eq!(first["protocol"], "letagents");
     sqlx::query("UPDATE outbox SET created_at = created_at - ? WHERE message_id = ?")

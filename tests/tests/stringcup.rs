@@ -5,18 +5,7 @@
 
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
-use switchboard_tests::{Peer, TestRelay};
-
-fn send(contact: &str, text: &str) -> Request {
-    Request::Send {
-        contact: contact.into(),
-        text: text.into(),
-        kind: None,
-        reply_to: None,
-        from_agent: None,
-        to_agent: None,
-    }
-}
+use switchboard_tests::{Peer, TestRelay, send_request};
 
 /// Bob and Carol, each a mutual Stringcup contact of `alice` (named "bob", "carol", "alice").
 async fn bob_and_carol_know(alice: &Peer, relay: &TestRelay) -> (Peer, Peer) {
@@ -43,7 +32,7 @@ async fn a_first_message_is_held_as_a_request_then_both_sides_talk() {
     assert_eq!(c["protocol"], "stringcup");
     // The fingerprint alice pinned is the one bob's own device computes.
     assert_eq!(c["safety_number"], who["stringcup"]["fingerprint_short"]);
-    let sent = alice.call(send("bob", "hello over stringcup")).await;
+    let sent = alice.call(send_request("bob", "hello over stringcup")).await;
     assert_eq!(sent["state"], "relayed");
 
     // Bob does not know alice: her message waits behind a contact request.
@@ -57,7 +46,7 @@ async fn a_first_message_is_held_as_a_request_then_both_sides_talk() {
     assert_eq!(got[0]["body"], "hello over stringcup");
     assert_eq!(got[0]["protocol"], "stringcup");
 
-    bob.call(send("alice", "hi alice")).await;
+    bob.call(send_request("alice", "hi alice")).await;
     let got = alice.inbox(0).await;
     assert_eq!(got[0]["body"], "hi alice");
     assert_eq!(got[0]["from"], "bob");
@@ -75,7 +64,7 @@ async fn a_live_runtime_gets_stringcup_mail_through_the_long_poll() {
     bob.add_contact(&alice_id, "alice").await; // bob knows alice: nothing is held
     alice.add_contact(&bob.stringcup_id().await, "bob").await;
     let started = std::time::Instant::now();
-    alice.call(send("bob", "are you there?")).await;
+    alice.call(send_request("bob", "are you there?")).await;
     let got = bob.inbox(10).await;
     assert_eq!(got[0]["body"], "are you there?");
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "long-poll did not wake promptly");
@@ -100,7 +89,7 @@ async fn pairing_through_a_rendezvous_pins_each_others_keys() {
     assert_eq!(a["fingerprint_short"], bob_who["stringcup"]["fingerprint_short"]);
     assert_eq!(a["peer_id"], bob_who["stringcup"]["id"]);
     // Paired contacts talk at once, in both directions.
-    alice.call(send("bob", "paired!")).await;
+    alice.call(send_request("bob", "paired!")).await;
     assert_eq!(bob.inbox(0).await[0]["body"], "paired!");
 
     // A third identity cannot take a role in that rendezvous.
@@ -128,12 +117,12 @@ async fn a_changed_key_blocks_sending_until_verified() {
         .await
         .unwrap();
     assert!(resp.status().is_success(), "{}", resp.status());
-    assert_eq!(alice.try_call(send("bob", "still you?")).await.unwrap_err(), "key_changed");
+    assert_eq!(alice.try_call(send_request("bob", "still you?")).await.unwrap_err(), "key_changed");
     let c = &alice.call(Request::ContactList).await[0];
     assert_eq!(c["key_changed"], true);
     assert_ne!(c["new_safety_number"], c["safety_number"]);
     alice.call(Request::ContactVerify { name: "bob".into() }).await;
-    alice.call(send("bob", "re-verified")).await;
+    alice.call(send_request("bob", "re-verified")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,7 +133,7 @@ async fn a_retried_send_is_stored_once_thanks_to_its_idempotency_key() {
     let (alice_id, bob_id) = (alice.stringcup_id().await, bob.stringcup_id().await);
     bob.add_contact(&alice_id, "alice").await;
     alice.add_contact(&bob_id, "bob").await;
-    let id = alice.call(send("bob", "exactly once")).await["id"].as_str().unwrap().to_owned();
+    let id = alice.call(send_request("bob", "exactly once")).await["id"].as_str().unwrap().to_owned();
     // The relay stored it but the answer was lost: the outbox sends it again under the same
     // Idempotency-Key (here even re-encrypted, which B.2.6 allows).
     let pool = &alice.rt.store().pool;
@@ -203,7 +192,7 @@ async fn what_stringcup_cannot_carry_is_refused_not_dropped() {
     let bob = Peer::offline("bob", &relay.url()).await;
     bob.add_contact(&alice.stringcup_id().await, "alice").await;
     alice.add_contact(&bob.stringcup_id().await, "bob").await;
-    let first = alice.call(send("bob", "hello")).await;
+    let first = alice.call(send_request("bob", "hello")).await;
     let first = first["id"].as_str().unwrap().to_owned();
     let refused = [
         (Some("ask"), None, None, "the kind (ask/reply)"),
@@ -267,9 +256,9 @@ async fn the_two_kinds_of_507_are_told_apart() {
     let bob_id = bob.stringcup_id().await;
     alice.add_contact(&bob_id, "bob").await;
     carol.add_contact(&bob_id, "bob").await;
-    alice.call(send("bob", "1")).await;
-    alice.call(send("bob", "2")).await;
-    let third = alice.call(send("bob", "3")).await;
+    alice.call(send_request("bob", "1")).await;
+    alice.call(send_request("bob", "2")).await;
+    let third = alice.call(send_request("bob", "3")).await;
     assert_eq!(third["state"], "queued");
     let outbox: (String,) = sqlx::query_as("SELECT last_error FROM outbox WHERE message_id = ?")
         .bind(third["id"].as_str().unwrap())
@@ -278,8 +267,8 @@ async fn the_two_kinds_of_507_are_told_apart() {
         .unwrap();
     assert!(outbox.0.contains("the recipient is not behind"), "{}", outbox.0);
 
-    carol.call(send("bob", "c1")).await;
-    let c2 = carol.call(send("bob", "c2")).await;
+    carol.call(send_request("bob", "c1")).await;
+    let c2 = carol.call(send_request("bob", "c2")).await;
     let outbox: (String,) = sqlx::query_as("SELECT last_error FROM outbox WHERE message_id = ?")
         .bind(c2["id"].as_str().unwrap())
         .fetch_one(&carol.rt.store().pool)
@@ -299,8 +288,8 @@ async fn a_stringcup_507_is_retried_however_long_it_lasts() {
     let bob = Peer::offline("bob", &relay.url()).await;
     bob.add_contact(&alice.stringcup_id().await, "alice").await;
     alice.add_contact(&bob.stringcup_id().await, "bob").await;
-    alice.call(send("bob", "1")).await;
-    let second = alice.call(send("bob", "2")).await;
+    alice.call(send_request("bob", "1")).await;
+    let second = alice.call(send_request("bob", "2")).await;
     let second = second["id"].as_str().unwrap().to_owned();
     assert_eq!(alice.state_of(&second).await, "queued");
     sqlx::query("UPDATE outbox SET created_at = ?, next_attempt_at = 0 WHERE message_id = ?")
@@ -398,12 +387,12 @@ async fn a_rotated_token_is_saved_and_keeps_working() {
     let r = alice.call(Request::TokenRotate).await;
     assert_eq!(r["rotated"], true);
     assert_ne!(std::fs::read(&path).unwrap(), before, "the new token is durable");
-    alice.call(send("bob", "after rotation")).await;
+    alice.call(send_request("bob", "after rotation")).await;
     assert_eq!(bob.inbox(0).await[0]["body"], "after rotation");
     // A reopened runtime uses the saved token.
     let (profile, _dir) = alice.close();
     let rt = switchboard_core::engine::Runtime::open(&profile).await.unwrap();
-    let v = rt.handle(send("bob", "after reopen"), true).await.unwrap();
+    let v = rt.handle(send_request("bob", "after reopen"), true).await.unwrap();
     assert_eq!(v["state"], "relayed");
 }
 
@@ -462,7 +451,7 @@ async fn a_key_update_keeps_the_id_opens_mail_sealed_to_the_old_key_and_contacts
     alice.add_contact(&bob.stringcup_id().await, "bob").await;
     let before = alice.call(Request::Whoami).await["stringcup"].clone();
     // Sealed to the key alice has now, and still in her inbox when the key changes.
-    bob.call(send("alice", "sealed to the old key")).await;
+    bob.call(send_request("alice", "sealed to the old key")).await;
 
     let r = alice.call(Request::StringcupKeyUpdate).await;
     assert_eq!(r["updated"], true, "{r}");
@@ -487,11 +476,11 @@ async fn a_key_update_keeps_the_id_opens_mail_sealed_to_the_old_key_and_contacts
     assert_eq!(got[0]["body"], "sealed to the old key", "{got}");
 
     // Bob pinned the old key: he is stopped until he verifies the new one.
-    assert_eq!(bob.try_call(send("alice", "still you?")).await.unwrap_err(), "key_changed");
+    assert_eq!(bob.try_call(send_request("alice", "still you?")).await.unwrap_err(), "key_changed");
     let c = &bob.call(Request::ContactList).await[0];
     assert_eq!(c["key_changed"], true);
     bob.call(Request::ContactVerify { name: "alice".into() }).await;
-    bob.call(send("alice", "to the new key")).await;
+    bob.call(send_request("alice", "to the new key")).await;
     let got = rt.handle(Request::Inbox { all: false, wait_secs: 0 }, true).await.unwrap();
     assert!(got.as_array().unwrap().iter().any(|m| m["body"] == "to the new key"), "{got}");
     rt.shutdown();
@@ -529,13 +518,13 @@ async fn a_key_update_whose_answer_is_lost_is_settled_by_the_next_one() {
         .unwrap();
     assert!(put.status().is_success());
     // Bob verifies the key the relay serves and seals to it: alice opens it with the pending key.
-    bob.try_call(send("alice", "probe")).await.unwrap_err();
+    bob.try_call(send_request("alice", "probe")).await.unwrap_err();
     bob.call(Request::ContactVerify { name: "alice".into() }).await;
-    bob.call(send("alice", "sealed to the pending key")).await;
+    bob.call(send_request("alice", "sealed to the pending key")).await;
     assert_eq!(alice.inbox(0).await[0]["body"], "sealed to the pending key");
 
     // The next update finds the relay holding the pending key, keeps it as an old key, and goes on.
-    bob.call(send("alice", "in flight during the second update")).await;
+    bob.call(send_request("alice", "in flight during the second update")).await;
     let r = alice.call(Request::StringcupKeyUpdate).await;
     let pending_fp = switchboard_core::protocol::stringcup::crypto::fingerprint(public.as_bytes());
     assert_eq!(r["previous_fingerprint"], pending_fp.as_str(), "the key the relay held is the one replaced: {r}");
