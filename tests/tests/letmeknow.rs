@@ -829,9 +829,21 @@ async fn a_session_offline_past_retention_is_re_invited_reads_and_sends_with_one
     running.shutdown().await.unwrap();
 }
 
+/// `agent`'s MLS member, restored from its store: a test then writes payloads as that member
+/// would, with the library's encryption and whatever content it likes.
+async fn own_member(agent: &Agent) -> switchboard_core::mls::Member {
+    let (name, key, state): (String, Vec<u8>, Vec<u8>) =
+        sqlx::query_as("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
+            .bind(&agent.handle)
+            .fetch_one(&agent.rt().store().pool)
+            .await
+            .unwrap();
+    switchboard_core::mls::Member::restore(&state, &key, &name).unwrap()
+}
+
 #[tokio::test]
 async fn a_message_with_a_forged_epoch_auth_is_reported_and_not_delivered() {
-    use switchboard_core::mls::{self, Member};
+    use switchboard_core::mls;
     use switchboard_core::util::b64u;
     let relay = TestRelay::start().await;
     let (alice, bob, mallory) =
@@ -841,13 +853,7 @@ async fn a_message_with_a_forged_epoch_auth_is_reported_and_not_delivered() {
     bob.sync(&g).await;
     // Mallory is honest at the MLS layer (her own key, the group's current epoch) but writes the
     // payload herself, with the library's encryption and whatever epoch-auth she likes.
-    let (name, key, state): (String, Vec<u8>, Vec<u8>) =
-        sqlx::query_as("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
-            .bind(&mallory.handle)
-            .fetch_one(&mallory.rt().store().pool)
-            .await
-            .unwrap();
-    let member = Member::restore(&state, &key, &name).unwrap();
+    let member = own_member(&mallory).await;
     let mut group = member.load_group(&g).unwrap().unwrap();
     let upstream = LetmeknowClient::new(&RelayClient::new(&relay.url(), None).unwrap());
     let payload = |auth: &[u8], content: &str, leave: bool| {
@@ -905,7 +911,7 @@ async fn reply_to_in_log(agent: &Agent, id: &str) -> String {
 
 #[tokio::test]
 async fn a_reply_to_outside_the_senders_declared_context_loses_its_link_and_is_reported() {
-    use switchboard_core::mls::{self, Member};
+    use switchboard_core::mls;
     use switchboard_core::util::b64u;
     let relay = TestRelay::start().await;
     let (alice, bob, mallory) =
@@ -917,13 +923,7 @@ async fn a_reply_to_outside_the_senders_declared_context_loses_its_link_and_is_r
     let second = alice.send(&g, "second").await;
     bob.sync(&g).await;
     mallory.sync(&g).await;
-    let (name, key, state): (String, Vec<u8>, Vec<u8>) =
-        sqlx::query_as("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
-            .bind(&mallory.handle)
-            .fetch_one(&mallory.rt().store().pool)
-            .await
-            .unwrap();
-    let member = Member::restore(&state, &key, &name).unwrap();
+    let member = own_member(&mallory).await;
     let mut group = member.load_group(&g).unwrap().unwrap();
     let auth = mls::epoch_authenticator(&group);
     let upstream = LetmeknowClient::new(&RelayClient::new(&relay.url(), None).unwrap());
