@@ -140,14 +140,7 @@ impl Runtime {
         match outcome {
             SendOutcome::Accepted => self.handed_over(&row, DeliveryPath::Relay).await,
             SendOutcome::Retry { after_ms, reason } => {
-                // A person's message whose relay has been down a while goes to their next
-                // channel. Not at once: every channel of a profile usually shares one relay, and
-                // a brief outage would otherwise push every message down to the last channel
-                // (Stringcup, whose sender is only relay-asserted).
-                if reason.starts_with("unreachable")
-                    && now - row.created_at >= FALL_BACK_UNREACHABLE_AFTER_MS
-                    && self.fall_back(&row, &reason).await?
-                {
+                if reason.starts_with("unreachable") && self.fall_back_if_long_down(&row, now, &reason).await? {
                     self.set_health("disconnected", &reason);
                     return Ok(Attempt::Unreachable);
                 }
@@ -175,6 +168,14 @@ impl Runtime {
 
     /// Gives `row` up (`failed`, with `reason` as the last refusal) if its channel's give-up time
     /// has come. Returns whether it did.
+    /// A person's message whose relay has been down a while goes to their next channel. Not at
+    /// once: every channel of a profile usually shares one relay, and a brief outage would
+    /// otherwise push every message down to the last channel (Stringcup, whose sender is only
+    /// relay-asserted). True when it moved.
+    async fn fall_back_if_long_down(&self, row: &OutboxRow, now: i64, reason: &str) -> Result<bool> {
+        Ok(now - row.created_at >= FALL_BACK_UNREACHABLE_AFTER_MS && self.fall_back(row, reason).await?)
+    }
+
     async fn give_up_if_due(&self, row: &OutboxRow, now: i64, reason: &str) -> Result<bool> {
         match self.channel(row.protocol).give_up_at(row) {
             Some((at, when)) if now >= at => {
@@ -203,11 +204,9 @@ impl Runtime {
                     self.handed_over(&row, DeliveryPath::Direct).await?;
                     sent += 1;
                 } else {
-                    let now = now_ms();
-                    let moved = now - row.created_at >= FALL_BACK_UNREACHABLE_AFTER_MS
-                        && self.fall_back(&row, "unreachable: the relay did not answer").await?;
-                    if !moved {
-                        self.give_up_if_due(&row, now, "unreachable: the relay did not answer").await?;
+                    let (now, why) = (now_ms(), "unreachable: the relay did not answer");
+                    if !self.fall_back_if_long_down(&row, now, why).await? {
+                        self.give_up_if_due(&row, now, why).await?;
                     }
                 }
                 continue;
