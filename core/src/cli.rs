@@ -853,6 +853,10 @@ fn print_text(kind: &str, v: &Value) {
                 println!("warning: the relay was not told: {}", s(&v["relay_block"], "error"));
             }
         }
+        // A queued message is safe in the outbox: say so, so nobody sends it again by hand.
+        "message" if s(v, "state") == "queued" => {
+            println!("{}  queued (kept in the outbox and retried until it goes out)", s(v, "id"))
+        }
         "message" => println!("{}  {}", s(v, "id"), s(v, "state")),
         "inbox" => {
             for m in v.as_array().cloned().unwrap_or_default() {
@@ -1229,12 +1233,46 @@ async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError
     Ok(())
 }
 
+/// How long `switchboard daemon` waits for a one-shot command that holds the profile (such a
+/// command runs its own runtime in-process and is done in moments; `inbox --wait` is the longest).
+const DAEMON_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Takes the profile for the daemon. A runtime that serves a bridge (another daemon, the app)
+/// refuses it at once; a one-shot command is waited for, up to [`DAEMON_LOCK_WAIT`].
+async fn lock_for_daemon(profile: &Profile) -> Result<crate::profile::ProfileLock, ApiError> {
+    let busy = |m: String| ApiError { code: "runtime_busy".into(), message: m };
+    let deadline = std::time::Instant::now() + DAEMON_LOCK_WAIT;
+    let mut told = false;
+    loop {
+        if let Some(lock) =
+            profile.try_lock().map_err(|x| ApiError { code: "profile".into(), message: x.to_string() })?
+        {
+            return Ok(lock);
+        }
+        let holder = profile.lock_holder().map(|p| format!(" (pid {p})")).unwrap_or_default();
+        let dir = profile.dir.display();
+        if profile.read_bridge_files().is_some() {
+            return Err(busy(format!(
+                "another runtime{holder} already owns {dir} and serves its bridge; commands use it as it is"
+            )));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(busy(format!(
+                "another runtime{holder} has owned {dir} for {} s without a bridge; stop it and start the daemon again",
+                DAEMON_LOCK_WAIT.as_secs()
+            )));
+        }
+        if !told {
+            eprintln!("switchboard daemon: waiting for the command{holder} using {dir} to finish");
+            told = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 async fn daemon(profile: Profile, ui: Option<PathBuf>) -> Result<(), ApiError> {
     let e = |code: &str, m: String| ApiError { code: code.into(), message: m };
-    let _lock = profile
-        .try_lock()
-        .map_err(|x| e("profile", x.to_string()))?
-        .ok_or_else(|| e("runtime_busy", format!("another runtime already owns {}", profile.dir.display())))?;
+    let _lock = lock_for_daemon(&profile).await?;
     let rt = Runtime::open(&profile).await.map_err(|x| x.to_api())?;
     // Listen for SIGTERM before the bridge files announce us: a client may signal at once.
     #[cfg(unix)]

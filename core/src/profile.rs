@@ -111,6 +111,12 @@ impl Profile {
         }
     }
 
+    /// The process id the lock's holder wrote into the lock file (for messages; `None` when
+    /// unreadable).
+    pub fn lock_holder(&self) -> Option<u32> {
+        std::fs::read_to_string(self.lock_path()).ok()?.lines().next()?.trim().parse().ok()
+    }
+
     /// Records the bridge's port and token (0600) for other processes.
     pub fn write_bridge_files(&self, port: u16, token: &str) -> Result<(), ProfileError> {
         // The port first: a client that sees the token can read the port (a test that waited

@@ -12,12 +12,17 @@
 //!   are gone), and one refused did not;
 //! - once space returns, the relay accepts writes again by itself.
 //!
+//! The second test does the same on the PostgreSQL backend (letagents, the family it serves that
+//! the first test fills): the relay's tables live in a tablespace on the small disk.
+//!
 //! Mounting needs root. Without it the test prints why and passes, unless
-//! `SWITCHBOARD_REQUIRE_TMPFS=1` (CI) makes that a failure.
+//! `SWITCHBOARD_REQUIRE_TMPFS=1` (CI) makes that a failure; the PostgreSQL one also needs
+//! PostgreSQL (see `pg_common`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod common;
+mod pg_common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +31,7 @@ use std::time::Duration;
 use common::{Api, Owner, http_client};
 use data_encoding::BASE64;
 use ed25519_dalek::SigningKey;
+use relay_lite::store::Family;
 use relay_lite::{Config, RunningRelay};
 use serde_json::{Value, json};
 use switchboard_core::protocol::agent_identity::jwt::sign_request_jwt;
@@ -91,6 +97,11 @@ struct Relay {
 
 impl Relay {
     async fn start(data: &Path) -> Self {
+        Self::spawn(Self::config(data)).await
+    }
+
+    /// The relay's configuration with every limit that would refuse before the disk does off.
+    fn config(data: &Path) -> Config {
         let mut config = Config::new("127.0.0.1:0".parse().unwrap(), data);
         config.limits.sends_per_minute = 0;
         config.limits.ip_requests_per_minute = 0;
@@ -98,7 +109,7 @@ impl Relay {
         config.limits.stringcup.sends_per_hour = 0;
         config.limits.stringcup.inbox_requests_per_hour = 0;
         config.limits.stringcup.registrations_per_hour_per_ip = 0;
-        Self::spawn(config).await
+        config
     }
 
     async fn spawn(config: Config) -> Self {
@@ -515,6 +526,123 @@ async fn a_full_disk_never_acknowledges_a_write_it_did_not_commit_and_recovers_w
         agent_mail.len()
     );
     relay.running.shutdown().await.unwrap();
+    drop(disk);
+    assert!(ledger.problems.is_empty(), "{} problems:\n{}", ledger.problems.len(), ledger.problems.join("\n"));
+}
+
+/// The same on the PostgreSQL backend (issue 13 §1, "on both relay backends"). The relay's tables
+/// are made in a tablespace on the small disk (`default_tablespace` of its database) while the
+/// cluster's catalogs and WAL stay on the big one, so a full disk reaches the relay as
+/// PostgreSQL's `53100 disk_full` when a table or index cannot grow. letagents sends until six
+/// in a row are refused, a login and an ack while full, space returns, five more sends, then a
+/// new relay instance on the same database reconciles every answer against what is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_postgres_tablespace_never_acknowledges_a_write_it_did_not_commit() {
+    let Some(cluster) = pg_common::cluster() else { return };
+    let Some(disk) = SmallDisk::mount("8m") else { return };
+    let ballast: PathBuf = disk.path().join("ballast");
+    std::fs::write(&ballast, vec![1u8; mib(4)]).unwrap();
+    let space = disk.path().join("tablespace");
+    std::fs::create_dir(&space).unwrap();
+    for dir in [disk.path(), space.as_path()] {
+        // The server runs as `postgres` (the tmpfs was mounted 0700 for root).
+        let chown = std::process::Command::new("chown").arg("postgres:").arg(dir).status().unwrap();
+        assert!(chown.success(), "chown postgres: {}", dir.display());
+    }
+    let url = cluster.fresh_database().await;
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let tablespace = format!("small_{database}");
+    let pool = sqlx::PgPool::connect(&cluster.url("postgres")).await.unwrap();
+    for sql in [
+        format!("CREATE TABLESPACE {tablespace} LOCATION '{}'", space.display()),
+        format!("ALTER DATABASE {database} SET default_tablespace = {tablespace}"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+    }
+
+    let scratch = tempfile::tempdir().unwrap();
+    let mut config = Relay::config(scratch.path());
+    config.database = Some(url.clone());
+    config.families = Family::ON_POSTGRES.to_vec();
+    let mut relay = Relay::spawn(config).await;
+    let mut ledger = Ledger::default();
+    let alice = LetagentsMailbox::new();
+    let bob = SigningKey::from_bytes(&random_array());
+    assert_eq!(la_login(&relay.api, &alice.owner.login(&relay.api.host()), &alice.owner.id).await.status, 200);
+    for n in 0..3 {
+        let tag = format!("la-early-{n}");
+        assert_eq!(la_send(&relay.api, &alice, sealed(&bob, &alice, &tag)).await.status, 202);
+        ledger.letagents.insert(tag, true);
+    }
+    let early = la_login(&relay.api, &alice.owner.login(&relay.api.host()), &alice.owner.id).await;
+    let early: InboxResponse = serde_json::from_value(early.body).unwrap();
+    let early_seqs: Vec<i64> = early.msgs.iter().map(|m| m.seq).collect();
+    assert_eq!(early_seqs.len(), 3);
+
+    let (mut sent, mut refusals, mut refused_in_a_row, mut first_refusal) = (0, 0, 0, None);
+    while refused_in_a_row < 6 && first_refusal.is_none_or(|at| sent < at + 90) {
+        assert!(sent < 1_000, "the tablespace never filled after {sent} sends");
+        let tag = format!("fill-{sent:04}");
+        let a = la_send(&relay.api, &alice, sealed(&bob, &alice, &tag)).await;
+        ledger.letagents.insert(tag.clone(), a.ok());
+        sent += 1;
+        if a.ok() {
+            refused_in_a_row = 0;
+        } else {
+            refused_in_a_row += 1;
+            refusals += 1;
+            first_refusal.get_or_insert(sent);
+            ledger.problems.extend(a.storage_refusal_problem(507).map(|p| format!("{tag}: {p}")));
+        }
+    }
+    eprintln!("tablespace full after {sent} sends ({refusals} refused, the first at {first_refusal:?})");
+    if refused_in_a_row < 6 {
+        ledger
+            .problems
+            .push(format!("after its first refusal the full disk accepted writes again: {refusals} of {sent}"));
+    }
+    let erin = Owner::new();
+    let erin_login = la_login(&relay.api, &erin.login(&relay.api.host()), &erin.id).await;
+    if !erin_login.ok() {
+        ledger.problems.extend(erin_login.storage_refusal_problem(503).map(|p| format!("login while full: {p}")));
+    }
+    let ack = la_ack(&relay.api, &alice.owner, &early_seqs).await;
+    if !ack.ok() {
+        ledger.problems.extend(ack.storage_refusal_problem(503).map(|p| format!("ack while full: {p}")));
+    }
+    eprintln!("while full: login {}, ack {}", erin_login.status, ack.status);
+    if ack.ok() {
+        for n in 0..3 {
+            ledger.letagents.insert(format!("la-early-{n}"), false);
+        }
+    }
+
+    std::fs::remove_file(&ballast).unwrap();
+    for n in 0..5 {
+        let tag = format!("after-{n}");
+        let a = la_send(&relay.api, &alice, sealed(&bob, &alice, &tag)).await;
+        if !a.ok() {
+            ledger.problems.push(format!("letagents {tag} after space returned: {a:?}"));
+        }
+        ledger.letagents.insert(tag, a.ok());
+    }
+
+    // What counts is what another instance reads from the database.
+    relay = relay.restart().await;
+    let found: Vec<String> = la_drain(&relay.api, &alice).await.into_iter().map(|(_, tag)| tag).collect();
+    let expected = std::mem::take(&mut ledger.letagents);
+    ledger.reconcile("letagents", &expected, &found);
+    let to_erin =
+        answer(relay.api.try_send_raw(&erin.id, &erin.drop, sealed(&bob, &alice, "erin")).await.unwrap()).await;
+    if to_erin.status != if erin_login.ok() { 202 } else { 404 } {
+        ledger.problems.push(format!("login while full answered {}, a send now {to_erin:?}", erin_login.status));
+    }
+    eprintln!("{} acknowledged, {} committed", expected.values().filter(|ok| **ok).count(), found.len());
+    relay.running.shutdown().await.unwrap();
+    for sql in [format!("DROP DATABASE {database} WITH (FORCE)"), format!("DROP TABLESPACE {tablespace}")] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
     drop(disk);
     assert!(ledger.problems.is_empty(), "{} problems:\n{}", ledger.problems.len(), ledger.problems.join("\n"));
 }

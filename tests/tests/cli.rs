@@ -210,3 +210,79 @@ async fn pair_prints_a_token_and_both_sides_end_up_with_each_others_fingerprint(
     ok(&alice, &["send", "bob", "paired from the command line"]);
     assert_eq!(json(&bob, &["inbox"])[0]["body"], "paired from the command line");
 }
+
+/// Issue 13 §5: a daemon started while a one-shot command runs its runtime in-process used to
+/// fail at once ("another runtime already owns"); it waits for the command and then serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_started_during_a_one_shot_command_waits_for_it_then_serves() {
+    let relay = TestRelay::start().await;
+    let (_h, alice) = home();
+    json(&alice, &["init", "--name", "alice", "--relay", &relay.url()]);
+    // `inbox --wait 4` with no daemon runs the runtime in this process and holds the profile.
+    let mut oneshot = Command::new(bin())
+        .arg("--home")
+        .arg(&alice)
+        .args(["inbox", "--wait", "4"])
+        .env("SWITCHBOARD_KEYSTORE", "file")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = oneshot.id().to_string();
+    let holds = (0..200).any(|_| {
+        let holder = std::fs::read_to_string(alice.join("runtime.lock")).unwrap_or_default();
+        holder.lines().next() == Some(pid.as_str()) || {
+            std::thread::sleep(Duration::from_millis(25));
+            false
+        }
+    });
+    assert!(holds, "the one-shot command never took the profile");
+
+    let started = std::time::Instant::now();
+    let daemon = DaemonProcess::start(&bin(), &alice);
+    assert!(oneshot.wait().unwrap().success(), "the one-shot command was disturbed");
+    assert!(started.elapsed() > Duration::from_secs(1), "the daemon cannot have run beside the command");
+    // The daemon owns the profile now: a command goes through its bridge.
+    assert!(json(&alice, &["status"]).is_object());
+    daemon.stop();
+
+    // A daemon is still refused at once beside a runtime that serves a bridge.
+    let daemon = DaemonProcess::start(&bin(), &alice);
+    let t = std::time::Instant::now();
+    let (second, _, err) = switchboard(&bin(), &alice, &["daemon"]);
+    assert!(!second && err.contains("another runtime") && err.contains("serves its bridge"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    daemon.stop();
+}
+
+/// Issue 13 §5: a one-shot `send` whose relay is down used to print `error sending request`
+/// although the message was queued (and later delivered); it succeeds, says "queued", and the
+/// outbox delivers it once the relay is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_shot_send_to_a_down_relay_says_queued_not_error_and_goes_out_later() {
+    let mut relay = TestRelay::start().await;
+    let ((_a, alice), (_b, bob)) = (home(), home());
+    switchboard_tests::befriend_cli(&bin(), &alice, &bob, &relay.url());
+    relay.stop().await;
+    let (sent, out, err) = switchboard(&bin(), &alice, &["send", "bob", "while the relay is down", "--json"]);
+    assert!(sent, "a queued send was reported as a failure: {err}");
+    let view: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(view["state"], "queued", "{view}");
+    let (_, text, _) = switchboard(&bin(), &alice, &["send", "bob", "and a second one"]);
+    assert!(text.contains("queued"), "the text output does not say it is queued: {text}");
+
+    relay.restart().await;
+    ok(&alice, &["flush"]);
+    let mut arrived = Vec::new();
+    for _ in 0..50 {
+        let got = json(&bob, &["inbox"]);
+        arrived.extend(got.as_array().unwrap().iter().filter_map(|m| m["body"].as_str().map(str::to_owned)));
+        if arrived.len() >= 2 {
+            break;
+        }
+        ok(&alice, &["flush"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    arrived.sort();
+    assert_eq!(arrived, ["and a second one", "while the relay is down"], "each queued message arrives once");
+}
