@@ -30,6 +30,7 @@ use relay_lite::asnet::{AsnetConfig, Smarthost};
 use relay_lite::{Config, RunningRelay};
 use serde_json::{Value, json};
 use switchboard_core::protocol::asnet::Mailbox;
+use switchboard_tests::{DaemonProcess, bridge_of, open_session};
 
 const SERVICE: &str = "network@example.test";
 const AUTHSERV: &str = "mx.example.test";
@@ -320,7 +321,7 @@ impl Profile {
 
     /// Waits for the challenge of `action`, checks it is in `review list` with that exact
     /// action, and approves it as the owner.
-    fn approve(&self, servers: &MailServers, action: &Value) {
+    fn approve(&self, servers: &MailServers, action: &Value) -> Value {
         self.until(servers, "challenge", |s| {
             s["challenges"].as_array().unwrap().iter().any(|c| c["state"] == "pending" && c["action"] == *action)
         });
@@ -336,6 +337,7 @@ impl Profile {
         let approved = self.run(&["review", "approve", &item["id"].to_string()]);
         assert_eq!(approved["sent"], "VERIFY", "{approved}");
         assert_eq!(approved["action"], *action);
+        item
     }
 }
 
@@ -394,12 +396,34 @@ async fn two_profiles_register_connect_accept_fewer_scopes_list_and_disconnect_o
     let bob_id = register(&bob, &servers, false);
     assert_ne!(alice_id, bob_id);
 
-    // Alice proposes both scopes; Bob sees the invitation and accepts only one.
-    alice.run(&["asnet", "connect", &bob_id, "--scopes", "contact:email,profile:basic"]);
-    alice.approve(
+    // Alice's agent proposes both scopes (the MCP tools' path: an agent session on the bridge of
+    // her daemon). Setting up or registering the account is refused to it; the connect goes out,
+    // and the review item names the agent: only Alice's approval sends VERIFY.
+    let daemon = DaemonProcess::start(&bin(), &alice.home);
+    let (url, _, owner) = bridge_of(&alice.home);
+    let http = reqwest::Client::new();
+    let scout = open_session(&http, &url, &owner, "scout").await;
+    let agent = |body: Value| {
+        let (http, url, scout) = (http.clone(), url.clone(), scout.clone());
+        async move {
+            let r = http.post(&url).bearer_auth(&scout).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, refused) = agent(json!({"op": "asnet_register", "discovery": true})).await;
+    assert_eq!((status, refused["code"].as_str()), (403, Some("forbidden")), "{refused}");
+    let (status, asked) =
+        agent(json!({"op": "asnet_connect", "member_id": bob_id, "scopes": ["contact:email", "profile:basic"]})).await;
+    assert_eq!(status, 200, "{asked}");
+    let item = alice.approve(
         &servers,
         &json!({"protocol": "ASNET/1", "command": "CONNECT", "memberId": bob_id, "scopes": ["contact:email", "profile:basic"]}),
     );
+    assert_eq!(item["agent"], "scout", "the review item names the agent that asked: {item}");
+    let (status, seen) = agent(json!({"op": "asnet_status"})).await;
+    assert_eq!(status, 200, "{seen}");
+    assert!(seen["requests"].as_array().unwrap().iter().any(|r| r["requested_by"] == "scout"), "{seen}");
+    daemon.stop();
     let s = bob.until(&servers, "invitation", |s| !s["invitations"].as_array().unwrap().is_empty());
     let invitation = s["invitations"][0].clone();
     assert_eq!(invitation["from_member_id"], alice_id);

@@ -49,6 +49,8 @@ pub fn tools() -> Vec<Tool> {
     let contact = string_prop("Local name of the contact (see `contacts`).");
     let text = string_prop("Your message text.");
     let to_agent = string_prop("Optional: the agent on their side to address (see the contact's roster).");
+    let member = string_prop("An ASNET member id (mem_…).");
+    let scopes_prop = json!({"type": "array", "items": {"type": "string", "enum": crate::protocol::asnet::Scope::ALL.map(|s| s.as_str())}, "description": "The scopes to grant."});
     vec![
         Tool::new(
             "whoami",
@@ -150,7 +152,48 @@ pub fn tools() -> Vec<Tool> {
             "letmeknow: leave a group (the other members commit your removal).",
             schema(json!({"type": "object", "properties": {"group": string_prop("Group id.")}, "required": ["group"]})),
         ),
+        Tool::new(
+            "asnet_status",
+            "ASNET/1 (the agent network over email): your operator's account, requests and their state, invitations, connections, lookup answers and warnings. Replies come by mail; this reads the mailbox once.",
+            schema(json!({"type": "object", "properties": {}})),
+        ),
+        Tool::new(
+            "asnet_lookup",
+            "ASNET/1: look a member up (public, minimal). The answer arrives by mail: see `asnet_status`.",
+            schema(json!({"type": "object", "properties": {"member_id": member.clone()}, "required": ["member_id"]})),
+        ),
+        Tool::new(
+            "asnet_connect",
+            "ASNET/1: ask to connect to a member with these scopes. Nothing happens until your operator approves the service's challenge in their review queue.",
+            schema(
+                json!({"type": "object", "properties": {"member_id": member.clone(), "scopes": scopes_prop.clone()}, "required": ["member_id", "scopes"]}),
+            ),
+        ),
+        Tool::new(
+            "asnet_accept",
+            "ASNET/1: accept an invitation (see `asnet_status`) with the same or fewer scopes. Held for your operator's approval.",
+            schema(
+                json!({"type": "object", "properties": {"request_id": string_prop("The invitation's req_… id."), "scopes": scopes_prop}, "required": ["request_id", "scopes"]}),
+            ),
+        ),
+        Tool::new(
+            "asnet_disconnect",
+            "ASNET/1: remove the connection with a member. Held for your operator's approval.",
+            schema(json!({"type": "object", "properties": {"member_id": member}, "required": ["member_id"]})),
+        ),
+        Tool::new(
+            "asnet_connections",
+            "ASNET/1: ask the service for the connection list (a private read: held for your operator's approval); answers the list as last reported.",
+            schema(json!({"type": "object", "properties": {}})),
+        ),
     ]
+}
+
+/// The `scopes` argument of the ASNET tools: an array of scope names.
+fn scopes(args: &JsonObject) -> Result<Vec<String>, ApiError> {
+    let invalid = || ApiError { code: "invalid_input".into(), message: "`scopes` is an array of scope names".into() };
+    let list = args.get("scopes").and_then(Value::as_array).ok_or_else(invalid)?;
+    list.iter().map(|s| s.as_str().map(str::to_owned).ok_or_else(invalid)).collect()
 }
 
 fn arg_str(args: &JsonObject, k: &str) -> Option<String> {
@@ -310,6 +353,12 @@ impl McpServer {
             },
             "group_members" => Request::GroupMembers { handle: None, group: required(args, "group")? },
             "group_leave" => Request::GroupLeave { handle: None, group: required(args, "group")? },
+            "asnet_lookup" => Request::AsnetLookup { member_id: required(args, "member_id")? },
+            "asnet_connect" => Request::AsnetConnect { member_id: required(args, "member_id")?, scopes: scopes(args)? },
+            "asnet_accept" => Request::AsnetAccept { request_id: required(args, "request_id")?, scopes: scopes(args)? },
+            "asnet_disconnect" => Request::AsnetDisconnect { member_id: required(args, "member_id")? },
+            "asnet_connections" => Request::AsnetConnections,
+            "asnet_status" => Request::AsnetStatus,
             other => {
                 return Err(ApiError { code: "unknown_tool".into(), message: format!("no tool named `{other}`") });
             }

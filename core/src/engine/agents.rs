@@ -269,6 +269,15 @@ impl Runtime {
             | Request::GroupLeave { .. }
             | Request::GroupHistory { .. }
             | Request::GroupDeliveries { .. }) => self.handle_group(Some(me), group).await,
+            // ASNET/1: every protected command waits for the owner's approval of its challenge.
+            asnet @ (Request::AsnetSetup { .. }
+            | Request::AsnetRegister { .. }
+            | Request::AsnetLookup { .. }
+            | Request::AsnetConnect { .. }
+            | Request::AsnetAccept { .. }
+            | Request::AsnetConnections
+            | Request::AsnetDisconnect { .. }
+            | Request::AsnetStatus) => self.asnet_agent_request(me, asnet).await,
             other => Err(Error::Forbidden(format!(
                 "agent sessions may not `{}`: that is your operator's decision",
                 op_name(&other)

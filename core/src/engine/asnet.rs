@@ -39,6 +39,8 @@ use crate::util::{hex, now_ms, random_array};
 
 /// How often a running runtime reads the mailbox (`SWITCHBOARD_ASNET_POLL_MS` overrides).
 const POLL: Duration = Duration::from_secs(15);
+/// Who asked for a command the owner made (review items name the agent otherwise).
+const OWNER: &str = "owner";
 /// How long one SMTP or IMAP exchange may take.
 const NET_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most mails read in one pass.
@@ -93,8 +95,26 @@ fn action_json(stored: &str) -> Value {
 }
 
 impl Runtime {
-    /// Handles the `asnet_*` requests (owner only: `handle_agent` refuses them).
+    /// Handles the owner's `asnet_*` requests.
     pub(super) async fn asnet_request(&self, req: Request) -> Result<Value> {
+        self.asnet_request_as(req, OWNER).await
+    }
+
+    /// An agent session's `asnet_*` request (the MCP tools). It may look members up, read the
+    /// status and ask for connect, accept, disconnect and the connection list: each protected
+    /// command goes out as the agent's, and the service acts on it only after VERIFY, which this
+    /// runtime sends only when the owner approves the challenge in the review queue (the item
+    /// names the agent). Setting the account up and registering it stay the owner's.
+    pub(super) async fn asnet_agent_request(&self, me: &str, req: Request) -> Result<Value> {
+        if matches!(req, Request::AsnetSetup { .. } | Request::AsnetRegister { .. }) || me == OWNER {
+            return Err(Error::Forbidden(
+                "an agent may not set up or register the ASNET account: that is your operator's decision".into(),
+            ));
+        }
+        self.asnet_request_as(req, me).await
+    }
+
+    async fn asnet_request_as(&self, req: Request, by: &str) -> Result<Value> {
         match req {
             Request::AsnetSetup { service, mailbox, username, password, smtp, smtp_tls, smtp_auth, imap, imap_tls } => {
                 self.asnet_setup(AsnetSetup {
@@ -110,7 +130,7 @@ impl Runtime {
                 })
                 .await
             }
-            Request::AsnetRegister { discovery } => self.asnet_ask(Action::Register { discovery }, "owner").await,
+            Request::AsnetRegister { discovery } => self.asnet_ask(Action::Register { discovery }, by).await,
             Request::AsnetLookup { member_id } => {
                 let member_id = member(&member_id)?;
                 let acct = self.asnet_account().await?;
@@ -119,18 +139,18 @@ impl Runtime {
             }
             Request::AsnetConnect { member_id, scopes } => {
                 let action = Action::Connect { member_id: member(&member_id)?, scopes: parse_scopes(&scopes)? };
-                self.asnet_ask(action, "owner").await
+                self.asnet_ask(action, by).await
             }
-            Request::AsnetAccept { request_id, scopes } => self.asnet_accept(&request_id, &scopes).await,
+            Request::AsnetAccept { request_id, scopes } => self.asnet_accept(&request_id, &scopes, by).await,
             Request::AsnetConnections => {
-                let mut v = self.asnet_ask(Action::ListConnections, "owner").await?;
+                let mut v = self.asnet_ask(Action::ListConnections, by).await?;
                 if let Some(o) = v.as_object_mut() {
                     o.insert("connections".into(), self.asnet_connections_dto().await?);
                 }
                 Ok(v)
             }
             Request::AsnetDisconnect { member_id } => {
-                self.asnet_ask(Action::Disconnect { member_id: member(&member_id)? }, "owner").await
+                self.asnet_ask(Action::Disconnect { member_id: member(&member_id)? }, by).await
             }
             Request::AsnetStatus => self.asnet_status().await,
             _ => Err(Error::Bug("not an asnet request".into())),
@@ -251,7 +271,7 @@ impl Runtime {
         }))
     }
 
-    async fn asnet_accept(&self, request_id: &str, scopes: &[String]) -> Result<Value> {
+    async fn asnet_accept(&self, request_id: &str, scopes: &[String], by: &str) -> Result<Value> {
         let rid = RequestId::parse(request_id)
             .map_err(|_| Error::Invalid(format!("`{request_id}` is not a request id (req_ + 32 hex)")))?;
         let scopes = parse_scopes(scopes)?;
@@ -273,7 +293,7 @@ impl Runtime {
                 offered.names().join(", ")
             )));
         }
-        let v = self.asnet_ask(Action::Accept { request_id: rid, scopes }, "owner").await?;
+        let v = self.asnet_ask(Action::Accept { request_id: rid, scopes }, by).await?;
         let mut conn = self.store().pool.acquire().await?;
         Store::asnet_invitation_state(&mut conn, request_id, "accepting").await?;
         Ok(v)
