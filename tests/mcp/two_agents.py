@@ -55,7 +55,9 @@ async def main(binary, home_a, home_b):
     async with Client(server(binary, home_a, "planner")) as alice, Client(server(binary, home_b, "coder")) as bob:
         tools = sorted(t.name for t in (await alice.list_tools()).tools)
         expected = sorted(["ask", "contacts", "pending_requests", "read", "reply", "send", "wait", "who_is_online", "whoami",
-                           "group_invite", "group_join", "group_leave", "group_members", "group_read", "group_send"])
+                           "group_invite", "group_join", "group_leave", "group_members", "group_read", "group_send",
+                           "asnet_accept", "asnet_connect", "asnet_connections", "asnet_disconnect", "asnet_lookup",
+                           "asnet_status"])
         assert tools == expected, tools
         summary["tools"] = tools
 

@@ -7,6 +7,9 @@
 //!   cannot be woken.
 //! - Groups (letmeknow): `group_invite`, `group_join`, `group_send`, `group_read`, `group_members`,
 //!   `group_leave`; the session is its own group member (its agent name is its handle).
+//! - ASNET/1: `asnet_status`, `asnet_lookup`, `asnet_connect`, `asnet_accept`,
+//!   `asnet_disconnect`, `asnet_connections`; every protected command waits for the owner's
+//!   approval of the service's challenge.
 //! - Deliveries (`read`/`wait`, and `group_read` without id) come under a lease, 1:1 or group
 //!   alike; the server acks it with the one `ack` op as it returns the tool result.
 
