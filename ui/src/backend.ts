@@ -139,6 +139,8 @@ export interface ReviewItem {
   to_agent: string | null;
   /** Unix time in milliseconds. */
   created_at: number;
+  /** An ASNET challenge: approving sends VERIFY for exactly `action`. */
+  asnet?: { challenge_id: string; action: Record<string, unknown>; expires_at: number | null } | null;
 }
 
 /** The delivery policy (`switchboard policy`). */

@@ -1946,6 +1946,7 @@ async function groupsView() {
 }
 
 function reviewTarget(it: ReviewItem): string {
+  if (it.asnet) return S.review.asnetTarget;
   if (typeof it.group === 'string' && it.group) {
     const g = summary?.groups.find((x) => x.g.group === it.group)?.g;
     return S.review.toGroup(groupName(g), it.to ?? null);
@@ -1987,10 +1988,22 @@ async function reviewView() {
               h(
                 'p',
                 { class: 'review-tags' },
-                it.kind !== 'send' ? h('span', { class: 'chip' }, S.conversation.kindBadge[it.kind] ?? it.kind) : null,
+                it.asnet
+                  ? h('span', { class: 'chip' }, S.review.asnetChip)
+                  : it.kind !== 'send'
+                    ? h('span', { class: 'chip' }, S.conversation.kindBadge[it.kind] ?? it.kind)
+                    : null,
                 it.to_agent ? h('span', { class: 'chip' }, S.conversation.toAgent(it.to_agent)) : null,
               ),
-              h('blockquote', { class: 'review-text' }, it.text),
+              it.asnet
+                ? h(
+                    'div',
+                    { class: 'review-text' },
+                    h('p', null, S.review.asnetIntro),
+                    h('p', null, h('strong', null, S.review.asnetAction(it.asnet.action))),
+                    it.asnet.expires_at ? h('p', { class: 'muted' }, S.review.asnetExpires(ago(it.asnet.expires_at))) : null,
+                  )
+                : h('blockquote', { class: 'review-text' }, it.text),
               h(
                 'div',
                 { class: 'actions' },
@@ -1999,7 +2012,8 @@ async function reviewView() {
                   {
                     type: 'button',
                     'aria-label': `${S.review.approve}: ${it.agent} \u2192 ${target}`,
-                    onclick: () => act(() => backend.reviewDecide(it.id, true), S.review.approved(target)),
+                    onclick: () =>
+                      act(() => backend.reviewDecide(it.id, true), it.asnet ? S.review.asnetApproved : S.review.approved(target)),
                   },
                   S.review.approve,
                 ),

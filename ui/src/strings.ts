@@ -263,6 +263,28 @@ export const S = {
     rejected: 'Rejected: it will not be sent.',
     toGroup: (group: string, member: string | null) => `group ${group}${member ? ` (member ${member.slice(0, 9)})` : ''}`,
     waiting: (n: number) => (n === 1 ? '1 waiting' : `${n} waiting`),
+    asnetTarget: 'the ASNET network',
+    asnetChip: 'ASNET challenge',
+    asnetIntro: 'The ASNET service asks you to confirm this action. Approving sends the confirmation code for exactly this:',
+    asnetApproved: 'Approved: the confirmation is on its way to the ASNET service.',
+    asnetExpires: (when: string) => `The challenge expires ${when}.`,
+    asnetAction: (a: Record<string, unknown>) => {
+      const scopes = Array.isArray(a.scopes) ? ` with ${(a.scopes as string[]).join(', ')}` : '';
+      switch (a.command) {
+        case 'REGISTER':
+          return `Register your mailbox${a.discovery === true ? ' (discoverable)' : a.discovery === false ? ' (not discoverable)' : ''}`;
+        case 'CONNECT':
+          return `Connect to ${String(a.memberId)}${scopes}`;
+        case 'ACCEPT':
+          return `Accept invitation ${String(a.requestId)}${scopes}`;
+        case 'DISCONNECT':
+          return `Disconnect from ${String(a.memberId)}`;
+        case 'LIST CONNECTIONS':
+          return 'List your connections';
+        default:
+          return JSON.stringify(a);
+      }
+    },
   },
   log: {
     title: 'Activity log',
