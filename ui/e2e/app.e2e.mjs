@@ -411,6 +411,26 @@ await scenario(async ({ browser, page }) => {
   await page.getByLabel('Hold messages my agents write until I approve them').uncheck();
   await page.getByRole('status').filter({ hasText: 'Review mode is off.' }).waitFor();
 
+  step('the agent network: set up from Settings, then the account screen says how reading the mailbox went');
+  await nav(page, 'Settings').click();
+  await page.getByRole('link', { name: 'Open the agent network' }).click();
+  await page.getByRole('heading', { name: 'Set up your account' }).waitFor();
+  await shot(page, '13b-network-setup');
+  await page.getByLabel('Service address').fill('network@example.test');
+  await page.getByLabel('Your mailbox').fill('alice@example.test');
+  await page.getByLabel('Password').fill('a password');
+  await page.getByLabel('Sending server (SMTP)').fill('127.0.0.1:9');
+  await page.getByLabel('Sending security').selectOption('none');
+  await page.getByLabel('Reading server (IMAP)').fill('127.0.0.1:9');
+  await page.getByLabel('Reading security').selectOption('none');
+  await page.getByRole('button', { name: 'Save account' }).click();
+  await page.getByText('alice@example.test on network@example.test.').waitFor();
+  // Nothing listens on port 9: the screen says reading failed, in words, and stays usable.
+  await page.getByRole('alert').filter({ hasText: 'Reading the mailbox failed' }).waitFor();
+  await page.getByText('Not registered yet.').waitFor();
+  await page.getByRole('button', { name: 'Ask to connect' }).waitFor();
+  await shot(page, '13c-network');
+
   step('the other screens pass the accessibility audit too');
   for (const [link, heading, name] of [
     ['Agents', 'Local agents', '10-agents'],
@@ -433,6 +453,7 @@ await scenario(async ({ browser, page }) => {
     ['settings', '#/settings', () => page.getByRole('heading', { name: 'Settings', exact: true })],
     ['addresses', '#/me', () => page.getByRole('heading', { name: 'My addresses' })],
     ['agents', '#/agents', () => page.getByRole('heading', { name: 'Local agents' })],
+    ['network', '#/network', () => page.getByRole('heading', { name: 'Agent network' })],
   ];
   for (const [w, hgt] of [[1280, 800], [480, 400]]) {
     await page.setViewportSize({ width: w, height: hgt });

@@ -143,6 +143,25 @@ export interface ReviewItem {
   asnet?: { challenge_id: string; action: Record<string, unknown>; expires_at: number | null } | null;
 }
 
+/** `asnet_status`: the ASNET/1 account and what the service last told it. */
+export interface AsnetStatus {
+  service: string;
+  mailbox: string;
+  member_id: string | null;
+  discovery: boolean;
+  /** Unix ms of the last mailbox read; 0 before the first. */
+  last_sync_at: number;
+  /** The last read's failure; empty when it worked. */
+  last_error: string;
+  sync_error?: string;
+  requests: { id: number; action: Record<string, unknown>; requested_by: string; state: string; created_at: number }[];
+  challenges: { challenge_id: string; action: Record<string, unknown>; state: string; expires_at: number }[];
+  invitations: { request_id: string; from_member_id: string; scopes: string[]; expires_at: number; state: string }[];
+  connections: { member_id: string; scopes: string[]; updated_at: number }[];
+  lookups: unknown[];
+  warnings: { id: number; kind: string; detail: string; created_at: number }[];
+}
+
 /** The delivery policy (`switchboard policy`). */
 export interface Policy {
   /** Outbound agent messages: sent at once (auto) or held for review. */
@@ -304,6 +323,8 @@ export interface Backend {
   policy(review?: 'auto' | 'review'): Promise<Policy>;
   /** The LAN layer; with `on`, switches it first. */
   lan(on?: boolean): Promise<LanStatus>;
+  /** One ASNET/1 request (`op` is one of the `asnet_*` operations). */
+  asnet<T>(req: Json): Promise<T>;
   /** Sets a group's outbound mode for agent sends (auto, review, default). */
   groupMode(group: string, mode: string): Promise<void>;
   /** Resumes a group the loop guard paused (operator input). */
@@ -328,7 +349,7 @@ export interface Backend {
   onOpenConversation(cb: (conversation: string) => void): void;
 }
 
-type Json = Record<string, unknown>;
+export type Json = Record<string, unknown>;
 
 /** The runtime's request vocabulary (core/src/bridge/api.rs), shared by both transports. */
 abstract class RequestBackend implements Backend {
@@ -442,6 +463,12 @@ abstract class RequestBackend implements Backend {
   }
   lan(on?: boolean) {
     return this.rpc<LanStatus>({ op: 'lan', on: on ?? null });
+  }
+  asnet<T>(req: Json) {
+    if (typeof req.op !== 'string' || !req.op.startsWith('asnet_')) {
+      return Promise.reject(new BackendError('invalid_input', 'not an ASNET request'));
+    }
+    return this.rpc<T>(req);
   }
   async groupMode(group: string, mode: string) {
     await this.rpc({ op: 'group_mode', group, mode });

@@ -23,6 +23,7 @@ import {
   type Whoami,
   pickBackend,
 } from './backend';
+import { asnetView } from './asnet';
 import { ago, clock, dayLabel, field, fmtTime, h, mount, sameLocalDay, shortTime } from './dom';
 import { type Recognised, recognise } from './paste';
 import { S } from './strings';
@@ -143,6 +144,7 @@ type Route =
   | { name: 'groups' }
   | { name: 'log' }
   | { name: 'settings' }
+  | { name: 'network' }
   | { name: 'me' };
 
 function parseRoute(): Route {
@@ -159,6 +161,7 @@ function parseRoute(): Route {
     case 'groups':
     case 'log':
     case 'settings':
+    case 'network':
     case 'me':
       return { name: a };
     default:
@@ -257,6 +260,9 @@ async function render(background = false) {
         break;
       case 'settings':
         view = await settingsView();
+        break;
+      case 'network':
+        view = await asnetView({ rpc: (req) => backend.asnet(req), act });
         break;
       case 'me':
         view = await meView();
@@ -2204,6 +2210,13 @@ async function settingsView() {
       h('div', { class: 'check' }, lanBox, h('label', { for: 'set-lan' }, S.settings.lanMode)),
       h('p', { class: 'muted hint', id: 'set-lan-note' }, S.settings.lanNote),
       st.lan?.running ? h('p', null, S.settings.lanNearby(st.lan.nearby)) : null,
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'asnet-title' },
+      h('h3', { id: 'asnet-title' }, S.asnet.settingsTitle),
+      h('p', { class: 'muted hint' }, S.asnet.settingsNote),
+      h('p', null, h('a', { href: '#/network' }, S.asnet.settingsOpen)),
     ),
     h(
       'section',
