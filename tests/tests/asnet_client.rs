@@ -1,6 +1,7 @@
 //! The ASNET/1 client end to end, over real mail on loopback: two profiles register, verify,
 //! connect, accept with a subset of the scopes, list and disconnect, every `VERIFY` approved by
-//! the owner through `switchboard review approve`.
+//! the owner: through `switchboard review approve`, and once (the connect Alice's agent asked
+//! for through its session) in the browser UI, headless Chromium (`ui/e2e/asnet_approve.e2e.mjs`).
 //!
 //! The chain (nothing can leave the machine):
 //! - each profile sends its command mail by SMTP to Debian's Postfix (smtpd on 127.0.0.1, no
@@ -30,7 +31,8 @@ use relay_lite::asnet::{AsnetConfig, Smarthost};
 use relay_lite::{Config, RunningRelay};
 use serde_json::{Value, json};
 use switchboard_core::protocol::asnet::Mailbox;
-use switchboard_tests::{DaemonProcess, bridge_of, open_session};
+use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
+use switchboard_tests::{bridge_of, open_session};
 
 const SERVICE: &str = "network@example.test";
 const AUTHSERV: &str = "mx.example.test";
@@ -268,6 +270,15 @@ async fn relay(dir: &Path, asnet_port: u16, postfix_port: u16) -> RunningRelay {
     relay_lite::spawn(config).await.unwrap()
 }
 
+/// The browser scenario asks the test nothing.
+struct NoRequests;
+
+impl Driver for NoRequests {
+    async fn handle(&mut self, req: &Value) -> Result<Value, String> {
+        Err(format!("unexpected request {req}"))
+    }
+}
+
 /// One profile driven through the `switchboard` command line.
 struct Profile {
     home: PathBuf,
@@ -321,7 +332,7 @@ impl Profile {
 
     /// Waits for the challenge of `action`, checks it is in `review list` with that exact
     /// action, and approves it as the owner.
-    fn approve(&self, servers: &MailServers, action: &Value) -> Value {
+    fn approve(&self, servers: &MailServers, action: &Value) {
         self.until(servers, "challenge", |s| {
             s["challenges"].as_array().unwrap().iter().any(|c| c["state"] == "pending" && c["action"] == *action)
         });
@@ -337,7 +348,6 @@ impl Profile {
         let approved = self.run(&["review", "approve", &item["id"].to_string()]);
         assert_eq!(approved["sent"], "VERIFY", "{approved}");
         assert_eq!(approved["action"], *action);
-        item
     }
 }
 
@@ -397,9 +407,11 @@ async fn two_profiles_register_connect_accept_fewer_scopes_list_and_disconnect_o
     assert_ne!(alice_id, bob_id);
 
     // Alice's agent proposes both scopes (the MCP tools' path: an agent session on the bridge of
-    // her daemon). Setting up or registering the account is refused to it; the connect goes out,
-    // and the review item names the agent: only Alice's approval sends VERIFY.
-    let daemon = DaemonProcess::start(&bin(), &alice.home);
+    // her runtime, here the `switchboard ui` process her browser uses). Setting up or registering
+    // the account is refused to it; the connect goes out, and the review item names the agent:
+    // only Alice's approval, given in the browser, sends VERIFY.
+    require_browser();
+    let (mut ui, ui_url) = serve_ui(&bin(), &alice.home).await;
     let (url, _, owner) = bridge_of(&alice.home);
     let http = reqwest::Client::new();
     let scout = open_session(&http, &url, &owner, "scout").await;
@@ -415,15 +427,22 @@ async fn two_profiles_register_connect_accept_fewer_scopes_list_and_disconnect_o
     let (status, asked) =
         agent(json!({"op": "asnet_connect", "member_id": bob_id, "scopes": ["contact:email", "profile:basic"]})).await;
     assert_eq!(status, 200, "{asked}");
-    let item = alice.approve(
-        &servers,
-        &json!({"protocol": "ASNET/1", "command": "CONNECT", "memberId": bob_id, "scopes": ["contact:email", "profile:basic"]}),
-    );
-    assert_eq!(item["agent"], "scout", "the review item names the agent that asked: {item}");
+    run_scenario(
+        "asnet_approve.e2e.mjs",
+        &ui_url,
+        &[("BOB_MEMBER", bob_id.clone())],
+        "asnet-e2e",
+        Duration::from_secs(120),
+        &mut NoRequests,
+    )
+    .await;
     let (status, seen) = agent(json!({"op": "asnet_status"})).await;
     assert_eq!(status, 200, "{seen}");
-    assert!(seen["requests"].as_array().unwrap().iter().any(|r| r["requested_by"] == "scout"), "{seen}");
-    daemon.stop();
+    let connect = seen["requests"].as_array().unwrap().iter().find(|r| r["action"]["command"] == "CONNECT").cloned();
+    let connect = connect.unwrap_or_else(|| panic!("no CONNECT request: {seen}"));
+    assert_eq!((connect["requested_by"].as_str(), connect["state"].as_str()), (Some("scout"), Some("verified")));
+    ui.start_kill().unwrap();
+    ui.wait().await.unwrap();
     let s = bob.until(&servers, "invitation", |s| !s["invitations"].as_array().unwrap().is_empty());
     let invitation = s["invitations"][0].clone();
     assert_eq!(invitation["from_member_id"], alice_id);
