@@ -34,6 +34,11 @@ pub fn require_browser() -> String {
 
 /// `switchboard --home HOME ui --ui ui/dist` (killed on drop) and the sign-in URL it prints.
 pub async fn serve_ui(bin: &Path, home: &Path) -> (Child, String) {
+    serve_ui_with(bin, home, &[]).await
+}
+
+/// [`serve_ui`] with more environment for the runtime.
+pub async fn serve_ui_with(bin: &Path, home: &Path, env: &[(&str, &str)]) -> (Child, String) {
     let mut child = Command::new(bin)
         .arg("--home")
         .arg(home)
@@ -41,6 +46,7 @@ pub async fn serve_ui(bin: &Path, home: &Path) -> (Child, String) {
         .arg("--ui")
         .arg(ui_dir().join("dist"))
         .env("SWITCHBOARD_KEYSTORE", "file")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

@@ -31,7 +31,7 @@ use relay_lite::asnet::{AsnetConfig, Smarthost};
 use relay_lite::{Config, RunningRelay};
 use serde_json::{Value, json};
 use switchboard_core::protocol::asnet::Mailbox;
-use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
+use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui_with};
 use switchboard_tests::{bridge_of, open_session};
 
 const SERVICE: &str = "network@example.test";
@@ -410,8 +410,10 @@ async fn two_profiles_register_connect_accept_fewer_scopes_list_and_disconnect_o
     // her runtime, here the `switchboard ui` process her browser uses). Setting up or registering
     // the account is refused to it; the connect goes out, and the review item names the agent:
     // only Alice's approval, given in the browser, sends VERIFY.
+    // Her runtime polls the mailbox only every 10 minutes here: the challenge reaches the review
+    // queue in time only because IMAP IDLE wakes the runtime when the service's mail lands.
     require_browser();
-    let (mut ui, ui_url) = serve_ui(&bin(), &alice.home).await;
+    let (mut ui, ui_url) = serve_ui_with(&bin(), &alice.home, &[("SWITCHBOARD_ASNET_POLL_MS", "600000")]).await;
     let (url, _, owner) = bridge_of(&alice.home);
     let http = reqwest::Client::new();
     let scout = open_session(&http, &url, &owner, "scout").await;

@@ -15,7 +15,8 @@
 //!   `review approve`, and only while the challenge is unexpired and its request still matches.
 //! - Not a [`super::channels::Channel`]: ASNET has no contacts or messages to seal; it is a
 //!   request/challenge exchange with one service.
-//! - A running runtime reads the mailbox every few seconds (polling; IMAP IDLE is not used yet);
+//! - A running runtime reads the mailbox when IMAP IDLE reports new mail (RFC 2177; each IDLE
+//!   lasts a minute at most), or every 15 s where the server offers no IDLE;
 //!   a one-shot CLI reads it on `asnet status`.
 
 use std::net::IpAddr;
@@ -39,6 +40,9 @@ use crate::util::{hex, now_ms, random_array};
 
 /// How often a running runtime reads the mailbox (`SWITCHBOARD_ASNET_POLL_MS` overrides).
 const POLL: Duration = Duration::from_secs(15);
+/// How long one IMAP IDLE lasts before the mailbox is read anyway (well under the 29 minutes
+/// RFC 2177 allows; it also bounds the wait for mail that slipped in as IDLE started).
+const IDLE_FOR: Duration = Duration::from_secs(60);
 /// Who asked for a command the owner made (review items name the agent otherwise).
 const OWNER: &str = "owner";
 /// How long one SMTP or IMAP exchange may take.
@@ -438,20 +442,36 @@ impl Runtime {
 
     /// Fetches mail above the last read UID (all of it after a UIDVALIDITY change).
     async fn asnet_fetch(&self, acct: &Account) -> Result<Fetched> {
-        let addr = (acct.row.imap_host.as_str(), acct.row.imap_port);
-        let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| mail_err("IMAP connect", e))?;
-        if acct.row.imap_tls == "tls" {
-            let config = crate::transport::tls::client_config(None).map_err(|e| mail_err("TLS", e))?;
-            let name = rustls::pki_types::ServerName::try_from(acct.row.imap_host.clone())
-                .map_err(|e| mail_err("IMAP host name", e))?;
-            let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-                .connect(name, tcp)
-                .await
-                .map_err(|e| mail_err("IMAP TLS", e))?;
-            imap_fetch(async_imap::Client::new(tls), acct).await
-        } else {
-            imap_fetch(async_imap::Client::new(tcp), acct).await
+        imap_fetch(imap_login(acct).await?, acct).await
+    }
+
+    /// Waits up to `limit` for new mail with IMAP IDLE (RFC 2177). `Ok(true)`: the server said
+    /// something changed (or mail above the last read UID is already there); `Ok(false)`: the
+    /// limit passed, or the server does not offer IDLE (the caller then polls).
+    async fn asnet_idle(&self, limit: Duration) -> Result<bool> {
+        let acct = self.asnet_account().await?;
+        let mut session = imap_login(&acct).await?;
+        let capabilities = session.capabilities().await.map_err(|e| mail_err("IMAP CAPABILITY", e))?;
+        if !capabilities.has_str("IDLE") {
+            let _ = session.logout().await;
+            return Ok(false);
         }
+        let mailbox = session.select("INBOX").await.map_err(|e| mail_err("IMAP SELECT INBOX", e))?;
+        // Mail that came after the last read and before this SELECT wakes no IDLE.
+        let next = mailbox.uid_next.unwrap_or(0);
+        if mailbox.uid_validity.unwrap_or(0) != acct.row.uid_validity || next > acct.row.last_uid.saturating_add(1) {
+            let _ = session.logout().await;
+            return Ok(true);
+        }
+        let mut idle = session.idle();
+        idle.init().await.map_err(|e| mail_err("IMAP IDLE", e))?;
+        let (wait, _interrupt) = idle.wait_with_timeout(limit);
+        let woke = wait.await.map_err(|e| mail_err("IMAP IDLE", e))?;
+        let new_data = matches!(woke, async_imap::extensions::idle::IdleResponse::NewData(_));
+        if let Ok(mut session) = idle.done().await {
+            let _ = session.logout().await;
+        }
+        Ok(new_data)
     }
 
     /// Approves the ASNET challenge behind review item `review_id` (the caller found it
@@ -592,8 +612,21 @@ impl Runtime {
                 Ok(_) | Err(Error::AsnetNotSetUp) => {}
                 Err(e) => tracing::warn!("asnet: reading the mailbox: {e}"),
             }
+            // The next read: as soon as the server reports new mail where it offers IDLE, else
+            // (or after an IDLE failure) at the poll interval.
+            let next = async {
+                match self.asnet_idle(IDLE_FOR).await {
+                    Ok(true) => {}
+                    Ok(false) => tokio::time::sleep(every).await,
+                    Err(Error::AsnetNotSetUp) => tokio::time::sleep(every).await,
+                    Err(e) => {
+                        tracing::debug!("asnet: IMAP IDLE: {e}");
+                        tokio::time::sleep(every).await;
+                    }
+                }
+            };
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                () = next => {}
                 _ = stop.changed() => return,
             }
         }
@@ -620,17 +653,38 @@ struct Fetched {
     mails: Vec<(u32, Vec<u8>)>,
 }
 
-async fn imap_fetch<T>(mut client: async_imap::Client<T>, acct: &Account) -> Result<Fetched>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + std::fmt::Debug + Send,
-{
+/// The IMAP connection, plain (loopback only) or TLS.
+trait ImapStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + std::fmt::Debug + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + std::fmt::Debug + Send> ImapStream for T {}
+
+type ImapSession = async_imap::Session<Box<dyn ImapStream>>;
+
+/// Connects to the account's IMAP server, reads its greeting and logs in.
+async fn imap_login(acct: &Account) -> Result<ImapSession> {
+    let addr = (acct.row.imap_host.as_str(), acct.row.imap_port);
+    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| mail_err("IMAP connect", e))?;
+    let stream: Box<dyn ImapStream> = if acct.row.imap_tls == "tls" {
+        let config = crate::transport::tls::client_config(None).map_err(|e| mail_err("TLS", e))?;
+        let name = rustls::pki_types::ServerName::try_from(acct.row.imap_host.clone())
+            .map_err(|e| mail_err("IMAP host name", e))?;
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| mail_err("IMAP TLS", e))?;
+        Box::new(tls)
+    } else {
+        Box::new(tcp)
+    };
+    let mut client = async_imap::Client::new(stream);
     client
         .read_response()
         .await
         .map_err(|e| mail_err("IMAP greeting", e))?
         .ok_or_else(|| Error::MailServer("IMAP: the server closed before its greeting".into()))?;
-    let mut session =
-        client.login(&acct.row.username, acct.password.as_str()).await.map_err(|(e, _)| mail_err("IMAP login", e))?;
+    client.login(&acct.row.username, acct.password.as_str()).await.map_err(|(e, _)| mail_err("IMAP login", e))
+}
+
+async fn imap_fetch(mut session: ImapSession, acct: &Account) -> Result<Fetched> {
     let mailbox = session.select("INBOX").await.map_err(|e| mail_err("IMAP SELECT INBOX", e))?;
     let uid_validity = mailbox.uid_validity.unwrap_or(0);
     let from = if uid_validity == acct.row.uid_validity { acct.row.last_uid.saturating_add(1) } else { 1 };
