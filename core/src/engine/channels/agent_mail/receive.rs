@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::engine::{Error, Event, Result, Runtime};
 use crate::protocol::agent_identity::{AgentId, Hash32};
+use crate::protocol::agent_mail::attachment::is_attachment;
 use crate::protocol::agent_mail::message::check_reply;
 use crate::protocol::agent_mail::recipient::{
     MessageCommitment, ReceiveError, RetainedKey, SenderPolicy, Verdict, verify_packet,
@@ -74,12 +75,13 @@ pub(super) async fn receive_direct(rt: &Runtime, st: &AmState, bytes: &[u8]) -> 
     Ok(showable)
 }
 
-/// The text an agent or user sees: text parts in order; other parts are named, never opened
-/// (their bytes are kept apart and handed out only on request).
+/// The text an agent or user sees: unnamed text parts in order; attachments (other parts, and
+/// named files whatever their type) are named, never opened or shown (their bytes are kept apart
+/// and handed out only on request).
 pub(super) fn body_text(m: &Message) -> String {
     let mut out = Vec::new();
     for (i, p) in m.parts.iter().enumerate() {
-        match p.as_text() {
+        match p.as_text().filter(|_| !is_attachment(p)) {
             Some(t) => out.push(t.to_owned()),
             None => out.push(format!(
                 "[attachment {i}: {} ({}, {} bytes), not opened]",
