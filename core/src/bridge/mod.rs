@@ -194,10 +194,11 @@ async fn attachment(
         Ok(v) => v,
         Err(e) => return (status_for(&e), Json(e.to_api())).into_response(),
     };
-    let Some(data) = v["data_base64url"].as_str().and_then(crate::util::b64u_decode) else {
+    let Some(data) = v.get("data_base64url").and_then(serde_json::Value::as_str).and_then(crate::util::b64u_decode)
+    else {
         return refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", "attachment bytes missing");
     };
-    let name = v["name"].as_str().unwrap_or("attachment");
+    let name = v.get("name").and_then(serde_json::Value::as_str).unwrap_or("attachment");
     let headers = [
         (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
         (header::CONTENT_DISPOSITION, content_disposition(name)),
