@@ -72,10 +72,28 @@ pub enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 0)]
         wait: u64,
     },
-    /// Show one message and its delivery state.
+    /// Show one message and its delivery state (and its attachments, by part index).
     Show {
         /// Message id.
         id: String,
+    },
+    /// Save attachment PART of message ID to a path you choose (never overwrites; the sender's
+    /// file name is never used as a path). Nothing is opened.
+    Save {
+        /// Message id.
+        id: String,
+        /// The attachment's part index, as `show` lists it.
+        part: i64,
+        /// Where to write it (a file that does not exist yet).
+        #[arg(long, value_name = "PATH")]
+        to: std::path::PathBuf,
+    },
+    /// Show profile settings, or change them.
+    Settings {
+        /// Let public card fetches go into local networks (loopback, private, CGNAT,
+        /// link-local): on or off. Unset, they may when your own relay is on one.
+        #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+        allow_local_networks: Option<String>,
     },
     /// The audit log of everything sent and received.
     Log {
@@ -362,6 +380,10 @@ pub struct SendArgs {
     /// Subject (Agent Mail contacts).
     #[arg(long)]
     pub subject: Option<String>,
+    /// Attach a file (repeatable; Agent Mail contacts). Its base name is sent as an inert name;
+    /// its media type comes from the extension.
+    #[arg(long, value_name = "PATH")]
+    pub attach: Vec<std::path::PathBuf>,
 }
 
 /// `contact` subcommands.
@@ -597,6 +619,18 @@ pub enum GroupCmd {
     },
 }
 
+/// A file to attach: its base name (inert), media type from the extension, bytes as base64url.
+fn read_attachment(path: &std::path::Path) -> Result<crate::bridge::api::AttachmentIn, ApiError> {
+    let bad = |m: String| ApiError { code: "invalid_input".into(), message: m };
+    let data = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| bad(format!("{} names no file", path.display())))?;
+    let media_type = crate::protocol::agent_mail::attachment::media_type_for(&name).to_owned();
+    Ok(crate::bridge::api::AttachmentIn { name, media_type: Some(media_type), data: crate::util::b64u(&data) })
+}
+
 fn to_request(cmd: Command) -> Result<Request, ApiError> {
     Ok(match cmd {
         Command::Whoami => Request::Whoami,
@@ -626,8 +660,15 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             } else {
                 a.text
             };
-            if a.subject.is_some() {
-                return Ok(Request::MailSend { contact: a.contact, text, subject: a.subject, reply_to: a.reply_to });
+            if a.subject.is_some() || !a.attach.is_empty() {
+                let attachments = a.attach.iter().map(|p| read_attachment(p)).collect::<Result<Vec<_>, _>>()?;
+                return Ok(Request::MailSend {
+                    contact: a.contact,
+                    text,
+                    subject: a.subject,
+                    reply_to: a.reply_to,
+                    attachments,
+                });
             }
             let kind = if a.ask {
                 "ask"
@@ -648,6 +689,20 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::List { contact } => Request::List { contact },
         Command::Inbox { all, wait } => Request::Inbox { all, wait_secs: wait },
         Command::Show { id } => Request::Message { id },
+        Command::Save { id, part, to } => {
+            // The runtime may run elsewhere (a daemon): it gets the path as this shell means it.
+            let to = if to.is_absolute() {
+                to
+            } else {
+                std::env::current_dir()
+                    .map_err(|e| ApiError { code: "invalid_input".into(), message: e.to_string() })?
+                    .join(to)
+            };
+            Request::MailSave { id, part, to: to.to_string_lossy().into_owned() }
+        }
+        Command::Settings { allow_local_networks } => {
+            Request::Settings { allow_local_networks: allow_local_networks.map(|v| v == "on") }
+        }
         Command::Log { search, limit } => Request::Log { search, limit: Some(limit) },
         Command::Agent(a) => match a {
             AgentCmd::Register { name, harness } => Request::AgentRegister { name, harness },

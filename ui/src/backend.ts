@@ -74,6 +74,26 @@ export interface Message {
   sender_auth?: 'signed_end_to_end' | 'asserted_by_relay' | null;
   /** The path that carried it: direct (LAN), relay, or '' (not handed over yet). */
   path?: string;
+  /** Agent Mail: the files it carries (never their bytes; fetched only to save). */
+  attachments?: Attachment[];
+}
+
+/** A file of an Agent Mail message, as listed with it. */
+export interface Attachment {
+  part: number;
+  /** The sender's name made inert (no path); null when it gave none. */
+  name: string | null;
+  media_type: string;
+  size: number;
+}
+
+/** A file to send as an Agent Mail part. */
+export interface FileToSend {
+  name: string;
+  /** Null: the runtime types it by extension. */
+  media_type: string | null;
+  /** The bytes, base64. */
+  data: string;
 }
 
 export interface RelayStatus {
@@ -299,6 +319,10 @@ export interface Backend {
   contactAllow(name: string, kinds: string[]): Promise<Contact>;
   pair(token: string, name?: string): Promise<Contact>;
   send(contact: string, text: string, opts?: SendOptions): Promise<Message>;
+  /** Agent Mail: text with files carried as parts after it. */
+  mailSend(contact: string, text: string, files: FileToSend[], opts?: SendOptions): Promise<Message>;
+  /** Offers attachment `part` of message `id` as a download; it is never opened or rendered. */
+  saveAttachment(id: string, part: number, name: string): Promise<void>;
   /** A conversation, oldest first: the newest `limit` messages (the runtime's default 500). */
   conversation(contact: string, limit?: number): Promise<Message[]>;
   log(search?: string, limit?: number): Promise<AuditRow[]>;
@@ -413,6 +437,22 @@ abstract class RequestBackend implements Backend {
   send(contact: string, text: string, opts: SendOptions = {}) {
     return this.rpc<Message>({ op: 'send', contact, text, kind: opts.kind ?? null, reply_to: opts.reply_to ?? null });
   }
+  mailSend(contact: string, text: string, files: FileToSend[], opts: SendOptions = {}) {
+    return this.rpc<Message>({ op: 'mail_send', contact, text, subject: null, reply_to: opts.reply_to ?? null, attachments: files });
+  }
+  async saveAttachment(id: string, part: number, name: string) {
+    const v = await this.rpc<{ name: string | null; data_base64url: string }>({ op: 'mail_attachment', id, part });
+    const b64 = v.data_base64url.replace(/-/g, '+').replace(/_/g, '/');
+    const raw = atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4));
+    const bytes = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    const url = URL.createObjectURL(new Blob([bytes], { type: 'application/octet-stream' }));
+    try {
+      clickDownload(url, v.name ?? name);
+    } finally {
+      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    }
+  }
   conversation(contact: string, limit?: number) {
     return this.rpc<Message[]>({ op: 'conversation', contact, limit: limit ?? null });
   }
@@ -488,10 +528,28 @@ function toBackendError(e: unknown): BackendError {
 }
 
 /** HTTP to the runtime's bridge, same origin, authenticated by an HttpOnly session cookie. */
+/** Starts a download of `href` as `name` (the browser asks where; nothing is opened). */
+function clickDownload(href: string, name: string) {
+  const a = document.createElement('a');
+  a.href = href;
+  a.download = name;
+  a.rel = 'noopener';
+  a.hidden = true;
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
 export class HttpBackend extends RequestBackend {
   readonly kind = 'http' as const;
   private ready: Promise<void>;
   private welcome = false;
+
+  /** The bridge serves the bytes itself: `application/octet-stream`, `Content-Disposition: attachment`. */
+  override async saveAttachment(id: string, part: number, name: string) {
+    await this.ready;
+    clickDownload(`${this.base}/v1/attachment?id=${encodeURIComponent(id)}&part=${part}`, name);
+  }
 
   constructor(private base = '') {
     super();

@@ -1108,6 +1108,51 @@ let replyTo: string | null = null;
 let panelOpen = false;
 /** The kind of what I send, per contact (send or ask), chosen in the contact panel. */
 const composeKind = new Map<string, string>();
+/** Files chosen in an Agent Mail composer, by contact: they survive a refresh of the view. */
+const pendingFiles = new Map<string, File[]>();
+
+/** A byte count as people read it. */
+function sizeText(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10 * 1024 ? 1 : 0)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** A file's bytes as base64. */
+async function fileBase64(f: File): Promise<string> {
+  const bytes = new Uint8Array(await f.arrayBuffer());
+  let bin = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
+/** A message's files as chips, each with a "Save…" that downloads it (never opens it). */
+function attachmentChips(m: Message) {
+  if (!m.attachments?.length) return null;
+  return h(
+    'ul',
+    { class: 'attachments', 'aria-label': S.conversation.attachments },
+    m.attachments.map((a) => {
+      const name = a.name ?? S.conversation.unnamedFile;
+      return h(
+        'li',
+        { class: 'chip attachment', 'data-part': String(a.part) },
+        h('span', { class: 'file-name' }, name),
+        h('span', { class: 'file-meta' }, ` ${a.media_type} \u00b7 ${sizeText(a.size)} `),
+        h(
+          'button',
+          {
+            type: 'button',
+            class: 'small secondary save-file',
+            'aria-label': S.conversation.saveFile(name),
+            onclick: () => void backend.saveAttachment(m.id, a.part, name).catch((x) => say(errorText(x), true)),
+          },
+          S.conversation.save,
+        ),
+      );
+    }),
+  );
+}
 /** Set when the conversation should show its newest message after the next render. */
 let scrollToNewest = true;
 
@@ -1270,6 +1315,7 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
           : null,
         parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
         h('div', { class: 'body' }, messageText(m)),
+        attachmentChips(m),
         h(
           'div',
           { class: 'meta' },
@@ -1397,6 +1443,58 @@ async function conversationView(name: string, highlight?: string) {
     ),
   );
   const sendBtn = h('button', { type: 'submit', disabled: blocked }, S.conversation.send);
+  // Agent Mail carries files: an "Attach" button, the chosen files as removable chips.
+  const carriesFiles = c.protocol === 'agent-mail';
+  const chosen = () => pendingFiles.get(c.name) ?? [];
+  const fileChips = h('ul', { class: 'attachments pending', id: 'compose-files', 'aria-label': S.conversation.chosenFiles });
+  const showChosen = () => {
+    const files = chosen();
+    text.required = files.length === 0;
+    fileChips.hidden = files.length === 0;
+    fileChips.replaceChildren(
+      ...files.map((f, i) =>
+        h(
+          'li',
+          { class: 'chip attachment' },
+          h('span', { class: 'file-name' }, f.name),
+          h('span', { class: 'file-meta' }, ` ${sizeText(f.size)} `),
+          h(
+            'button',
+            {
+              type: 'button',
+              class: 'small secondary remove-file',
+              'aria-label': S.conversation.removeFile(f.name),
+              onclick: () => {
+                pendingFiles.set(c.name, chosen().filter((_, j) => j !== i));
+                showChosen();
+              },
+            },
+            '\u00d7',
+          ),
+        ),
+      ),
+    );
+  };
+  const fileInput = h('input', {
+    type: 'file',
+    id: 'compose-file',
+    multiple: true,
+    hidden: true,
+    onchange: (e: Event) => {
+      const input = e.currentTarget as HTMLInputElement;
+      pendingFiles.set(c.name, [...chosen(), ...Array.from(input.files ?? [])]);
+      input.value = '';
+      showChosen();
+    },
+  });
+  const attachBtn = carriesFiles
+    ? h(
+        'button',
+        { type: 'button', id: 'compose-attach', class: 'secondary', disabled: blocked, onclick: () => fileInput.click() },
+        S.conversation.attach,
+      )
+    : null;
+  showChosen();
   const grow = () => {
     text.style.height = 'auto';
     text.style.height = `${Math.min(text.scrollHeight + 2, 160)}px`;
@@ -1471,21 +1569,36 @@ async function conversationView(name: string, highlight?: string) {
         class: 'compose',
         onsubmit: (e: Event) => {
           e.preventDefault();
-          void submitComposer(text, sendBtn, async (body) => {
-            await backend.send(c.name, body, {
-              kind: replyTo ? 'reply' : kind.value,
-              reply_to: replyTo ?? undefined,
-            });
-            replyTo = null;
-          });
+          const files = carriesFiles ? chosen() : [];
+          void submitComposer(
+            text,
+            sendBtn,
+            async (body) => {
+              if (files.length > 0) {
+                const parts = await Promise.all(files.map(async (f) => ({ name: f.name, media_type: null, data: await fileBase64(f) })));
+                await backend.mailSend(c.name, body, parts, { reply_to: replyTo ?? undefined });
+                pendingFiles.delete(c.name);
+              } else {
+                await backend.send(c.name, body, {
+                  kind: replyTo ? 'reply' : kind.value,
+                  reply_to: replyTo ?? undefined,
+                });
+              }
+              replyTo = null;
+            },
+            files.length > 0,
+          );
         },
       },
       replyNote,
+      carriesFiles ? fileChips : null,
       h(
         'div',
         { class: 'compose-row' },
         h('label', { for: 'compose', class: 'sr-only' }, S.conversation.compose),
         text,
+        carriesFiles ? fileInput : null,
+        attachBtn,
         sendBtn,
       ),
       h('p', { class: 'hint', id: 'compose-hint' }, S.conversation.hint),
@@ -1797,9 +1910,14 @@ function groupMessageList(name: string, msgs: GroupMessage[]) {
  * clearing only after the send would leave the sent text in the new composer (and Enter pressed
  * again would send it twice). If the send fails, the text comes back unless something new was typed.
  */
-async function submitComposer(text: HTMLTextAreaElement, sendBtn: HTMLButtonElement, send: (body: string) => Promise<unknown>) {
+async function submitComposer(
+  text: HTMLTextAreaElement,
+  sendBtn: HTMLButtonElement,
+  send: (body: string) => Promise<unknown>,
+  hasFiles = false,
+) {
   const body = text.value;
-  if (!body.trim()) return;
+  if (!body.trim() && !hasFiles) return;
   // The composer on screen now: the one this form was built with, or its replacement.
   const current = () => (document.getElementById('compose') as HTMLTextAreaElement | null) ?? text;
   const clear = (el: HTMLTextAreaElement, value: string) => {

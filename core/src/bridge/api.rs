@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::protocol::agent_mail::attachment::AttachmentIn;
+
 /// One operation on the runtime.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -106,6 +108,35 @@ pub enum Request {
         /// The message this answers.
         #[serde(default)]
         reply_to: Option<String>,
+        /// Files carried as parts after the text (Agent Mail only; a person's Agent Mail
+        /// channel is chosen when there are any).
+        #[serde(default)]
+        attachments: Vec<AttachmentIn>,
+    },
+    /// Agent Mail: writes attachment `part` of message `id` to `to`, an absolute path the user
+    /// chose (never one made of the sender's name); refuses to overwrite anything. Owner only.
+    MailSave {
+        /// Message id.
+        id: String,
+        /// The attachment's part index (as listed with the message).
+        part: i64,
+        /// Absolute path of a file that does not exist yet.
+        to: String,
+    },
+    /// Agent Mail: attachment `part` of message `id` with its bytes (base64url; UTF-8 content
+    /// also as fenced text for an agent). Nothing is opened.
+    MailAttachment {
+        /// Message id.
+        id: String,
+        /// The attachment's part index.
+        part: i64,
+    },
+    /// Profile settings: answers them, changing those given. Owner only.
+    Settings {
+        /// Whether public card fetches may go into local networks (loopback, private, CGNAT,
+        /// link-local, unique-local). Unset: allowed only when our own relay is on one.
+        #[serde(default)]
+        allow_local_networks: Option<bool>,
     },
     /// Ask who is online.
     List {

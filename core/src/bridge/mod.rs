@@ -153,6 +153,7 @@ fn status_for(e: &Error) -> StatusCode {
             StatusCode::CONFLICT
         }
         "relay" => StatusCode::BAD_GATEWAY,
+        "local_network" => StatusCode::FORBIDDEN,
         "forbidden" => StatusCode::FORBIDDEN,
         // store, disk_full, keystore, profile, internal, and any code added later.
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -168,6 +169,60 @@ async fn rpc(State(s): State<BridgeState>, Extension(auth): Extension<Auth>, Jso
         Ok(v) => Json(v).into_response(),
         Err(e) => (status_for(&e), Json(e.to_api())).into_response(),
     }
+}
+
+/// Which attachment `GET /v1/attachment` hands out.
+#[derive(Debug, serde::Deserialize)]
+struct AttachmentQuery {
+    id: String,
+    part: i64,
+}
+
+/// `GET /v1/attachment?id=ID&part=N` (owner only; the UI's "Save…"): the bytes as a download,
+/// never as a page. Whatever media type the sender claimed (`text/html` too) it is served as
+/// `application/octet-stream` with `Content-Disposition: attachment`, `nosniff` and a sandbox
+/// CSP; the suggested file name is the inert display name, which the browser asks about.
+async fn attachment(
+    State(s): State<BridgeState>,
+    Extension(auth): Extension<Auth>,
+    axum::extract::Query(q): axum::extract::Query<AttachmentQuery>,
+) -> Response {
+    if !matches!(auth.caller, Caller::Owner) {
+        return refuse(StatusCode::FORBIDDEN, "forbidden", "agents read attachments with `mail_attachment`");
+    }
+    let v = match s.rt.handle_as(&Caller::Owner, Request::MailAttachment { id: q.id, part: q.part }, false).await {
+        Ok(v) => v,
+        Err(e) => return (status_for(&e), Json(e.to_api())).into_response(),
+    };
+    let Some(data) = v.get("data_base64url").and_then(serde_json::Value::as_str).and_then(crate::util::b64u_decode)
+    else {
+        return refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", "attachment bytes missing");
+    };
+    let name = v.get("name").and_then(serde_json::Value::as_str).unwrap_or("attachment");
+    let headers = [
+        (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (header::CONTENT_DISPOSITION, content_disposition(name)),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+        (header::CONTENT_SECURITY_POLICY, "sandbox; default-src 'none'".to_owned()),
+        (header::CACHE_CONTROL, "no-store".to_owned()),
+    ];
+    (headers, data).into_response()
+}
+
+/// `attachment; filename="…"; filename*=UTF-8''…` for an (already inert) name: the ASCII
+/// fallback keeps letters, digits, `.`, `-` and `_`; the UTF-8 form is percent-encoded.
+fn content_disposition(name: &str) -> String {
+    let ascii: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || ".-_".contains(c) { c } else { '_' }).collect();
+    let mut encoded = String::new();
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b".-_~".contains(&b) {
+            encoded.push(char::from(b));
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
 /// `POST /v1/ui-code` (owner's bearer token only): a single-use login URL for the UI.
@@ -230,6 +285,7 @@ pub async fn serve_with(rt: Runtime, ui: Option<web::WebUi>) -> std::io::Result<
         .route("/v1/ping", get(|| async { Json(serde_json::json!({"ok": true})) }))
         .route("/v1/ui-code", post(ui_code))
         .route("/v1/events", get(events))
+        .route("/v1/attachment", get(attachment))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .fallback(public)
         .with_state(state);
@@ -258,6 +314,18 @@ mod tests {
             h.insert(header::ORIGIN, HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    #[test]
+    fn a_download_name_is_quoted_safely() {
+        assert_eq!(
+            content_disposition("_._.._etc_passwd"),
+            "attachment; filename=\"_._.._etc_passwd\"; filename*=UTF-8''_._.._etc_passwd"
+        );
+        assert_eq!(
+            content_disposition("a \"b\";.txt"),
+            "attachment; filename=\"a__b__.txt\"; filename*=UTF-8''a%20%22b%22%3B.txt"
+        );
     }
 
     #[test]

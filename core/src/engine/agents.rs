@@ -248,6 +248,10 @@ impl Runtime {
                 self.wait_queue(me, timeout_secs, paused_seen, one_shot).await
             }
             Request::Ack { lease, ids } => self.ack_lease(Some(me), &lease, ids.as_deref()).await,
+            // A peer's file, as untrusted data (attributed; UTF-8 content fenced); never opened.
+            Request::MailAttachment { id, part } => {
+                self.handle_core(Request::MailAttachment { id, part }, one_shot).await
+            }
             Request::Unread { agent } => {
                 if let Some(a) = agent.as_deref()
                     && a != me

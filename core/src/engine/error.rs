@@ -9,6 +9,7 @@
 use crate::bridge::api::ApiError;
 use crate::identity::keystore::KeystoreError;
 use crate::mls::MlsError;
+use crate::protocol::agent_mail::attachment::AttachmentError;
 use crate::protocol::agent_mail::card::PinError;
 use crate::protocol::{agent_mail, letagents, letmeknow, stringcup};
 use crate::store::StoreError;
@@ -84,6 +85,9 @@ pub enum Error {
     /// An Agent Mail packet could not be sealed to the recipient's card.
     #[error(transparent)]
     MailSeal(#[from] agent_mail::packet::SealError),
+    /// Files to send, or an attachment asked for, break a rule (see the variant).
+    #[error(transparent)]
+    Attachment(#[from] agent_mail::attachment::AttachmentError),
     /// A mailbox card failed the pin rule and no card was pinned before.
     #[error("card refused: {0}")]
     CardRefused(#[from] PinError),
@@ -164,6 +168,10 @@ impl Error {
             | Error::RelayServed(_)
             | Error::UnknownMember(_)
             | Error::NotCarried { .. } => "invalid_input",
+            Error::Attachment(AttachmentError::NoSuchPart { .. }) => "unknown_message",
+            Error::Attachment(AttachmentError::StorageFull(_) | AttachmentError::Write { .. }) => "store",
+            Error::Attachment(_) => "invalid_input",
+            Error::Transport(crate::transport::TransportError::LocalNetwork(_)) => "local_network",
             Error::ContactLink(_) => "invalid_contact_link",
             Error::UnknownMessage(_) => "unknown_message",
             Error::UnknownGroup(_) => "unknown_group",
@@ -208,6 +216,10 @@ impl Error {
             | Error::AsnetNotSetUp => Fault::Caller,
             // The key we seal to is the one the peer published.
             Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,
+            Error::Attachment(AttachmentError::StorageFull(_) | AttachmentError::Write { .. }) => Fault::Local,
+            Error::Attachment(_) => Fault::Caller,
+            // The user's own setting refused what a peer's address points at.
+            Error::Transport(crate::transport::TransportError::LocalNetwork(_)) => Fault::Caller,
             // A link is the sharer's word: damaged or forged, it is theirs (or a forger's).
             Error::ContactLink(_) => Fault::Peer,
             // The user's own mail server stands where a relay stands for the other protocols.

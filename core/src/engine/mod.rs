@@ -489,27 +489,29 @@ impl Runtime {
                 }
                 self.message_view(&id).await
             }
-            Request::MailSend { contact, text, subject, reply_to } => {
-                let c = self.contact(&contact).await?;
-                if c.protocol != Protocol::AgentMail {
-                    return Err(Error::Invalid(format!("`{contact}` is not an Agent Mail contact")));
-                }
-                if c.blocked {
-                    return Err(Error::Blocked(contact));
-                }
-                if c.state != "active" {
-                    return Err(Error::Pending(contact));
-                }
+            Request::MailSend { contact, text, subject, reply_to, attachments } => {
+                let files = crate::protocol::agent_mail::attachment::decode(&attachments)?;
+                let c = channels::agent_mail::parts::mail_contact(self, &contact, !files.is_empty()).await?;
                 let kind = if reply_to.is_some() { "reply" } else { "send" };
-                let id = self
-                    .inner
-                    .agent_mail
-                    .agent_mail_send(self, &c, kind, &text, reply_to.as_deref(), subject.as_deref(), None, None)
-                    .await?;
+                let out = channels::agent_mail::MailOut {
+                    kind,
+                    text: &text,
+                    reply_to: reply_to.as_deref(),
+                    subject: subject.as_deref(),
+                    from_agent: None,
+                    to_agent: None,
+                    attachments: &files,
+                };
+                let id = self.inner.agent_mail.agent_mail_send(self, &c, out).await?;
                 if one_shot {
                     self.flush_once(true).await?;
                 }
                 self.message_view(&id).await
+            }
+            Request::MailSave { id, part, to } => channels::agent_mail::parts::save(self, &id, part, &to).await,
+            Request::MailAttachment { id, part } => channels::agent_mail::parts::read_for_agent(self, &id, part).await,
+            Request::Settings { allow_local_networks } => {
+                channels::agent_mail::local_net::settings(self, allow_local_networks).await
             }
             Request::List { contact } => {
                 let id = self.send(&contact, Kind::List, Value::String(String::new()), None, None, None).await?;
@@ -665,7 +667,9 @@ impl Runtime {
         .fetch_all(&self.store().pool)
         .await?;
         let auth = self.channel(c.protocol).sender_auth();
-        Ok(Value::Array(rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect()))
+        let mut views: Vec<Value> = rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect();
+        self.inner.agent_mail.agent_mail_decorate(self, &mut views).await?;
+        Ok(Value::Array(views))
     }
 
     /// What each contact row is called in messages: its person's name if it is a channel of one.

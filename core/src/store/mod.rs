@@ -12,12 +12,18 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{SqliteConnection, SqlitePool};
 
+mod agent_mail;
 mod asnet;
 mod contacts;
 mod groups;
 mod lan;
 mod people;
 mod protocol;
+pub use agent_mail::{
+    AmMessageRow, AttachmentMeta, NewAttachment, NewOwnCard, OwnCardRow, PinRow, am_insert_message, am_insert_own_card,
+    am_pin, am_replace_queued_packet, am_sent_to, am_set_pin, attachment_bytes, insert_attachment, message_rowid,
+    meta_in,
+};
 pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,

@@ -115,8 +115,13 @@ impl MailClient {
     /// `GET /v1/mailboxes/{id}/card`: the current card, verified (the caller checks owner, mailbox
     /// and pin).
     pub async fn card(&self, mailbox: &Id16) -> Result<CurrentCard, TransportError> {
-        let resp =
-            self.http.get(self.url(&format!("/v1/mailboxes/{mailbox}/card"))).send().await.map_err(unreachable)?;
+        let resp = self.http.get(self.url(&format!("/v1/mailboxes/{mailbox}/card"))).send().await.map_err(|e| {
+            if super::local_net::is_refusal(&e) {
+                TransportError::LocalNetwork(super::local_net::REFUSED.into())
+            } else {
+                unreachable(e)
+            }
+        })?;
         if !resp.status().is_success() {
             return Err(mail_error(resp).await);
         }

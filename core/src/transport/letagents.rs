@@ -131,6 +131,11 @@ impl RelayClient {
         }
     }
 
+    /// The TLS configuration this client was built with (the relay's pin, if any).
+    pub fn tls_config(&self) -> rustls::ClientConfig {
+        (*self.tls).clone()
+    }
+
     /// The relay's base URL.
     pub fn base(&self) -> &Url {
         &self.base

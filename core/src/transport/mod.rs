@@ -5,6 +5,7 @@ pub mod agent_mail;
 pub mod lan;
 pub mod letagents;
 pub mod letmeknow;
+pub mod local_net;
 pub mod stringcup;
 pub mod tls;
 
@@ -32,6 +33,10 @@ pub enum TransportError {
     /// The relay URL or configuration is wrong (local).
     #[error("relay configuration: {0}")]
     Config(String),
+    /// A public fetch was refused by the local-network policy (the address a peer gave points
+    /// into a local network and the profile does not allow that).
+    #[error("{0}")]
+    LocalNetwork(String),
 }
 
 pub(crate) fn unreachable(e: impl std::fmt::Display) -> TransportError {

@@ -59,13 +59,7 @@ impl Part {
     /// The name made safe to show or to offer as a download name: path separators, control
     /// characters and leading dots replaced, so it can never address a path.
     pub fn display_name(&self) -> Option<String> {
-        let name = self.name.as_ref()?;
-        let cleaned: String =
-            name.chars().map(|c| if c == '/' || c == '\\' || c.is_control() { '_' } else { c }).collect();
-        Some(match cleaned.strip_prefix('.') {
-            Some(rest) => format!("_{rest}"),
-            None => cleaned,
-        })
+        self.name.as_deref().map(inert_name)
     }
 
     fn to_value(&self) -> Value {
@@ -92,8 +86,18 @@ impl Part {
     }
 }
 
+/// A peer's part name made safe to show or to offer as a download name: path separators,
+/// control characters and a leading dot replaced, so it can never address a path.
+pub fn inert_name(name: &str) -> String {
+    let cleaned: String = name.chars().map(|c| if c == '/' || c == '\\' || c.is_control() { '_' } else { c }).collect();
+    match cleaned.strip_prefix('.') {
+        Some(rest) => format!("_{rest}"),
+        None => cleaned,
+    }
+}
+
 /// `[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*`, at most 127 characters.
-fn is_media_type(text: &str) -> bool {
+pub fn is_media_type(text: &str) -> bool {
     fn token(t: &str) -> bool {
         let mut bytes = t.bytes();
         bytes.next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())

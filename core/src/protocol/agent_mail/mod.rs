@@ -19,6 +19,7 @@
 //! "have I seen this?" answers are parameters.
 
 pub mod address;
+pub mod attachment;
 pub mod card;
 pub mod hpke;
 pub mod message;
