@@ -158,6 +158,16 @@ async fn with_the_relay_down_a_send_falls_back_to_the_next_channel_and_arrives_o
     assert_eq!(mine[0]["protocol"], "agent-mail");
     assert_eq!(mine[0]["path"], "relay");
     assert_ne!(mine[0]["fallback_of"], "");
+    assert_eq!(mine[0]["moved_from"], "letagents", "{conv}");
+    // The channel that failed shows as unreachable until a message gets through on it.
+    let list = alice.call(Request::ContactList).await;
+    let reach: Vec<(&str, bool)> = list[0]["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["protocol"].as_str().unwrap(), c["reachable"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(reach, [("letagents", false), ("agent-mail", true), ("stringcup", true)], "{list}");
     // Nothing more arrives later: each channel was tried once.
     alice.call(Request::Flush).await;
     assert!(bob.inbox(0).await.iter().all(|m| m["body"] != "one message, one arrival"));
@@ -326,8 +336,9 @@ async fn a_merged_contact_receiving_on_two_protocols_shows_one_conversation() {
 
     // Bob writes on both protocols; Alice writes to the one contact.
     bob.send("alice-mail", "after the merge, on agent mail").await;
+    let mut got = alice.inbox(0).await;
     bob.send("alice", "after the merge, on letagents").await;
-    let got = alice.inbox(0).await;
+    got.extend(alice.inbox(0).await);
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(got.iter().all(|m| m["from"] == "bob"), "{got:?}");
     alice.send("bob", "one conversation").await;

@@ -141,7 +141,12 @@ impl Driver for World {
                 let dave = self.dave.as_ref().ok_or("no dave yet")?;
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
                 loop {
-                    for m in dave.inbox(2).await {
+                    // Alice is new to Dave: her hello and her first mail are requests he accepts.
+                    for r in dave.call(Request::ContactRequests).await.as_array().cloned().unwrap_or_default() {
+                        let name = r["name"].as_str().unwrap_or_default().to_owned();
+                        dave.call(Request::ContactAccept { name, new_name: None }).await;
+                    }
+                    for m in dave.inbox(1).await {
                         if m["body"] == req["text"] {
                             return Ok(m);
                         }

@@ -1237,7 +1237,7 @@ function mergePicker(c: Contact) {
 /** The contact panel: safety, verify, mute, the kind of my messages and what they may send me. */
 function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null, blocked: boolean) {
   const allowBoxes = KINDS.map((k) =>
-    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: c.allow.includes(k) }), ' ', k),
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: (c.allow ?? []).includes(k) }), ' ', k),
   );
   return h(
     'aside',
@@ -1287,7 +1287,10 @@ function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null,
     mergePicker(c),
     muteBox,
     h('div', { class: 'field' }, h('label', { for: 'compose-kind' }, S.conversation.kind), kind, h('p', { class: 'muted hint' }, S.conversation.kindHint)),
-    h(
+    // A person's channels keep their own allow lists (`contact allow CHANNEL`).
+    c.person
+      ? null
+      : h(
       'form',
       {
         class: 'allow',
