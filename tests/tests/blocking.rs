@@ -94,7 +94,10 @@ async fn agent_mail_blocked_sender_is_refused_before_decryption_and_by_the_relay
     assert!(bob.inbox(0).await.is_empty());
     // The held request mail is never released, and a blocked request cannot be accepted.
     assert!(requests(&bob).await.is_empty(), "a blocked sender is not a request");
-    assert_eq!(bob.try_call(Request::ContactAccept { name: name.clone(), new_name: None }).await.unwrap_err(), "blocked_contact");
+    assert_eq!(
+        bob.try_call(Request::ContactAccept { name: name.clone(), new_name: None }).await.unwrap_err(),
+        "blocked_contact"
+    );
 
     // The relay no longer accepts new packets from Alice (§7.4 permission_denied).
     let refused = alice.call(mail("bob", "third, after the block")).await;

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard_core::bridge::api::Request;
+use switchboard_core::engine::FALL_BACK_UNREACHABLE_AFTER_MS;
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
 use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
 use switchboard_core::util::{OsRng, now_ms};
 use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
-use switchboard_core::engine::FALL_BACK_UNREACHABLE_AFTER_MS;
 use switchboard_tests::{Peer, TestRelay, bridge_of, open_session, profile_db};
 
 fn bin() -> PathBuf {

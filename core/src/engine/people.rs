@@ -74,7 +74,7 @@ fn same_number(a: &str, b: &str) -> bool {
 /// contact of its own.
 enum Entry {
     Person(PersonRow),
-    Contact(ContactRow),
+    Contact(Box<ContactRow>),
 }
 
 fn rank(p: Protocol) -> usize {
@@ -287,9 +287,10 @@ impl Runtime {
         let mut channels = self.store().person_channels(p.id).await?;
         channels.sort_by_key(|c| rank(c.protocol));
         let blocked = !channels.is_empty() && channels.iter().all(|c| c.blocked);
-        channels.into_iter().find(usable).ok_or_else(|| {
-            if blocked { Error::Blocked(p.name.clone()) } else { Error::Pending(p.name.clone()) }
-        })
+        channels
+            .into_iter()
+            .find(usable)
+            .ok_or_else(|| if blocked { Error::Blocked(p.name.clone()) } else { Error::Pending(p.name.clone()) })
     }
 
     /// The channel a message to person `p` goes on: for a reply, the channel the replied-to
@@ -371,7 +372,7 @@ impl Runtime {
         let mut relay = serde_json::Map::new();
         for c in self.store().person_channels(p.id).await? {
             let v = self.contact_block(&c.name, blocked).await?;
-            relay.insert(c.protocol.as_str().to_owned(), v["relay_block"].clone());
+            relay.insert(c.protocol.as_str().to_owned(), v.get("relay_block").cloned().unwrap_or(Value::Null));
         }
         let mut v = self.person_dto(p).await?;
         if let Some(o) = v.as_object_mut() {
@@ -405,7 +406,7 @@ impl Runtime {
             Some(id) => {
                 Ok(Entry::Person(self.store().person_by_id(id).await?.ok_or_else(|| Error::Bug("person gone".into()))?))
             }
-            None => Ok(Entry::Contact(c)),
+            None => Ok(Entry::Contact(Box::new(c))),
         }
     }
 
@@ -418,7 +419,7 @@ impl Runtime {
                 (p.safety_number.clone(), verified, self.store().person_channels(p.id).await?)
             }
             Entry::Contact(c) => {
-                (self.channel(c.protocol).safety_numbers(c).0.unwrap_or_default(), c.verified, vec![c.clone()])
+                (self.channel(c.protocol).safety_numbers(c).0.unwrap_or_default(), c.verified, vec![(**c).clone()])
             }
         })
     }
@@ -462,7 +463,7 @@ impl Runtime {
                 let id = match other {
                     Entry::Person(q) => q.id,
                     Entry::Contact(d) => {
-                        let keyed = [c, d].into_iter().find(|x| x.protocol == Protocol::Letagents).ok_or_else(|| {
+                        let keyed = [&**c, &**d].into_iter().find(|x| x.protocol == Protocol::Letagents).ok_or_else(|| {
                             Error::Invalid(format!(
                                 "a new person needs a letagents channel (its key is the one their contact link would be signed with): neither `{a}` nor `{b}` is a letagents contact; add their contact link instead"
                             ))
