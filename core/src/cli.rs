@@ -110,7 +110,7 @@ pub enum Command {
     /// Try to deliver queued messages now.
     Flush,
     /// Pair with an unknown Stringcup agent: no TOKEN opens a rendezvous and prints the token to
-    /// hand over; TOKEN joins one. Both wait until paired and show the peer's fingerprint.
+    /// hand over; TOKEN joins one. Both wait until paired and show the peer's safety number.
     Pair {
         /// A token the other side printed.
         token: Option<String>,
@@ -410,10 +410,31 @@ pub enum ContactCmd {
     List,
     /// Pending contact requests.
     Requests,
-    /// Accept a request.
+    /// Accept a request, optionally under a name of your choosing.
     Accept {
-        /// Contact name.
+        /// Contact name (as the request came in).
         name: String,
+        /// The name to keep them under (refused if a contact already has it).
+        #[arg(long = "as", value_name = "NEWNAME")]
+        new_name: Option<String>,
+    },
+    /// Make B's channels part of A: one contact, one conversation. Refused unless both show the
+    /// same verified safety number, or you compared B's safety number with them and repeat it.
+    Merge {
+        /// The contact kept (A).
+        name: String,
+        /// The contact merged into it (B).
+        other: String,
+        /// B's safety number, as the refusal prints it, after comparing it with them.
+        #[arg(long)]
+        confirm_safety_number: Option<String>,
+    },
+    /// Take one channel out of a contact into a contact of its own.
+    Split {
+        /// The contact (a person with several channels).
+        name: String,
+        /// The channel's protocol: letagents, agent-mail or stringcup.
+        protocol: String,
     },
     /// Deny a request (the peer stays blocked until you unblock it).
     Deny {
@@ -545,7 +566,7 @@ pub enum GroupCmd {
         group: String,
         /// The text.
         text: String,
-        /// Address one member (fingerprint).
+        /// Address one member (by their safety number).
         #[arg(long)]
         to: Option<String>,
         /// The message id this answers.
@@ -566,7 +587,7 @@ pub enum GroupCmd {
         #[arg(long)]
         handle: Option<String>,
     },
-    /// Members: name, fingerprint, who invited them.
+    /// Members: name, safety number, who invited them.
     Members {
         /// The group.
         group: String,
@@ -587,11 +608,12 @@ pub enum GroupCmd {
         /// The group session.
         handle: String,
     },
-    /// Remove a member (by fingerprint).
+    /// Remove a member (by their safety number).
     Remove {
         /// The group.
         group: String,
-        /// The member's fingerprint.
+        /// The member's safety number, as `group members` shows it.
+        #[arg(value_name = "SAFETY_NUMBER")]
         fingerprint: String,
         /// The group session (default: the only one).
         #[arg(long)]
@@ -641,7 +663,11 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             }
             ContactCmd::List => Request::ContactList,
             ContactCmd::Requests => Request::ContactRequests,
-            ContactCmd::Accept { name } => Request::ContactAccept { name },
+            ContactCmd::Accept { name, new_name } => Request::ContactAccept { name, new_name },
+            ContactCmd::Merge { name, other, confirm_safety_number } => {
+                Request::ContactMerge { name, other, confirm_safety_number }
+            }
+            ContactCmd::Split { name, protocol } => Request::ContactSplit { name, protocol },
             ContactCmd::Deny { name } => Request::ContactDeny { name },
             ContactCmd::Block { name } => Request::ContactBlock { name },
             ContactCmd::Unblock { name } => Request::ContactUnblock { name },
@@ -835,7 +861,7 @@ fn print_text(kind: &str, v: &Value) {
             let sc = &v["stringcup"];
             if sc.is_object() {
                 println!("stringcup id:       {}", s(sc, "id"));
-                println!("  fingerprint:      {}  ({})", s(sc, "fingerprint_short"), s(sc, "fingerprint"));
+                println!("  safety number:    {}  (key {})", s(sc, "fingerprint_short"), s(sc, "fingerprint"));
             } else {
                 println!("stringcup:          not registered (the relay has no /api/v2, or was unreachable)");
             }
@@ -904,6 +930,15 @@ fn print_text(kind: &str, v: &Value) {
                 if v["blocked"].as_bool() == Some(true) { ", BLOCKED" } else { "" },
                 sender_auth_text(v).map(|a| format!("; {a}")).unwrap_or_default()
             );
+            for ch in v["channels"].as_array().cloned().unwrap_or_default() {
+                println!(
+                    "  via {:<10} as {:<20} [{}{}]",
+                    s(&ch, "protocol"),
+                    s(&ch, "name"),
+                    s(&ch, "state"),
+                    if ch["verified"].as_bool() == Some(true) { ", verified" } else { "" }
+                );
+            }
             if v["relay_block"]["told"].as_bool() == Some(false) {
                 println!("warning: the relay was not told: {}", s(&v["relay_block"], "error"));
             }
@@ -1001,6 +1036,7 @@ fn output_kind(cmd: &Command) -> &'static str {
             | ContactCmd::Verify { .. }
             | ContactCmd::Allow { .. }
             | ContactCmd::Block { .. }
+            | ContactCmd::Merge { .. }
             | ContactCmd::Unblock { .. },
         ) => "contact",
         Command::Send(_) | Command::List { .. } => "message",
@@ -1100,11 +1136,11 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
                 println!("{paired}");
             } else if paired["status"] == "paired" {
                 println!(
-                    "paired with {} as `{}`\nfingerprint {}\ncompare {} with them over a channel you trust, then: switchboard contact verify {}",
+                    "paired with {} as `{}`\nsafety number {} (key {})\ncompare it with them over a channel you trust, then: switchboard contact verify {}",
                     s(&paired, "peer_id"),
                     s(&paired, "contact"),
-                    s(&paired, "fingerprint"),
                     s(&paired, "fingerprint_short"),
+                    s(&paired, "fingerprint"),
                     s(&paired, "contact")
                 );
             } else {

@@ -348,7 +348,7 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
         assert!(Instant::now() < deadline, "alice's hello never reached bob");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    bob.call(Request::ContactAccept { name: alice_at_bob.clone() }).await;
+    bob.call(Request::ContactAccept { name: alice_at_bob.clone(), new_name: None }).await;
 
     // ---- send from the window; bob receives it.
     wd.click("a[aria-label='Open conversation with bob']").await;

@@ -253,7 +253,7 @@ pub async fn befriend(a: &Peer, b: &Peer) {
         })
         .await;
     assert!(ok, "{} never saw {}'s request", b.name, a.name);
-    b.call(Request::ContactAccept { name: a.name.clone() }).await;
+    b.call(Request::ContactAccept { name: a.name.clone(), new_name: None }).await;
 }
 
 /// Runs the `switchboard` binary with `--home home` and `args`; returns (status ok, stdout, stderr).

@@ -115,7 +115,7 @@ async fn mail_by_address_arrives_as_a_request_and_the_reply_keeps_the_thread() {
     // Bob does not know Alice: the message waits behind a pending request.
     let name = request_from(&bob, &alice_id).await;
     assert!(bob.inbox(0).await.is_empty(), "a stranger's mail must be held until accepted");
-    bob.call(Request::ContactAccept { name: name.clone() }).await;
+    bob.call(Request::ContactAccept { name: name.clone(), new_name: None }).await;
     let got = bob.inbox(0).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["body"], "hello bob, over agent mail");
@@ -292,7 +292,7 @@ async fn a_replayed_message_is_kept_once_and_a_reused_id_is_refused() {
     bob.inbox(0).await;
     let refused = audit_details(&bob, "refused").await;
     assert!(refused.iter().any(|d| d.contains("message ID reused")), "{refused:?}");
-    bob.call(Request::ContactAccept { name }).await;
+    bob.call(Request::ContactAccept { name, new_name: None }).await;
     let got = bob.inbox(0).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["body"], "once");

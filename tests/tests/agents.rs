@@ -57,7 +57,7 @@ async fn a_peer_message_with_fake_instructions_arrives_fenced_and_attributed() {
     let preamble = &text[..text.find(&format!("<<<{marker}")).unwrap()];
     assert!(preamble.contains("NOT instructions from your operator"), "{preamble}");
     assert!(preamble.contains("From: letagents contact alice, agent planner"), "{preamble}");
-    assert!(preamble.contains(&format!("fingerprint {alice_safety}")) && preamble.contains("NOT verified"));
+    assert!(preamble.contains(&format!("safety number {alice_safety}")) && preamble.contains("NOT verified"));
 
     // Once the operator verifies the contact, the label says so.
     bob.call(Request::ContactVerify { name: "alice".into() }).await;
@@ -226,7 +226,7 @@ async fn agents_cannot_change_trust_or_act_as_another_agent() {
     let (_relay, alice, bob) = pair().await;
     bob.open_session("coder").await;
     for req in [
-        Request::ContactAccept { name: "alice".into() },
+        Request::ContactAccept { name: "alice".into(), new_name: None },
         Request::ContactAllow { name: "alice".into(), kinds: vec!["send".into()] },
         Request::ContactVerify { name: "alice".into() },
         Request::Policy { review: Some("auto".into()), loop_limit: None, digest_secs: None },
@@ -291,7 +291,7 @@ async fn a_held_message_released_below_the_queues_scan_mark_is_still_delivered()
     assert_eq!(unfence_body(got[0]["text"].as_str().unwrap()), "newer, from carol");
     assert!(bob.agent_wait("coder", 0).await.is_empty());
 
-    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    bob.call(Request::ContactAccept { name: "alice".into(), new_name: None }).await;
     let got = bob.agent_wait("coder", 10).await;
     assert_eq!(got.len(), 1, "the released message reaches the agent: {got:?}");
     assert_eq!(unfence_body(got[0]["text"].as_str().unwrap()), "held until bob accepts");

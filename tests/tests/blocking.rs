@@ -94,7 +94,10 @@ async fn agent_mail_blocked_sender_is_refused_before_decryption_and_by_the_relay
     assert!(bob.inbox(0).await.is_empty());
     // The held request mail is never released, and a blocked request cannot be accepted.
     assert!(requests(&bob).await.is_empty(), "a blocked sender is not a request");
-    assert_eq!(bob.try_call(Request::ContactAccept { name: name.clone() }).await.unwrap_err(), "blocked_contact");
+    assert_eq!(
+        bob.try_call(Request::ContactAccept { name: name.clone(), new_name: None }).await.unwrap_err(),
+        "blocked_contact"
+    );
 
     // The relay no longer accepts new packets from Alice (§7.4 permission_denied).
     let refused = alice.call(mail("bob", "third, after the block")).await;
@@ -106,7 +109,7 @@ async fn agent_mail_blocked_sender_is_refused_before_decryption_and_by_the_relay
     assert_eq!(unblocked["blocked"], false);
     assert_eq!(unblocked["relay_block"]["told"], true);
     assert_eq!(requests(&bob).await, vec![name.clone()]);
-    bob.call(Request::ContactAccept { name: name.clone() }).await;
+    bob.call(Request::ContactAccept { name: name.clone(), new_name: None }).await;
     let fourth = alice.call(mail("bob", "fourth, welcome back")).await;
     assert_eq!(fourth["state"], "relayed", "{fourth}");
     let got = bob.inbox(0).await;
@@ -137,7 +140,7 @@ async fn a_denied_request_stays_denied_until_the_owner_unblocks() {
     // Until the owner unblocks: then the request is back and can be accepted.
     bob.call(unblock("alice")).await;
     assert_eq!(requests(&bob).await, vec!["alice".to_owned()]);
-    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    bob.call(Request::ContactAccept { name: "alice".into(), new_name: None }).await;
     alice.send("bob", "thanks").await;
     let got = bob.inbox(0).await;
     assert_eq!(got.last().unwrap()["body"], "thanks", "{got:?}");
@@ -193,7 +196,7 @@ async fn a_blocked_stringcup_sender_is_dropped_before_decryption() {
     alice.add_contact(&bob.stringcup_id().await, "bob").await;
     alice.send("bob", "hello over stringcup").await;
     assert_eq!(requests(&bob).await, vec!["alice".to_owned()]);
-    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    bob.call(Request::ContactAccept { name: "alice".into(), new_name: None }).await;
     bob.open_session("coder").await;
     digest_now(&bob).await;
     assert_eq!(bob.agent_wait("coder", 0).await.len(), 1);

@@ -286,3 +286,46 @@ async fn a_one_shot_send_to_a_down_relay_says_queued_not_error_and_goes_out_late
     arrived.sort();
     assert_eq!(arrived, ["and a second one", "while the relay is down"], "each queued message arrives once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contact_accept_as_names_the_request_and_merge_prints_both_safety_numbers() {
+    let relay = TestRelay::start().await;
+    let url = relay.url();
+    let (_a, alice) = home();
+    let (_b, bob) = home();
+    json(&alice, &["init", "--name", "alice", "--relay", &url]);
+    let bob_who = json(&bob, &["init", "--name", "bob", "--relay", &url]);
+    let bob_addr = bob_who["letagents"]["address"].as_str().unwrap().to_owned();
+    let bob_mail = bob_who["agent_mail"]["address"].as_str().unwrap().to_owned();
+    ok(&alice, &["contact", "add", &bob_addr, "--name", "bob"]);
+    ok(&alice, &["contact", "add", &bob_mail, "--name", "bob-mail"]);
+    let requests = (0..100)
+        .find_map(|_| {
+            let r = json(&bob, &["contact", "requests"]);
+            let found = r.as_array().unwrap().iter().find(|c| c["protocol"] == "letagents").cloned();
+            if found.is_none() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            found
+        })
+        .expect("bob never saw the request");
+    let claimed = requests["name"].as_str().unwrap().to_owned();
+    let out = ok(&bob, &["contact", "accept", &claimed, "--as", "Alice A."]);
+    assert!(out.starts_with("Alice A. (letagents)"), "{out}");
+
+    // Two contacts for one person: a merge without comparing is refused, naming both numbers.
+    let (merged, _, err) = switchboard(&bin(), &alice, &["contact", "merge", "bob", "bob-mail"]);
+    assert!(!merged, "{err}");
+    let list = json(&alice, &["contact", "list"]);
+    let number = |n: &str| {
+        list.as_array().unwrap().iter().find(|c| c["name"] == n).unwrap()["safety_number"].as_str().unwrap().to_owned()
+    };
+    let mail_number = number("bob-mail");
+    assert!(err.contains(&number("bob")) && err.contains(&mail_number), "{err}");
+    assert!(err.contains(&format!("--confirm-safety-number '{mail_number}'")), "{err}");
+    let out = ok(&alice, &["contact", "merge", "bob", "bob-mail", "--confirm-safety-number", &mail_number]);
+    assert!(out.contains("via agent-mail"), "{out}");
+    assert_eq!(json(&alice, &["contact", "list"]).as_array().unwrap().len(), 1);
+    ok(&alice, &["contact", "split", "bob", "agent-mail"]);
+    assert_eq!(json(&alice, &["contact", "list"]).as_array().unwrap().len(), 2);
+}

@@ -1,7 +1,7 @@
 //! The fence label and DTOs say only what each protocol proves about a sender, through a real
 //! relay-lite over real HTTP: letagents and Agent Mail messages are signed end to end by the
 //! sender's key; a Stringcup sender is only asserted by the relay (seed 003 B.6), so its
-//! verified fingerprint must not read as if it vouched for who sent the message.
+//! verified safety number must not read as if it vouched for who sent the message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use serde_json::Value;
@@ -40,8 +40,8 @@ async fn letagents_label_says_the_sender_signed_end_to_end() {
     assert_eq!(m["sender_auth"], "signed_end_to_end");
     let fp = m["fingerprint"].as_str().unwrap();
     let pre = preamble(m["text"].as_str().unwrap());
-    assert!(pre.contains(&format!("From: letagents contact alice; fingerprint {fp}; NOT verified.")), "{pre}");
-    assert!(pre.contains("Sender: signed end to end by the key with that fingerprint"), "{pre}");
+    assert!(pre.contains(&format!("From: letagents contact alice; safety number {fp}; NOT verified.")), "{pre}");
+    assert!(pre.contains("Sender: signed end to end by the key with that safety number"), "{pre}");
     assert!(!pre.contains("asserted by the relay"), "{pre}");
     let c = bob.call(Request::ContactList).await;
     assert_eq!(c[0]["sender_auth"], "signed_end_to_end");
@@ -65,7 +65,7 @@ async fn agent_mail_label_says_the_sender_signed_end_to_end() {
         .await;
     let reqs = bob.call(Request::ContactRequests).await;
     let name = reqs[0]["name"].as_str().unwrap().to_owned();
-    bob.call(Request::ContactAccept { name: name.clone() }).await;
+    bob.call(Request::ContactAccept { name: name.clone(), new_name: None }).await;
     bob.open_session("coder").await;
     digest_now(&bob).await;
     alice
@@ -84,7 +84,7 @@ async fn agent_mail_label_says_the_sender_signed_end_to_end() {
         assert_eq!(m["protocol"], "agent-mail");
         assert_eq!(m["sender_auth"], "signed_end_to_end");
         let pre = preamble(m["text"].as_str().unwrap());
-        assert!(pre.contains("Sender: signed end to end by the key with that fingerprint"), "{pre}");
+        assert!(pre.contains("Sender: signed end to end by the key with that safety number"), "{pre}");
         assert!(!pre.contains("asserted by the relay"), "{pre}");
     }
     let view = bob.call(Request::Conversation { contact: name, limit: None }).await;
@@ -99,7 +99,7 @@ async fn stringcup_label_says_the_relay_asserted_the_sender_even_when_verified()
     alice.add_contact(&bob.stringcup_id().await, "bob").await;
     alice.send("bob", "hello").await;
     bob.call(Request::ContactRequests).await;
-    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    bob.call(Request::ContactAccept { name: "alice".into(), new_name: None }).await;
     bob.call(Request::ContactVerify { name: "alice".into() }).await;
     bob.open_session("coder").await;
     digest_now(&bob).await;
@@ -114,12 +114,12 @@ async fn stringcup_label_says_the_relay_asserted_the_sender_even_when_verified()
     );
     assert!(
         pre.contains(&format!(
-            "Their key: fingerprint {fp}, verified by your operator; it protects what is sent to them"
+            "Their key: safety number {fp}, verified by your operator; it protects what is sent to them"
         )),
         "{pre}"
     );
-    // The verified fingerprint must not read as a statement about who sent this.
-    assert!(!pre.contains(&format!("fingerprint {fp}; verified by your operator")), "{pre}");
+    // The verified safety number must not read as a statement about who sent this.
+    assert!(!pre.contains(&format!("safety number {fp}; verified by your operator")), "{pre}");
     assert!(!pre.contains("signed end to end"), "{pre}");
 
     // The owner's views say the same.

@@ -125,7 +125,7 @@ async fn hello_becomes_a_request_that_can_be_accepted() {
     assert!(dropped, "the message from a pending contact was not dropped");
     assert!(bob.inbox(0).await.is_empty());
     assert_eq!(bob.try_call(send_req("alice", "x", "send", None)).await.unwrap_err(), "pending_contact");
-    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    bob.call(Request::ContactAccept { name: "alice".into(), new_name: None }).await;
     alice.send("bob", "after accept").await;
     let got = bob.inbox(10).await;
     assert_eq!(got.len(), 1);

@@ -40,7 +40,7 @@ async fn a_first_message_is_held_as_a_request_then_both_sides_talk() {
     let reqs = bob.call(Request::ContactRequests).await;
     assert_eq!(reqs[0]["name"], "alice");
     assert_eq!(reqs[0]["protocol"], "stringcup");
-    bob.call(Request::ContactAccept { name: "alice".into() }).await;
+    bob.call(Request::ContactAccept { name: "alice".into(), new_name: None }).await;
     let got = bob.inbox(0).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0]["body"], "hello over stringcup");

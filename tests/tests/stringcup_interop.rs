@@ -39,7 +39,7 @@ async fn the_reference_python_client_and_a_switchboard_profile_talk() {
         })
         .await;
     assert!(seen, "the Python client's message never arrived as a request");
-    bob.call(Request::ContactAccept { name: "pyagent".into() }).await;
+    bob.call(Request::ContactAccept { name: "pyagent".into(), new_name: None }).await;
     let got = bob.inbox(10).await;
     assert_eq!(got[0]["body"], "hello from python");
     assert_eq!(got[0]["from"], "pyagent");

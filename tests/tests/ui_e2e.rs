@@ -1,7 +1,9 @@
 //! The UI end to end in headless Chromium: `switchboard ui` serves the built ui/dist and runs the
 //! runtime for a new profile; `ui/e2e/app.e2e.mjs` (playwright-core, Debian's chromium) walks
 //! first run, paste-to-add, a conversation with a second profile (unread counts, Enter to send,
-//! 480×400), the relay going down and coming back, a hello request, verification, a key change,
+//! 480×400), the relay going down and coming back, a hello request (approved under a name), a
+//! person added by contact link whose message moves from letagents to Agent Mail when the relay
+//! stays down, verification, a key change,
 //! message search, dark mode, review mode with an agent's held message, and every main screen in
 //! light and dark at two sizes, asking this test to act as the other parties. Nothing is built here:
 //! scripts/install-deps.sh installs chromium, runs `npm ci` and builds ui/dist; a missing piece
@@ -13,12 +15,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard_core::bridge::api::Request;
+use switchboard_core::engine::FALL_BACK_UNREACHABLE_AFTER_MS;
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
 use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
 use switchboard_core::util::{OsRng, now_ms};
 use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
-use switchboard_tests::{Peer, TestRelay, bridge_of, open_session};
+use switchboard_tests::{Peer, TestRelay, bridge_of, open_session, profile_db};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
@@ -43,6 +46,8 @@ struct World {
     mallory_rekeyed: DeviceIdentity,
     relay: RelayClient,
     bob_calls_alice: Option<String>,
+    /// Dave, whom Alice adds by his contact link (a person with three channels).
+    dave: Option<Peer>,
     /// The relay everyone uses: stopped and restarted to show the connection bar.
     test_relay: TestRelay,
     /// Alice's profile directory (her runtime is `switchboard ui`'s): her bridge for agents.
@@ -62,7 +67,7 @@ impl Driver for World {
                         if c["address"] != req["from"] {
                             return Err(format!("bob's request is from someone else: {c}"));
                         }
-                        self.bob.call(Request::ContactAccept { name: name.clone() }).await;
+                        self.bob.call(Request::ContactAccept { name: name.clone(), new_name: None }).await;
                         self.bob_calls_alice = Some(name);
                         return Ok(json!(true));
                     }
@@ -125,6 +130,48 @@ impl Driver for World {
                 }
             }
             "mallory_new_safety" => Ok(json!(self.mallory_rekeyed.keys().safety_number())),
+            "dave_link" => {
+                let dave = Peer::live("dave", &self.test_relay.url()).await;
+                let who = dave.call(Request::Whoami).await;
+                let link = who["contact_link"]["link"].clone();
+                self.dave = Some(dave);
+                Ok(link)
+            }
+            "dave_wait_for" => {
+                let dave = self.dave.as_ref().ok_or("no dave yet")?;
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                loop {
+                    // Alice is new to Dave: her hello and her first mail are requests he accepts.
+                    for r in dave.call(Request::ContactRequests).await.as_array().cloned().unwrap_or_default() {
+                        let name = r["name"].as_str().unwrap_or_default().to_owned();
+                        dave.call(Request::ContactAccept { name, new_name: None }).await;
+                    }
+                    for m in dave.inbox(1).await {
+                        if m["body"] == req["text"] {
+                            return Ok(m);
+                        }
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!("dave never got {}", req["text"]));
+                    }
+                }
+            }
+            "alice_age_outbox" => {
+                // Alice's message has waited past the fall-back delay, and is due now.
+                let db = profile_db(&self.alice_home).await;
+                let aged = sqlx::query(
+                    "UPDATE outbox SET created_at = created_at - ?1, next_attempt_at = 0 WHERE message_id IN \
+                     (SELECT id FROM messages WHERE direction = 'out' AND body = ?2)",
+                )
+                .bind(FALL_BACK_UNREACHABLE_AFTER_MS + 1_000)
+                .bind(req["text"].as_str().unwrap_or_default())
+                .execute(&db)
+                .await
+                .map_err(|e| e.to_string())?
+                .rows_affected();
+                db.close().await;
+                if aged == 1 { Ok(json!(true)) } else { Err(format!("{aged} outbox rows for {}", req["text"])) }
+            }
             "relay_stop" => {
                 self.test_relay.stop().await;
                 Ok(json!(true))
@@ -177,6 +224,7 @@ async fn the_ui_in_chromium_first_run_paste_converse_approve_verify_and_key_chan
         mallory_rekeyed,
         relay: relay_client,
         bob_calls_alice: None,
+        dave: None,
         test_relay: relay,
         alice_home,
         http: reqwest::Client::new(),

@@ -230,9 +230,38 @@ await scenario(async ({ browser, page }) => {
   const approve = page.getByRole('button', { name: `Approve ${CAROL_NAME}` });
   await approve.waitFor({ timeout: 30_000 });
   await shot(page, '05-request');
+  const claimed = await page.getByLabel(`Name for ${CAROL_NAME}`).inputValue();
+  assert(claimed === CAROL_NAME, `approving asks for a name, prefilled with the claimed one: ${claimed}`);
   await approve.click();
   await page.getByRole('link', { name: `Open conversation with ${CAROL_NAME}` }).waitFor();
   assert((await page.getByRole('button', { name: `Approve ${CAROL_NAME}` }).count()) === 0, 'request gone');
+
+  step('a person added by contact link: with the relay down long enough, a message moves from letagents to Agent Mail and says so');
+  const daveLink = await driver({ op: 'dave_link' });
+  await pasteAnywhere(page, daveLink);
+  const daveDialog = page.getByRole('dialog', { name: 'Add this contact?' });
+  await daveDialog.waitFor();
+  await daveDialog.getByLabel('Name for this contact').fill('dave');
+  await daveDialog.getByRole('button', { name: 'Add contact' }).click();
+  await page.getByRole('link', { name: 'Open conversation with dave' }).click();
+  await page.getByRole('heading', { name: 'Conversation with dave' }).waitFor();
+  const channelsShown = await page.locator('.contact-panel .channel').evaluateAll((l) => l.map((e) => e.dataset.channel));
+  assert(channelsShown.join() === 'letagents,agent-mail,stringcup', `dave's channels listed: ${channelsShown}`);
+  await driver({ op: 'relay_stop' });
+  await page.getByLabel('Message', { exact: true }).fill('moved when letagents was down');
+  await page.keyboard.press('Enter');
+  await page.locator('.msg.out[data-state="queued"]', { hasText: 'moved when letagents was down' }).waitFor();
+  // As if the relay had been down for ten minutes: the outbox moves it to the next channel.
+  await driver({ op: 'alice_age_outbox', text: 'moved when letagents was down' });
+  const moved = page.locator('.msg.out', { hasText: 'moved when letagents was down' });
+  await moved.locator('.badge.moved', { hasText: 'moved from letagents' }).waitFor({ timeout: 30_000 });
+  await moved.locator('.badge.channel', { hasText: 'via Agent Mail' }).waitFor();
+  assert((await moved.count()) === 1, 'the message shows once, on the channel that carries it');
+  await driver({ op: 'relay_restart' });
+  const daveGot = await driver({ op: 'dave_wait_for', text: 'moved when letagents was down' });
+  assert(daveGot.protocol === 'agent-mail', `dave got it over Agent Mail: ${JSON.stringify(daveGot)}`);
+  await page.locator('.contact-panel .channel[data-channel="letagents"][data-reachable="false"]').waitFor({ state: 'attached' });
+  await shot(page, '05b-moved-from-letagents');
 
   step('verify a safety number');
   await page.getByRole('link', { name: 'Open conversation with bob' }).click();

@@ -112,7 +112,7 @@ await scenario(async ({ page }) => {
   await dialog.waitFor();
   await dialog.getByText('Bob invited you to \u201cBand practice\u201d.').waitFor();
   const words = await dialog.textContent();
-  assert(!/Add this contact|Fingerprint/.test(words), `a join, not a contact: ${words}`);
+  assert(!/Add this contact|Safety number/.test(words), `a join, not a contact: ${words}`);
   await shot(page, '08-join-dialog');
   await dialog.getByRole('button', { name: 'Join group' }).click();
   await page.getByRole('heading', { name: 'Group: Band practice' }).waitFor({ timeout: 30_000 });

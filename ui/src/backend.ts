@@ -54,6 +54,12 @@ export interface Contact {
   sender_auth?: 'signed_end_to_end' | 'asserted_by_relay';
   /** On the same network with a bound LAN connection now (issue 17). */
   nearby?: boolean;
+  /** One person over several channels (a contact link, or a merge). */
+  person?: boolean;
+  /** A person's channels, in the order messages try them. */
+  channels?: Contact[];
+  /** A person's channel: usable, and the last message sent on it got through. */
+  reachable?: boolean;
 }
 
 export interface Message {
@@ -74,6 +80,10 @@ export interface Message {
   sender_auth?: 'signed_end_to_end' | 'asserted_by_relay' | null;
   /** The path that carried it: direct (LAN), relay, or '' (not handed over yet). */
   path?: string;
+  /** A person's message another channel carried: the id it was first queued under. */
+  fallback_of?: string;
+  /** The channel (protocol) that message was first queued on. */
+  moved_from?: string;
   /** Agent Mail: the files it carries (never their bytes; fetched only to save). */
   attachments?: Attachment[];
 }
@@ -311,7 +321,12 @@ export interface Backend {
   contacts(): Promise<Contact[]>;
   requests(): Promise<Contact[]>;
   contactAdd(address: string, name?: string): Promise<Contact>;
-  contactAccept(name: string): Promise<Contact>;
+  /** Accepts a request, under `newName` if given. */
+  contactAccept(name: string, newName?: string): Promise<Contact>;
+  /** Makes `other`'s channels part of `name` after the owner compared `other`'s safety number. */
+  contactMerge(name: string, other: string, safetyNumber: string): Promise<Contact>;
+  /** Takes one channel (by protocol) out of a person. */
+  contactSplit(name: string, protocol: string): Promise<unknown>;
   contactDeny(name: string): Promise<void>;
   /** Blocks (or unblocks) a contact; Agent Mail contacts at the relay too. */
   contactBlock(name: string, blocked: boolean): Promise<Contact>;
@@ -416,8 +431,14 @@ abstract class RequestBackend implements Backend {
   contactAdd(address: string, name?: string) {
     return this.rpc<Contact>({ op: 'contact_add', address, name: name || null });
   }
-  contactAccept(name: string) {
-    return this.rpc<Contact>({ op: 'contact_accept', name });
+  contactAccept(name: string, newName?: string) {
+    return this.rpc<Contact>({ op: 'contact_accept', name, new_name: newName || null });
+  }
+  contactMerge(name: string, other: string, safetyNumber: string) {
+    return this.rpc<Contact>({ op: 'contact_merge', name, other, confirm_safety_number: safetyNumber });
+  }
+  contactSplit(name: string, protocol: string) {
+    return this.rpc<unknown>({ op: 'contact_split', name, protocol });
   }
   async contactDeny(name: string) {
     await this.rpc({ op: 'contact_deny', name });

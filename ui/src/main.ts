@@ -139,6 +139,7 @@ type Route =
   | { name: 'conversation'; contact: string; highlight?: string }
   | { name: 'group'; group: string }
   | { name: 'verify'; contact: string }
+  | { name: 'merge'; contact: string; other: string }
   | { name: 'agents' }
   | { name: 'review' }
   | { name: 'groups' }
@@ -156,6 +157,8 @@ function parseRoute(): Route {
       return b ? { name: 'group', group: b } : { name: 'groups' };
     case 'verify':
       return b ? { name: 'verify', contact: b } : { name: 'contacts' };
+    case 'merge':
+      return b && c ? { name: 'merge', contact: b, other: c } : { name: 'contacts' };
     case 'agents':
     case 'review':
     case 'groups':
@@ -245,6 +248,9 @@ async function render(background = false) {
         break;
       case 'verify':
         view = await verifyView(route.contact);
+        break;
+      case 'merge':
+        view = await mergeView(route.contact, route.other);
         break;
       case 'agents':
         view = await agentsView();
@@ -721,8 +727,10 @@ function requestsBox(requests: Contact[]) {
     h(
       'ul',
       { class: 'list' },
-      requests.map((c) =>
-        h(
+      requests.map((c) => {
+        // Accepting asks for a name: the one they claimed, to keep or change.
+        const nameInput = h('input', { type: 'text', value: c.name, autocomplete: 'off', spellcheck: false, class: 'accept-name' });
+        return h(
           'li',
           { class: 'request', 'data-contact': c.name },
           h('strong', null, c.name),
@@ -730,6 +738,7 @@ function requestsBox(requests: Contact[]) {
           contactBadges(c),
           c.request ? h('span', { class: 'says' }, ' ', S.contacts.says(c.request)) : null,
           c.safety_number ? h('div', { class: 'safety' }, c.safety_number) : null,
+          field(S.contacts.approveName(c.name), nameInput),
           h(
             'div',
             { class: 'actions' },
@@ -738,7 +747,10 @@ function requestsBox(requests: Contact[]) {
               {
                 type: 'button',
                 'aria-label': `${S.contacts.approve} ${c.name}`,
-                onclick: () => act(() => backend.contactAccept(c.name), S.contacts.approved(c.name)),
+                onclick: () => {
+                  const chosen = nameInput.value.trim() || c.name;
+                  return act(() => backend.contactAccept(c.name, chosen), S.contacts.approved(chosen));
+                },
               },
               S.contacts.approve,
             ),
@@ -753,8 +765,8 @@ function requestsBox(requests: Contact[]) {
               S.contacts.deny,
             ),
           ),
-        ),
-      ),
+        );
+      }),
     ),
   );
 }
@@ -1203,10 +1215,80 @@ function tick(state: string) {
   return h('span', { class: `tick tick-${state}`, title: label }, svg, h('span', { class: svg ? 'sr-only' : '' }, label));
 }
 
+/** A protocol as people read it. */
+function channelLabel(protocol: string) {
+  return S.channels.label[protocol] ?? protocol;
+}
+
+/** An address cut to its start and end, for a list. */
+function shortAddress(a: string) {
+  return a.length > 28 ? `${a.slice(0, 16)}\u2026${a.slice(-8)}` : a;
+}
+
+/** A person's channels: protocol, address, reachable or not, and a way to split one off. */
+function channelList(c: Contact) {
+  const channels = c.channels ?? [];
+  if (!c.person || channels.length === 0) return null;
+  return h(
+    'section',
+    { class: 'channels', 'aria-labelledby': 'channels-title' },
+    h('h4', { id: 'channels-title' }, S.channels.title),
+    h('p', { class: 'muted hint' }, S.channels.intro),
+    h(
+      'ul',
+      { class: 'list' },
+      channels.map((ch) =>
+        h(
+          'li',
+          { class: 'channel', 'data-channel': ch.protocol, 'data-reachable': String(!!ch.reachable) },
+          h('strong', null, channelLabel(ch.protocol)),
+          ' ',
+          h('code', { title: ch.address }, shortAddress(ch.address)),
+          ' ',
+          ch.reachable ? badge(S.channels.reachable, 'ok') : badge(S.channels.unreachable, 'danger'),
+          ch.verified ? badge(S.contacts.verified, 'ok') : null,
+          channels.length > 1
+            ? h(
+                'button',
+                {
+                  type: 'button',
+                  class: 'small secondary',
+                  'aria-label': `${S.channels.split}: ${channelLabel(ch.protocol)}`,
+                  onclick: () =>
+                    act(() => backend.contactSplit(c.name, ch.protocol), S.channels.splitDone(channelLabel(ch.protocol))),
+                },
+                S.channels.split,
+              )
+            : null,
+        ),
+      ),
+    ),
+  );
+}
+
+/** "Same person as …": pick another contact, then compare both safety numbers (`#/merge`). */
+function mergePicker(c: Contact) {
+  const others = (summary?.chats ?? []).map((x) => x.contact).filter((x) => x.name !== c.name && x.state === 'active');
+  if (others.length === 0) return null;
+  const pick = h('select', { id: 'merge-other' }, others.map((o) => h('option', { value: o.name }, o.name)));
+  return h(
+    'form',
+    {
+      class: 'merge',
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        go(`#/merge/${encodeURIComponent(c.name)}/${encodeURIComponent(pick.value)}`);
+      },
+    },
+    field(S.merge.start, pick),
+    h('button', { type: 'submit', class: 'secondary small' }, S.merge.compare),
+  );
+}
+
 /** The contact panel: safety, verify, mute, the kind of my messages and what they may send me. */
 function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null, blocked: boolean) {
   const allowBoxes = KINDS.map((k) =>
-    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: c.allow.includes(k) }), ' ', k),
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: (c.allow ?? []).includes(k) }), ' ', k),
   );
   return h(
     'aside',
@@ -1252,9 +1334,14 @@ function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null,
       ),
     ),
     h('p', null, h('a', { href: `#/verify/${encodeURIComponent(c.name)}`, class: 'button-link small' }, S.conversation.verify)),
+    channelList(c),
+    mergePicker(c),
     muteBox,
     h('div', { class: 'field' }, h('label', { for: 'compose-kind' }, S.conversation.kind), kind, h('p', { class: 'muted hint' }, S.conversation.kindHint)),
-    h(
+    // A person's channels keep their own allow lists (`contact allow CHANNEL`).
+    c.person
+      ? null
+      : h(
       'form',
       {
         class: 'allow',
@@ -1322,6 +1409,14 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
           m.kind !== 'send' && m.kind !== 'reply' ? badge(S.conversation.kindBadge[m.kind] ?? m.kind, 'kind') : null,
           h('time', { datetime: new Date(m.ts).toISOString(), title: new Date(m.ts).toLocaleString() }, clock(m.ts)),
           m.direction === 'out' ? tick(m.state) : null,
+          c.person ? h('span', { class: 'badge channel', 'data-channel': m.protocol }, S.channels.via(channelLabel(m.protocol))) : null,
+          m.moved_from
+            ? h(
+                'span',
+                { class: 'badge moved', title: S.channels.movedTitle(channelLabel(m.moved_from)) },
+                S.channels.movedFrom(channelLabel(m.moved_from)),
+              )
+            : null,
           m.path === 'direct' ? h('span', { class: 'badge path-direct', title: S.conversation.directTitle }, S.conversation.direct) : null,
           m.direction === 'out' && (m.state === 'failed' || m.state === 'refused') && m.detail
             ? h('span', { class: 'detail' }, m.detail)
@@ -1612,7 +1707,8 @@ async function verifyView(name: string) {
   const [contacts, who] = await Promise.all([backend.contacts(), backend.whoami()]);
   const c = contacts.find((x) => x.name === name);
   if (!c) throw new BackendError('unknown_contact', `no contact named ${name}`);
-  const mine = identities(who).find(([p]) => p === c.protocol)?.[1];
+  // A person's one safety number pairs with ours from our contact link.
+  const mine = identities(who).find(([p]) => p === (c.person ? 'contact_link' : c.protocol))?.[1];
   const myNumber = mine?.safety_number ?? mine?.fingerprint_short ?? '';
   const theirs = c.key_changed ? (c.new_safety_number ?? '') : (c.safety_number ?? '');
   const theirLabel = c.key_changed ? S.verify.theirsNew(c.name) : S.verify.theirs(c.name);
@@ -1652,6 +1748,43 @@ async function verifyView(name: string) {
           }, S.verify.done),
       },
       S.verify.mark,
+    ),
+  );
+}
+
+/** Two contacts' safety numbers side by side; "They are the same person" merges `other` into
+ * `name` (the runtime checks the number the owner saw is still `other`'s). */
+async function mergeView(name: string, other: string) {
+  const contacts = await backend.contacts();
+  const a = contacts.find((x) => x.name === name);
+  const b = contacts.find((x) => x.name === other);
+  if (!a || !b) throw new BackendError('unknown_contact', `no contact named ${a ? other : name}`);
+  const card = (c: Contact, who: string) =>
+    h(
+      'section',
+      { class: 'card', 'aria-label': S.verify.theirs(c.name) },
+      h('h3', null, S.verify.theirs(c.name), ' ', contactBadges(c)),
+      h('p', { class: 'safety big', 'data-who': who }, c.safety_number ?? ''),
+      c.safety_number ? qr(c.safety_number, S.verify.qr(S.verify.theirs(c.name))) : null,
+    );
+  return h(
+    'div',
+    { class: 'verify merge' },
+    h('p', null, h('a', { href: `#/c/${encodeURIComponent(a.name)}` }, S.conversation.back)),
+    h('h2', null, S.merge.title(a.name, b.name)),
+    h('p', null, S.merge.intro),
+    h('div', { class: 'side-by-side' }, card(a, 'first'), card(b, 'second')),
+    h(
+      'button',
+      {
+        type: 'button',
+        onclick: () =>
+          act(async () => {
+            await backend.contactMerge(a.name, b.name, b.safety_number ?? '');
+            go(`#/c/${encodeURIComponent(a.name)}`);
+          }, S.merge.done(a.name)),
+      },
+      S.merge.same,
     ),
   );
 }

@@ -35,7 +35,7 @@ export const S = {
     intro: 'Share an address with someone you trust; compare safety numbers in person or on a call.',
     address: 'Address',
     safety: 'Safety number',
-    fingerprint: 'Fingerprint',
+    fingerprint: 'Safety number',
     relay: 'Relay',
     copy: 'Copy',
     copied: 'Copied',
@@ -64,6 +64,7 @@ export const S = {
     pendingEmpty: 'No pending requests.',
     says: (text: string) => `says \u201c${text}\u201d`,
     approve: 'Approve',
+    approveName: (name: string) => `Name for ${name}`,
     deny: 'Deny',
     verified: 'Verified',
     unverified: 'Not verified',
@@ -98,7 +99,7 @@ export const S = {
             ? `You are invited to \u201c${group}\u201d.`
             : 'You are invited to a group.',
     note: (me: string, relay: string) =>
-      `The members will see your name${me ? ` (${me})` : ''} and your fingerprint. The group\u2019s messages go through ${relay}, end-to-end encrypted.`,
+      `The members will see your name${me ? ` (${me})` : ''} and your safety number. The group\u2019s messages go through ${relay}, end-to-end encrypted.`,
     join: 'Join group',
     waiting: (inviter?: string) => `Waiting for ${inviter ?? 'the person who invited you'} to let you in\u2026 (their app must be running)`,
     joined: (name: string) => (name ? `You joined \u201c${name}\u201d.` : 'You joined the group.'),
@@ -108,7 +109,7 @@ export const S = {
     protocol: 'Protocol',
     kind: 'What it is',
     name: 'Name for this contact',
-    fingerprint: 'Fingerprint',
+    fingerprint: 'Safety number',
     relay: 'Relay',
     add: 'Add contact',
     join: 'Join',
@@ -182,6 +183,27 @@ export const S = {
     done: 'Verified.',
     qr: (who: string) => `QR code of ${who}`,
   },
+  channels: {
+    title: 'Channels',
+    intro: 'Messages go on the first reachable channel; replies go back on the channel they came from.',
+    label: { letagents: 'letagents', 'agent-mail': 'Agent Mail', stringcup: 'Stringcup' } as Record<string, string>,
+    reachable: 'reachable',
+    unreachable: 'unreachable',
+    via: (channel: string) => `via ${channel}`,
+    movedFrom: (channel: string) => `moved from ${channel}`,
+    movedTitle: (channel: string) => `${channel} could not deliver it, so the next channel carried it`,
+    split: 'Make a separate contact',
+    splitDone: (channel: string) => `${channel} is now a separate contact.`,
+  },
+  merge: {
+    start: 'Same person as',
+    compare: 'Compare safety numbers',
+    title: (a: string, b: string) => `Are ${a} and ${b} the same person?`,
+    intro:
+      'Compare both safety numbers with them over a channel you trust. Only if both are theirs, make them one contact: one conversation, every channel.',
+    same: 'They are the same person',
+    done: (a: string) => `${a} is now one contact.`,
+  },
   keyChange: {
     banner: (name: string) =>
       `${name}\u2019s key changed. Sending is blocked until you compare the new safety number and re-verify.`,
@@ -206,7 +228,7 @@ export const S = {
   },
   groups: {
     title: 'Groups',
-    intro: 'A group is a conversation with several people, end-to-end encrypted (letmeknow). Its details show every member\u2019s fingerprint and who added them.',
+    intro: 'A group is a conversation with several people, end-to-end encrypted (letmeknow). Its details show every member\u2019s safety number and who added them.',
     empty: 'No groups yet. Create one above, or paste an invite link someone sent you anywhere in this window.',
     newGroup: 'New group',
     create: 'Create group',
@@ -243,7 +265,7 @@ export const S = {
     expiresIn: (s: number) => (s > 0 ? `expires in ${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}` : 'expired'),
     members: 'Members',
     name: 'Name',
-    fingerprint: 'Fingerprint',
+    fingerprint: 'Safety number',
     invitedBy: 'Added by',
     you: '(you)',
     state: 'State',
@@ -368,7 +390,9 @@ export const S = {
   /** The words for an error: a rewrite, the runtime's own sentence for bad input, else by code. */
   error: (code: string, message: string) => {
     for (const [re, text] of S.errors.rewrite) if (re.test(message)) return text;
-    if (code === 'invalid_input' && message) return sentence(message);
+    // Bad input, a name already taken, numbers not compared: the runtime's own sentence says which.
+    if ((code === 'invalid_input' || code === 'contact_exists' || code === 'safety_number_unconfirmed') && message)
+      return sentence(message);
     return S.errors.byCode[code] ?? (message ? sentence(message) : S.errors.unexpected);
   },
   unread: (n: number) => (n === 1 ? '1 unread' : `${n} unread`),

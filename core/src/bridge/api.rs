@@ -38,6 +38,29 @@ pub enum Request {
     ContactAccept {
         /// Contact name.
         name: String,
+        /// The name to keep them under (default: the name the request came in with). Refused
+        /// if a contact or person already has it.
+        #[serde(default)]
+        new_name: Option<String>,
+    },
+    /// Owner only: make `other`'s channels part of `name`'s person (one contact, one
+    /// conversation). Refused unless both show the same verified safety number or
+    /// `confirm_safety_number` repeats `other`'s safety number, which the refusal prints.
+    ContactMerge {
+        /// The contact (or person) kept.
+        name: String,
+        /// The contact (or person) merged into it.
+        other: String,
+        /// `other`'s safety number, after the owner compared it with them.
+        #[serde(default)]
+        confirm_safety_number: Option<String>,
+    },
+    /// Owner only: take one channel (by protocol) out of a person into a contact of its own.
+    ContactSplit {
+        /// The person.
+        name: String,
+        /// letagents, agent-mail or stringcup.
+        protocol: String,
     },
     /// Deny a pending request: the peer is blocked until the owner unblocks it.
     ContactDeny {

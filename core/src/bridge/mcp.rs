@@ -62,7 +62,7 @@ pub fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "contacts",
-            "Your operator's contacts: name, protocol, fingerprint, verified state, and the agents they report online.",
+            "Your operator's contacts: name, protocol, safety number (JSON key `fingerprint`), verified state, and the agents they report online. A contact may be one person reached over several channels.",
             schema(json!({"type": "object", "properties": {}})),
         ),
         Tool::new(
@@ -86,7 +86,7 @@ pub fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "reply",
-            "Reply to a message you received (by its id).",
+            "Reply to a message you received (by its id). To a contact reached over several protocols, the reply goes back on the channel the message came on.",
             schema(json!({"type": "object", "properties": {
                 "reply_to": string_prop("Id of the message you answer."),
                 "text": text,
@@ -136,11 +136,11 @@ pub fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "group_send",
-            "letmeknow: send to a group. Every member reads it; `to` (a member fingerprint) directs attention. Your read frontier is attached. May be held for your operator's review, or refused by the loop guard.",
+            "letmeknow: send to a group. Every member reads it; `to` (a member's safety number, the `fingerprint` field of group_members) directs attention. Your read frontier is attached. May be held for your operator's review, or refused by the loop guard.",
             schema(json!({"type": "object", "properties": {
                 "group": string_prop("Group id."),
                 "text": text,
-                "to": string_prop("Optional: a member's fingerprint."),
+                "to": string_prop("Optional: a member's safety number (their `fingerprint` field)."),
                 "reply_to": string_prop("Optional: the message id you answer."),
             }, "required": ["group", "text"]})),
         ),
@@ -155,7 +155,7 @@ pub fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "group_members",
-            "letmeknow: a group's members: display name (their claim), fingerprint, who invited them.",
+            "letmeknow: a group's members: display name (their claim), safety number (`fingerprint`), who invited them.",
             schema(json!({"type": "object", "properties": {"group": string_prop("Group id.")}, "required": ["group"]})),
         ),
         Tool::new(

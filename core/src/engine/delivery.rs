@@ -15,7 +15,7 @@
 //!   items marked `redelivered`: an adapter that dies in between loses nothing, and one that acks
 //!   in time never sees a message twice.
 //! - Peer text reaches an agent only inside a fence whose marker is random per message and absent
-//!   from the text, under a label with the sender's protocol, name, fingerprint and verified
+//!   from the text, under a label with the sender's protocol, name, safety number and verified
 //!   state, and what the protocol proves about the sender ([`SenderAuth`]: signed end to end,
 //!   or only asserted by the relay). Every adapter (MCP, `listen`, hooks) gets the same fenced
 //!   text from here.
@@ -127,15 +127,15 @@ pub fn fence_with(label: &Label<'_>, text: &str, mut marker: impl FnMut() -> Str
     let agent = label.from_agent.map(|a| format!(", agent {}", label_value(a))).unwrap_or_default();
     let reply = label.reply_to.map(|r| format!(", in reply to {}", label_value(r))).unwrap_or_default();
     let verified = if label.verified { "verified by your operator" } else { "NOT verified" };
-    // Only what the protocol proves: a signature binds the sender to the fingerprint's key; a
-    // relay's word binds nothing, and a verified fingerprint then covers only what we send.
+    // Only what the protocol proves: a signature binds the sender to the safety number's key; a
+    // relay's word binds nothing, and a verified safety number then covers only what we send.
     let who = match label.auth {
         SenderAuth::SignedEndToEnd => format!(
-            "fingerprint {fp}; {verified}.\nSender: signed end to end by the key with that fingerprint",
+            "safety number {fp}; {verified}.\nSender: signed end to end by the key with that safety number",
             fp = label.fingerprint
         ),
         SenderAuth::AssertedByRelay => format!(
-            "{}; the relay could have forged it.\nTheir key: fingerprint {fp}, {verified}; it protects what is \
+            "{}; the relay could have forged it.\nTheir key: safety number {fp}, {verified}; it protects what is \
              sent to them, it does not prove who sent this",
             SenderAuth::AssertedByRelay.describe(),
             fp = label.fingerprint
@@ -700,7 +700,7 @@ mod tests {
         let open = format!("<<<{marker}\n");
         let inner = &f[f.find(&open).unwrap() + open.len()..f.len() - close.len() - 1];
         assert_eq!(inner, text);
-        assert!(f.contains("NOT verified") && f.contains("contact bob") && f.contains("fingerprint ABCD EFGH"));
+        assert!(f.contains("NOT verified") && f.contains("contact bob") && f.contains("safety number ABCD EFGH"));
         // The peer's agent name cannot add lines or spaces to the label.
         assert!(f.contains("agent plannersystemyouareroot;"), "{f}");
     }
@@ -710,12 +710,12 @@ mod tests {
         let relay = Label { protocol: "stringcup", auth: SenderAuth::AssertedByRelay, verified: true, ..label() };
         let f = fence(&relay, "hi");
         assert!(f.contains("From: stringcup contact bob, agent plannersystemyouareroot; sender asserted by the relay, NOT authenticated end to end; the relay could have forged it."), "{f}");
-        assert!(f.contains("Their key: fingerprint ABCD EFGH, verified by your operator; it protects what is sent to them, it does not prove who sent this."), "{f}");
-        assert!(!f.contains("fingerprint ABCD EFGH; verified") && !f.contains("signed end to end"), "{f}");
+        assert!(f.contains("Their key: safety number ABCD EFGH, verified by your operator; it protects what is sent to them, it does not prove who sent this."), "{f}");
+        assert!(!f.contains("safety number ABCD EFGH; verified") && !f.contains("signed end to end"), "{f}");
 
         let signed = Label { verified: true, ..label() };
         let f = fence(&signed, "hi");
-        assert!(f.contains("; fingerprint ABCD EFGH; verified by your operator.\nSender: signed end to end by the key with that fingerprint.\n"), "{f}");
+        assert!(f.contains("; safety number ABCD EFGH; verified by your operator.\nSender: signed end to end by the key with that safety number.\n"), "{f}");
         assert!(!f.contains("asserted by the relay"), "{f}");
     }
 

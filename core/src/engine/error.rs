@@ -57,6 +57,21 @@ pub enum Error {
     /// The caller gave something invalid.
     #[error("{0}")]
     Invalid(String),
+    /// A merge of two contacts whose safety numbers the owner has not compared (or that are not
+    /// both verified and equal): the message prints both numbers and how to confirm.
+    #[error(
+        "`{a}` and `{b}` are not known to be the same person. Compare both safety numbers with them over a channel you trust:\n  {a}: {a_number}\n  {b}: {b_number}\nIf they are the same person: switchboard contact merge {a} {b} --confirm-safety-number '{b_number}'"
+    )]
+    SafetyNumberUnconfirmed {
+        /// The contact kept.
+        a: String,
+        /// Its safety number.
+        a_number: String,
+        /// The contact merged in.
+        b: String,
+        /// Its safety number (what the confirmation must repeat).
+        b_number: String,
+    },
     /// The caller gave a malformed letagents address.
     #[error(transparent)]
     Address(#[from] letagents::address::AddressError),
@@ -154,6 +169,7 @@ impl Error {
             Error::KeyChanged(_) => "key_changed",
             Error::Pending(_) => "pending_contact",
             Error::Blocked(_) => "blocked_contact",
+            Error::SafetyNumberUnconfirmed { .. } => "safety_number_unconfirmed",
             Error::Invalid(_)
             | Error::Address(_)
             | Error::MailAddress(_)
@@ -200,6 +216,7 @@ impl Error {
             | Error::Pending(_)
             | Error::Blocked(_)
             | Error::Invalid(_)
+            | Error::SafetyNumberUnconfirmed { .. }
             | Error::Address(_)
             | Error::MailAddress(_)
             | Error::InviteLink(_)

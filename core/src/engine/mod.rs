@@ -453,11 +453,16 @@ impl Runtime {
                     self.store().contacts(Some("pending")).await?.iter().map(|c| self.contact_dto(c)).collect(),
                 ))
             }
-            Request::ContactAccept { name } => self.contact_accept(&name).await,
+            Request::ContactAccept { name, new_name } => self.contact_accept(&name, new_name.as_deref()).await,
             Request::ContactDeny { name } => self.contact_deny(&name).await,
-            Request::ContactBlock { name } => self.contact_block(&name, true).await,
-            Request::ContactUnblock { name } => self.contact_block(&name, false).await,
-            Request::ContactVerify { name } => self.contact_verify(&name).await,
+            // A person's name stands for every channel (verify: those its identity signed).
+            Request::ContactBlock { name } => self.block_contact_or_person(&name, true).await,
+            Request::ContactUnblock { name } => self.block_contact_or_person(&name, false).await,
+            Request::ContactVerify { name } => self.verify_contact_or_person(&name).await,
+            Request::ContactMerge { name, other, confirm_safety_number } => {
+                self.contact_merge(&name, &other, confirm_safety_number.as_deref()).await
+            }
+            Request::ContactSplit { name, protocol } => self.contact_split(&name, &protocol).await,
             Request::ContactAllow { name, kinds } => self.contact_allow(&name, &kinds).await,
             Request::ContactRule { name, from, to, action } => self.contact_rule(&name, &from, &to, &action).await,
             Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => {
@@ -725,7 +730,9 @@ impl Runtime {
         Ok(self.contact_dto(&self.contact(&name).await?))
     }
 
-    async fn contact_accept(&self, name: &str) -> Result<Value> {
+    /// Accepts a pending request, under `new_name` if given (refused if a contact or person
+    /// already has it).
+    async fn contact_accept(&self, name: &str, new_name: Option<&str>) -> Result<Value> {
         let c = self.contact(name).await?;
         if c.blocked {
             return Err(Error::Blocked(name.into()));
@@ -733,13 +740,17 @@ impl Runtime {
         if c.state != "pending" {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
-        let mut tx = self.store().pool.begin().await?;
-        store::update_contact(&mut tx, c.id, &store::ContactUpdate { state: Some("active"), ..Default::default() })
-            .await?;
+        let new_name = new_name.map(str::trim).filter(|n| *n != c.name);
+        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        if let Some(n) = new_name {
+            people::check_name_free(&mut tx, n).await?;
+        }
+        let accept = store::ContactUpdate { state: Some("active"), name: new_name, ..Default::default() };
+        store::update_contact(&mut tx, c.id, &accept).await?;
         // Messages that arrived with the request (Stringcup has no hello) are shown now.
         store::release_held(&mut tx, c.id).await?;
         tx.commit().await?;
-        Ok(self.contact_dto(&self.contact(name).await?))
+        Ok(self.contact_dto(&self.contact(new_name.unwrap_or(name)).await?))
     }
 
     /// Denies a pending request: the peer is blocked (not forgotten), so it cannot ask again
@@ -902,9 +913,10 @@ impl Runtime {
         to_agent: Option<&str>,
     ) -> Result<String> {
         // A person: the first usable channel in `CHANNEL_ORDER`; the outbox falls back from there.
-        let c = match self.store().person_by_name(name).await? {
-            Some(p) => self.person_first_channel(&p).await?,
-            None => self.contact(name).await?,
+        // A reply goes back on the channel its message came from, while that channel is usable.
+        let (c, kind, reply_to) = match self.store().person_by_name(name).await? {
+            Some(p) => self.person_route(&p, kind, reply_to).await?,
+            None => (self.contact(name).await?, kind, reply_to),
         };
         if c.blocked {
             return Err(Error::Blocked(name.into()));

@@ -63,6 +63,30 @@ pub async fn set_contact_person(conn: &mut SqliteConnection, contact_id: i64, pe
     Ok(())
 }
 
+/// Takes contact `contact_id` out of its person: a contact of its own again (`contact split`).
+pub async fn clear_contact_person(conn: &mut SqliteConnection, contact_id: i64) -> Result<()> {
+    sqlx::query("UPDATE contacts SET person_id = NULL WHERE id = ?").bind(contact_id).execute(conn).await?;
+    Ok(())
+}
+
+/// Renames a contact row (a channel named after its person follows the person's name).
+pub async fn rename_contact(conn: &mut SqliteConnection, contact_id: i64, name: &str) -> Result<()> {
+    sqlx::query("UPDATE contacts SET name = ? WHERE id = ?").bind(name).bind(contact_id).execute(conn).await?;
+    Ok(())
+}
+
+/// Renames a person.
+pub async fn rename_person(conn: &mut SqliteConnection, person_id: i64, name: &str) -> Result<()> {
+    sqlx::query("UPDATE people SET name = ? WHERE id = ?").bind(name).bind(person_id).execute(conn).await?;
+    Ok(())
+}
+
+/// Deletes a person row whose channels went to another person (`contact merge`).
+pub async fn delete_person(conn: &mut SqliteConnection, person_id: i64) -> Result<()> {
+    sqlx::query("DELETE FROM people WHERE id = ?").bind(person_id).execute(conn).await?;
+    Ok(())
+}
+
 /// Records that outgoing message `original` was carried as `new_id` by another channel: the new
 /// message names the original, the original becomes `rerouted` (with `detail` saying where and
 /// why) and leaves the outbox. One transaction.
@@ -109,6 +133,19 @@ impl Store {
             .bind(id)
             .fetch_all(&self.pool)
             .await?)
+    }
+
+    /// Whether the newest message we sent on contact `id` failed there (moved to another
+    /// channel, refused, or given up): the channel looks unreachable until one gets through.
+    pub async fn last_send_failed(&self, id: i64) -> Result<bool> {
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT state FROM messages WHERE contact_id = ? AND direction = 'out' AND kind IN ('send', 'ask', 'reply') \
+             AND state != 'queued' ORDER BY rowid_ DESC LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(state.is_some_and(|s| matches!(s.as_str(), "rerouted" | "failed" | "refused")))
     }
 
     /// Whether some message was already carried by another channel in place of `original`.
