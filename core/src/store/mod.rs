@@ -14,7 +14,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 mod asnet;
 mod contacts;
-mod groups;
+pub mod groups;
 mod lan;
 mod people;
 mod protocol;
