@@ -656,14 +656,7 @@ impl Runtime {
             return self.person_conversation(&p, limit).await;
         }
         let c = self.contact(name).await?;
-        let rows: Vec<store::MessageRow> = sqlx::query_as(
-            "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 AND kind NOT IN ('receipt', 'roster') \
-             ORDER BY rowid_ DESC LIMIT ?2) ORDER BY rowid_",
-        )
-        .bind(c.id)
-        .bind(limit.unwrap_or(500).clamp(1, 10_000))
-        .fetch_all(&self.store().pool)
-        .await?;
+        let rows = self.store().conversation_page(c.id, limit.unwrap_or(500).clamp(1, 10_000)).await?;
         let auth = self.channel(c.protocol).sender_auth();
         Ok(Value::Array(rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect()))
     }
@@ -837,26 +830,12 @@ impl Runtime {
         if name.is_empty() || name.len() > la::inner::MAX_AGENT_NAME || name.contains('/') {
             return Err(Error::Invalid("agent name must be 1 to 128 characters without `/`".into()));
         }
-        sqlx::query(
-            "INSERT INTO agents (name, harness, status, where_, updated_at) VALUES (?, ?, 'online', ?, ?) \
-             ON CONFLICT(name) DO UPDATE SET harness = excluded.harness, status = 'online', updated_at = excluded.updated_at",
-        )
-        .bind(name)
-        .bind(harness)
-        .bind(format!("{}/{}", self.inner.name, name))
-        .bind(now_ms())
-        .execute(&self.store().pool)
-        .await?;
+        self.store().register_agent(name, harness, &format!("{}/{}", self.inner.name, name), now_ms()).await?;
         self.send_presence().await
     }
 
     async fn agent_unregister(&self, name: &str) -> Result<()> {
-        let n = sqlx::query("DELETE FROM agents WHERE name = ?")
-            .bind(name)
-            .execute(&self.store().pool)
-            .await?
-            .rows_affected();
-        if n == 0 {
+        if !self.store().unregister_agent(name).await? {
             return Err(Error::Invalid(format!("no local agent named `{name}`")));
         }
         self.send_presence().await

@@ -12,12 +12,15 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{SqliteConnection, SqlitePool};
 
+mod agents;
 mod asnet;
 mod contacts;
+pub mod deliveries;
 pub mod groups;
 mod lan;
 mod people;
 mod protocol;
+pub use agents::{HeldGroupSend, HeldSend, ReviewItem};
 pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
@@ -410,6 +413,19 @@ impl Store {
             .bind(id)
             .fetch_optional(&self.pool)
             .await?)
+    }
+
+    /// The newest `limit` messages with contact `contact_id` (no receipts or rosters), oldest
+    /// first.
+    pub async fn conversation_page(&self, contact_id: i64, limit: i64) -> Result<Vec<MessageRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 AND kind NOT IN ('receipt', 'roster') \
+             ORDER BY rowid_ DESC LIMIT ?2) ORDER BY rowid_",
+        )
+        .bind(contact_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Outbox rows due at `now`.
