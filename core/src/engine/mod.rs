@@ -35,6 +35,7 @@ mod groups;
 mod lan;
 mod outbox;
 mod people;
+mod supervise;
 
 pub use agents::Caller;
 pub use channels::Protocol;
@@ -975,25 +976,40 @@ impl Runtime {
 
     /// Starts the long-lived loops (websocket receiver, outbox worker, housekeeping, letmeknow
     /// group followers, the LAN supervisor).
+    /// Each runs under [`supervise::supervise`]: one that ends or panics before shutdown is
+    /// logged and started again after a backoff (up to 30 s).
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let restart = supervise::Restart::RUNTIME;
+        let stop = || self.inner.shutdown.subscribe();
         let mut loops: Vec<_> = Protocol::ALL
             .into_iter()
             .map(|p| {
                 let rt = self.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = rt.channel(p).run(&rt, false).await {
-                        tracing::warn!("{p} receiver stopped: {e}");
+                supervise::supervise(format!("{p} receiver"), stop(), restart, move || {
+                    let rt = rt.clone();
+                    async move {
+                        if let Err(e) = rt.channel(p).run(&rt, false).await {
+                            tracing::warn!("{p} receiver stopped: {e}");
+                        }
                     }
                 })
             })
             .collect();
-        loops.extend([
-            tokio::spawn(self.clone().outbox_loop()),
-            tokio::spawn(self.clone().housekeeping_loop()),
-            tokio::spawn(self.clone().lmk_background_loop()),
-            tokio::spawn(self.clone().lan_supervisor_loop()),
-            tokio::spawn(self.clone().asnet_loop()),
-        ]);
+        let rt = self.clone();
+        loops.push(supervise::supervise("outbox".into(), stop(), restart, move || rt.clone().outbox_loop()));
+        let rt = self.clone();
+        loops
+            .push(supervise::supervise("housekeeping".into(), stop(), restart, move || rt.clone().housekeeping_loop()));
+        let rt = self.clone();
+        loops.push(supervise::supervise("letmeknow followers".into(), stop(), restart, move || {
+            rt.clone().lmk_background_loop()
+        }));
+        let rt = self.clone();
+        loops.push(supervise::supervise("LAN supervisor".into(), stop(), restart, move || {
+            rt.clone().lan_supervisor_loop()
+        }));
+        let rt = self.clone();
+        loops.push(supervise::supervise("ASNET".into(), stop(), restart, move || rt.clone().asnet_loop()));
         loops
     }
 
