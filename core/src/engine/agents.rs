@@ -83,20 +83,7 @@ fn agent_contact_dto(rt: &Runtime, c: &ContactRow) -> Value {
 }
 
 impl Runtime {
-    /// Handles one request from the owner.
-    pub async fn handle(&self, req: Request, one_shot: bool) -> Result<Value> {
-        self.handle_as(&Caller::Owner, req, one_shot).await
-    }
-
-    /// Handles one request from `caller`, applying its permissions and the delivery policy.
-    pub async fn handle_as(&self, caller: &Caller, req: Request, one_shot: bool) -> Result<Value> {
-        match caller {
-            Caller::Owner => self.handle_owner(req, one_shot).await,
-            Caller::Agent(agent) => self.handle_agent(agent, req, one_shot).await,
-        }
-    }
-
-    async fn handle_owner(&self, req: Request, one_shot: bool) -> Result<Value> {
+    pub(super) async fn handle_owner(&self, req: Request, one_shot: bool) -> Result<Value> {
         match req {
             Request::Send { ref contact, .. } => {
                 let contact = contact.clone();
@@ -184,7 +171,7 @@ impl Runtime {
         Ok(agent)
     }
 
-    async fn handle_agent(&self, me: &str, req: Request, one_shot: bool) -> Result<Value> {
+    pub(super) async fn handle_agent(&self, me: &str, req: Request, one_shot: bool) -> Result<Value> {
         let not_you =
             |other: &str| Error::Forbidden(format!("this session is agent `{me}`; it cannot act as `{other}`"));
         match req {
