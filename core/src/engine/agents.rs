@@ -15,7 +15,6 @@
 #![allow(clippy::indexing_slicing)]
 
 use serde_json::{Value, json};
-use sqlx::Row;
 
 use super::delivery::label_value;
 use super::{Error, Result, Runtime};
@@ -84,20 +83,7 @@ fn agent_contact_dto(rt: &Runtime, c: &ContactRow) -> Value {
 }
 
 impl Runtime {
-    /// Handles one request from the owner.
-    pub async fn handle(&self, req: Request, one_shot: bool) -> Result<Value> {
-        self.handle_as(&Caller::Owner, req, one_shot).await
-    }
-
-    /// Handles one request from `caller`, applying its permissions and the delivery policy.
-    pub async fn handle_as(&self, caller: &Caller, req: Request, one_shot: bool) -> Result<Value> {
-        match caller {
-            Caller::Owner => self.handle_owner(req, one_shot).await,
-            Caller::Agent(agent) => self.handle_agent(agent, req, one_shot).await,
-        }
-    }
-
-    async fn handle_owner(&self, req: Request, one_shot: bool) -> Result<Value> {
+    pub(super) async fn handle_owner(&self, req: Request, one_shot: bool) -> Result<Value> {
         match req {
             Request::Send { ref contact, .. } => {
                 let contact = contact.clone();
@@ -117,13 +103,8 @@ impl Runtime {
                 }
                 self.ensure_floor(&agent).await?;
                 let token = random_token();
-                sqlx::query("INSERT INTO agent_tokens (token_hash, agent, harness, created_at) VALUES (?, ?, ?, ?)")
-                    .bind(sha256(token.as_bytes()).as_slice())
-                    .bind(&agent)
-                    .bind(harness.as_deref().unwrap_or("mcp"))
-                    .bind(now_ms())
-                    .execute(&self.store().pool)
-                    .await?;
+                let harness = harness.as_deref().unwrap_or("mcp");
+                self.store().insert_agent_token(sha256(token.as_bytes()).as_slice(), &agent, harness, now_ms()).await?;
                 Ok(json!({"agent": agent, "token": token}))
             }
             Request::SessionClose => Err(Error::Invalid("only an agent session can close itself".into())),
@@ -168,14 +149,7 @@ impl Runtime {
                     return Err(Error::Invalid("mode must be auto, review or default".into()));
                 }
                 let c = self.contact(&name).await?;
-                sqlx::query(
-                    "INSERT INTO conversations (contact_id, outbound) VALUES (?, ?) \
-                     ON CONFLICT(contact_id) DO UPDATE SET outbound = excluded.outbound",
-                )
-                .bind(c.id)
-                .bind(&mode)
-                .execute(&self.store().pool)
-                .await?;
+                self.store().set_conversation_outbound(c.id, &mode).await?;
                 Ok(json!({"contact": name, "outbound": mode}))
             }
             Request::Dnd { on } => match on {
@@ -197,7 +171,7 @@ impl Runtime {
         Ok(agent)
     }
 
-    async fn handle_agent(&self, me: &str, req: Request, one_shot: bool) -> Result<Value> {
+    pub(super) async fn handle_agent(&self, me: &str, req: Request, one_shot: bool) -> Result<Value> {
         let not_you =
             |other: &str| Error::Forbidden(format!("this session is agent `{me}`; it cannot act as `{other}`"));
         match req {
@@ -311,10 +285,7 @@ impl Runtime {
                 policy.loop_limit
             )));
         }
-        let outbound: Option<String> = sqlx::query_scalar("SELECT outbound FROM conversations WHERE contact_id = ?")
-            .bind(c.id)
-            .fetch_optional(&self.store().pool)
-            .await?;
+        let outbound = self.store().conversation_outbound(c.id).await?;
         let review = match outbound.as_deref() {
             Some("review") => true,
             Some("auto") => false,
@@ -324,20 +295,10 @@ impl Runtime {
             if c.state != "active" {
                 return Err(Error::Pending(contact.into()));
             }
-            let id = sqlx::query(
-                "INSERT INTO review_queue (agent, contact_id, kind, body, reply_to, to_agent, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(me)
-            .bind(c.id)
-            .bind(k.as_str())
-            .bind(&text)
-            .bind(&reply_to)
-            .bind(&to_agent)
-            .bind(now_ms())
-            .execute(&self.store().pool)
-            .await?
-            .last_insert_rowid();
+            let id = self
+                .store()
+                .hold_send(me, c.id, k.as_str(), &text, reply_to.as_deref(), to_agent.as_deref(), now_ms())
+                .await?;
             return Ok(json!({
                 "id": Value::Null,
                 "review_id": id,
@@ -358,32 +319,26 @@ impl Runtime {
 
     async fn review_list(&self) -> Result<Value> {
         // A held message is for a contact (1:1) or for a letmeknow group (`group`, `to`).
-        let rows = sqlx::query(
-            "SELECT r.id, r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, r.created_at, r.group_id, r.to_fp, \
-             a.challenge_id, a.expires_at FROM review_queue r LEFT JOIN contacts c ON c.id = r.contact_id \
-             LEFT JOIN asnet_challenges a ON a.challenge_id = r.asnet_challenge WHERE r.state = 'pending' ORDER BY r.id",
-        )
-        .fetch_all(&self.store().pool)
-        .await?;
+        let rows = self.store().pending_reviews().await?;
         Ok(Value::Array(
             rows.iter()
                 .map(|r| {
                     json!({
-                        "id": r.get::<i64, _>(0),
-                        "agent": r.get::<String, _>(1),
-                        "contact": r.get::<Option<String>, _>(2),
-                        "group": r.get::<Option<String>, _>(8),
-                        "to": r.get::<Option<String>, _>(9),
-                        "kind": r.get::<String, _>(3),
-                        "text": r.get::<String, _>(4),
-                        "reply_to": r.get::<Option<String>, _>(5),
-                        "to_agent": r.get::<Option<String>, _>(6),
-                        "created_at": r.get::<i64, _>(7),
+                        "id": r.id,
+                        "agent": r.agent,
+                        "contact": r.contact,
+                        "group": r.group_id,
+                        "to": r.to_fp,
+                        "kind": r.kind,
+                        "text": r.body,
+                        "reply_to": r.reply_to,
+                        "to_agent": r.to_agent,
+                        "created_at": r.created_at,
                         // An ASNET challenge: approving sends VERIFY for exactly this action.
-                        "asnet": r.get::<Option<String>, _>(10).map(|id| json!({
+                        "asnet": r.challenge_id.as_ref().map(|id| json!({
                             "challenge_id": id,
-                            "action": serde_json::from_str::<Value>(&r.get::<String, _>(4)).unwrap_or(Value::Null),
-                            "expires_at": r.get::<Option<i64>, _>(11),
+                            "action": serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null),
+                            "expires_at": r.expires_at,
                         })),
                     })
                 })
@@ -392,25 +347,10 @@ impl Runtime {
     }
 
     async fn review_approve(&self, id: i64) -> Result<Value> {
-        let group = sqlx::query(
-            "SELECT agent, group_id, body, to_fp, reply_to FROM review_queue \
-             WHERE id = ? AND state = 'pending' AND group_id IS NOT NULL",
-        )
-        .bind(id)
-        .fetch_optional(&self.store().pool)
-        .await?;
-        if let Some(g) = group {
+        if let Some(g) = self.store().held_group_send(id).await? {
             // A group send: sent as the session that wrote it; approving is operator input.
-            let (handle, gid): (String, String) = (g.get(0), g.get(1));
-            let sent = self
-                .lmk_send(
-                    &handle,
-                    &gid,
-                    g.get::<String, _>(2).as_str(),
-                    g.get::<Option<String>, _>(3).as_deref(),
-                    g.get::<Option<String>, _>(4).as_deref(),
-                )
-                .await?;
+            let (handle, gid) = (g.agent, g.group_id);
+            let sent = self.lmk_send(&handle, &gid, &g.body, g.to_fp.as_deref(), g.reply_to.as_deref()).await?;
             self.lmk_operator_input(&handle, &gid).await?;
             let decided = self.review_decide(id, "approved", sent["id"].as_str()).await?;
             let mut v = sent;
@@ -419,45 +359,25 @@ impl Runtime {
             }
             return Ok(v);
         }
-        let row = sqlx::query(
-            "SELECT r.agent, c.name, r.kind, r.body, r.reply_to, r.to_agent, c.id FROM review_queue r \
-             JOIN contacts c ON c.id = r.contact_id WHERE r.id = ? AND r.state = 'pending'",
-        )
-        .bind(id)
-        .fetch_optional(&self.store().pool)
-        .await?
-        .ok_or_else(|| Error::Invalid(format!("no pending review {id}")))?;
-        let agent: String = row.get(0);
-        let contact: String = row.get(1);
-        let kind: String = row.get(2);
-        let k = send_kind(Some(&kind), row.get::<Option<String>, _>(4).as_deref())?;
+        let row = self.store().held_send(id).await?.ok_or_else(|| Error::Invalid(format!("no pending review {id}")))?;
+        let k = send_kind(Some(&row.kind), row.reply_to.as_deref())?;
         let msg = self
             .send(
-                &contact,
+                &row.contact,
                 k,
-                Value::String(row.get(3)),
-                row.get::<Option<String>, _>(4).as_deref(),
-                Some(&agent),
-                row.get::<Option<String>, _>(5).as_deref(),
+                Value::String(row.body),
+                row.reply_to.as_deref(),
+                Some(&row.agent),
+                row.to_agent.as_deref(),
             )
             .await?;
-        self.operator_input(row.get(6)).await?;
+        self.operator_input(row.contact_id).await?;
         self.review_decide(id, "approved", Some(&msg)).await?;
         self.message_view(&msg).await
     }
 
     async fn review_decide(&self, id: i64, state: &str, message_id: Option<&str>) -> Result<Value> {
-        let n = sqlx::query(
-            "UPDATE review_queue SET state = ?, message_id = ?, decided_at = ? WHERE id = ? AND state = 'pending'",
-        )
-        .bind(state)
-        .bind(message_id)
-        .bind(now_ms())
-        .bind(id)
-        .execute(&self.store().pool)
-        .await?
-        .rows_affected();
-        if n == 0 {
+        if !self.store().decide_review(id, state, message_id, now_ms()).await? {
             return Err(Error::Invalid(format!("no pending review {id}")));
         }
         Ok(json!({"review_id": id, "state": state, "message_id": message_id}))
@@ -492,29 +412,15 @@ impl Runtime {
         if token.is_empty() {
             return Ok(None);
         }
-        Ok(sqlx::query_scalar("SELECT agent FROM agent_tokens WHERE token_hash = ?")
-            .bind(sha256(token.as_bytes()).as_slice())
-            .fetch_optional(&self.store().pool)
-            .await?)
+        Ok(self.store().agent_for_token_hash(sha256(token.as_bytes()).as_slice()).await?)
     }
 
     /// Ends the session holding `token`; an agent left without sessions shows as offline.
     pub async fn close_session(&self, token: &str) -> Result<Value> {
         let hash = sha256(token.as_bytes());
-        let agent: Option<String> = sqlx::query_scalar("DELETE FROM agent_tokens WHERE token_hash = ? RETURNING agent")
-            .bind(hash.as_slice())
-            .fetch_optional(&self.store().pool)
-            .await?;
+        let agent = self.store().delete_agent_token(hash.as_slice()).await?;
         if let Some(a) = &agent {
-            sqlx::query(
-                "UPDATE agents SET status = 'offline', updated_at = ? WHERE name = ? \
-                 AND NOT EXISTS (SELECT 1 FROM agent_tokens WHERE agent = ?)",
-            )
-            .bind(now_ms())
-            .bind(a)
-            .bind(a)
-            .execute(&self.store().pool)
-            .await?;
+            self.store().offline_unless_session(a, now_ms()).await?;
         }
         Ok(json!({"closed": agent}))
     }
@@ -522,7 +428,6 @@ impl Runtime {
     /// Forgets every agent session token (a runtime starting to serve: sessions of an earlier
     /// runtime must open again).
     pub async fn revoke_agent_tokens(&self) -> Result<()> {
-        sqlx::query("DELETE FROM agent_tokens").execute(&self.store().pool).await?;
-        Ok(())
+        Ok(self.store().delete_agent_tokens().await?)
     }
 }

@@ -26,10 +26,10 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sqlx::Row;
 
 use super::{Error, Event, Result, Runtime};
 use crate::store::ContactRow;
+use crate::store::deliveries as db;
 use crate::util::{hex, now_ms, random_array};
 
 /// A new agent's queue starts with at most this many earlier messages.
@@ -204,15 +204,7 @@ impl Runtime {
     /// Agent-to-agent hops in the conversation with `contact_id` since the last operator input,
     /// counting messages up to `upto` (a message row).
     pub(super) async fn hops(&self, contact_id: i64, upto: i64) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM messages WHERE contact_id = ?1 \
-             AND rowid_ > COALESCE((SELECT reset_rowid FROM conversations WHERE contact_id = ?1), 0) \
-             AND rowid_ <= ?2 AND kind IN ('send', 'ask', 'reply') AND (direction = 'out' OR state = 'received')",
-        )
-        .bind(contact_id)
-        .bind(upto)
-        .fetch_one(&self.store().pool)
-        .await?)
+        Ok(self.store().hops(contact_id, upto).await?)
     }
 
     /// Operator input in the conversation with `contact_id`: the loop guard counts from here, and
@@ -220,22 +212,8 @@ impl Runtime {
     pub(super) async fn operator_input(&self, contact_id: i64) -> Result<u64> {
         // IMMEDIATE: reads then writes must not meet a stale WAL snapshot (SQLITE_BUSY_SNAPSHOT).
         let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(
-            "INSERT INTO conversations (contact_id, reset_rowid) VALUES (?1, (SELECT COALESCE(MAX(rowid_), 0) FROM messages)) \
-             ON CONFLICT(contact_id) DO UPDATE SET reset_rowid = excluded.reset_rowid",
-        )
-        .bind(contact_id)
-        .execute(&mut *tx)
-        .await?;
-        let released = sqlx::query(
-            "UPDATE agent_deliveries SET state = 'queued', due_at = ?2 WHERE state = 'paused' \
-             AND message IN (SELECT rowid_ FROM messages WHERE contact_id = ?1)",
-        )
-        .bind(contact_id)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        db::reset_conversation(&mut tx, contact_id).await?;
+        let released = db::release_paused(&mut tx, contact_id, now_ms()).await?;
         tx.commit().await?;
         if released > 0 {
             self.emit(Event::Resumed { contact_id });
@@ -245,28 +223,13 @@ impl Runtime {
 
     /// Where a new agent's queue starts (the last few messages are caught up on).
     pub(super) async fn ensure_floor(&self, agent: &str) -> Result<()> {
-        // Only for an agent without a floor (the history is not looked at on every call); the
-        // newest rows first, by rowid (`+direction`: not by the direction index, which would
-        // sort the whole history).
-        sqlx::query(
-            "INSERT INTO agent_floors (agent, floor_rowid) SELECT ?1, COALESCE((SELECT rowid_ FROM messages \
-             WHERE +direction = 'in' AND kind IN ('send', 'ask', 'reply') ORDER BY rowid_ DESC LIMIT 1 OFFSET ?2), 0) \
-             WHERE NOT EXISTS (SELECT 1 FROM agent_floors WHERE agent = ?1) ON CONFLICT(agent) DO NOTHING",
-        )
-        .bind(agent)
-        .bind(CATCH_UP)
-        .execute(&self.store().pool)
-        .await?;
-        Ok(())
+        // Only for an agent without a floor (the history is not looked at on every call).
+        Ok(self.store().ensure_agent_floor(agent, CATCH_UP).await?)
     }
 
     /// Fails unless `agent` is a registered local agent.
     pub(super) async fn require_agent(&self, agent: &str) -> Result<()> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM agents WHERE name = ?")
-            .bind(agent)
-            .fetch_one(&self.store().pool)
-            .await?;
-        if n == 0 {
+        if !self.store().is_agent(agent).await? {
             return Err(Error::Invalid(format!("no local agent named `{agent}`: register it first")));
         }
         self.ensure_floor(agent).await
@@ -280,60 +243,27 @@ impl Runtime {
         // Only rows above the floor (where the agent's queue starts) and above what it already
         // looked at (migration 0008: releasing an older row moves that mark back) are candidates,
         // so a wait costs what arrived since, not the whole history.
-        let (floor, scanned): (i64, i64) =
-            sqlx::query_as("SELECT floor_rowid, scanned_rowid FROM agent_floors WHERE agent = ?")
-                .bind(agent)
-                .fetch_optional(&mut *tx)
-                .await?
-                .unwrap_or((0, 0));
-        let rows = sqlx::query(
-            // `+direction`: walk the rowid range above the mark, not the direction index (which
-            // holds every incoming row).
-            "SELECT m.rowid_, m.contact_id, m.to_agent, m.reply_to, m.created_at FROM messages m \
-             WHERE +m.direction = 'in' AND m.state = 'received' AND m.kind IN ('send', 'ask', 'reply') \
-             AND m.rowid_ > ?2 AND NOT EXISTS (SELECT 1 FROM agent_deliveries d WHERE d.agent = ?1 AND d.message = m.rowid_) \
-             AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = m.contact_id AND c.blocked = 1) \
-             ORDER BY m.rowid_ LIMIT ?3",
-        )
-        .bind(agent)
-        .bind(floor.max(scanned))
-        .bind(SCAN_PAGE)
-        .fetch_all(&mut *tx)
-        .await?;
+        let (floor, scanned) = db::agent_floor(&mut tx, agent).await?;
+        let rows = db::unclassified_messages(&mut tx, agent, floor.max(scanned), SCAN_PAGE).await?;
         // What this look covered: every row up to the newest, or up to the last one it classified
         // when the page was full (more may follow).
         let covered: i64 = match rows.last() {
-            Some(last) if i64::try_from(rows.len()).unwrap_or(i64::MAX) >= SCAN_PAGE => last.get(0),
-            _ => sqlx::query_scalar("SELECT COALESCE(MAX(rowid_), 0) FROM messages").fetch_one(&mut *tx).await?,
+            Some(last) if i64::try_from(rows.len()).unwrap_or(i64::MAX) >= SCAN_PAGE => last.rowid_,
+            _ => db::newest_message_rowid(&mut tx).await?,
         };
         if covered > scanned {
-            sqlx::query("UPDATE agent_floors SET scanned_rowid = ? WHERE agent = ?")
-                .bind(covered)
-                .bind(agent)
-                .execute(&mut *tx)
-                .await?;
+            db::set_scanned(&mut tx, agent, covered).await?;
         }
         if rows.is_empty() {
             tx.commit().await?;
             return Ok(());
         }
-        let locals: Vec<String> = sqlx::query_scalar("SELECT name FROM agents").fetch_all(&mut *tx).await?;
+        let locals = db::agent_names(&mut tx).await?;
         for r in rows {
-            let rowid: i64 = r.get(0);
-            let contact_id: Option<i64> = r.get(1);
-            let to_agent: Option<String> = r.get(2);
-            let reply_to: Option<String> = r.get(3);
-            let at: i64 = r.get(4);
+            let db::UnclassifiedMessage { rowid_: rowid, contact_id, to_agent, reply_to, created_at: at } = r;
             let mut addressed = to_agent.as_deref().is_some_and(|t| names(t, agent));
             if !addressed && let Some(re) = &reply_to {
-                let mine: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM messages WHERE direction = 'out' AND id = ? AND from_agent = ?",
-                )
-                .bind(re)
-                .bind(agent)
-                .fetch_one(&mut *tx)
-                .await?;
-                addressed = mine > 0;
+                addressed = db::sent_by(&mut tx, re, agent).await?;
             }
             let elsewhere =
                 !addressed && to_agent.as_deref().is_some_and(|t| locals.iter().any(|l| l != agent && names(t, l)));
@@ -347,30 +277,12 @@ impl Runtime {
             if state == "queued"
                 && let Some(cid) = contact_id
             {
-                let hops: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM messages WHERE contact_id = ?1 \
-                     AND rowid_ > COALESCE((SELECT reset_rowid FROM conversations WHERE contact_id = ?1), 0) \
-                     AND rowid_ <= ?2 AND kind IN ('send', 'ask', 'reply') AND (direction = 'out' OR state = 'received')",
-                )
-                .bind(cid)
-                .bind(rowid)
-                .fetch_one(&mut *tx)
-                .await?;
+                let hops = db::conversation_hops(&mut *tx, cid, rowid).await?;
                 if hops > policy.loop_limit {
                     state = "paused";
                 }
             }
-            sqlx::query(
-                "INSERT INTO agent_deliveries (agent, message, mode, state, due_at) VALUES (?, ?, ?, ?, ?) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(agent)
-            .bind(rowid)
-            .bind(mode)
-            .bind(state)
-            .bind(due)
-            .execute(&mut *tx)
-            .await?;
+            db::insert_delivery(&mut tx, agent, rowid, mode, state, due).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -380,29 +292,16 @@ impl Runtime {
     pub(super) async fn unread(&self, agent: &str) -> Result<i64> {
         self.refresh_queue(agent).await?;
         // Handed deliveries count again once their lease expired: they will be handed out again.
-        Ok(sqlx::query_scalar(
-            "SELECT (SELECT COUNT(*) FROM agent_deliveries WHERE agent = ?1 AND state = 'queued') \
-             + (SELECT COUNT(*) FROM agent_deliveries WHERE agent = ?1 AND state = 'handed' AND leased_at <= ?2)",
-        )
-        .bind(agent)
-        .bind(now_ms().saturating_sub(LEASE_MS))
-        .fetch_one(&self.store().pool)
-        .await?)
+        Ok(self.store().undelivered_count(agent, now_ms().saturating_sub(LEASE_MS)).await?)
     }
 
     async fn paused_count(&self, agent: &str) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM agent_deliveries WHERE agent = ? AND state = 'paused'")
-            .bind(agent)
-            .fetch_one(&self.store().pool)
-            .await?)
+        Ok(self.store().paused_count(agent).await?)
     }
 
     async fn queue_counts(&self, agent: &str) -> Result<Value> {
         let paused = self.paused_count(agent).await?;
-        let held: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM review_queue WHERE agent = ? AND state = 'pending'")
-            .bind(agent)
-            .fetch_one(&self.store().pool)
-            .await?;
+        let held = self.store().held_for_review(agent).await?;
         Ok(json!({"paused_by_loop_guard": paused, "held_for_review": held}))
     }
 
@@ -463,43 +362,15 @@ impl Runtime {
         let lease = format!("L{}", hex(&random_array::<16>()));
         // IMMEDIATE: two concurrent waits of one agent must not hand out the same rows.
         let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
-        let rows = sqlx::query(
-            // Two ranges of the (agent, state, due_at) index, named so that the planner does not
-            // walk every delivery the agent ever had in message order instead.
-            "SELECT message, mode, handed_count FROM agent_deliveries INDEXED BY agent_deliveries_queued \
-             WHERE agent = ?1 AND state = 'queued' AND due_at <= ?2 UNION ALL \
-             SELECT message, mode, handed_count FROM agent_deliveries INDEXED BY agent_deliveries_queued \
-             WHERE agent = ?1 AND state = 'handed' AND leased_at <= ?3 ORDER BY message LIMIT 200",
-        )
-        .bind(agent)
-        .bind(until)
-        .bind(expired)
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows = db::due_deliveries(&mut tx, agent, until, expired).await?;
         for r in &rows {
-            let rowid: i64 = r.get(0);
-            sqlx::query(
-                "UPDATE agent_deliveries SET state = 'handed', lease = ?, leased_at = ?, \
-                 handed_count = handed_count + 1 WHERE agent = ? AND message = ?",
-            )
-            .bind(&lease)
-            .bind(now)
-            .bind(agent)
-            .bind(rowid)
-            .execute(&mut *tx)
-            .await?;
+            db::hand_delivery(&mut tx, agent, r.message, &lease, now).await?;
         }
         tx.commit().await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
-            let rowid: i64 = r.get(0);
-            let mode: String = r.get(1);
-            let handed_before: i64 = r.get(2);
-            let m: Option<crate::store::MessageRow> = sqlx::query_as("SELECT * FROM messages WHERE rowid_ = ?")
-                .bind(rowid)
-                .fetch_optional(&self.store().pool)
-                .await?;
-            if let Some(m) = m {
+            let db::DueDelivery { message: rowid, mode, handed_count: handed_before } = r;
+            if let Some(m) = self.store().message_by_rowid(rowid).await? {
                 let mut d = self.fenced_dto(&m, &mode).await?;
                 if let Some(o) = d.as_object_mut() {
                     o.insert("redelivered".into(), Value::Bool(handed_before > 0));
@@ -526,40 +397,20 @@ impl Runtime {
             return self.lmk_ack(agent, lease, ids).await;
         }
         let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
-        let owners: Vec<String> = sqlx::query_scalar("SELECT DISTINCT agent FROM agent_deliveries WHERE lease = ?")
-            .bind(lease)
-            .fetch_all(&mut *tx)
-            .await?;
+        let owners = db::delivery_lease_holders(&mut tx, lease).await?;
         if let Some(me) = agent
             && owners.iter().any(|o| o != me)
         {
             return Err(Error::Forbidden(format!("lease `{}` was not handed to agent `{me}`", label_value(lease))));
         }
         let now = now_ms();
-        let rows = sqlx::query(
-            "SELECT d.message, m.id FROM agent_deliveries d JOIN messages m ON m.rowid_ = d.message \
-             WHERE d.lease = ? AND d.state = 'handed'",
-        )
-        .bind(lease)
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows = db::handed_under(&mut tx, lease).await?;
         let mut acked = 0u64;
-        for r in rows {
-            let rowid: i64 = r.get(0);
-            let id: String = r.get(1);
+        for (rowid, id) in rows {
             if ids.is_some_and(|ids| !ids.contains(&id)) {
                 continue;
             }
-            acked += sqlx::query(
-                "UPDATE agent_deliveries SET state = 'delivered', delivered_at = ? \
-                 WHERE lease = ? AND message = ? AND state = 'handed'",
-            )
-            .bind(now)
-            .bind(lease)
-            .bind(rowid)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            acked += db::ack_delivery(&mut tx, lease, rowid, now).await?;
         }
         tx.commit().await?;
         Ok(json!({"lease": lease, "acked": acked, "agent": owners.first()}))
@@ -585,15 +436,7 @@ impl Runtime {
             };
             next = m.reply_to.clone();
             if m.direction == "in" {
-                sqlx::query(
-                    "UPDATE agent_deliveries SET state = 'delivered', delivered_at = ? WHERE agent = ? AND message = ? \
-                     AND state IN ('queued', 'handed')",
-                )
-                .bind(now_ms())
-                .bind(agent)
-                .bind(m.rowid_)
-                .execute(&self.store().pool)
-                .await?;
+                self.store().mark_read_delivered(agent, m.rowid_, now_ms()).await?;
                 chain.push(self.fenced_dto(&m, "read").await?);
             } else {
                 chain.push(json!({
@@ -630,14 +473,7 @@ impl Runtime {
             }
             self.refresh_queue(agent).await?;
             // The next thing to hand out: a queued delivery falling due, or a lease expiring unacked.
-            let next: Option<i64> = sqlx::query_scalar(
-                "SELECT MIN(CASE state WHEN 'queued' THEN due_at ELSE leased_at + ?2 END) FROM agent_deliveries \
-                 WHERE agent = ?1 AND state IN ('queued', 'handed')",
-            )
-            .bind(agent)
-            .bind(LEASE_MS)
-            .fetch_one(&self.store().pool)
-            .await?;
+            let next = self.store().next_delivery_at(agent, LEASE_MS).await?;
             let now = now_ms();
             // Do-not-disturb: keep waiting (an `Event::Dnd` wakes this loop when it goes off).
             let dnd = self.dnd().await?;

@@ -17,24 +17,26 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast, watch};
 
-use crate::bridge::api::Request;
 use crate::identity::DeviceIdentity;
 use crate::identity::keystore::{Keystore, KeystoreError, KeystoreKind, KeystorePreference};
 use crate::profile::Profile;
 use crate::protocol::letagents::inner::RosterEntry;
 use crate::protocol::letagents::{self as la, Kind, PeerKeys, STALE_AFTER_MS};
-use crate::store::{self, ContactRow, Store};
+use crate::store::{self, Store};
 use crate::transport::letagents::RelayClient;
 
 mod agents;
 mod asnet;
 mod channels;
+mod contacts;
 mod delivery;
+mod dispatch;
 mod error;
 mod groups;
 mod lan;
 mod outbox;
 mod people;
+mod supervise;
 
 pub use agents::Caller;
 pub use channels::Protocol;
@@ -47,7 +49,7 @@ pub use outbox::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, backoff_ms};
 pub use people::CHANNEL_ORDER;
 
 use crate::util::{OsRng, b64u, b64u_array, hex_decode, now_ms};
-use channels::{AgentMail, ContactAdd, Letagents, Outgoing, Stringcup};
+use channels::{AgentMail, Letagents, Outgoing, Stringcup};
 
 const DEFAULT_ALLOW: &str = "send,ask,reply,list";
 /// Most pending contact requests kept; further hellos from strangers are dropped.
@@ -400,214 +402,6 @@ impl Runtime {
         }
     }
 
-    // ----- requests -----------------------------------------------------------------------
-
-    /// Handles one request for the owner, after `agents::handle_as` applied the caller's
-    /// permissions and the delivery policy. `one_shot` runtimes sync with the relay around it.
-    async fn handle_core(&self, req: Request, one_shot: bool) -> Result<Value> {
-        match req {
-            Request::Whoami => self.whoami().await,
-            Request::Status => self.status().await,
-            Request::Lan { on } => self.lan_request(on).await,
-            Request::ContactAdd { address, name, allow, relay: _, no_hello } if people::looks_like_link(&address) => {
-                let v = self.person_add(&address, name.as_deref(), allow.as_deref(), !no_hello).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                Ok(v)
-            }
-            asnet @ (Request::AsnetSetup { .. }
-            | Request::AsnetRegister { .. }
-            | Request::AsnetLookup { .. }
-            | Request::AsnetConnect { .. }
-            | Request::AsnetAccept { .. }
-            | Request::AsnetConnections
-            | Request::AsnetDisconnect { .. }
-            | Request::AsnetStatus) => self.asnet_request(asnet).await,
-            Request::ContactAdd { address, name, allow, relay, no_hello } => {
-                let v = self
-                    .contact_add(ContactAdd {
-                        address: &address,
-                        name: name.as_deref(),
-                        allow: allow.as_deref(),
-                        relay: relay.as_deref(),
-                        hello: !no_hello,
-                    })
-                    .await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                Ok(v)
-            }
-            Request::ContactList => {
-                if one_shot {
-                    self.sync_best_effort().await;
-                }
-                self.contact_list().await
-            }
-            Request::ContactRequests => {
-                if one_shot {
-                    self.sync_best_effort().await;
-                }
-                Ok(Value::Array(
-                    self.store().contacts(Some("pending")).await?.iter().map(|c| self.contact_dto(c)).collect(),
-                ))
-            }
-            Request::ContactAccept { name, new_name } => self.contact_accept(&name, new_name.as_deref()).await,
-            Request::ContactDeny { name } => self.contact_deny(&name).await,
-            // A person's name stands for every channel (verify: those its identity signed).
-            Request::ContactBlock { name } => self.block_contact_or_person(&name, true).await,
-            Request::ContactUnblock { name } => self.block_contact_or_person(&name, false).await,
-            Request::ContactVerify { name } => self.verify_contact_or_person(&name).await,
-            Request::ContactMerge { name, other, confirm_safety_number } => {
-                self.contact_merge(&name, &other, confirm_safety_number.as_deref()).await
-            }
-            Request::ContactSplit { name, protocol } => self.contact_split(&name, &protocol).await,
-            Request::ContactAllow { name, kinds } => self.contact_allow(&name, &kinds).await,
-            Request::ContactRule { name, from, to, action } => self.contact_rule(&name, &from, &to, &action).await,
-            Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => {
-                let kind = match kind.as_deref().unwrap_or("send") {
-                    "send" => Kind::Send,
-                    "ask" => Kind::Ask,
-                    "reply" => Kind::Reply,
-                    other => {
-                        return Err(Error::Invalid(format!("cannot send kind `{other}` (send, ask, reply)")));
-                    }
-                };
-                if kind == Kind::Reply && reply_to.is_none() {
-                    return Err(Error::Invalid("a reply needs --reply-to ID".into()));
-                }
-                let id = self
-                    .send(
-                        &contact,
-                        kind,
-                        Value::String(text),
-                        reply_to.as_deref(),
-                        from_agent.as_deref(),
-                        to_agent.as_deref(),
-                    )
-                    .await?;
-                // Queued (committed) now: a failed first attempt is the outbox's to retry, not
-                // an error that would invite a duplicate.
-                if one_shot && let Err(e) = self.flush_once(true).await {
-                    tracing::warn!("message {id} is queued; sending it now failed: {e}");
-                }
-                self.message_view(&id).await
-            }
-            Request::MailSend { contact, text, subject, reply_to, attachments } => {
-                let files = crate::protocol::agent_mail::attachment::decode(&attachments)?;
-                let c = channels::agent_mail::parts::mail_contact(self, &contact, !files.is_empty()).await?;
-                let kind = if reply_to.is_some() { "reply" } else { "send" };
-                let out = channels::agent_mail::MailOut {
-                    kind,
-                    text: &text,
-                    reply_to: reply_to.as_deref(),
-                    subject: subject.as_deref(),
-                    from_agent: None,
-                    to_agent: None,
-                    attachments: &files,
-                };
-                let id = self.inner.agent_mail.agent_mail_send(self, &c, out).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                self.message_view(&id).await
-            }
-            Request::MailSave { id, part, to } => channels::agent_mail::parts::save(self, &id, part, &to).await,
-            Request::MailAttachment { id, part } => channels::agent_mail::parts::read_for_agent(self, &id, part).await,
-            Request::Settings { allow_local_networks } => {
-                channels::agent_mail::local_net::settings(self, allow_local_networks).await
-            }
-            Request::List { contact } => {
-                let id = self.send(&contact, Kind::List, Value::String(String::new()), None, None, None).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                self.message_view(&id).await
-            }
-            Request::Inbox { all, wait_secs } => self.inbox(all, wait_secs, one_shot).await,
-            Request::Message { id } => self.message_view(&id).await,
-            Request::Conversation { contact, limit } => self.conversation(&contact, limit).await,
-            Request::Log { search, limit } => {
-                let rows = self.store().audit_log(search.as_deref(), limit.unwrap_or(200).clamp(1, 10_000)).await?;
-                Ok(serde_json::to_value(rows).map_err(|e| Error::Bug(e.to_string()))?)
-            }
-            Request::AgentRegister { name, harness } => {
-                self.agent_register(&name, harness.as_deref().unwrap_or("cli")).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                self.agents().await
-            }
-            Request::AgentUnregister { name } => {
-                self.agent_unregister(&name).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                self.agents().await
-            }
-            Request::AgentList => self.agents().await,
-            Request::Flush => {
-                self.flush_once(true).await?;
-                Ok(json!({"queued": self.store().outbox_len().await?}))
-            }
-            Request::PairOpen => self.inner.stringcup.pair_open(self).await,
-            Request::PairWait { token, name, timeout_secs } => {
-                self.inner.stringcup.pair_wait(self, &token, name.as_deref(), timeout_secs.min(3600)).await
-            }
-            Request::TopicCreate { members } => self.inner.stringcup.topic_create(self, &members).await,
-            Request::TopicList => self.inner.stringcup.topic_list(self).await,
-            Request::TopicAdd { topic, members } => self.inner.stringcup.topic_add(self, &topic, &members).await,
-            Request::TopicRemove { topic, member } => {
-                self.inner.stringcup.topic_remove(self, &topic, member.as_deref()).await
-            }
-            Request::TopicDelete { topic } => self.inner.stringcup.topic_delete(self, &topic).await,
-            Request::TopicSend { topic, text } => {
-                let v = self.inner.stringcup.topic_send(self, &topic, &text).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                Ok(v)
-            }
-            Request::TokenRotate => self.inner.stringcup.stringcup_rotate_if_due(self, true).await,
-            Request::StringcupKeyUpdate => self.inner.stringcup.stringcup_key_update(self).await,
-            Request::MailRotate => self.inner.agent_mail.agent_mail_rotate(self).await,
-            Request::MailClose => self.inner.agent_mail.agent_mail_set_closed(self, true).await,
-            Request::MailOpen => self.inner.agent_mail.agent_mail_set_closed(self, false).await,
-            Request::SessionOpen { .. }
-            | Request::SessionClose
-            | Request::Read { .. }
-            | Request::Wait { .. }
-            | Request::Unread { .. }
-            | Request::Ack { .. }
-            | Request::ReviewList
-            | Request::ReviewApprove { .. }
-            | Request::ReviewReject { .. }
-            | Request::Policy { .. }
-            | Request::ContactReview { .. }
-            | Request::Resume { .. }
-            | Request::Dnd { .. } => Err(Error::Bug("agent and policy requests are routed by handle_as".into())),
-            group @ (Request::GroupSession { .. }
-            | Request::GroupInvite { .. }
-            | Request::GroupInviteWait { .. }
-            | Request::GroupJoin { .. }
-            | Request::GroupList { .. }
-            | Request::GroupSend { .. }
-            | Request::GroupRead { .. }
-            | Request::GroupMembers { .. }
-            | Request::GroupRemove { .. }
-            | Request::GroupLeave { .. }
-            | Request::GroupSessionDelete { .. }
-            | Request::GroupDeliveries { .. }
-            | Request::GroupMode { .. }
-            | Request::GroupResume { .. }
-            | Request::GroupCreate { .. }
-            | Request::GroupRename { .. }
-            | Request::GroupHistory { .. }
-            | Request::GroupInvites) => self.handle_group(None, group).await,
-        }
-    }
-
     async fn whoami(&self) -> Result<Value> {
         let mut v = serde_json::Map::new();
         v.insert("name".into(), json!(self.inner.name));
@@ -663,14 +457,7 @@ impl Runtime {
             return self.person_conversation(&p, limit).await;
         }
         let c = self.contact(name).await?;
-        let rows: Vec<store::MessageRow> = sqlx::query_as(
-            "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 AND kind NOT IN ('receipt', 'roster') \
-             ORDER BY rowid_ DESC LIMIT ?2) ORDER BY rowid_",
-        )
-        .bind(c.id)
-        .bind(limit.unwrap_or(500).clamp(1, 10_000))
-        .fetch_all(&self.store().pool)
-        .await?;
+        let rows = self.store().conversation_page(c.id, limit.unwrap_or(500).clamp(1, 10_000)).await?;
         let auth = self.channel(c.protocol).sender_auth();
         let mut views: Vec<Value> = rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect();
         self.inner.agent_mail.agent_mail_decorate(self, &mut views).await?;
@@ -688,190 +475,16 @@ impl Runtime {
         Ok(names)
     }
 
-    async fn contact(&self, name: &str) -> Result<ContactRow> {
-        if let Some(c) = self.store().contact_by_name(name).await? {
-            return Ok(c);
-        }
-        // A person's name stands for the channel a message to them goes on first.
-        match self.store().person_by_name(name).await? {
-            Some(p) => self.person_first_channel(&p).await,
-            None => Err(Error::UnknownContact(name.into())),
-        }
-    }
-
-    /// A contact as clients see it.
-    pub(super) fn contact_dto(&self, c: &ContactRow) -> Value {
-        let (safety, new_safety) = self.channel(c.protocol).safety_numbers(c);
-        json!({
-            "name": c.name,
-            "protocol": c.protocol,
-            "id": c.peer_id,
-            "address": c.address,
-            "safety_number": safety,
-            "verified": c.verified,
-            "state": c.state,
-            "allow": c.allow_kinds.split(',').filter(|s| !s.is_empty()).collect::<Vec<_>>(),
-            "key_changed": c.changed_box_pub.is_some(),
-            "new_safety_number": new_safety,
-            "relay": c.relay_url,
-            "roster": serde_json::from_str::<Value>(&c.roster).unwrap_or(Value::Array(vec![])),
-            "request": c.request_body,
-            "sender_auth": self.channel(c.protocol).sender_auth().as_str(),
-            "blocked": c.blocked,
-            "blocked_dropped": c.blocked_dropped,
-            "nearby": self.inner.lan.is_nearby(c.id),
-        })
-    }
-
-    async fn contact_add(&self, req: ContactAdd<'_>) -> Result<Value> {
-        let address = req.address.trim();
-        let channel = self.channel(self.protocol_of_address(address));
-        let name = channel.add_contact(self, ContactAdd { address, ..req }).await?;
-        Ok(self.contact_dto(&self.contact(&name).await?))
-    }
-
-    /// Accepts a pending request, under `new_name` if given (refused if a contact or person
-    /// already has it).
-    async fn contact_accept(&self, name: &str, new_name: Option<&str>) -> Result<Value> {
-        let c = self.contact(name).await?;
-        if c.blocked {
-            return Err(Error::Blocked(name.into()));
-        }
-        if c.state != "pending" {
-            return Err(Error::Invalid(format!("`{name}` is not a pending request")));
-        }
-        let new_name = new_name.map(str::trim).filter(|n| *n != c.name);
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
-        if let Some(n) = new_name {
-            people::check_name_free(&mut tx, n).await?;
-        }
-        let accept = store::ContactUpdate { state: Some("active"), name: new_name, ..Default::default() };
-        store::update_contact(&mut tx, c.id, &accept).await?;
-        // Messages that arrived with the request (Stringcup has no hello) are shown now.
-        store::release_held(&mut tx, c.id).await?;
-        tx.commit().await?;
-        Ok(self.contact_dto(&self.contact(new_name.unwrap_or(name)).await?))
-    }
-
-    /// Denies a pending request: the peer is blocked (not forgotten), so it cannot ask again
-    /// until the owner unblocks it.
-    async fn contact_deny(&self, name: &str) -> Result<Value> {
-        let c = self.contact(name).await?;
-        if c.state != "pending" || c.blocked {
-            return Err(Error::Invalid(format!("`{name}` is not a pending request")));
-        }
-        let mut v = self.contact_block(name, true).await?;
-        if let Some(o) = v.as_object_mut() {
-            o.insert("denied".into(), json!(name));
-        }
-        Ok(v)
-    }
-
-    /// Blocks or unblocks a contact of any protocol: locally first (what it sends is dropped
-    /// before any agent sees it), then, for Agent Mail, at our relay too (§7.4), so that the
-    /// relay stops accepting its packets. The local block holds even when the relay cannot be
-    /// told; the answer says whether it was (`relay`).
-    async fn contact_block(&self, name: &str, blocked: bool) -> Result<Value> {
-        let c = self.contact(name).await?;
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
-        store::set_blocked(&mut tx, c.id, blocked, now_ms()).await?;
-        let audit = store::Audit {
-            direction: "out",
-            protocol: c.protocol.as_str(),
-            peer: &c.peer_id,
-            message_id: "",
-            kind: "",
-            state: if blocked { "blocked" } else { "unblocked" },
-            detail: if blocked { "the owner blocked this contact" } else { "the owner unblocked this contact" },
-        };
-        store::audit(&mut tx, now_ms(), audit).await?;
-        tx.commit().await?;
-        let relay = match c.protocol {
-            Protocol::AgentMail => match self.inner.agent_mail.agent_mail_block(self, &c.peer_id, blocked).await {
-                Ok(()) => json!({"told": true}),
-                Err(e) => {
-                    tracing::warn!("agent mail: the relay was not told about {name}'s block: {e}");
-                    json!({"told": false, "error": e.to_string()})
-                }
-            },
-            Protocol::Letagents | Protocol::Stringcup => Value::Null,
-        };
-        let mut v = self.contact_dto(&self.contact(name).await?);
-        if let Some(o) = v.as_object_mut() {
-            o.insert("relay_block".into(), relay);
-        }
-        Ok(v)
-    }
-
-    async fn contact_verify(&self, name: &str) -> Result<Value> {
-        let c = self.contact(name).await?;
-        let mut tx = self.store().pool.begin().await?;
-        if let Some(new_box) = &c.changed_box_pub {
-            let address = self.channel(c.protocol).address_with_box(&c, new_box)?;
-            let adopt = store::ContactUpdate {
-                box_pub: Some(new_box),
-                changed_box_pub: Some(None),
-                key_changed_at: Some(None),
-                address: Some(&address),
-                ..Default::default()
-            };
-            store::update_contact(&mut tx, c.id, &adopt).await?;
-        }
-        store::update_contact(&mut tx, c.id, &store::ContactUpdate { verified: Some(true), ..Default::default() })
-            .await?;
-        tx.commit().await?;
-        Ok(self.contact_dto(&self.contact(name).await?))
-    }
-
-    async fn contact_allow(&self, name: &str, kinds: &[String]) -> Result<Value> {
-        let c = self.contact(name).await?;
-        let allow = kinds_to_string(kinds)?;
-        self.store()
-            .update_contact(c.id, &store::ContactUpdate { allow_kinds: Some(&allow), ..Default::default() })
-            .await?;
-        Ok(self.contact_dto(&self.contact(name).await?))
-    }
-
-    async fn contact_rule(&self, name: &str, from: &str, to: &str, action: &str) -> Result<Value> {
-        let c = self.contact(name).await?;
-        if !matches!(action, "allow" | "deny") {
-            return Err(Error::Invalid("rule action must be allow or deny".into()));
-        }
-        for g in [from, to] {
-            if g.is_empty() || g.trim_end_matches('*').contains('*') {
-                return Err(Error::Invalid(format!("`{g}` is not a glob (`*`, `prefix*` or a name)")));
-            }
-        }
-        let rules = self.store().add_rule(c.id, from, to, action).await?;
-        Ok(
-            json!({"name": name, "rules": rules.iter().map(|(f, t, a)| json!({"from": f, "to": t, "action": a})).collect::<Vec<_>>()}),
-        )
-    }
-
     async fn agent_register(&self, name: &str, harness: &str) -> Result<()> {
         if name.is_empty() || name.len() > la::inner::MAX_AGENT_NAME || name.contains('/') {
             return Err(Error::Invalid("agent name must be 1 to 128 characters without `/`".into()));
         }
-        sqlx::query(
-            "INSERT INTO agents (name, harness, status, where_, updated_at) VALUES (?, ?, 'online', ?, ?) \
-             ON CONFLICT(name) DO UPDATE SET harness = excluded.harness, status = 'online', updated_at = excluded.updated_at",
-        )
-        .bind(name)
-        .bind(harness)
-        .bind(format!("{}/{}", self.inner.name, name))
-        .bind(now_ms())
-        .execute(&self.store().pool)
-        .await?;
+        self.store().register_agent(name, harness, &format!("{}/{}", self.inner.name, name), now_ms()).await?;
         self.send_presence().await
     }
 
     async fn agent_unregister(&self, name: &str) -> Result<()> {
-        let n = sqlx::query("DELETE FROM agents WHERE name = ?")
-            .bind(name)
-            .execute(&self.store().pool)
-            .await?
-            .rows_affected();
-        if n == 0 {
+        if !self.store().unregister_agent(name).await? {
             return Err(Error::Invalid(format!("no local agent named `{name}`")));
         }
         self.send_presence().await
@@ -1012,25 +625,40 @@ impl Runtime {
 
     /// Starts the long-lived loops (websocket receiver, outbox worker, housekeeping, letmeknow
     /// group followers, the LAN supervisor).
+    /// Each runs under [`supervise::supervise`]: one that ends or panics before shutdown is
+    /// logged and started again after a backoff (up to 30 s).
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let restart = supervise::Restart::RUNTIME;
+        let stop = || self.inner.shutdown.subscribe();
         let mut loops: Vec<_> = Protocol::ALL
             .into_iter()
             .map(|p| {
                 let rt = self.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = rt.channel(p).run(&rt, false).await {
-                        tracing::warn!("{p} receiver stopped: {e}");
+                supervise::supervise(format!("{p} receiver"), stop(), restart, move || {
+                    let rt = rt.clone();
+                    async move {
+                        if let Err(e) = rt.channel(p).run(&rt, false).await {
+                            tracing::warn!("{p} receiver stopped: {e}");
+                        }
                     }
                 })
             })
             .collect();
-        loops.extend([
-            tokio::spawn(self.clone().outbox_loop()),
-            tokio::spawn(self.clone().housekeeping_loop()),
-            tokio::spawn(self.clone().lmk_background_loop()),
-            tokio::spawn(self.clone().lan_supervisor_loop()),
-            tokio::spawn(self.clone().asnet_loop()),
-        ]);
+        let rt = self.clone();
+        loops.push(supervise::supervise("outbox".into(), stop(), restart, move || rt.clone().outbox_loop()));
+        let rt = self.clone();
+        loops
+            .push(supervise::supervise("housekeeping".into(), stop(), restart, move || rt.clone().housekeeping_loop()));
+        let rt = self.clone();
+        loops.push(supervise::supervise("letmeknow followers".into(), stop(), restart, move || {
+            rt.clone().lmk_background_loop()
+        }));
+        let rt = self.clone();
+        loops.push(supervise::supervise("LAN supervisor".into(), stop(), restart, move || {
+            rt.clone().lan_supervisor_loop()
+        }));
+        let rt = self.clone();
+        loops.push(supervise::supervise("ASNET".into(), stop(), restart, move || rt.clone().asnet_loop()));
         loops
     }
 

@@ -13,9 +13,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{SqliteConnection, SqlitePool};
 
 mod agent_mail;
+mod agents;
 mod asnet;
 mod contacts;
-mod groups;
+pub mod deliveries;
+pub mod groups;
 mod lan;
 mod people;
 mod protocol;
@@ -24,6 +26,7 @@ pub use agent_mail::{
     am_pin, am_replace_queued_packet, am_sent_to, am_set_pin, attachment_bytes, insert_attachment, message_rowid,
     meta_in,
 };
+pub use agents::{HeldGroupSend, HeldSend, ReviewItem};
 pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
@@ -419,6 +422,19 @@ impl Store {
             .bind(id)
             .fetch_optional(&self.pool)
             .await?)
+    }
+
+    /// The newest `limit` messages with contact `contact_id` (no receipts or rosters), oldest
+    /// first.
+    pub async fn conversation_page(&self, contact_id: i64, limit: i64) -> Result<Vec<MessageRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 AND kind NOT IN ('receipt', 'roster') \
+             ORDER BY rowid_ DESC LIMIT ?2) ORDER BY rowid_",
+        )
+        .bind(contact_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Outbox rows due at `now`.

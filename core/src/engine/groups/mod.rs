@@ -1,0 +1,595 @@
+//! letmeknow groups in the runtime: each agent session (a random two-word handle) is its own MLS
+//! member, with its own signing key, across all its groups.
+//!
+//! - `invite` creates the group if needed, opens an invite on the relay (10 minutes, single
+//!   use) and returns the link; a task of this runtime waits for the join, commits the Add and
+//!   posts the Welcome under the owner token;
+//! - `join LINK` posts an encrypted KeyPackage, waits for the Welcome, joins at the epoch the
+//!   Add created and reads the log after the Add;
+//! - every commit (add, remove) is posted at the epoch the relay holds; losing the
+//!   compare-and-set (`409`) discards the pending commit, processes the winner and retries;
+//! - reading the log processes each entry in its own transaction: message rows, cursor and the
+//!   OpenMLS state snapshot commit together. Own messages are recognised by id (hash of the
+//!   ciphertext) and skipped;
+//! - checks: `epoch-auth` against our own authenticator of that epoch, `after` references that
+//!   never arrived (gap), messages that do not decrypt at our epoch (a relay showing members
+//!   different commits), and a log that starts beyond our cursor (offline past retention: the
+//!   session must be re-invited). Each becomes an `alert` row the session sees.
+//! - the read frontier: a message is read once it entered the agent's context (handed out by
+//!   `deliveries`/`listen` *and acked*, fetched by `read`, replied to, or written by the session);
+//!   `after` carries the tips of that set. A row handed out but not yet acked is not read: the
+//!   adapter may die before its harness has it, and a frontier claiming it would tell the group
+//!   the session saw something it never did (and hide the row from the redelivery).
+//! - **leases** (as for 1:1 deliveries, `delivery`): `deliveries` hands due rows out under a
+//!   random lease id (`G…`, so the one `ack` op tells group leases from 1:1 ones) that the answer
+//!   carries; the adapter acks it once its harness has the items, which marks them read. A lease
+//!   not acked within [`LEASE_MS`] makes its rows due again: handed out under a new lease, marked
+//!   `redelivered`. A session acks only its own leases, the owner any. Rows a catch-up omits (past
+//!   [`CATCH_UP`]) ride under the same lease, so a full ack marks them read as before; an ack by
+//!   `ids` marks only the rows it names. `read ID` (a direct fetch, whose answer is the content)
+//!   marks read at once, as the 1:1 `read ID` does.
+//!
+//! Delivery policy (the 1:1 policy of `delivery`, applied to each session's unread group rows
+//! when they are handed over, so nothing is classified twice and changing the policy applies to
+//! what is still unread):
+//! - **steer**: addressed to the session (`to` = its fingerprint, an `@handle`/`@name` mention)
+//!   and alerts: due at once. **digest**: everything else, due at the 1:1 digest tick
+//!   (`digest_due`, `policy_digest_secs`). Once something is due, waiting digest rows ride
+//!   along (as in 1:1 queues); until then they stay unread, outside the frontier and `after`.
+//!   `lmk_wait` wakes on new log entries, at the next tick, when a lease expires unacked and on
+//!   operator input, never spins.
+//! - **loop guard** per (session, group): group messages in and out after `lmk_policy.reset_rowid`
+//!   are hops; a message with more than `policy_loop_limit` hops up to it is paused (kept unread,
+//!   no one woken; alerts and events still pass), and an agent session's send is refused with
+//!   `loop_guard` once the hops reach the limit. Operator input (the owner's `GroupSend`,
+//!   `GroupResume`, approving a held send) moves the reset to the newest row: paused rows are
+//!   released because they no longer count.
+//! - **outbound mode** per (session, group), `lmk_policy.outbound`: `auto`, `review` or
+//!   `default` (the profile's `policy_review`, as for contacts). In review an agent session's send
+//!   waits in `review_queue` (`group_id`, `to_fp`); the owner's approval sends it as the session,
+//!   denial drops it. The owner's own sends are never reviewed.
+//! - **do-not-disturb** (`delivery`): nothing is handed over while it is on (not even rows whose
+//!   lease expired); it is all kept.
+//!
+//! The person's own conversations (the desktop window): the owner acts through one **default
+//! session** (meta `lmk_owner_handle`, display name = the profile's name, created on first use),
+//! so creating, inviting and joining never ask for a handle; a request naming a group without a
+//! handle acts as the session in that group (the default one first). Groups carry a local name
+//! (`lmk_group_names`: set at creation, taken from the inviter's name for it on join, renamable);
+//! invite links state the inviter's name and the group's. `GroupHistory` pages a group's log for
+//! the window; with `mark_read` the rows shown enter the default session's read frontier (never an
+//! agent session's, nor the default session's while an agent acts as it: their rows are read when
+//! the agent acks them). `GroupInvites` says what became
+//! of the invites this runtime opened (waiting, used by whom, expired).
+//!
+//! The parts: this file holds the shared state, the log-row helpers and the request dispatch
+//! with handle resolution; `sync` follows and processes logs, `membership` creates, invites,
+//! joins, removes and leaves, `send` posts messages under the loop guard and review, and
+//! `deliveries` hands rows to sessions under leases. Every statement they need is a function
+//! of `store::groups`.
+
+mod deliveries;
+mod membership;
+mod send;
+mod sync;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use super::delivery::{Label, fence};
+use super::{Error, Event, Result, Runtime};
+use crate::bridge::api::Request;
+use crate::mls::{self, Member};
+use crate::store::groups::{self as db, GroupMessage, NewGroupRow};
+use crate::transport::letagents::RelayClient;
+use crate::transport::letmeknow::LetmeknowClient;
+use crate::util::now_ms;
+
+/// Messages a catch-up delivers at most; older unread ones are counted as omitted.
+pub const CATCH_UP: usize = 20;
+/// How often a commit or send is retried after losing the epoch race.
+const MAX_REBASES: usize = 8;
+/// How often the daemon looks for groups joined since its last look (a join in this runtime
+/// wakes it at once; the scan catches groups another process joined on the same profile).
+const FOLLOW_SCAN: Duration = Duration::from_secs(2);
+/// Meta key of the owner's default group session.
+const OWNER_HANDLE: &str = "lmk_owner_handle";
+/// Longest local group name (characters).
+const MAX_GROUP_NAME: usize = 64;
+/// Rows a history page holds by default, and at most.
+const HISTORY_PAGE: u32 = 200;
+const MAX_HISTORY_PAGE: u32 = 1000;
+
+const ADJECTIVES: &[&str] = &[
+    "amber", "brave", "calm", "deft", "eager", "fair", "gentle", "hardy", "ivory", "jolly", "keen", "lucid", "mellow",
+    "nimble", "olive", "plucky", "quiet", "rapid", "sunny", "tidy", "upbeat", "vivid", "witty", "young",
+];
+const NOUNS: &[&str] = &[
+    "otter", "falcon", "maple", "harbor", "comet", "badger", "willow", "lantern", "pebble", "heron", "cedar", "meadow",
+    "beacon", "fjord", "quartz", "sparrow", "thistle", "walrus", "yarrow", "zephyr", "canyon", "ember",
+];
+
+/// A random two-word handle for a new group session.
+pub fn random_handle() -> String {
+    let r: [u8; 2] = crate::util::random_array();
+    let a = ADJECTIVES.get(usize::from(r[0]) % ADJECTIVES.len()).copied().unwrap_or("calm");
+    let n = NOUNS.get(usize::from(r[1]) % NOUNS.len()).copied().unwrap_or("otter");
+    format!("{a}-{n}")
+}
+
+/// The plaintext inside every application message (`specs/letmeknow-relay.md`), plus our one
+/// extension: `leave`, a member asking the others to commit its removal.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Payload {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    to: Option<String>,
+    #[serde(rename = "reply-to", default, skip_serializing_if = "Option::is_none")]
+    reply_to: Option<String>,
+    after: Vec<String>,
+    #[serde(rename = "epoch-auth")]
+    epoch_auth: String,
+    content: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    leave: bool,
+}
+
+/// One session's member, serialised behind a lock (MLS operations on one member never
+/// interleave).
+struct Session {
+    handle: String,
+    member: Member,
+}
+
+/// Stages a commit in a member's group: (commit, Welcome if it adds someone).
+type Stage<'a> = dyn Fn(&Member, &mut openmls::group::MlsGroup) -> Result<(Vec<u8>, Option<Vec<u8>>)> + Sync + 'a;
+
+/// (session handle, group id, log position of the session's join).
+type PreJoinKey = (String, String, i64);
+
+/// The runtime's group state: loaded sessions and running invite admissions.
+#[derive(Default)]
+pub(crate) struct Groups {
+    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    admissions: Mutex<HashMap<String, tokio::task::JoinHandle<Result<Value>>>>,
+    /// Posts that lost the epoch race and were redone on the winner's epoch.
+    rebases: std::sync::atomic::AtomicU64,
+    /// Per (session, group, log position of its join): ids of the log entries before the join,
+    /// fetched once from the relay (see `pre_join_ids`).
+    pre_join: Mutex<HashMap<PreJoinKey, Arc<BTreeSet<String>>>>,
+    /// A session became an active member of a group: the daemon loop follows it at once.
+    joined: tokio::sync::Notify,
+    /// The invites this runtime opened, by invite id, and what became of them.
+    invites: std::sync::Mutex<BTreeMap<String, InviteRecord>>,
+    /// Held while the owner's default session is looked up or created (made once).
+    owner: Mutex<()>,
+}
+
+/// An invite this runtime opened.
+struct InviteRecord {
+    group: String,
+    link: String,
+    expires_at: i64,
+    /// `None` while waiting; the joiner's name, or why the admission ended without one.
+    outcome: Option<std::result::Result<String, String>>,
+}
+
+/// A local group name as the person typed it: trimmed, no control characters, not empty.
+fn group_name(name: &str) -> Result<String> {
+    let clean: String = name.chars().filter(|c| !c.is_control()).collect();
+    let clean = clean.trim();
+    if clean.is_empty() {
+        return Err(Error::Invalid("a group needs a name".into()));
+    }
+    if clean.chars().count() > MAX_GROUP_NAME {
+        return Err(Error::Invalid(format!("a group name has at most {MAX_GROUP_NAME} characters")));
+    }
+    Ok(clean.to_owned())
+}
+
+fn canonical_fp(text: &str) -> String {
+    let hex: String = text.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+    hex.as_bytes().chunks(4).filter_map(|c| std::str::from_utf8(c).ok()).collect::<Vec<_>>().join(" ")
+}
+
+/// Whether `text` mentions one of `names` as `@name` (case-insensitive), not as the start of a
+/// longer word (`@bob` does not mention `bo`).
+fn mentions(text: &str, names: &[&str]) -> bool {
+    let lower = text.to_lowercase();
+    names.iter().filter(|n| !n.trim().is_empty()).any(|name| {
+        let needle = format!("@{}", name.to_lowercase());
+        lower.match_indices(&needle).any(|(at, m)| {
+            lower
+                .get(at + m.len()..)
+                .and_then(|rest| rest.chars().next())
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '-' || c == '_'))
+        })
+    })
+}
+
+/// A row of the local log as clients see it.
+fn row_dto(r: &GroupMessage) -> Value {
+    let after = r.after_ids();
+    let kind = r.kind.as_str();
+    // Peers are not operators: their text reaches an agent only fenced and attributed. Membership
+    // events are local text but quote display names members claimed, so they are fenced too.
+    let peer_text = kind == "message" || kind == "leave" || kind == "event";
+    let fenced = (r.outgoing == 0 && peer_text).then(|| {
+        let (gid, id, fp, name, reply) = (&r.group_id, &r.id, &r.sender_fp, &r.sender_name, &r.reply_to);
+        let label = Label {
+            protocol: "letmeknow",
+            // MLS: every application message is signed by the sender's leaf credential.
+            auth: super::delivery::SenderAuth::SignedEndToEnd,
+            contact: gid,
+            from_agent: (!name.is_empty()).then_some(name.as_str()),
+            fingerprint: if fp.is_empty() { "(none: a local event)" } else { fp },
+            verified: false,
+            kind,
+            id,
+            reply_to: (!reply.is_empty()).then_some(reply.as_str()),
+        };
+        fence(&label, &r.content)
+    });
+    json!({
+        "fenced": fenced,
+        "group": r.group_id,
+        "id": r.id,
+        "seq": r.seq,
+        "epoch": r.epoch,
+        "kind": r.kind,
+        "outgoing": r.outgoing != 0,
+        "from": {"name": r.sender_name, "fingerprint": r.sender_fp},
+        "to": r.to_fp,
+        "reply_to": r.reply_to,
+        "after": after,
+        "content": r.content,
+        "at": r.created_at,
+    })
+}
+
+/// An `alert` row: something the session must know about the group's integrity.
+async fn alert(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str, key: &str, text: String) -> Result<()> {
+    let row = NewGroupRow { id: format!("alert:{key}"), kind: "alert", content: text, ..Default::default() };
+    Ok(db::insert_group_row(conn, handle, gid, row, now_ms()).await?)
+}
+
+async fn save_state(conn: &mut sqlx::SqliteConnection, handle: &str, member: &Member) -> Result<()> {
+    Ok(db::save_group_state(conn, handle, member.snapshot()).await?)
+}
+
+async fn record_epoch(
+    conn: &mut sqlx::SqliteConnection,
+    handle: &str,
+    gid: &str,
+    group: &openmls::group::MlsGroup,
+) -> Result<()> {
+    let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
+    Ok(db::record_epoch_auth(conn, handle, gid, epoch, mls::epoch_authenticator(group)).await?)
+}
+
+async fn note_member(
+    conn: &mut sqlx::SqliteConnection,
+    handle: &str,
+    gid: &str,
+    who: &mls::MemberInfo,
+    invited_by: &str,
+) -> Result<()> {
+    Ok(db::note_group_member(conn, handle, gid, &who.fingerprint, &who.name, invited_by).await?)
+}
+
+fn who(m: &mls::MemberInfo) -> String {
+    format!("{} ({})", m.name, m.fingerprint)
+}
+
+/// A merged commit as the local log records it.
+struct CommitEvent<'a> {
+    id: &'a str,
+    seq: i64,
+    epoch: i64,
+    committer: &'a mls::MemberInfo,
+    added: &'a [mls::MemberInfo],
+    removed: &'a [mls::MemberInfo],
+    /// Ours: already in the agent's context.
+    mine: bool,
+}
+
+/// The event row of a merged commit, and notes on who added whom.
+async fn commit_rows(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str, ev: CommitEvent<'_>) -> Result<()> {
+    let CommitEvent { id, seq, epoch, committer, added, removed, mine } = ev;
+    let mut lines = Vec::new();
+    // A member in both lists was re-invited: its stale leaf replaced by a new one (same key).
+    let readded = |fp: &str| added.iter().any(|a| a.fingerprint == fp) && removed.iter().any(|r| r.fingerprint == fp);
+    for a in added {
+        note_member(conn, handle, gid, a, &who(committer)).await?;
+        let verb = if readded(&a.fingerprint) { "re-added" } else { "added" };
+        lines.push(format!("{} {verb} {}", committer.name, who(a)));
+    }
+    for r in removed.iter().filter(|r| !readded(&r.fingerprint)) {
+        lines.push(format!("{} removed {}", committer.name, who(r)));
+    }
+    if lines.is_empty() {
+        lines.push(format!("{} updated the group", committer.name));
+    }
+    let row = NewGroupRow {
+        id: id.to_owned(),
+        seq,
+        epoch,
+        kind: "event",
+        outgoing: mine,
+        sender_fp: committer.fingerprint.clone(),
+        sender_name: committer.name.clone(),
+        content: lines.join("; "),
+        read: mine,
+        ..Default::default()
+    };
+    Ok(db::insert_group_row(conn, handle, gid, row, now_ms()).await?)
+}
+
+impl Runtime {
+    /// The letmeknow requests. `agent` is the calling agent session's name, which is its handle
+    /// (an owner caller names the handle, or uses the profile's only session).
+    pub(crate) async fn handle_group(&self, agent: Option<&str>, req: Request) -> Result<Value> {
+        let pick = |given: Option<String>| -> Option<String> {
+            match agent {
+                Some(me) => Some(me.to_owned()),
+                None => given,
+            }
+        };
+        match req {
+            Request::GroupSession { handle, name } => {
+                let handle = pick(handle);
+                self.lmk_session(handle.as_deref(), name.as_deref()).await
+            }
+            Request::GroupInvite { handle, group, ttl_secs } => {
+                let h = match (pick(handle), group.as_deref()) {
+                    (Some(h), _) => h,
+                    (None, Some(g)) => self.lmk_handle_in(g).await?,
+                    (None, None) => self.lmk_owner_handle().await?,
+                };
+                self.lmk_invite(&h, group.as_deref(), ttl_secs).await
+            }
+            Request::GroupInviteWait { invite } => self.lmk_invite_wait(&invite).await,
+            Request::GroupJoin { handle, link, timeout_secs } => {
+                let h = match pick(handle) {
+                    Some(h) => h,
+                    None => self.lmk_owner_handle().await?,
+                };
+                self.lmk_join(&h, &link, timeout_secs).await
+            }
+            Request::GroupList { handle } => match pick(handle) {
+                Some(h) => self.lmk_groups(&h).await,
+                // The owner without a handle: every session's groups (each entry names its handle);
+                // none yet is an empty list (the first group makes the default session).
+                None => {
+                    let handles = self.store().group_session_handles().await?;
+                    let mut all = Vec::new();
+                    for h in handles {
+                        if let Value::Array(groups) = self.lmk_groups(&h).await? {
+                            all.extend(groups);
+                        }
+                    }
+                    Ok(Value::Array(all))
+                }
+            },
+            Request::GroupSend { handle, group, text, to, reply_to } => {
+                let h = self.group_handle(pick(handle), &group).await?;
+                if agent.is_some() {
+                    // An agent session: under the loop guard and the group's outbound mode.
+                    return self.lmk_agent_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await;
+                }
+                // The owner: operator input, which resets the group's loop guard.
+                let v = self.lmk_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await?;
+                self.lmk_operator_input(&h, &group).await?;
+                Ok(v)
+            }
+            Request::GroupRead { handle, id, ancestors } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_read(&h, &id, usize::try_from(ancestors.unwrap_or(0)).unwrap_or(usize::MAX)).await
+            }
+            Request::GroupMembers { handle, group } => {
+                let h = self.group_handle(pick(handle), &group).await?;
+                self.lmk_sync_best_effort(&h, &group).await;
+                self.lmk_members(&h, &group).await
+            }
+            Request::GroupRemove { handle, group, fingerprint } => {
+                let h = self.group_handle(pick(handle), &group).await?;
+                self.lmk_remove(&h, &group, &fingerprint).await
+            }
+            Request::GroupSessionDelete { handle } if agent.is_none() => self.lmk_session_delete(&handle).await,
+            Request::GroupLeave { handle, group } => {
+                let h = self.group_handle(pick(handle), &group).await?;
+                self.lmk_leave(&h, &group).await
+            }
+            Request::GroupDeliveries { handle, wait_secs } => {
+                let h = self.resolve_handle(pick(handle)).await?;
+                self.lmk_wait(&h, wait_secs).await
+            }
+            Request::GroupMode { handle, group, mode } if agent.is_none() => {
+                let h = self.group_handle(handle, &group).await?;
+                self.lmk_set_mode(&h, &group, &mode).await
+            }
+            Request::GroupResume { handle, group } if agent.is_none() => {
+                let h = self.group_handle(handle, &group).await?;
+                let released = self.lmk_operator_input(&h, &group).await?;
+                Ok(json!({"group": group, "handle": h, "resumed": true, "released": released}))
+            }
+            Request::GroupCreate { name } if agent.is_none() => self.lmk_create(&name).await,
+            Request::GroupRename { group, name } if agent.is_none() => {
+                let name = group_name(&name)?;
+                self.lmk_handle_in(&group).await?;
+                self.store().set_group_name(&group, &name, now_ms()).await?;
+                self.emit(Event::GroupChanged { group: group.clone() });
+                Ok(json!({"group": group, "name": name}))
+            }
+            Request::GroupHistory { handle, group, before, limit, mark_read } => {
+                let h = self.group_handle(pick(handle), &group).await?;
+                let limit = limit.unwrap_or(HISTORY_PAGE).clamp(1, MAX_HISTORY_PAGE);
+                self.lmk_history(&h, &group, before, limit, mark_read && agent.is_none()).await
+            }
+            Request::GroupInvites if agent.is_none() => Ok(self.lmk_invites()),
+            Request::GroupMode { .. } | Request::GroupResume { .. } => Err(Error::Forbidden(
+                "agent sessions may not change a group's policy: that is your operator's decision".into(),
+            )),
+            Request::GroupCreate { .. } | Request::GroupRename { .. } | Request::GroupInvites => Err(Error::Forbidden(
+                "agent sessions may not create, rename or list the operator's groups and invites".into(),
+            )),
+            other => Err(Error::Bug(format!("not a group request: {other:?}"))),
+        }
+    }
+
+    /// How many posts of this runtime lost the epoch race and were redone on the winner's epoch.
+    pub fn lmk_rebases(&self) -> u64 {
+        self.inner.groups.rebases.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The handle named, else the profile's only session.
+    async fn resolve_handle(&self, handle: Option<String>) -> Result<String> {
+        if let Some(h) = handle {
+            return Ok(h);
+        }
+        let all = self.store().group_session_handles().await?;
+        match all.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(Error::Invalid("no group session yet: start one with `switchboard listen --handle NAME`".into())),
+            many => {
+                Err(Error::Invalid(format!("several group sessions ({}): name one with --handle", many.join(", "))))
+            }
+        }
+    }
+
+    /// `given`, else the session in `gid` (see [`Self::lmk_handle_in`]).
+    async fn group_handle(&self, given: Option<String>, gid: &str) -> Result<String> {
+        match given {
+            Some(h) => Ok(h),
+            None => self.lmk_handle_in(gid).await,
+        }
+    }
+
+    /// The session that acts in `gid` for the owner: the default session if it is (or was) in
+    /// it, else the first active one, else the first that ever was.
+    async fn lmk_handle_in(&self, gid: &str) -> Result<String> {
+        let sessions = self.store().group_sessions(gid).await?;
+        let owner = self.store().meta(OWNER_HANDLE).await?;
+        if let Some(o) = owner.filter(|o| sessions.iter().any(|(h, _)| h == o)) {
+            return Ok(o);
+        }
+        let active = sessions.iter().find(|(_, state)| state == "active");
+        active.or(sessions.first()).map(|(h, _)| h.clone()).ok_or_else(|| Error::UnknownGroup(gid.to_owned()))
+    }
+
+    /// The owner's default group session, created (with the profile's name) on first use. A
+    /// profile with exactly one session already (started by `listen --handle`, or in the window
+    /// before the default session existed) keeps that one, as requests without a handle always
+    /// did.
+    pub async fn lmk_owner_handle(&self) -> Result<String> {
+        let _once = self.inner.groups.owner.lock().await;
+        if let Some(h) = self.store().meta(OWNER_HANDLE).await?
+            && self.store().group_session_exists(&h).await?
+        {
+            return Ok(h);
+        }
+        let sessions = self.store().group_session_handles().await?;
+        let handle = match sessions.as_slice() {
+            [h] => h.clone(),
+            _ => {
+                let made = self.lmk_session(None, Some(&self.inner.name)).await?;
+                made.get("handle")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Error::Bug("a session without a handle".into()))?
+                    .to_owned()
+            }
+        };
+        self.store().set_meta(OWNER_HANDLE, &handle).await?;
+        Ok(handle)
+    }
+
+    fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
+        if relay.trim_end_matches('/') == self.inner.relay_url.trim_end_matches('/') {
+            return Ok(LetmeknowClient::new(&self.inner.relay));
+        }
+        Ok(LetmeknowClient::new(&RelayClient::new(relay, None)?))
+    }
+
+    /// Opens (creating when `handle` is `None` or unknown) an agent session's membership
+    /// identity; restarting with the same handle resumes its groups.
+    pub async fn lmk_session(&self, handle: Option<&str>, name: Option<&str>) -> Result<Value> {
+        let handle = match handle {
+            Some(h) if !h.trim().is_empty() => h.trim().to_owned(),
+            _ => random_handle(),
+        };
+        if handle.len() > 64 || !handle.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(Error::Invalid("a handle is letters, digits, '-' and '_' (at most 64)".into()));
+        }
+        if !self.store().group_session_exists(&handle).await? {
+            let name = name
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map_or_else(|| format!("{}'s agent {handle}", self.inner.name), str::to_owned);
+            if name.len() > 200 {
+                return Err(Error::Invalid("a display name has at most 200 bytes".into()));
+            }
+            let member = Member::generate(&name)?;
+            self.store()
+                .insert_group_session(&handle, &name, member.signature_key(), member.snapshot(), now_ms())
+                .await?;
+        }
+        let session = self.lmk_load(&handle).await?;
+        let s = session.lock().await;
+        Ok(json!({"handle": handle, "name": s.member.name(), "fingerprint": s.member.fingerprint()}))
+    }
+
+    async fn lmk_load(&self, handle: &str) -> Result<Arc<Mutex<Session>>> {
+        let mut sessions = self.inner.groups.sessions.lock().await;
+        if let Some(s) = sessions.get(handle) {
+            return Ok(s.clone());
+        }
+        let row =
+            self.store().group_session(handle).await?.ok_or_else(|| {
+                Error::Invalid(format!("no group session `{handle}`: start one with `listen --handle`"))
+            })?;
+        let member = Member::restore(&row.mls_state, &row.signature_key, &row.name)?;
+        let s = Arc::new(Mutex::new(Session { handle: handle.to_owned(), member }));
+        sessions.insert(handle.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    async fn lmk_group_row(&self, handle: &str, gid: &str) -> Result<(String, i64, String)> {
+        let row = self
+            .store()
+            .group_membership(handle, gid)
+            .await?
+            .ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
+        Ok((row.relay, row.cursor, row.state))
+    }
+
+    fn require_active(state: &str, gid: &str) -> Result<()> {
+        match state {
+            "active" => Ok(()),
+            "removed" => Err(Error::Forbidden(format!("you were removed from group {gid}"))),
+            "left" => Err(Error::Forbidden(format!("you left group {gid}"))),
+            _ => Err(Error::Forbidden(format!(
+                "group {gid}: this session was offline longer than the relay keeps messages; ask a member to \
+                 re-invite it"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod mention_tests {
+    use super::mentions;
+
+    #[test]
+    fn mentions_need_the_at_sign_and_a_word_end() {
+        assert!(mentions("@quiet-otter can you look?", &["quiet-otter", "alice's agent"]));
+        assert!(mentions("thanks @Alice's Agent.", &["quiet-otter", "alice's agent"]));
+        assert!(!mentions("quiet-otter can you look?", &["quiet-otter"]));
+        assert!(!mentions("@quiet-otters", &["quiet-otter"]));
+        assert!(!mentions("@quiet-otter-2", &["quiet-otter"]));
+        assert!(!mentions("@ anyone", &["", " "]));
+    }
+}

@@ -1,0 +1,384 @@
+//! The decrypted letmeknow log (`lmk_messages`) as the engine writes and reads it: rows a sync
+//! stores, a send's row from `sending` to `done`, the read frontier and the leases of group
+//! deliveries. Functions a transaction needs take any executor (`&mut *tx` or the pool).
+
+use sqlx::{SqliteConnection, SqliteExecutor};
+
+use super::super::{Result, Store};
+
+/// A whole row of a session's group log.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GroupMessage {
+    /// Local row id: the order rows arrived in.
+    pub rowid_: i64,
+    /// The session whose log it is.
+    pub handle: String,
+    /// The group.
+    pub group_id: String,
+    /// Message id (b64u hash of the ciphertext), or `joined:N` / `alert:…` for local rows.
+    pub id: String,
+    /// Log position on the relay (0 while sending, and for local rows).
+    pub seq: i64,
+    /// MLS epoch it was sent at.
+    pub epoch: i64,
+    /// `message`, `leave`, `event` or `alert`.
+    pub kind: String,
+    /// `done`, `sending` or `commit_pending`.
+    pub state: String,
+    /// Written by this session (0/1).
+    pub outgoing: i64,
+    /// Sender's fingerprint.
+    pub sender_fp: String,
+    /// Sender's display name (as its credential claims).
+    pub sender_name: String,
+    /// Addressed member's fingerprint, or empty.
+    pub to_fp: String,
+    /// Message id answered, or empty.
+    pub reply_to: String,
+    /// JSON list of the ids the sender had read.
+    pub after: String,
+    /// The text.
+    pub content: String,
+    /// Entered the session's context (0/1).
+    pub read: i64,
+    /// Unix ms.
+    pub created_at: i64,
+    /// The delivery lease it was last handed out under, or empty.
+    pub lease: String,
+    /// When that lease was given (ms).
+    pub leased_at: i64,
+}
+
+impl GroupMessage {
+    /// The ids of its `after` list (empty when unreadable).
+    pub fn after_ids(&self) -> Vec<String> {
+        serde_json::from_str(&self.after).unwrap_or_default()
+    }
+}
+
+/// A new local-log row (`state` empty means `done`).
+#[derive(Debug, Default)]
+pub struct NewGroupRow<'a> {
+    /// Message id.
+    pub id: String,
+    /// Log position (0 while unknown).
+    pub seq: i64,
+    /// MLS epoch.
+    pub epoch: i64,
+    /// `message`, `leave`, `event` or `alert`.
+    pub kind: &'a str,
+    /// `done` (empty), `sending` or `commit_pending`.
+    pub state: &'a str,
+    /// Written by this session.
+    pub outgoing: bool,
+    /// Sender's fingerprint.
+    pub sender_fp: String,
+    /// Sender's display name.
+    pub sender_name: String,
+    /// Addressed member's fingerprint, or empty.
+    pub to_fp: String,
+    /// Message id answered, or empty.
+    pub reply_to: String,
+    /// Ids the sender had read.
+    pub after: Vec<String>,
+    /// The text.
+    pub content: String,
+    /// Already in the session's context.
+    pub read: bool,
+}
+
+/// Stores `row` in `handle`'s log of `gid` unless a row with its id is there.
+pub async fn insert_group_row(
+    conn: &mut SqliteConnection,
+    handle: &str,
+    gid: &str,
+    row: NewGroupRow<'_>,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO lmk_messages (handle, group_id, id, seq, epoch, kind, state, outgoing, sender_fp, sender_name, \
+         to_fp, reply_to, after, content, read, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (handle, group_id, id) DO NOTHING",
+    )
+    .bind(handle)
+    .bind(gid)
+    .bind(&row.id)
+    .bind(row.seq)
+    .bind(row.epoch)
+    .bind(row.kind)
+    .bind(if row.state.is_empty() { "done" } else { row.state })
+    .bind(i64::from(row.outgoing))
+    .bind(&row.sender_fp)
+    .bind(&row.sender_name)
+    .bind(&row.to_fp)
+    .bind(&row.reply_to)
+    .bind(serde_json::to_string(&row.after).unwrap_or_else(|_| "[]".into()))
+    .bind(&row.content)
+    .bind(i64::from(row.read))
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The state of `handle`'s row `id` in `gid`, if it has one (our own posts).
+pub async fn group_row_state(conn: &mut SqliteConnection, handle: &str, gid: &str, id: &str) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT state FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+        .bind(handle)
+        .bind(gid)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?)
+}
+
+/// Our row `id` was taken into the log at `seq`: it is done.
+pub async fn mark_group_row_posted(
+    ex: impl SqliteExecutor<'_>,
+    handle: &str,
+    gid: &str,
+    id: &str,
+    seq: i64,
+) -> Result<()> {
+    sqlx::query("UPDATE lmk_messages SET seq = ?, state = 'done' WHERE handle = ? AND group_id = ? AND id = ?")
+        .bind(seq)
+        .bind(handle)
+        .bind(gid)
+        .bind(id)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+/// Forgets our row `id` (a post the log did not take).
+pub async fn delete_group_row(ex: impl SqliteExecutor<'_>, handle: &str, gid: &str, id: &str) -> Result<()> {
+    sqlx::query("DELETE FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+        .bind(handle)
+        .bind(gid)
+        .bind(id)
+        .execute(ex)
+        .await?;
+    Ok(())
+}
+
+/// Row `rowid` entered its session's context.
+pub async fn mark_group_row_read(ex: impl SqliteExecutor<'_>, rowid: i64) -> Result<()> {
+    sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?").bind(rowid).execute(ex).await?;
+    Ok(())
+}
+
+/// Hands row `rowid` out under `lease` unless it is read or leased after `expired_before`; the
+/// number of times it was handed out, or `None` when it was not.
+pub async fn lease_group_row(
+    conn: &mut SqliteConnection,
+    rowid: i64,
+    lease: &str,
+    now: i64,
+    expired_before: i64,
+) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE lmk_messages SET lease = ?1, leased_at = ?2, handed_count = handed_count + 1 \
+         WHERE rowid_ = ?3 AND read = 0 AND (lease = '' OR leased_at <= ?4) RETURNING handed_count",
+    )
+    .bind(lease)
+    .bind(now)
+    .bind(rowid)
+    .bind(expired_before)
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+/// The sessions whose rows went out under `lease`.
+pub async fn group_lease_holders(conn: &mut SqliteConnection, lease: &str) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar("SELECT DISTINCT handle FROM lmk_messages WHERE lease = ?")
+        .bind(lease)
+        .fetch_all(&mut *conn)
+        .await?)
+}
+
+/// (rowid, id) of the unread rows handed out under `lease`, in log order.
+pub async fn group_lease_unread(conn: &mut SqliteConnection, lease: &str) -> Result<Vec<(i64, String)>> {
+    Ok(sqlx::query_as("SELECT rowid_, id FROM lmk_messages WHERE lease = ? AND read = 0 ORDER BY rowid_")
+        .bind(lease)
+        .fetch_all(&mut *conn)
+        .await?)
+}
+
+/// Marks row `rowid` read if it is still unread under `lease`; whether it changed.
+pub async fn ack_group_row(conn: &mut SqliteConnection, rowid: i64, lease: &str) -> Result<u64> {
+    Ok(sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ? AND lease = ? AND read = 0")
+        .bind(rowid)
+        .bind(lease)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected())
+}
+
+impl Store {
+    /// The newest row id of any group log (0 when empty).
+    pub async fn group_log_mark(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages").fetch_one(&self.pool).await?)
+    }
+
+    /// (id, sender name, sender fingerprint) of the messages and alerts from others stored in
+    /// `handle`'s log of `gid` after row `mark`, in log order.
+    pub async fn group_arrivals_since(
+        &self,
+        handle: &str,
+        gid: &str,
+        mark: i64,
+    ) -> Result<Vec<(String, String, String)>> {
+        // `+handle`/`+group_id`: the rowid range above the mark, not the group's whole history
+        // through the (handle, group_id, id) index.
+        Ok(sqlx::query_as(
+            "SELECT id, sender_name, sender_fp FROM lmk_messages WHERE +handle = ? AND +group_id = ? AND rowid_ > ? \
+             AND outgoing = 0 AND kind IN ('message', 'alert') ORDER BY rowid_",
+        )
+        .bind(handle)
+        .bind(gid)
+        .bind(mark)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// How many distinct log positions strictly between `after` and `before` hold our own posts.
+    pub async fn own_group_posts_between(&self, handle: &str, gid: &str, after: i64, before: i64) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT seq) FROM lmk_messages WHERE handle = ? AND group_id = ? AND outgoing = 1 \
+             AND state = 'done' AND seq > ? AND seq < ?",
+        )
+        .bind(handle)
+        .bind(gid)
+        .bind(after)
+        .bind(before)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// (id, after) of every message and leave request in `handle`'s log of `gid`.
+    pub async fn group_message_links(&self, handle: &str, gid: &str) -> Result<Vec<(String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT id, after FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind IN ('message', 'leave')",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The log position of `handle`'s latest join of `gid` (its `joined:` event), if any.
+    pub async fn group_join_seq(&self, handle: &str, gid: &str) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT seq FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind = 'event' AND id LIKE 'joined:%' \
+             ORDER BY rowid_ DESC LIMIT 1",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// (id, after) of the read messages and leave requests since `handle`'s latest join of
+    /// `gid`, in log order: the read frontier's material.
+    pub async fn group_read_links(&self, handle: &str, gid: &str) -> Result<Vec<(String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT id, after FROM lmk_messages WHERE handle = ? AND group_id = ? AND read = 1 \
+             AND kind IN ('message', 'leave') AND state = 'done' AND rowid_ > COALESCE((SELECT MAX(rowid_) \
+             FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind = 'event' AND id LIKE 'joined:%'), 0) \
+             ORDER BY rowid_",
+        )
+        .bind(handle)
+        .bind(gid)
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The row id of message (or leave request) `id` in `handle`'s log of `gid`.
+    pub async fn group_message_rowid(&self, handle: &str, gid: &str, id: &str) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT rowid_ FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ? AND kind IN ('message', 'leave')",
+        )
+        .bind(handle)
+        .bind(gid)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Fingerprints of the members who asked to leave `gid` (in `handle`'s log).
+    pub async fn group_leavers(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT sender_fp FROM lmk_messages WHERE handle = ? AND group_id = ? AND kind = 'leave' AND outgoing = 0",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// How many rows of `gid` `handle` has not read.
+    pub async fn group_unread(&self, handle: &str, gid: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM lmk_messages WHERE handle = ? AND group_id = ? AND read = 0")
+            .bind(handle)
+            .bind(gid)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// `handle`'s row `id`, in whichever group.
+    pub async fn group_row_by_id(&self, handle: &str, id: &str) -> Result<Option<GroupMessage>> {
+        Ok(sqlx::query_as("SELECT * FROM lmk_messages WHERE handle = ? AND id = ?")
+            .bind(handle)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// `handle`'s row `id` of `gid`.
+    pub async fn group_row(&self, handle: &str, gid: &str, id: &str) -> Result<Option<GroupMessage>> {
+        Ok(sqlx::query_as("SELECT * FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+            .bind(handle)
+            .bind(gid)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// `handle`'s unread rows that are done, in log order.
+    pub async fn unread_group_rows(&self, handle: &str) -> Result<Vec<GroupMessage>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM lmk_messages WHERE handle = ? AND read = 0 AND state = 'done' ORDER BY rowid_",
+        )
+        .bind(handle)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// (group, rowid) of every group message of `handle`, in or out, after the group's last
+    /// operator input (the loop guard's hops), in log order.
+    pub async fn group_hop_rows(&self, handle: &str) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT m.group_id, m.rowid_ FROM lmk_messages m WHERE m.handle = ?1 AND m.kind = 'message' \
+             AND m.state = 'done' AND m.rowid_ > COALESCE((SELECT p.reset_rowid FROM lmk_policy p \
+             WHERE p.handle = ?1 AND p.group_id = m.group_id), 0) ORDER BY m.rowid_",
+        )
+        .bind(handle)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Agent-to-agent hops in `gid` since `handle`'s last operator input there: every group
+    /// message, in or out.
+    pub async fn group_hops(&self, handle: &str, gid: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND kind = 'message' \
+             AND state = 'done' AND rowid_ > COALESCE((SELECT reset_rowid FROM lmk_policy \
+             WHERE handle = ?1 AND group_id = ?2), 0)",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+}
