@@ -57,7 +57,7 @@ async def main(binary, home_a, home_b):
         expected = sorted(["ask", "contacts", "pending_requests", "read", "reply", "send", "wait", "who_is_online", "whoami",
                            "group_invite", "group_join", "group_leave", "group_members", "group_read", "group_send",
                            "asnet_accept", "asnet_connect", "asnet_connections", "asnet_disconnect", "asnet_lookup",
-                           "asnet_status"])
+                           "asnet_status", "read_attachment"])
         assert tools == expected, tools
         summary["tools"] = tools
 
