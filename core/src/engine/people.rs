@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 
 use super::channels::{ContactAdd, Outgoing};
 use super::{Error, Result, Runtime};
-use crate::protocol::agent_mail::address::MailAddress;
 use crate::protocol::contact_link::{ContactLink, LetagentsEntry, StringcupEntry};
 use crate::protocol::letagents::Kind;
 use crate::store::{self, ContactRow, OutboxRow, PersonRow, Protocol};
@@ -88,14 +87,8 @@ fn usable(c: &ContactRow) -> bool {
 impl Runtime {
     /// Our contact link, signed now; `None` while a required part (letagents) is missing.
     pub(super) async fn own_contact_link(&self) -> Result<ContactLink> {
-        let agent_mail = self
-            .inner
-            .agent_mail
-            .agent_mail_whoami(self)
-            .await
-            .get("address")
-            .and_then(Value::as_str)
-            .and_then(|a| MailAddress::parse(a).ok());
+        let agent_mail =
+            self.inner.agent_mail.agent_mail_link_entry(self, &self.inner.id.sig.verifying_key().to_bytes()).await;
         let stringcup = self.inner.stringcup.stringcup_whoami(self).await.get("id").and_then(Value::as_str).map(|id| {
             StringcupEntry { id: id.to_owned(), relay: self.inner.relay_url.trim_end_matches('/').to_owned() }
         });
@@ -157,7 +150,7 @@ impl Runtime {
                 let clash = match self.store().contact_by_name(&name).await? {
                     Some(c) => {
                         c.peer_id != link.letagents.address.keys.mailbox_id()
-                            && link.agent_mail.as_ref().is_none_or(|a| c.peer_id != a.owner.to_string())
+                            && link.agent_mail.as_ref().is_none_or(|(a, _)| c.peer_id != a.owner.to_string())
                             && link.stringcup.as_ref().is_none_or(|s| c.peer_id != s.id)
                     }
                     None => false,
@@ -181,7 +174,7 @@ impl Runtime {
             link.letagents.address.keys.mailbox_id(),
             (link.letagents.relay != own_relay).then(|| link.letagents.relay.clone()),
         )];
-        if let Some(am) = &link.agent_mail {
+        if let Some((am, _)) = &link.agent_mail {
             wanted.push((Protocol::AgentMail, am.to_string(), am.owner.to_string(), None));
         }
         match &link.stringcup {
@@ -224,7 +217,24 @@ impl Runtime {
     ) -> Result<String> {
         let existing = self.store().contact_by_peer(protocol, peer_id).await?;
         let name = match existing {
-            // Already a contact (a bare address added earlier): it joins the person as it is.
+            // Another person's channel is never taken over by a link: that is a merge, which
+            // needs the safety numbers compared.
+            Some(c) if c.person_id.is_some_and(|id| id != person.id) => {
+                return Err(Error::Invalid(format!(
+                    "that {protocol} address is already a channel of another contact (`{}`); merge them after comparing safety numbers",
+                    c.name
+                )));
+            }
+            // A Stringcup id proves nothing about who holds it (server-assigned, no signing
+            // key), so a link cannot claim an existing Stringcup contact for its person.
+            Some(c) if protocol == Protocol::Stringcup && c.person_id.is_none() => {
+                return Err(Error::Invalid(format!(
+                    "that Stringcup id is already your contact `{}`; merge them after comparing safety numbers",
+                    c.name
+                )));
+            }
+            // Already a contact (a bare address added earlier) whose key the link proves: it
+            // joins the person as it is.
             Some(c) if c.state == "active" => c.name,
             _ => {
                 let name = format!("{}.{}", person.name, protocol.as_str());
@@ -334,7 +344,7 @@ impl Runtime {
                 Protocol::Letagents => {
                     c.sig_pub == l.letagents.address.keys.sig && c.box_pub == l.letagents.address.keys.boxk
                 }
-                Protocol::AgentMail => l.agent_mail.as_ref().is_some_and(|a| a.owner.to_string() == c.peer_id),
+                Protocol::AgentMail => l.agent_mail.as_ref().is_some_and(|(a, _)| a.owner.to_string() == c.peer_id),
                 Protocol::Stringcup => false,
             },
             None => self.channel(c.protocol).safety_numbers(c).0.is_some_and(|n| same_number(&n, &p.safety_number)),

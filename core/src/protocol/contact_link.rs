@@ -8,6 +8,10 @@
 //!   must carry it; the person's safety number is that address's safety number (the number
 //!   people already compare for letagents), repeated in the payload so a link that shows one
 //!   number and carries keys for another is refused.
+//! - An Agent Mail address has its own key (the Agent ID), which the identity key cannot speak
+//!   for: its line carries that key's signature over the identity key and the address
+//!   ([`bind_agent_mail`]), so a link cannot claim someone else's mailbox. Stringcup ids are
+//!   server-assigned and have no signing key; their sender is only ever relay-asserted.
 //! - Parsing is strict and bounded: size first, then version, then shape, then the signature,
 //!   then every field against the identity. Every refusal names what is wrong with the link
 //!   (the sharer's fault, or a forgery); nothing in it is trusted before the signature checks.
@@ -31,6 +35,8 @@ pub const MAX_NAME_CHARS: usize = 64;
 pub const MAX_URL_LEN: usize = 256;
 /// What the signature covers before the payload, so no other signed text can pass as a link.
 const DOMAIN: &[u8] = b"switchboard contact link v1\n";
+/// What an Agent ID key signs to bind its mailbox address to a link's identity key.
+const AGENT_MAIL_DOMAIN: &[u8] = b"switchboard contact link v1 agent mail\n";
 /// The payload's first line.
 const HEADER: &str = "switchboard contact v1";
 
@@ -65,6 +71,10 @@ pub enum LinkError {
         /// What its keys give.
         actual: String,
     },
+    /// The Agent Mail address is not bound to the identity by its own key: the link claims a
+    /// mailbox its signer does not hold.
+    #[error("the Agent Mail address in the link is not signed by its own key: the link claims someone else's mailbox")]
+    AgentMailNotBound,
     /// A field is present but invalid.
     #[error("the contact link's {0} is invalid")]
     Field(&'static str),
@@ -95,8 +105,9 @@ pub struct ContactLink {
     pub name: String,
     /// letagents (required: its `sig` key is the identity key).
     pub letagents: LetagentsEntry,
-    /// Agent Mail address, if the profile has a mailbox.
-    pub agent_mail: Option<MailAddress>,
+    /// Agent Mail address, if the profile has a mailbox, with its Agent ID key's signature
+    /// binding it to the identity key ([`bind_agent_mail`]).
+    pub agent_mail: Option<(MailAddress, [u8; 64])>,
     /// Stringcup identity, if registered.
     pub stringcup: Option<StringcupEntry>,
 }
@@ -126,8 +137,8 @@ impl ContactLink {
             self.letagents.address,
             self.letagents.relay
         );
-        if let Some(am) = &self.agent_mail {
-            p.push_str(&format!("agent_mail {am}\n"));
+        if let Some((am, proof)) = &self.agent_mail {
+            p.push_str(&format!("agent_mail {am} {}\n", b64u(proof)));
         }
         if let Some(sc) = &self.stringcup {
             p.push_str(&format!("stringcup {} {}\n", sc.id, sc.relay));
@@ -181,6 +192,19 @@ impl ContactLink {
     }
 }
 
+/// The Agent ID key's signature binding `address` to the link identity `identity` (the
+/// letagents `sig` key): what the `agent_mail` line carries.
+pub fn bind_agent_mail(agent_key: &SigningKey, identity: &[u8; 32], address: &MailAddress) -> [u8; 64] {
+    agent_key.sign(&agent_mail_bytes(identity, address)).to_bytes()
+}
+
+fn agent_mail_bytes(identity: &[u8; 32], address: &MailAddress) -> Vec<u8> {
+    let mut m = AGENT_MAIL_DOMAIN.to_vec();
+    m.extend_from_slice(identity);
+    m.extend_from_slice(address.to_string().as_bytes());
+    m
+}
+
 fn signed_bytes(payload: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(DOMAIN.len() + payload.len());
     m.extend_from_slice(DOMAIN);
@@ -205,7 +229,7 @@ struct Fields<'a> {
     safety: &'a str,
     name: &'a str,
     letagents: (&'a str, &'a str),
-    agent_mail: Option<&'a str>,
+    agent_mail: Option<(&'a str, &'a str)>,
     stringcup: Option<(&'a str, &'a str)>,
 }
 
@@ -234,7 +258,7 @@ impl<'a> Fields<'a> {
         let rest: Vec<&str> = lines.collect();
         let mut it = rest.into_iter().peekable();
         if let Some(l) = it.peek().and_then(|l| l.strip_prefix("agent_mail ")) {
-            agent_mail = Some(l);
+            agent_mail = Some(two(l)?);
             it.next();
         }
         if let Some(l) = it.peek().and_then(|l| l.strip_prefix("stringcup ")) {
@@ -269,12 +293,18 @@ impl<'a> Fields<'a> {
             return Err(LinkError::SafetyNumberMismatch { shown: self.safety.chars().take(64).collect(), actual });
         }
         let agent_mail = match self.agent_mail {
-            Some(text) => {
+            Some((text, proof)) => {
                 let a = MailAddress::parse(text).map_err(|_| LinkError::Field("Agent Mail address"))?;
                 if a.to_string() != text {
                     return Err(LinkError::Field("Agent Mail address"));
                 }
-                Some(a)
+                let proof: [u8; 64] = b64u_decode(proof)
+                    .and_then(|p| p.try_into().ok())
+                    .ok_or(LinkError::Field("Agent Mail signature"))?;
+                let key = VerifyingKey::from_bytes(a.owner.public_key()).map_err(|_| LinkError::AgentMailNotBound)?;
+                key.verify_strict(&agent_mail_bytes(&self.identity, &a), &Signature::from_bytes(&proof))
+                    .map_err(|_| LinkError::AgentMailNotBound)?;
+                Some((a, proof))
             }
             None => None,
         };
@@ -356,6 +386,47 @@ mod tests {
         let body = text.strip_prefix("switchboard:").unwrap();
         assert_eq!(ContactLink::parse(body).unwrap(), link);
         assert_eq!(ContactLink::parse(&format!(" switchboard://{body}\n")).unwrap(), link);
+    }
+
+    fn mail_key(seed: u8) -> SigningKey {
+        SigningKey::from_bytes(&[seed; 32])
+    }
+
+    fn mail_address(key: &SigningKey) -> MailAddress {
+        use crate::protocol::agent_identity::AgentId;
+        MailAddress { owner: AgentId::of(key), mailbox_id: crate::protocol::agent_mail::Id16([5; 16]), routes: vec![] }
+    }
+
+    #[test]
+    fn an_agent_mail_address_bound_by_its_own_key_parses_back() {
+        let bob = bob();
+        let key = mail_key(1);
+        let address = mail_address(&key);
+        let mut link = link_of(&bob);
+        link.agent_mail = Some((address.clone(), bind_agent_mail(&key, &bob.keys().sig, &address)));
+        let back = ContactLink::parse(&link.sign(&bob.sig).unwrap()).unwrap();
+        assert_eq!(back.agent_mail.map(|(a, _)| a), Some(address));
+    }
+
+    #[test]
+    fn someone_elses_agent_mail_address_in_my_link_is_refused() {
+        let (bob, mallory) = (bob(), mallory());
+        let (bob_mail, mallory_mail) = (mail_key(1), mail_key(2));
+        let bobs_address = mail_address(&bob_mail);
+        // Mallory lists Bob's mailbox and binds it with her own Agent ID key: refused.
+        let mut link = link_of(&mallory);
+        link.agent_mail =
+            Some((bobs_address.clone(), bind_agent_mail(&mallory_mail, &mallory.keys().sig, &bobs_address)));
+        let forged = forge(&link.payload(), &mallory.sig);
+        assert_eq!(ContactLink::parse(&forged), Err(LinkError::AgentMailNotBound));
+        // Nor can she reuse the binding Bob made for his own link: it names Bob's identity.
+        link.agent_mail = Some((bobs_address.clone(), bind_agent_mail(&bob_mail, &bob.keys().sig, &bobs_address)));
+        let replayed = forge(&link.payload(), &mallory.sig);
+        assert_eq!(ContactLink::parse(&replayed), Err(LinkError::AgentMailNotBound));
+        assert_eq!(link.sign(&mallory.sig), Err(LinkError::AgentMailNotBound));
+        // An `agent_mail` line without its binding is damaged, not accepted.
+        let bare = link.payload().replace(&format!(" {}", b64u(&link.agent_mail.as_ref().unwrap().1)), "");
+        assert!(matches!(ContactLink::parse(&forge(&bare, &mallory.sig)), Err(LinkError::Malformed(_))));
     }
 
     #[test]

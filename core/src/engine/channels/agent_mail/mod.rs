@@ -413,6 +413,19 @@ impl AgentMail {
         })
     }
 
+    /// Our address, with our Agent ID key's signature binding it to the contact link's identity
+    /// key (the letagents `sig` key): the link's `agent_mail` line. `None` without a mailbox.
+    pub(in crate::engine) async fn agent_mail_link_entry(
+        &self,
+        rt: &Runtime,
+        identity: &[u8; 32],
+    ) -> Option<(crate::protocol::agent_mail::address::MailAddress, [u8; 64])> {
+        let st = self.am_state(rt).await.ok()?;
+        let address = crate::protocol::agent_mail::address::MailAddress::parse(&Self::address_of(&st)).ok()?;
+        let proof = crate::protocol::contact_link::bind_agent_mail(&st.key, identity, &address);
+        Some((address, proof))
+    }
+
     /// Builds, seals and queues a message to an Agent Mail contact. Returns its `message_id`.
     pub(in crate::engine) async fn agent_mail_send(
         &self,
