@@ -446,8 +446,8 @@ impl Runtime {
     }
 
     /// Waits up to `limit` for new mail with IMAP IDLE (RFC 2177). `Ok(true)`: the server said
-    /// something changed (or mail above the last read UID is already there); `Ok(false)`: the
-    /// limit passed, or the server does not offer IDLE (the caller then polls).
+    /// something changed; `Ok(false)`: the limit passed, or the server does not offer IDLE (the
+    /// caller then polls).
     async fn asnet_idle(&self, limit: Duration) -> Result<bool> {
         let acct = self.asnet_account().await?;
         let mut session = imap_login(&acct).await?;
@@ -456,13 +456,10 @@ impl Runtime {
             let _ = session.logout().await;
             return Ok(false);
         }
-        let mailbox = session.select("INBOX").await.map_err(|e| mail_err("IMAP SELECT INBOX", e))?;
-        // Mail that came after the last read and before this SELECT wakes no IDLE.
-        let next = mailbox.uid_next.unwrap_or(0);
-        if mailbox.uid_validity.unwrap_or(0) != acct.row.uid_validity || next > acct.row.last_uid.saturating_add(1) {
-            let _ = session.logout().await;
-            return Ok(true);
-        }
+        // Mail that lands between the last read and this IDLE wakes nothing: IDLE_FOR bounds that
+        // wait. (Comparing UIDNEXT with the last read UID would not do: a message expunged
+        // before it was read keeps UIDNEXT ahead forever and would spin this loop.)
+        session.select("INBOX").await.map_err(|e| mail_err("IMAP SELECT INBOX", e))?;
         let mut idle = session.idle();
         idle.init().await.map_err(|e| mail_err("IMAP IDLE", e))?;
         let (wait, _interrupt) = idle.wait_with_timeout(limit);
@@ -608,13 +605,21 @@ impl Runtime {
             .map_or(POLL, |ms| Duration::from_millis(ms.max(100)));
         let mut stop = self.inner.shutdown.subscribe();
         loop {
-            match self.asnet_sync().await {
-                Ok(_) | Err(Error::AsnetNotSetUp) => {}
-                Err(e) => tracing::warn!("asnet: reading the mailbox: {e}"),
-            }
+            let read = match self.asnet_sync().await {
+                Ok(_) => true,
+                Err(Error::AsnetNotSetUp) => false,
+                Err(e) => {
+                    tracing::warn!("asnet: reading the mailbox: {e}");
+                    false
+                }
+            };
             // The next read: as soon as the server reports new mail where it offers IDLE, else
-            // (or after an IDLE failure) at the poll interval.
+            // (after a failed read, or an IDLE failure) at the poll interval.
             let next = async {
+                if !read {
+                    tokio::time::sleep(every).await;
+                    return;
+                }
                 match self.asnet_idle(IDLE_FOR).await {
                     Ok(true) => {}
                     Ok(false) => tokio::time::sleep(every).await,
