@@ -17,10 +17,10 @@
 use serde_json::{Value, json};
 
 use super::delivery::label_value;
+use super::dispatch::{OwnerSend, send_kind};
 use super::{Error, Result, Runtime};
 use crate::bridge::api::Request;
 use crate::identity::random_token;
-use crate::protocol::letagents::Kind;
 use crate::store::ContactRow;
 use crate::util::{now_ms, sha256};
 
@@ -37,17 +37,89 @@ fn op_name(req: &Request) -> String {
     serde_json::to_value(req).ok().and_then(|v| v["op"].as_str().map(str::to_owned)).unwrap_or_default()
 }
 
-fn send_kind(kind: Option<&str>, reply_to: Option<&str>) -> Result<Kind> {
-    let kind = match kind.unwrap_or("send") {
-        "send" => Kind::Send,
-        "ask" => Kind::Ask,
-        "reply" => Kind::Reply,
-        other => return Err(Error::Invalid(format!("cannot send kind `{other}` (send, ask, reply)"))),
-    };
-    if kind == Kind::Reply && reply_to.is_none() {
-        return Err(Error::Invalid("a reply needs reply_to".into()));
+impl Caller {
+    /// The agent session's name; `None` for the owner.
+    pub fn agent(&self) -> Option<&str> {
+        match self {
+            Self::Owner => None,
+            Self::Agent(me) => Some(me),
+        }
     }
-    Ok(kind)
+
+    /// The caller check: `req` as this caller may make it, or why not. The owner may make every
+    /// request. An agent session may make the messaging requests, always as itself: a field
+    /// naming an agent must be empty or its own name and is set to it; a letmeknow `handle` is
+    /// set to its name (the session is its own group member). Everything that changes trust
+    /// (contacts, rules, review decisions, policy, group policy, the ASNET account) is refused.
+    pub(super) fn admit(&self, req: Request) -> Result<Request> {
+        let Self::Agent(me) = self else { return Ok(req) };
+        let own = |named: Option<String>| match named {
+            Some(other) if other != *me => {
+                Err(Error::Forbidden(format!("this session is agent `{me}`; it cannot act as `{other}`")))
+            }
+            _ => Ok(Some(me.clone())),
+        };
+        let me_handle = || Some(me.clone());
+        Ok(match req {
+            Request::Whoami
+            | Request::Status
+            | Request::ContactList
+            | Request::ContactRequests
+            | Request::List { .. }
+            | Request::MailAttachment { .. }
+            | Request::Ack { .. }
+            | Request::GroupInviteWait { .. } => req,
+            Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => {
+                Request::Send { contact, text, kind, reply_to, from_agent: own(from_agent)?, to_agent }
+            }
+            Request::Read { agent, id, ancestors } => Request::Read { agent: own(agent)?, id, ancestors },
+            Request::Wait { agent, timeout_secs, paused_seen } => {
+                Request::Wait { agent: own(agent)?, timeout_secs, paused_seen }
+            }
+            Request::Unread { agent } => Request::Unread { agent: own(agent)? },
+            Request::GroupSession { handle: _, name } => Request::GroupSession { handle: me_handle(), name },
+            Request::GroupInvite { handle: _, group, ttl_secs } => {
+                Request::GroupInvite { handle: me_handle(), group, ttl_secs }
+            }
+            Request::GroupJoin { handle: _, link, timeout_secs } => {
+                Request::GroupJoin { handle: me_handle(), link, timeout_secs }
+            }
+            Request::GroupList { handle: _ } => Request::GroupList { handle: me_handle() },
+            Request::GroupSend { handle: _, group, text, to, reply_to } => {
+                Request::GroupSend { handle: me_handle(), group, text, to, reply_to }
+            }
+            Request::GroupRead { handle: _, id, ancestors } => {
+                Request::GroupRead { handle: me_handle(), id, ancestors }
+            }
+            Request::GroupMembers { handle: _, group } => Request::GroupMembers { handle: me_handle(), group },
+            Request::GroupLeave { handle: _, group } => Request::GroupLeave { handle: me_handle(), group },
+            Request::GroupHistory { handle: _, group, before, limit, mark_read } => {
+                Request::GroupHistory { handle: me_handle(), group, before, limit, mark_read }
+            }
+            Request::GroupDeliveries { handle: _, wait_secs } => {
+                Request::GroupDeliveries { handle: me_handle(), wait_secs }
+            }
+            // ASNET/1: what an agent asks for goes out as the agent's and waits for the owner's
+            // approval of its challenge; the account itself is the owner's.
+            Request::AsnetSetup { .. } | Request::AsnetRegister { .. } => {
+                return Err(Error::Forbidden(
+                    "an agent may not set up or register the ASNET account: that is your operator's decision".into(),
+                ));
+            }
+            Request::AsnetLookup { .. }
+            | Request::AsnetConnect { .. }
+            | Request::AsnetAccept { .. }
+            | Request::AsnetConnections
+            | Request::AsnetDisconnect { .. }
+            | Request::AsnetStatus => req,
+            other => {
+                return Err(Error::Forbidden(format!(
+                    "agent sessions may not `{}`: that is your operator's decision",
+                    op_name(&other)
+                )));
+            }
+        })
+    }
 }
 
 /// A contact as an agent sees it: local facts, and peer claims reduced to safe names.
@@ -83,188 +155,71 @@ fn agent_contact_dto(rt: &Runtime, c: &ContactRow) -> Value {
 }
 
 impl Runtime {
-    pub(super) async fn handle_owner(&self, req: Request, one_shot: bool) -> Result<Value> {
-        match req {
-            Request::Send { ref contact, .. } => {
-                let contact = contact.clone();
-                let v = self.handle_core(req, one_shot).await?;
-                let c = self.contact(&contact).await?;
-                // The message is queued; failing to note the operator's turn (a full disk) must
-                // not report the send as failed.
-                if let Err(e) = self.operator_input(c.id).await {
-                    tracing::warn!("noting the operator's send to {contact}: {e}");
-                }
-                Ok(v)
-            }
-            Request::SessionOpen { agent, harness } => {
-                self.agent_register(&agent, harness.as_deref().unwrap_or("mcp")).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                self.ensure_floor(&agent).await?;
-                let token = random_token();
-                let harness = harness.as_deref().unwrap_or("mcp");
-                self.store().insert_agent_token(sha256(token.as_bytes()).as_slice(), &agent, harness, now_ms()).await?;
-                Ok(json!({"agent": agent, "token": token}))
-            }
-            Request::SessionClose => Err(Error::Invalid("only an agent session can close itself".into())),
-            Request::Read { agent, id, ancestors } => {
-                let agent = self.owner_agent(agent).await?;
-                match id {
-                    Some(id) => self.read_message(&agent, &id, ancestors.unwrap_or(0)).await,
-                    None => self.take_queue(&agent, false).await,
-                }
-            }
-            Request::Wait { agent, timeout_secs, paused_seen } => {
-                let agent = self.owner_agent(agent).await?;
-                self.wait_queue(&agent, timeout_secs, paused_seen, one_shot).await
-            }
-            Request::Ack { lease, ids } => self.ack_lease(None, &lease, ids.as_deref()).await,
-            Request::Unread { agent } => {
-                let agent = self.owner_agent(agent).await?;
-                Ok(json!({"agent": agent, "unread": self.unread(&agent).await?}))
-            }
-            Request::ReviewList => self.review_list().await,
-            Request::ReviewApprove { id } => {
-                if let Some(ch) = self.store().asnet_challenge_of_review(id).await? {
-                    return self.asnet_approve(id, ch).await;
-                }
-                let v = self.review_approve(id).await?;
-                if one_shot {
-                    self.flush_once(true).await?;
-                }
-                Ok(v)
-            }
-            Request::ReviewReject { id } => {
-                if let Some(ch) = self.store().asnet_challenge_of_review(id).await? {
-                    return self.asnet_reject(id, ch).await;
-                }
-                self.review_decide(id, "rejected", None).await
-            }
-            Request::Policy { review, loop_limit, digest_secs } => {
-                self.set_policy(review, loop_limit, digest_secs).await
-            }
-            Request::ContactReview { name, mode } => {
-                if !matches!(mode.as_str(), "auto" | "review" | "default") {
-                    return Err(Error::Invalid("mode must be auto, review or default".into()));
-                }
-                let c = self.contact(&name).await?;
-                self.store().set_conversation_outbound(c.id, &mode).await?;
-                Ok(json!({"contact": name, "outbound": mode}))
-            }
-            Request::Dnd { on } => match on {
-                Some(on) => self.set_dnd(on).await,
-                None => Ok(json!({"dnd": self.dnd().await?})),
-            },
-            Request::Resume { contact } => {
-                let c = self.contact(&contact).await?;
-                let released = self.operator_input(c.id).await?;
-                Ok(json!({"contact": contact, "resumed": true, "released": released}))
-            }
-            other => self.handle_core(other, one_shot).await,
+    /// Opens an agent session for `agent` (registering it if new): a bearer token bound to it.
+    pub(super) async fn session_open(&self, agent: &str, harness: Option<&str>, one_shot: bool) -> Result<Value> {
+        let harness = harness.unwrap_or("mcp");
+        self.agent_register(agent, harness).await?;
+        if one_shot {
+            self.flush_once(true).await?;
         }
+        self.ensure_floor(agent).await?;
+        let token = random_token();
+        self.store().insert_agent_token(sha256(token.as_bytes()).as_slice(), agent, harness, now_ms()).await?;
+        Ok(json!({"agent": agent, "token": token}))
     }
 
-    async fn owner_agent(&self, agent: Option<String>) -> Result<String> {
+    /// The agent a queue request names: required, and registered.
+    pub(super) async fn named_agent(&self, agent: Option<String>) -> Result<String> {
         let agent = agent.ok_or_else(|| Error::Invalid("name the agent".into()))?;
         self.require_agent(&agent).await?;
         Ok(agent)
     }
 
-    pub(super) async fn handle_agent(&self, me: &str, req: Request, one_shot: bool) -> Result<Value> {
-        let not_you =
-            |other: &str| Error::Forbidden(format!("this session is agent `{me}`; it cannot act as `{other}`"));
-        match req {
-            Request::Whoami => {
-                let mut v = self.handle_core(Request::Whoami, one_shot).await?;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("agent".into(), Value::String(me.to_owned()));
-                }
-                Ok(v)
-            }
-            Request::Status => self.handle_core(Request::Status, one_shot).await,
-            Request::ContactList | Request::ContactRequests => {
-                let pending = matches!(req, Request::ContactRequests);
-                if one_shot {
-                    self.sync_best_effort().await;
-                }
-                let rows = self.store().contacts(if pending { Some("pending") } else { None }).await?;
-                Ok(Value::Array(rows.iter().map(|c| agent_contact_dto(self, c)).collect()))
-            }
-            Request::List { contact } => self.handle_core(Request::List { contact }, one_shot).await,
-            Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => {
-                if let Some(f) = from_agent.as_deref()
-                    && f != me
-                {
-                    return Err(not_you(f));
-                }
-                self.agent_send(me, &contact, text, kind.as_deref(), reply_to, to_agent, one_shot).await
-            }
-            Request::Read { agent, id, ancestors } => {
-                if let Some(a) = agent.as_deref()
-                    && a != me
-                {
-                    return Err(not_you(a));
-                }
-                self.require_agent(me).await?;
-                match id {
-                    Some(id) => self.read_message(me, &id, ancestors.unwrap_or(0)).await,
-                    None => self.take_queue(me, false).await,
-                }
-            }
-            Request::Wait { agent, timeout_secs, paused_seen } => {
-                if let Some(a) = agent.as_deref()
-                    && a != me
-                {
-                    return Err(not_you(a));
-                }
-                self.require_agent(me).await?;
-                self.wait_queue(me, timeout_secs, paused_seen, one_shot).await
-            }
-            Request::Ack { lease, ids } => self.ack_lease(Some(me), &lease, ids.as_deref()).await,
-            // A peer's file, as untrusted data (attributed; UTF-8 content fenced); never opened.
-            Request::MailAttachment { id, part } => {
-                self.handle_core(Request::MailAttachment { id, part }, one_shot).await
-            }
-            Request::Unread { agent } => {
-                if let Some(a) = agent.as_deref()
-                    && a != me
-                {
-                    return Err(not_you(a));
-                }
-                self.require_agent(me).await?;
-                Ok(json!({"agent": me, "unread": self.unread(me).await?}))
-            }
-            // letmeknow: the session is its own group member, its handle is its agent name.
-            group @ (Request::GroupSession { .. }
-            | Request::GroupInvite { .. }
-            | Request::GroupInviteWait { .. }
-            | Request::GroupJoin { .. }
-            | Request::GroupList { .. }
-            | Request::GroupSend { .. }
-            | Request::GroupRead { .. }
-            | Request::GroupMembers { .. }
-            | Request::GroupLeave { .. }
-            | Request::GroupHistory { .. }
-            | Request::GroupDeliveries { .. }) => self.handle_group(Some(me), group).await,
-            // ASNET/1: every protected command waits for the owner's approval of its challenge.
-            asnet @ (Request::AsnetSetup { .. }
-            | Request::AsnetRegister { .. }
-            | Request::AsnetLookup { .. }
-            | Request::AsnetConnect { .. }
-            | Request::AsnetAccept { .. }
-            | Request::AsnetConnections
-            | Request::AsnetDisconnect { .. }
-            | Request::AsnetStatus) => self.asnet_agent_request(me, asnet).await,
-            other => Err(Error::Forbidden(format!(
-                "agent sessions may not `{}`: that is your operator's decision",
-                op_name(&other)
-            ))),
+    /// `whoami`; an agent session also learns which agent it is.
+    pub(super) async fn whoami_for(&self, agent: Option<&str>) -> Result<Value> {
+        let mut v = self.whoami().await?;
+        if let (Some(me), Some(o)) = (agent, v.as_object_mut()) {
+            o.insert("agent".into(), Value::String(me.to_owned()));
         }
+        Ok(v)
+    }
+
+    /// The contacts (`pending`: the requests). The owner sees everything; an agent session sees
+    /// local facts and the peer's claims reduced to safe names.
+    pub(super) async fn contacts_for(&self, agent: Option<&str>, pending: bool, one_shot: bool) -> Result<Value> {
+        if one_shot {
+            self.sync_best_effort().await;
+        }
+        if agent.is_none() && !pending {
+            return self.contact_list().await;
+        }
+        let rows = self.store().contacts(if pending { Some("pending") } else { None }).await?;
+        Ok(Value::Array(
+            rows.iter()
+                .map(|c| if agent.is_some() { agent_contact_dto(self, c) } else { self.contact_dto(c) })
+                .collect(),
+        ))
+    }
+
+    /// The owner's choice of review for one conversation's agent sends.
+    pub(super) async fn contact_review(&self, name: &str, mode: &str) -> Result<Value> {
+        if !matches!(mode, "auto" | "review" | "default") {
+            return Err(Error::Invalid("mode must be auto, review or default".into()));
+        }
+        let c = self.contact(name).await?;
+        self.store().set_conversation_outbound(c.id, mode).await?;
+        Ok(json!({"contact": name, "outbound": mode}))
+    }
+
+    /// The owner resumes a conversation the loop guard paused (operator input).
+    pub(super) async fn resume(&self, contact: &str) -> Result<Value> {
+        let c = self.contact(contact).await?;
+        let released = self.operator_input(c.id).await?;
+        Ok(json!({"contact": contact, "resumed": true, "released": released}))
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn agent_send(
+    pub(super) async fn agent_send(
         &self,
         me: &str,
         contact: &str,
@@ -306,18 +261,11 @@ impl Runtime {
                 "detail": format!("held until your operator approves it (switchboard review approve {id})"),
             }));
         }
-        let req = Request::Send {
-            contact: contact.into(),
-            text,
-            kind: Some(k.as_str().into()),
-            reply_to,
-            from_agent: Some(me.into()),
-            to_agent,
-        };
-        self.handle_core(req, one_shot).await
+        let out = OwnerSend { kind: k, reply_to, from_agent: Some(me.into()), to_agent };
+        self.send_text(contact, text, out, one_shot).await
     }
 
-    async fn review_list(&self) -> Result<Value> {
+    pub(super) async fn review_list(&self) -> Result<Value> {
         // A held message is for a contact (1:1) or for a letmeknow group (`group`, `to`).
         let rows = self.store().pending_reviews().await?;
         Ok(Value::Array(
@@ -346,7 +294,28 @@ impl Runtime {
         ))
     }
 
-    async fn review_approve(&self, id: i64) -> Result<Value> {
+    /// The owner approves review item `id`: an ASNET challenge is answered, a held message goes
+    /// out (a one-shot runtime sends it before answering).
+    pub(super) async fn review_approve(&self, id: i64, one_shot: bool) -> Result<Value> {
+        if let Some(ch) = self.store().asnet_challenge_of_review(id).await? {
+            return self.asnet_approve(id, ch).await;
+        }
+        let v = self.release_held(id).await?;
+        if one_shot {
+            self.flush_once(true).await?;
+        }
+        Ok(v)
+    }
+
+    /// The owner rejects review item `id` (an ASNET challenge goes unanswered).
+    pub(super) async fn review_reject(&self, id: i64) -> Result<Value> {
+        if let Some(ch) = self.store().asnet_challenge_of_review(id).await? {
+            return self.asnet_reject(id, ch).await;
+        }
+        self.review_decide(id, "rejected", None).await
+    }
+
+    async fn release_held(&self, id: i64) -> Result<Value> {
         if let Some(g) = self.store().held_group_send(id).await? {
             // A group send: sent as the session that wrote it; approving is operator input.
             let (handle, gid) = (g.agent, g.group_id);
@@ -383,7 +352,12 @@ impl Runtime {
         Ok(json!({"review_id": id, "state": state, "message_id": message_id}))
     }
 
-    async fn set_policy(&self, review: Option<String>, loop_limit: Option<u32>, digest: Option<u64>) -> Result<Value> {
+    pub(super) async fn set_policy(
+        &self,
+        review: Option<String>,
+        loop_limit: Option<u32>,
+        digest: Option<u64>,
+    ) -> Result<Value> {
         if let Some(r) = review {
             if !matches!(r.as_str(), "auto" | "review") {
                 return Err(Error::Invalid("review must be auto or review".into()));

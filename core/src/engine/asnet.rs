@@ -99,23 +99,18 @@ fn action_json(stored: &str) -> Value {
 }
 
 impl Runtime {
-    /// Handles the owner's `asnet_*` requests.
-    pub(super) async fn asnet_request(&self, req: Request) -> Result<Value> {
-        self.asnet_request_as(req, OWNER).await
-    }
-
-    /// An agent session's `asnet_*` request (the MCP tools). It may look members up, read the
-    /// status and ask for connect, accept, disconnect and the connection list: each protected
-    /// command goes out as the agent's, and the service acts on it only after VERIFY, which this
-    /// runtime sends only when the owner approves the challenge in the review queue (the item
-    /// names the agent). Setting the account up and registering it stay the owner's.
-    pub(super) async fn asnet_agent_request(&self, me: &str, req: Request) -> Result<Value> {
-        if matches!(req, Request::AsnetSetup { .. } | Request::AsnetRegister { .. }) || me == OWNER {
-            return Err(Error::Forbidden(
-                "an agent may not set up or register the ASNET account: that is your operator's decision".into(),
-            ));
+    /// Handles an `asnet_*` request of the owner (`agent` `None`) or of an agent session (the MCP
+    /// tools; `Caller::admit` let through only lookups, the status and connect, accept,
+    /// disconnect and the connection list). An agent's protected command goes out as the
+    /// agent's, and the service acts on it only after VERIFY, which this runtime sends only when
+    /// the owner approves the challenge in the review queue (the item names the agent).
+    pub(super) async fn asnet_request(&self, agent: Option<&str>, req: Request) -> Result<Value> {
+        match agent {
+            None => self.asnet_request_as(req, OWNER).await,
+            // The owner's name in the requests table is not an agent's to take.
+            Some(OWNER) => Err(Error::Forbidden("an agent named `owner` may not use the ASNET account".into())),
+            Some(me) => self.asnet_request_as(req, me).await,
         }
-        self.asnet_request_as(req, me).await
     }
 
     async fn asnet_request_as(&self, req: Request, by: &str) -> Result<Value> {

@@ -18,14 +18,15 @@ use crate::util::now_ms;
 impl Runtime {
     /// A page of `gid`'s log in `handle`'s view, oldest first; `mark_read` (the owner looking)
     /// marks the rows shown read when `handle` is the owner's default session.
-    pub(super) async fn lmk_history(
+    pub(in crate::engine) async fn lmk_history(
         &self,
         handle: &str,
         gid: &str,
         before: Option<i64>,
-        limit: u32,
+        limit: Option<u32>,
         mark_read: bool,
     ) -> Result<Value> {
+        let limit = limit.unwrap_or(super::HISTORY_PAGE).clamp(1, super::MAX_HISTORY_PAGE);
         self.lmk_group_row(handle, gid).await?;
         let rows = self.store().group_log_page(handle, gid, before, i64::from(limit)).await?;
         let owner = self.store().meta(OWNER_HANDLE).await?;

@@ -24,7 +24,7 @@ use crate::util::{OsRng, b64u, b64u_decode, now_ms};
 
 impl Runtime {
     /// A new group named `name`, made by the owner's default session.
-    pub(super) async fn lmk_create(&self, name: &str) -> Result<Value> {
+    pub(in crate::engine) async fn lmk_create(&self, name: &str) -> Result<Value> {
         let name = group_name(name)?;
         let handle = self.lmk_owner_handle().await?;
         let session = self.lmk_load(&handle).await?;
@@ -37,7 +37,7 @@ impl Runtime {
     }
 
     /// The invites this runtime opened since it started, newest first.
-    pub(super) fn lmk_invites(&self) -> Value {
+    pub(in crate::engine) fn lmk_invites(&self) -> Value {
         let now = now_ms();
         let Ok(invites) = self.inner.groups.invites.lock() else { return json!([]) };
         let mut out: Vec<(i64, Value)> = invites

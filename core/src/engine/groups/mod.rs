@@ -83,7 +83,6 @@ use tokio::sync::Mutex;
 
 use super::delivery::{Label, fence};
 use super::{Error, Event, Result, Runtime};
-use crate::bridge::api::Request;
 use crate::mls::{self, Member};
 use crate::store::groups::{self as db, GroupMessage, NewGroupRow};
 use crate::transport::letagents::RelayClient;
@@ -330,115 +329,46 @@ async fn commit_rows(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str,
 }
 
 impl Runtime {
-    /// The letmeknow requests. `agent` is the calling agent session's name, which is its handle
-    /// (an owner caller names the handle, or uses the profile's only session).
-    pub(crate) async fn handle_group(&self, agent: Option<&str>, req: Request) -> Result<Value> {
-        let pick = |given: Option<String>| -> Option<String> {
-            match agent {
-                Some(me) => Some(me.to_owned()),
-                None => given,
-            }
-        };
-        match req {
-            Request::GroupSession { handle, name } => {
-                let handle = pick(handle);
-                self.lmk_session(handle.as_deref(), name.as_deref()).await
-            }
-            Request::GroupInvite { handle, group, ttl_secs } => {
-                let h = match (pick(handle), group.as_deref()) {
-                    (Some(h), _) => h,
-                    (None, Some(g)) => self.lmk_handle_in(g).await?,
-                    (None, None) => self.lmk_owner_handle().await?,
-                };
-                self.lmk_invite(&h, group.as_deref(), ttl_secs).await
-            }
-            Request::GroupInviteWait { invite } => self.lmk_invite_wait(&invite).await,
-            Request::GroupJoin { handle, link, timeout_secs } => {
-                let h = match pick(handle) {
-                    Some(h) => h,
-                    None => self.lmk_owner_handle().await?,
-                };
-                self.lmk_join(&h, &link, timeout_secs).await
-            }
-            Request::GroupList { handle } => match pick(handle) {
-                Some(h) => self.lmk_groups(&h).await,
-                // The owner without a handle: every session's groups (each entry names its handle);
-                // none yet is an empty list (the first group makes the default session).
-                None => {
-                    let handles = self.store().group_session_handles().await?;
-                    let mut all = Vec::new();
-                    for h in handles {
-                        if let Value::Array(groups) = self.lmk_groups(&h).await? {
-                            all.extend(groups);
-                        }
-                    }
-                    Ok(Value::Array(all))
-                }
-            },
-            Request::GroupSend { handle, group, text, to, reply_to } => {
-                let h = self.group_handle(pick(handle), &group).await?;
-                if agent.is_some() {
-                    // An agent session: under the loop guard and the group's outbound mode.
-                    return self.lmk_agent_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await;
-                }
-                // The owner: operator input, which resets the group's loop guard.
-                let v = self.lmk_send(&h, &group, &text, to.as_deref(), reply_to.as_deref()).await?;
-                self.lmk_operator_input(&h, &group).await?;
-                Ok(v)
-            }
-            Request::GroupRead { handle, id, ancestors } => {
-                let h = self.resolve_handle(pick(handle)).await?;
-                self.lmk_read(&h, &id, usize::try_from(ancestors.unwrap_or(0)).unwrap_or(usize::MAX)).await
-            }
-            Request::GroupMembers { handle, group } => {
-                let h = self.group_handle(pick(handle), &group).await?;
-                self.lmk_sync_best_effort(&h, &group).await;
-                self.lmk_members(&h, &group).await
-            }
-            Request::GroupRemove { handle, group, fingerprint } => {
-                let h = self.group_handle(pick(handle), &group).await?;
-                self.lmk_remove(&h, &group, &fingerprint).await
-            }
-            Request::GroupSessionDelete { handle } if agent.is_none() => self.lmk_session_delete(&handle).await,
-            Request::GroupLeave { handle, group } => {
-                let h = self.group_handle(pick(handle), &group).await?;
-                self.lmk_leave(&h, &group).await
-            }
-            Request::GroupDeliveries { handle, wait_secs } => {
-                let h = self.resolve_handle(pick(handle)).await?;
-                self.lmk_wait(&h, wait_secs).await
-            }
-            Request::GroupMode { handle, group, mode } if agent.is_none() => {
-                let h = self.group_handle(handle, &group).await?;
-                self.lmk_set_mode(&h, &group, &mode).await
-            }
-            Request::GroupResume { handle, group } if agent.is_none() => {
-                let h = self.group_handle(handle, &group).await?;
-                let released = self.lmk_operator_input(&h, &group).await?;
-                Ok(json!({"group": group, "handle": h, "resumed": true, "released": released}))
-            }
-            Request::GroupCreate { name } if agent.is_none() => self.lmk_create(&name).await,
-            Request::GroupRename { group, name } if agent.is_none() => {
-                let name = group_name(&name)?;
-                self.lmk_handle_in(&group).await?;
-                self.store().set_group_name(&group, &name, now_ms()).await?;
-                self.emit(Event::GroupChanged { group: group.clone() });
-                Ok(json!({"group": group, "name": name}))
-            }
-            Request::GroupHistory { handle, group, before, limit, mark_read } => {
-                let h = self.group_handle(pick(handle), &group).await?;
-                let limit = limit.unwrap_or(HISTORY_PAGE).clamp(1, MAX_HISTORY_PAGE);
-                self.lmk_history(&h, &group, before, limit, mark_read && agent.is_none()).await
-            }
-            Request::GroupInvites if agent.is_none() => Ok(self.lmk_invites()),
-            Request::GroupMode { .. } | Request::GroupResume { .. } => Err(Error::Forbidden(
-                "agent sessions may not change a group's policy: that is your operator's decision".into(),
-            )),
-            Request::GroupCreate { .. } | Request::GroupRename { .. } | Request::GroupInvites => Err(Error::Forbidden(
-                "agent sessions may not create, rename or list the operator's groups and invites".into(),
-            )),
-            other => Err(Error::Bug(format!("not a group request: {other:?}"))),
+    /// The session an invite comes from: the one named, else the one in `group`, else the
+    /// owner's default session.
+    pub(in crate::engine) async fn invite_handle(&self, handle: Option<String>, group: Option<&str>) -> Result<String> {
+        match (handle, group) {
+            (Some(h), _) => Ok(h),
+            (None, Some(g)) => self.lmk_handle_in(g).await,
+            (None, None) => self.lmk_owner_handle().await,
         }
+    }
+
+    /// The groups of session `handle`; for the owner without a handle, every session's groups
+    /// (each entry names its handle), none yet being an empty list (the first group makes the
+    /// default session).
+    pub(in crate::engine) async fn group_list(&self, handle: Option<String>) -> Result<Value> {
+        if let Some(h) = handle {
+            return self.lmk_groups(&h).await;
+        }
+        let mut all = Vec::new();
+        for h in self.store().group_session_handles().await? {
+            if let Value::Array(groups) = self.lmk_groups(&h).await? {
+                all.extend(groups);
+            }
+        }
+        Ok(Value::Array(all))
+    }
+
+    /// The owner resumes a group the loop guard paused (operator input).
+    pub(in crate::engine) async fn group_resume(&self, handle: Option<String>, group: &str) -> Result<Value> {
+        let h = self.group_handle(handle, group).await?;
+        let released = self.lmk_operator_input(&h, group).await?;
+        Ok(json!({"group": group, "handle": h, "resumed": true, "released": released}))
+    }
+
+    /// The owner's local name for a group.
+    pub(in crate::engine) async fn lmk_rename(&self, group: &str, name: &str) -> Result<Value> {
+        let name = group_name(name)?;
+        self.lmk_handle_in(group).await?;
+        self.store().set_group_name(group, &name, now_ms()).await?;
+        self.emit(Event::GroupChanged { group: group.to_owned() });
+        Ok(json!({"group": group, "name": name}))
     }
 
     /// How many posts of this runtime lost the epoch race and were redone on the winner's epoch.
@@ -447,7 +377,7 @@ impl Runtime {
     }
 
     /// The handle named, else the profile's only session.
-    async fn resolve_handle(&self, handle: Option<String>) -> Result<String> {
+    pub(in crate::engine) async fn resolve_handle(&self, handle: Option<String>) -> Result<String> {
         if let Some(h) = handle {
             return Ok(h);
         }
@@ -462,7 +392,7 @@ impl Runtime {
     }
 
     /// `given`, else the session in `gid` (see [`Self::lmk_handle_in`]).
-    async fn group_handle(&self, given: Option<String>, gid: &str) -> Result<String> {
+    pub(in crate::engine) async fn group_handle(&self, given: Option<String>, gid: &str) -> Result<String> {
         match given {
             Some(h) => Ok(h),
             None => self.lmk_handle_in(gid).await,
@@ -471,7 +401,7 @@ impl Runtime {
 
     /// The session that acts in `gid` for the owner: the default session if it is (or was) in
     /// it, else the first active one, else the first that ever was.
-    async fn lmk_handle_in(&self, gid: &str) -> Result<String> {
+    pub(in crate::engine) async fn lmk_handle_in(&self, gid: &str) -> Result<String> {
         let sessions = self.store().group_sessions(gid).await?;
         let owner = self.store().meta(OWNER_HANDLE).await?;
         if let Some(o) = owner.filter(|o| sessions.iter().any(|(h, _)| h == o)) {

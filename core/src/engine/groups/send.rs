@@ -153,7 +153,7 @@ impl Runtime {
     }
 
     /// Sets the outbound mode of the session's agent sends to `gid`.
-    pub(super) async fn lmk_set_mode(&self, handle: &str, gid: &str, mode: &str) -> Result<Value> {
+    pub(in crate::engine) async fn lmk_set_mode(&self, handle: &str, gid: &str, mode: &str) -> Result<Value> {
         if !matches!(mode, "auto" | "review" | "default") {
             return Err(Error::Invalid("mode must be auto, review or default".into()));
         }
@@ -164,7 +164,7 @@ impl Runtime {
 
     /// An agent session's send to `gid`: refused by the loop guard past the limit, held in the
     /// review queue in review mode, sent otherwise.
-    pub(super) async fn lmk_agent_send(
+    pub(in crate::engine) async fn lmk_agent_send(
         &self,
         me: &str,
         gid: &str,

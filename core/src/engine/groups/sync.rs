@@ -448,7 +448,7 @@ impl Runtime {
         Ok(ids)
     }
 
-    pub(super) async fn lmk_sync_best_effort(&self, handle: &str, gid: &str) {
+    pub(in crate::engine) async fn lmk_sync_best_effort(&self, handle: &str, gid: &str) {
         if let Err(e) = self.lmk_sync(handle, gid, 0).await {
             tracing::debug!(error = %e, group = gid, "group sync");
         }

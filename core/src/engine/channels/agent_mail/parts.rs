@@ -17,13 +17,37 @@ use serde_json::{Value, json};
 
 use crate::engine::delivery::{Label, fence};
 use crate::engine::{Error, Result, Runtime};
-use crate::protocol::agent_mail::attachment::{AttachmentError, MAX_STORED_BYTES, is_attachment};
+use crate::protocol::agent_mail::attachment::{AttachmentError, AttachmentIn, MAX_STORED_BYTES, is_attachment};
 use crate::protocol::agent_mail::message::inert_name;
 use crate::protocol::agent_mail::{Message, Part};
 use crate::store::{self, AttachmentMeta, ContactRow, MessageRow, NewAttachment};
 use crate::util::b64u;
 
 use super::AM;
+
+/// The owner's `mail_send`: text and any attached files (`attachments`, base64) to the Agent
+/// Mail contact `contact`, queued. Returns the message id.
+pub(in crate::engine) async fn send_request(
+    rt: &Runtime,
+    contact: &str,
+    text: &str,
+    subject: Option<String>,
+    reply_to: Option<String>,
+    attachments: &[AttachmentIn],
+) -> Result<String> {
+    let files = crate::protocol::agent_mail::attachment::decode(attachments)?;
+    let c = mail_contact(rt, contact, !files.is_empty()).await?;
+    let out = super::MailOut {
+        kind: if reply_to.is_some() { "reply" } else { "send" },
+        text,
+        reply_to: reply_to.as_deref(),
+        subject: subject.as_deref(),
+        from_agent: None,
+        to_agent: None,
+        attachments: &files,
+    };
+    rt.inner.agent_mail.agent_mail_send(rt, &c, out).await
+}
 
 /// The Agent Mail contact `name` stands for: the contact itself, or a person's Agent Mail
 /// channel. Files go only over Agent Mail; plain text keeps the old answer for other contacts.
