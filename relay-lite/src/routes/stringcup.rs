@@ -20,7 +20,6 @@ mod identities;
 mod messages;
 mod rendezvous;
 mod topics;
-pub mod wire;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -40,11 +39,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 use data_encoding::{BASE32_NOPAD, BASE64, BASE64_NOPAD};
 use serde::de::DeserializeOwned;
-use switchboard_core::util::{b64u, hex, now_ms, random_array, sha256};
+pub(crate) use switchboard_core::protocol::stringcup::wire::{is_identity_id, is_rendezvous_token, relay as wire};
+use switchboard_core::util::{now_ms, random_array, sha256};
 
 use crate::error::Error;
 use crate::limits::{Quota, SlidingWindow, retry_after_secs};
-use crate::store::stringcup::{Counts, TokenRow, is_base32_lower};
+use crate::store::stringcup::{Counts, TokenRow};
 use crate::{AppState, StringcupLimits};
 
 /// Most entries in one batch send.
@@ -481,20 +481,6 @@ pub(crate) fn new_api_token() -> String {
     format!("sct-{}", random_base32::<32>())
 }
 
-fn has_shape(text: &str, prefix: &str, len: usize) -> bool {
-    text.strip_prefix(prefix).is_some_and(|rest| rest.len() == len && rest.bytes().all(is_base32_lower))
-}
-
-/// Whether `text` has the shape of an issued identity id.
-pub(crate) fn is_identity_id(text: &str) -> bool {
-    has_shape(text, "sc-", 24)
-}
-
-/// Whether `text` has the shape of an issued rendezvous token.
-pub(crate) fn is_rendezvous_token(text: &str) -> bool {
-    has_shape(text, "rv-", 32)
-}
-
 /// `400` unless `text` is a well-formed identity id.
 pub(crate) fn identity_id(field: &str, text: &str) -> Result<(), Error> {
     if is_identity_id(text) {
@@ -502,14 +488,6 @@ pub(crate) fn identity_id(field: &str, text: &str) -> Result<(), Error> {
     } else {
         Err(Error::BadRequest(format!("{field} must be `sc-` followed by 24 lower-case base32 characters")))
     }
-}
-
-/// `"sha256:"` + unpadded base64url of SHA-256(key), and its first 16 hex digits in fours.
-pub fn fingerprints(public_key: &[u8]) -> (String, String) {
-    let digest = sha256(public_key);
-    let short = hex(digest.get(..8).unwrap_or_default());
-    let groups: Vec<&str> = [0..4, 4..8, 8..12, 12..16].into_iter().filter_map(|r| short.get(r)).collect();
-    (format!("sha256:{}", b64u(&digest)), groups.join("-"))
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC, the seed's timestamp format.
@@ -629,14 +607,6 @@ impl Drop for InFlight<'_> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fingerprints_match_the_seed_example() {
-        let key = base64_decode("ssZ6QL5hX0NQkCEOqIHYR4wtTCYsMyEKd5XY9VTg23o=").unwrap();
-        let (long, short) = fingerprints(&key);
-        assert_eq!(long, "sha256:JLv6MQ0Yw8JV_Cv64fmVTyXN8p0V5v5BF22BaLbTcLo");
-        assert_eq!(short, "24bb-fa31-0d18-c3c2");
-    }
 
     #[test]
     fn utc_renders_the_seed_format() {

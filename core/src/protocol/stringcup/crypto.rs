@@ -140,13 +140,14 @@ pub fn open(
     String::from_utf8(plain).map_err(|_| OpenError::Utf8)
 }
 
-/// `"sha256:"` + unpadded base64url of SHA-256(raw public key). Always computed locally.
-pub fn fingerprint(public_key: &[u8; 32]) -> String {
+/// `"sha256:"` + unpadded base64url of SHA-256(raw public key) (B.7). The client always computes
+/// it locally; the relay serves it beside every key.
+pub fn fingerprint(public_key: &[u8]) -> String {
     format!("sha256:{}", b64u(&sha256(public_key)))
 }
 
-/// The first 16 hex characters of SHA-256(raw public key), in groups of four.
-pub fn fingerprint_short(public_key: &[u8; 32]) -> String {
+/// The first 16 hex characters of SHA-256(raw public key), in groups of four (B.7).
+pub fn fingerprint_short(public_key: &[u8]) -> String {
     let h = hex(&sha256(public_key));
     let first: Vec<&str> = (0..4).filter_map(|i| h.get(i * 4..i * 4 + 4)).collect();
     first.join("-")

@@ -10,12 +10,13 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
+use switchboard_core::protocol::stringcup::crypto;
 use switchboard_core::util::{now_ms, sha256};
 
 use super::wire::{IdentityOut, RegisterIn, Registered, RotatedOut, TokenOut, UpdateIn, UpdatedOut};
 use super::{
-    BudgetKind, Caller, Other, QuotaSlot, SMALL_BODY, base64, base64_exact, fingerprints, identity_id, json_object,
-    json_response, new_api_token, new_identity_id, spend, utc,
+    BudgetKind, Caller, Other, QuotaSlot, SMALL_BODY, base64, base64_exact, identity_id, json_object, json_response,
+    new_api_token, new_identity_id, spend, utc,
 };
 use crate::AppState;
 use crate::error::Error;
@@ -35,7 +36,8 @@ pub(super) fn routes() -> Router<AppState> {
 
 /// The public record of `row`.
 pub(super) fn identity_out(row: &IdentityRow) -> IdentityOut {
-    let (fingerprint, fingerprint_short) = fingerprints(&row.public_key);
+    let (fingerprint, fingerprint_short) =
+        (crypto::fingerprint(&row.public_key), crypto::fingerprint_short(&row.public_key));
     IdentityOut {
         id: row.id.clone(),
         identity_public_key: base64(&row.public_key),

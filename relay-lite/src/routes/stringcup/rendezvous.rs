@@ -15,12 +15,13 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
 use serde::Deserialize;
+use switchboard_core::protocol::stringcup::crypto;
 use switchboard_core::util::{now_ms, sha256};
 
 use super::wire::{ReleasedOut, RendezvousIn, RendezvousOut};
 use super::{
-    Caller, Other, SMALL_BODY, fingerprints, is_rendezvous_token, json_object, json_response, long_poll,
-    new_rendezvous_token, parse_wait, utc,
+    Caller, Other, SMALL_BODY, is_rendezvous_token, json_object, json_response, long_poll, new_rendezvous_token,
+    parse_wait, utc,
 };
 use crate::AppState;
 use crate::error::{Conflict, Error};
@@ -106,7 +107,8 @@ async fn claim(
         Some(id) => store.identity(id).await?,
         None => None,
     };
-    let (peer_fingerprint, peer_fingerprint_short) = peer.as_ref().map(|p| fingerprints(&p.public_key)).unzip();
+    let (peer_fingerprint, peer_fingerprint_short) =
+        peer.as_ref().map(|p| (crypto::fingerprint(&p.public_key), crypto::fingerprint_short(&p.public_key))).unzip();
     let body = RendezvousOut {
         status: if peer.is_some() { "paired" } else { "waiting" }.into(),
         token: minted.clone(),

@@ -1,9 +1,10 @@
-//! Stringcup v2 JSON as a client sends and reads it. Types read from the relay end in `In`
-//! (decoded, not yet trusted: keys in them are checked against local pins before use).
+//! The client's view: what it sends, and what it reads from a relay. Types read from the relay
+//! end in `In` (decoded, not yet trusted: keys in them are checked against local pins before
+//! use); they name only the fields the client uses, so a relay that adds fields still works.
 
 use serde::{Deserialize, Serialize};
 
-use super::crypto::Header;
+use crate::protocol::stringcup::crypto::Header;
 
 /// `POST /api/v2/identities` body.
 #[derive(Debug, Clone, Serialize)]
@@ -203,29 +204,4 @@ pub struct MembersAddedIn {
     /// No such identity.
     #[serde(default)]
     pub unknown: Vec<String>,
-}
-
-/// Whether `s` looks like an assigned Stringcup id: `sc-` and 24 lowercase base32 characters.
-pub fn is_identity_id(s: &str) -> bool {
-    s.strip_prefix("sc-")
-        .is_some_and(|r| r.len() == 24 && r.chars().all(|c| c.is_ascii_lowercase() || ('2'..='7').contains(&c)))
-}
-
-/// Whether `s` looks like an issued rendezvous token: `rv-` and 32 base32 characters.
-pub fn is_rendezvous_token(s: &str) -> bool {
-    s.strip_prefix("rv-").is_some_and(|r| r.len() == 32 && r.chars().all(|c| c.is_ascii_alphanumeric()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn id_shapes() {
-        assert!(is_identity_id("sc-cucxeqysmwr2a45nzo34h6lz"));
-        assert!(!is_identity_id("sc-CUCXEQYSMWR2A45NZO34H6LZ"));
-        assert!(!is_identity_id("bob"));
-        assert!(is_rendezvous_token(&format!("rv-{}", "a".repeat(32))));
-        assert!(!is_rendezvous_token("rv-short"));
-    }
 }

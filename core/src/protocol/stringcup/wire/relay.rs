@@ -1,6 +1,7 @@
-//! Stringcup v2 JSON bodies: what clients send (`...In`, decoded but not yet validated) and what
-//! the relay answers. Field names are the seed's; fields the seed does not name are listed in
-//! relay-lite's README.
+//! The relay's view (relay-lite serves it): what clients send (`...In`, decoded but not yet
+//! validated; strict where the seed says to refuse) and what the relay answers (`...Out`, every
+//! field the seed names). Field names are the seed's; fields the seed does not name are listed
+//! in relay-lite's README.
 
 use serde::{Deserialize, Serialize};
 
