@@ -22,6 +22,7 @@ use super::{Error, Result, Runtime};
 use crate::bridge::api::Request;
 use crate::identity::random_token;
 use crate::store::ContactRow;
+use crate::store::ContactState;
 use crate::util::{now_ms, sha256};
 
 /// Who a request comes from.
@@ -193,7 +194,7 @@ impl Runtime {
         if agent.is_none() && !pending {
             return self.contact_list().await;
         }
-        let rows = self.store().contacts(if pending { Some("pending") } else { None }).await?;
+        let rows = self.store().contacts(if pending { Some(ContactState::Pending) } else { None }).await?;
         Ok(Value::Array(
             rows.iter()
                 .map(|c| if agent.is_some() { agent_contact_dto(self, c) } else { self.contact_dto(c) })
@@ -247,7 +248,7 @@ impl Runtime {
             _ => policy.review,
         };
         if review {
-            if c.state != "active" {
+            if c.state != ContactState::Active {
                 return Err(Error::Pending(contact.into()));
             }
             let id = self
@@ -403,5 +404,80 @@ impl Runtime {
     /// runtime must open again).
     pub async fn revoke_agent_tokens(&self) -> Result<()> {
         Ok(self.store().delete_agent_tokens().await?)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn coder() -> Caller {
+        Caller::Agent("coder".into())
+    }
+
+    fn code(r: Result<Request>) -> &'static str {
+        r.map(|_| "ok").unwrap_or_else(|e| e.code())
+    }
+
+    #[test]
+    fn the_owner_may_make_every_request_unchanged() {
+        for req in [
+            Request::ContactAccept { name: "bob".into(), new_name: None },
+            Request::ReviewApprove { id: 1 },
+            Request::Read { agent: Some("reviewer".into()), id: None, ancestors: None },
+            Request::GroupMode { handle: Some("h".into()), group: "g".into(), mode: "review".into() },
+        ] {
+            let before = serde_json::to_value(&req).unwrap();
+            assert_eq!(serde_json::to_value(Caller::Owner.admit(req).unwrap()).unwrap(), before);
+        }
+    }
+
+    #[test]
+    fn an_agent_acts_only_as_itself() {
+        let read = coder().admit(Request::Read { agent: None, id: None, ancestors: None }).unwrap();
+        assert!(matches!(read, Request::Read { agent: Some(a), .. } if a == "coder"));
+        let send = Request::Send {
+            contact: "bob".into(),
+            text: "hi".into(),
+            kind: None,
+            reply_to: None,
+            from_agent: None,
+            to_agent: None,
+        };
+        assert!(matches!(coder().admit(send).unwrap(), Request::Send { from_agent: Some(a), .. } if a == "coder"));
+        for other in [
+            Request::Read { agent: Some("reviewer".into()), id: None, ancestors: None },
+            Request::Wait { agent: Some("reviewer".into()), timeout_secs: 1, paused_seen: None },
+            Request::Unread { agent: Some("reviewer".into()) },
+        ] {
+            assert_eq!(code(coder().admit(other)), "forbidden");
+        }
+        // A group handle is the session's own name, whatever the request said.
+        let join =
+            coder().admit(Request::GroupJoin { handle: Some("owner".into()), link: "l".into(), timeout_secs: None });
+        assert!(matches!(join.unwrap(), Request::GroupJoin { handle: Some(h), .. } if h == "coder"));
+    }
+
+    #[test]
+    fn trust_decisions_stay_with_the_owner() {
+        for req in [
+            Request::ContactAdd { address: "a".into(), name: None, allow: None, relay: None, no_hello: false },
+            Request::ContactAccept { name: "bob".into(), new_name: None },
+            Request::ContactVerify { name: "bob".into() },
+            Request::ReviewApprove { id: 1 },
+            Request::Policy { review: Some("auto".into()), loop_limit: None, digest_secs: None },
+            Request::Resume { contact: "bob".into() },
+            Request::Dnd { on: Some(false) },
+            Request::SessionOpen { agent: "other".into(), harness: None },
+            Request::GroupMode { handle: None, group: "g".into(), mode: "auto".into() },
+            Request::GroupCreate { name: "x".into() },
+            Request::GroupRemove { handle: None, group: "g".into(), fingerprint: "f".into() },
+            Request::AsnetRegister { discovery: None },
+        ] {
+            let op = op_name(&req);
+            assert_eq!(code(coder().admit(req)), "forbidden", "{op}");
+        }
+        assert_eq!(code(coder().admit(Request::AsnetLookup { member_id: "mem_x".into() })), "ok");
     }
 }

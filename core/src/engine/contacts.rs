@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::channels::ContactAdd;
 use super::{Error, Protocol, Result, Runtime, kinds_to_string};
+use crate::store::ContactState;
 use crate::store::{self, ContactRow};
 use crate::util::now_ms;
 
@@ -59,7 +60,7 @@ impl Runtime {
         if c.blocked {
             return Err(Error::Blocked(name.into()));
         }
-        if c.state != "pending" {
+        if c.state != ContactState::Pending {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
         let new_name = new_name.map(str::trim).filter(|n| *n != c.name);
@@ -67,7 +68,7 @@ impl Runtime {
         if let Some(n) = new_name {
             super::people::check_name_free(&mut tx, n).await?;
         }
-        let accept = store::ContactUpdate { state: Some("active"), name: new_name, ..Default::default() };
+        let accept = store::ContactUpdate { state: Some(ContactState::Active), name: new_name, ..Default::default() };
         store::update_contact(&mut tx, c.id, &accept).await?;
         // Messages that arrived with the request (Stringcup has no hello) are shown now.
         store::release_held(&mut tx, c.id).await?;
@@ -79,7 +80,7 @@ impl Runtime {
     /// until the owner unblocks it.
     pub(super) async fn contact_deny(&self, name: &str) -> Result<Value> {
         let c = self.contact(name).await?;
-        if c.state != "pending" || c.blocked {
+        if c.state != ContactState::Pending || c.blocked {
             return Err(Error::Invalid(format!("`{name}` is not a pending request")));
         }
         let mut v = self.contact_block(name, true).await?;

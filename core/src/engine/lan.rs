@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, watch};
 use super::{Result, Runtime, blocking};
 use crate::identity::keystore::{Keystore, KeystoreError};
 use crate::protocol::lan::{LAN_KEY_LIFETIME_MS, LanBinding, LanKey, ProtocolTag, Refusal};
+use crate::store::ContactState;
 use crate::store::{DeliveryPath, OutboxRow, Protocol};
 use crate::transport::lan::{self as node, ContactId, Inbound, LanConfig, LanHandle, LanIdentity, Pinned};
 use crate::util::{OsRng, now_ms};
@@ -149,7 +150,7 @@ impl Runtime {
     /// LAN connection: its binding verifies against no pin).
     async fn lan_pins(&self) -> Result<Pinned> {
         let mut map = BTreeMap::new();
-        for c in self.store().contacts(Some("active")).await? {
+        for c in self.store().contacts(Some(ContactState::Active)).await? {
             let end_to_end = matches!(c.protocol, Protocol::Letagents | Protocol::AgentMail);
             if end_to_end
                 && !c.blocked

@@ -22,6 +22,7 @@ use crate::identity::keystore::{Keystore, KeystoreError, KeystoreKind, KeystoreP
 use crate::profile::Profile;
 use crate::protocol::letagents::inner::RosterEntry;
 use crate::protocol::letagents::{self as la, Kind, PeerKeys, STALE_AFTER_MS};
+use crate::store::ContactState;
 use crate::store::{self, Store};
 use crate::transport::letagents::RelayClient;
 
@@ -504,7 +505,7 @@ impl Runtime {
     /// The set of local agents changed: tell every active contact.
     async fn send_presence(&self) -> Result<()> {
         let roster = self.roster().await?;
-        for c in self.store().contacts(Some("active")).await? {
+        for c in self.store().contacts(Some(ContactState::Active)).await? {
             if c.changed_box_pub.is_some() || !self.channel(c.protocol).carries_roster() {
                 continue;
             }
@@ -534,7 +535,7 @@ impl Runtime {
         if c.blocked {
             return Err(Error::Blocked(name.into()));
         }
-        if c.state != "active" {
+        if c.state != ContactState::Active {
             return Err(Error::Pending(name.into()));
         }
         if c.changed_box_pub.is_some() {

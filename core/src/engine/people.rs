@@ -26,6 +26,7 @@ use super::channels::{ContactAdd, Outgoing};
 use super::{Error, Result, Runtime};
 use crate::protocol::contact_link::{ContactLink, LetagentsEntry, StringcupEntry};
 use crate::protocol::letagents::Kind;
+use crate::store::ContactState;
 use crate::store::{self, ContactRow, OutboxRow, PersonRow, Protocol};
 use crate::util::now_ms;
 
@@ -81,7 +82,7 @@ fn rank(p: Protocol) -> usize {
 }
 
 fn usable(c: &ContactRow) -> bool {
-    c.state == "active" && !c.blocked && c.changed_box_pub.is_none()
+    c.state == ContactState::Active && !c.blocked && c.changed_box_pub.is_none()
 }
 
 impl Runtime {
@@ -235,7 +236,7 @@ impl Runtime {
             }
             // Already a contact (a bare address added earlier) whose key the link proves: it
             // joins the person as it is.
-            Some(c) if c.state == "active" => c.name,
+            Some(c) if c.state == ContactState::Active => c.name,
             _ => {
                 let name = format!("{}.{}", person.name, protocol.as_str());
                 let req = ContactAdd { address, name: Some(&name), allow, relay, hello };
@@ -262,7 +263,11 @@ impl Runtime {
             }
             dtos.push(dto);
         }
-        let state = if channels.iter().any(|c| c.state == "active") { "active" } else { "pending" };
+        let state = if channels.iter().any(|c| c.state == ContactState::Active) {
+            ContactState::Active
+        } else {
+            ContactState::Pending
+        };
         Ok(json!({
             "name": p.name,
             "person": true,
@@ -450,7 +455,7 @@ impl Runtime {
             return Err(Error::SafetyNumberUnconfirmed { a: a.into(), a_number, b: b.into(), b_number });
         }
         for y in &b_channels {
-            if y.state != "active" {
+            if y.state != ContactState::Active {
                 return Err(Error::Pending(y.name.clone()));
             }
             if let Some(x) = a_channels.iter().find(|x| x.protocol == y.protocol) {

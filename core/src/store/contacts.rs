@@ -6,7 +6,7 @@
 
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
-use super::{ContactRow, NewContact, Protocol, Result, Store};
+use super::{ContactRow, ContactState, NewContact, Protocol, Result, Store};
 
 /// Columns to change on one contact; `None` leaves a column as it is.
 #[derive(Debug, Clone, Copy, Default)]
@@ -14,7 +14,7 @@ pub struct ContactUpdate<'a> {
     /// Local name.
     pub name: Option<&'a str>,
     /// `active` or `pending`.
-    pub state: Option<&'a str>,
+    pub state: Option<ContactState>,
     /// Allowed kinds.
     pub allow_kinds: Option<&'a str>,
     /// letagents drop code.
@@ -226,9 +226,9 @@ pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<V
 }
 
 impl Store {
-    /// All contacts in `state` (or all), by name. Pending requests (`Some("pending")`) leave out
+    /// All contacts in `state` (or all), by name. Pending requests (`Some(Pending)`) leave out
     /// the blocked ones: a denied request is no longer a request.
-    pub async fn contacts(&self, state: Option<&str>) -> Result<Vec<ContactRow>> {
+    pub async fn contacts(&self, state: Option<ContactState>) -> Result<Vec<ContactRow>> {
         Ok(sqlx::query_as(
             "SELECT * FROM contacts WHERE (?1 IS NULL OR (state = ?1 AND (?1 != 'pending' OR blocked = 0))) ORDER BY name",
         )

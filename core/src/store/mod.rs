@@ -38,7 +38,7 @@ pub use people::{
     PersonRow, clear_contact_person, delete_person, insert_person, person_by_key, person_name_taken, record_fallback,
     rename_contact, rename_person, set_contact_person,
 };
-pub use protocol::Protocol;
+pub use protocol::{ContactState, Protocol};
 
 /// Store failures: local (disk, corruption) or bugs.
 #[derive(Debug, thiserror::Error)]
@@ -138,8 +138,8 @@ pub struct ContactRow {
     pub drop_code: Option<Vec<u8>>,
     /// Relay override.
     pub relay_url: Option<String>,
-    /// active | pending.
-    pub state: String,
+    /// Accepted, or a request.
+    pub state: ContactState,
     /// Comma-separated kinds.
     pub allow_kinds: String,
     /// Whether the user compared safety numbers.
@@ -300,8 +300,8 @@ pub struct NewContact<'a> {
     pub drop_code: Option<&'a [u8]>,
     /// Relay override.
     pub relay_url: Option<&'a str>,
-    /// active | pending.
-    pub state: &'a str,
+    /// Accepted, or a request.
+    pub state: ContactState,
     /// Allowed kinds.
     pub allow_kinds: &'a str,
     /// Hello name.

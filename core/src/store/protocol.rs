@@ -1,6 +1,10 @@
-//! Which protocol a row belongs to: the `protocol` column of contacts, messages, the outbox, seen
-//! ids and the audit log, stored as the same strings the database has always held (no migration).
-//! The engine maps each variant to its channel in one match (`engine::channels::channel`).
+//! Column values as types, stored as the same strings the database has always held (no
+//! migration):
+//! - [`Protocol`]: which protocol a row belongs to (the `protocol` column of contacts, messages,
+//!   the outbox, seen ids and the audit log). The engine maps each variant to its channel in one
+//!   match (`engine::channels::channel`).
+//! - [`ContactState`]: whether a contact is one the owner has (`active`) or a request waiting for
+//!   the owner's decision (`pending`).
 
 use std::fmt;
 
@@ -49,6 +53,33 @@ impl serde::Serialize for Protocol {
     }
 }
 
+/// Whether the owner has accepted a contact (`contacts.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type, serde::Serialize)]
+#[sqlx(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
+pub enum ContactState {
+    /// A contact: messages go both ways.
+    Active,
+    /// A request (a peer introduced itself): held until the owner accepts or denies it.
+    Pending,
+}
+
+impl ContactState {
+    /// The stored (and client-visible) name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContactState::Active => "active",
+            ContactState::Pending => "pending",
+        }
+    }
+}
+
+impl fmt::Display for ContactState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +100,18 @@ mod tests {
             assert_eq!(serde_json::to_value(p).unwrap(), s);
         }
         assert!(sqlx::query_scalar::<_, Protocol>("SELECT 'letmeknow'").fetch_one(&pool).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn contact_states_are_stored_as_the_strings_the_check_constraint_allows() {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        for (state, s) in [(ContactState::Active, "active"), (ContactState::Pending, "pending")] {
+            let stored: String = sqlx::query_scalar("SELECT ?").bind(state).fetch_one(&pool).await.unwrap();
+            assert_eq!(stored, s);
+            let read: ContactState = sqlx::query_scalar("SELECT ?").bind(s).fetch_one(&pool).await.unwrap();
+            assert_eq!(read, state);
+            assert_eq!(serde_json::to_value(state).unwrap(), s);
+        }
+        assert!(sqlx::query_scalar::<_, ContactState>("SELECT 'denied'").fetch_one(&pool).await.is_err());
     }
 }

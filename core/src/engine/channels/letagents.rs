@@ -28,6 +28,7 @@ use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};
 use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
 use crate::protocol::letagents::wire::{ClientToRelay, RelayToClient};
 use crate::protocol::letagents::{self as la, Address, Inner, Kind, PeerKeys};
+use crate::store::ContactState;
 use crate::store::{self, Audit, ContactRow, DeliveryPath, NewContact, NewMessage, OutboxRow, Protocol};
 use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
@@ -168,7 +169,7 @@ impl Letagents {
         let mut tx = rt.store().pool.begin().await?;
         let existing = store::contact_by_peer(&mut tx, Protocol::Letagents, &peer_id).await?;
         let name = match existing {
-            Some(c) if c.state == "pending" => {
+            Some(c) if c.state == ContactState::Pending => {
                 // They asked first: adding them is accepting them.
                 let new_name = name.unwrap_or(&c.name).to_owned();
                 if new_name != c.name && store::name_taken(&mut tx, &new_name).await? {
@@ -176,7 +177,7 @@ impl Letagents {
                 }
                 let accept = store::ContactUpdate {
                     name: Some(&new_name),
-                    state: Some("active"),
+                    state: Some(ContactState::Active),
                     allow_kinds: Some(&allow),
                     drop_code: Some(drop.as_slice()),
                     address: Some(&addr.to_string()),
@@ -208,7 +209,7 @@ impl Letagents {
                         box_pub: &addr.keys.boxk,
                         drop_code: Some(&drop),
                         relay_url: relay,
-                        state: "active",
+                        state: ContactState::Active,
                         allow_kinds: &allow,
                         request_body: "",
                         now,
@@ -366,7 +367,7 @@ impl Letagents {
                     keys: peer_keys(c)?,
                     allow: c.allow_kinds.split(',').filter_map(Kind::parse).collect(),
                     rules,
-                    active: c.state == "active",
+                    active: c.state == ContactState::Active,
                 })
             }
             None => None,
@@ -421,7 +422,7 @@ impl Letagents {
                                 box_pub: &opened.from.keys.boxk,
                                 drop_code: Some(&drop),
                                 relay_url: None,
-                                state: "pending",
+                                state: ContactState::Pending,
                                 allow_kinds: DEFAULT_ALLOW,
                                 request_body: &body,
                                 now,

@@ -9,6 +9,7 @@ use crate::protocol::agent_identity::live_write::next_nonce;
 use crate::protocol::agent_mail::card::{CardPayload, PinOutcome, check_pin};
 use crate::protocol::agent_mail::recipient::RetainedKey;
 use crate::protocol::agent_mail::{Id16, MAX_TTL_MS, MailAddress, MailboxCard, Pin};
+use crate::store::ContactState;
 use crate::store::{self, NewContact};
 use crate::transport::agent_mail::MailClient;
 use crate::transport::letagents::RelayClient;
@@ -169,14 +170,14 @@ pub(super) async fn add_contact(
     let full = MailAddress { routes: card.payload().routes.clone(), ..addr.clone() }.to_string();
     let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
     let name = match store::contact_by_peer(&mut tx, AM, &owner).await? {
-        Some(c) if c.state == "pending" => {
+        Some(c) if c.state == ContactState::Pending => {
             let new_name = name.unwrap_or(&c.name).to_owned();
             if new_name != c.name && store::name_taken(&mut tx, &new_name).await? {
                 return Err(Error::ContactExists(format!("a contact named `{new_name}` already exists")));
             }
             let accept = store::ContactUpdate {
                 name: Some(&new_name),
-                state: Some("active"),
+                state: Some(ContactState::Active),
                 allow_kinds: Some(&allow),
                 address: Some(&full),
                 ..Default::default()
@@ -205,7 +206,7 @@ pub(super) async fn add_contact(
                     box_pub: addr.owner.public_key(),
                     drop_code: None,
                     relay_url: None,
-                    state: "active",
+                    state: ContactState::Active,
                     allow_kinds: &allow,
                     request_body: "",
                     now: now_ms(),

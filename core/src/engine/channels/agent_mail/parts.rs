@@ -20,6 +20,7 @@ use crate::engine::{Error, Result, Runtime};
 use crate::protocol::agent_mail::attachment::{AttachmentError, AttachmentIn, MAX_STORED_BYTES, is_attachment};
 use crate::protocol::agent_mail::message::inert_name;
 use crate::protocol::agent_mail::{Message, Part};
+use crate::store::ContactState;
 use crate::store::{self, AttachmentMeta, ContactRow, MessageRow, NewAttachment};
 use crate::util::b64u;
 
@@ -61,7 +62,7 @@ pub(in crate::engine) async fn mail_contact(rt: &Runtime, name: &str, with_files
             if c.blocked {
                 return Err(Error::Blocked(name.into()));
             }
-            if c.state != "active" {
+            if c.state != ContactState::Active {
                 return Err(Error::Pending(name.into()));
             }
             Ok(c)

@@ -14,6 +14,7 @@ use crate::protocol::agent_mail::recipient::{
 };
 use crate::protocol::agent_mail::relay::PacketRecord;
 use crate::protocol::agent_mail::{MailAddress, Message};
+use crate::store::ContactState;
 use crate::store::{self, Audit, DeliveryPath, NewContact, NewMessage};
 use crate::transport::TransportError;
 use crate::util::now_ms;
@@ -228,7 +229,7 @@ pub(super) async fn process(
                 box_pub: message.from.public_key(),
                 drop_code: None,
                 relay_url: None,
-                state: "pending",
+                state: ContactState::Pending,
                 allow_kinds: crate::engine::DEFAULT_ALLOW,
                 request_body: &request,
                 now,
@@ -241,7 +242,7 @@ pub(super) async fn process(
         store::update_contact(&mut tx, c.id, &store::ContactUpdate { address: Some(a), ..Default::default() }).await?;
     }
     let c = contact.ok_or_else(|| bug("contact vanished"))?;
-    let held = c.state != "active";
+    let held = c.state != ContactState::Active;
     let allowed = c.allow_kinds.split(',').any(|k| k == kind);
     let (state, showable) = match (held, allowed) {
         (true, _) => ("request", false),

@@ -31,6 +31,7 @@ use crate::identity::keystore::Keystore;
 use crate::protocol::letagents::Kind;
 use crate::protocol::stringcup::crypto::{self, fingerprint, fingerprint_short};
 use crate::protocol::stringcup::wire::{InboxMessageIn, Outgoing, is_identity_id};
+use crate::store::ContactState;
 use crate::store::{self, Audit, ContactRow, NewContact, NewMessage, OutboxRow, Protocol, Store};
 use crate::transport::TransportError;
 use crate::transport::letagents::RelayClient;
@@ -320,7 +321,7 @@ impl Stringcup {
         name: &str,
         key: &[u8; 32],
         allow: &str,
-        state: &str,
+        state: ContactState,
     ) -> Result<ContactRow> {
         let now = now_ms();
         let mut tx = rt.store().pool.begin().await?;
@@ -336,9 +337,12 @@ impl Stringcup {
                 rt.emit(Event::KeyChanged { name: c.name.clone() });
                 return Err(Error::KeyChanged(c.name));
             }
-            Some(c) if c.state == "pending" && state == "active" => {
-                let accept =
-                    store::ContactUpdate { state: Some("active"), allow_kinds: Some(allow), ..Default::default() };
+            Some(c) if c.state == ContactState::Pending && state == ContactState::Active => {
+                let accept = store::ContactUpdate {
+                    state: Some(ContactState::Active),
+                    allow_kinds: Some(allow),
+                    ..Default::default()
+                };
                 store::update_contact(&mut tx, c.id, &accept).await?;
                 store::release_held(&mut tx, c.id).await?;
             }
@@ -399,14 +403,14 @@ impl Stringcup {
         }
         let mut conn = rt.store().pool.acquire().await?;
         if let Some(c) = store::contact_by_peer(&mut conn, Protocol::Stringcup, id).await?
-            && c.state == "active"
+            && c.state == ContactState::Active
         {
             return Err(Error::ContactExists(format!("already a contact, as `{}`", c.name)));
         }
         drop(conn);
         let (key, display) = self.stringcup_lookup(id).await?;
         let default_name = display.filter(|d| !d.trim().is_empty()).unwrap_or_else(|| id.chars().take(11).collect());
-        let c = self.pin_contact(rt, id, name.unwrap_or(&default_name), &key, &allow, "active").await?;
+        let c = self.pin_contact(rt, id, name.unwrap_or(&default_name), &key, &allow, ContactState::Active).await?;
         Ok(c.name)
     }
 
@@ -427,7 +431,7 @@ impl Stringcup {
         if let Ok((key, _)) = self.stringcup_lookup(&c.peer_id).await
             && key.as_slice() != c.box_pub.as_slice()
         {
-            self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, "active").await?;
+            self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, ContactState::Active).await?;
         }
         let now = now_ms();
         let mut tx = rt.store().pool.begin().await?;
@@ -525,7 +529,9 @@ impl Stringcup {
                 .map(|d| d.chars().filter(|c| c.is_alphanumeric() || "-_.".contains(*c)).take(32).collect::<String>())
                 .filter(|d| !d.is_empty())
                 .unwrap_or_else(|| sender.chars().take(11).collect());
-            contact = Some(self.pin_contact(rt, sender, &name, &key, crate::engine::DEFAULT_ALLOW, "pending").await?);
+            contact = Some(
+                self.pin_contact(rt, sender, &name, &key, crate::engine::DEFAULT_ALLOW, ContactState::Pending).await?,
+            );
             rt.emit(Event::Request { name });
         }
         // The current key, else one from before a key update (mail sealed before the sender
@@ -543,11 +549,11 @@ impl Stringcup {
             (_, Err(e)) => ("dropped", format!("undecryptable: {e}"), false),
             (None, Ok(_)) if !room => ("dropped", "unknown_sender: too many pending requests".to_owned(), false),
             (None, Ok(_)) => ("dropped", "sender id is malformed".to_owned(), false),
-            (Some(c), Ok(_)) if c.state == "active" && !c.allow_kinds.split(',').any(|k| k == "send") => {
+            (Some(c), Ok(_)) if c.state == ContactState::Active && !c.allow_kinds.split(',').any(|k| k == "send") => {
                 ("refused", "kind `send` is not allowed for this contact".to_owned(), false)
             }
             (Some(c), Ok(text)) => {
-                let held = c.state != "active";
+                let held = c.state != ContactState::Active;
                 store::insert_message(
                     &mut tx,
                     &NewMessage {

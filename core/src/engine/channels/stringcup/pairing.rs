@@ -71,7 +71,14 @@ impl Stringcup {
                 );
             }
             let c = self
-                .pin_contact(rt, &peer_id, name.unwrap_or(&peer_id), &key, crate::engine::DEFAULT_ALLOW, "active")
+                .pin_contact(
+                    rt,
+                    &peer_id,
+                    name.unwrap_or(&peer_id),
+                    &key,
+                    crate::engine::DEFAULT_ALLOW,
+                    crate::store::ContactState::Active,
+                )
                 .await?;
             return Ok(json!({
                 "status": "paired",

@@ -8,6 +8,7 @@ use crate::engine::{Error, Result, Runtime};
 use crate::protocol::letagents::Kind;
 use crate::protocol::stringcup::crypto;
 use crate::protocol::stringcup::wire::Outgoing;
+use crate::store::ContactState;
 use crate::store::{self, Protocol};
 use crate::util::now_ms;
 
@@ -103,7 +104,7 @@ impl Stringcup {
             match c {
                 Some(c) if c.blocked => skipped.push(json!({"id": m.id, "reason": "blocked"})),
                 Some(c)
-                    if c.state == "active"
+                    if c.state == ContactState::Active
                         && c.changed_box_pub.is_none()
                         && served.is_some_and(|k| k.as_slice() == c.box_pub.as_slice()) =>
                 {
