@@ -10,7 +10,7 @@ use ed25519_dalek::SigningKey;
 use super::agent_id::{AgentId, AgentIdError};
 use super::ed25519::{SignatureError, sign, verify_strict};
 use super::encoding::{Hash32, b64};
-use super::http::ErrorCode;
+use super::error_code::ErrorCode;
 use super::json::{self, JsonError, MAX_SAFE_INTEGER, Object, Value};
 use super::shape::{self, ShapeError};
 

@@ -3,7 +3,7 @@
 //! state and persists what these functions decide.
 
 use super::envelope::{Envelope, MAX_SAFE_NONCE};
-use super::http::ErrorCode;
+use super::error_code::ErrorCode;
 
 /// The RECOMMENDED live-write window (300 s).
 pub const DEFAULT_WINDOW_MS: i64 = 300_000;

@@ -7,7 +7,7 @@
 //! - [`live_write`]: resubmission, time window and nonce-cache decisions (steps 6–8), and the
 //!   client's bounded `Max-Seen-Nonce` handling.
 //! - [`jwt`]: request JWTs for authenticated reads; [`http`]: error bodies, lists, accepted records,
-//!   discovery documents.
+//!   discovery documents; [`error_code`]: the shared error codes (a leaf every part reports with).
 //!
 //! Nothing here reads a clock, a disk or the network: time is a parameter, state is the caller's.
 
@@ -15,6 +15,7 @@ pub mod agent_id;
 pub mod ed25519;
 pub mod encoding;
 pub mod envelope;
+pub mod error_code;
 pub mod http;
 pub mod json;
 pub mod jwt;
@@ -25,6 +26,6 @@ pub mod shape;
 pub use agent_id::{AgentId, AgentUrl};
 pub use encoding::Hash32;
 pub use envelope::{Envelope, EnvelopeError, EnvelopeIn, Event};
-pub use http::ErrorCode;
+pub use error_code::ErrorCode;
 pub use json::{Object, Value};
 pub use origin::Origin;
