@@ -74,7 +74,7 @@ pub(super) async fn send(rt: &Runtime, st: &AmState, c: &ContactRow, out: MailOu
     message.reply_card = Some(own_card);
     message.validate()?;
     let id = message.message_id.to_string();
-    let route = card.payload().routes.first().cloned().ok_or_else(|| Error::Invalid("the mailbox is closed".into()))?;
+    let route = card.payload().routes.first().cloned().ok_or_else(|| Error::Peer("the mailbox is closed: its owner takes no new mail".into()))?;
     let body = body_text(&message);
 
     let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -141,10 +141,10 @@ async fn reseal(rt: &Runtime, st: &AmState, row: &OutboxRow) -> Result<()> {
     let card = fetch_card(rt, st, &addr).await?;
     let old = Packet::parse(&row.payload).map_err(bug)?;
     if old.header().card_hash == card.hash() {
-        return Err(Error::Invalid("no newer card is available yet".into()));
+        return Err(Error::Peer("the recipient has published no newer card yet".into()));
     }
     let now = now_ms();
-    let route = card.payload().routes.first().cloned().ok_or_else(|| Error::Invalid("the mailbox is closed".into()))?;
+    let route = card.payload().routes.first().cloned().ok_or_else(|| Error::Peer("the mailbox is closed: its owner takes no new mail".into()))?;
     let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
     let nonce = take_nonce(&mut tx, now).await?;
     let packet = seal(
