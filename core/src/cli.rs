@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
-use crate::bridge::api::{ApiError, Request};
+use crate::api::{ApiError, Request};
 use crate::bridge::client::Conn;
 use crate::engine::{InitOptions, Runtime};
 use crate::profile::Profile;
@@ -642,7 +642,7 @@ pub enum GroupCmd {
 }
 
 /// A file to attach: its base name (inert), media type from the extension, bytes as base64url.
-fn read_attachment(path: &std::path::Path) -> Result<crate::bridge::api::AttachmentIn, ApiError> {
+fn read_attachment(path: &std::path::Path) -> Result<crate::api::AttachmentIn, ApiError> {
     let bad = |m: String| ApiError { code: "invalid_input".into(), message: m };
     let data = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
     let name = path
@@ -650,7 +650,7 @@ fn read_attachment(path: &std::path::Path) -> Result<crate::bridge::api::Attachm
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| bad(format!("{} names no file", path.display())))?;
     let media_type = crate::protocol::agent_mail::attachment::media_type_for(&name).to_owned();
-    Ok(crate::bridge::api::AttachmentIn { name, media_type: Some(media_type), data: crate::util::b64u(&data) })
+    Ok(crate::api::AttachmentIn { name, media_type: Some(media_type), data: crate::util::b64u(&data) })
 }
 
 fn to_request(cmd: Command) -> Result<Request, ApiError> {
@@ -785,7 +785,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
                     service,
                     mailbox,
                     username,
-                    password: crate::bridge::api::Secret(password),
+                    password: crate::api::Secret(password),
                     smtp,
                     smtp_tls: Some(smtp_tls),
                     smtp_auth: Some(smtp_auth),

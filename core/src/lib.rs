@@ -3,8 +3,11 @@
 //! localhost bridge that the CLI, MCP server and UI use.
 //!
 //! Layering (see ARCHITECTURE.md): `protocol` is sans-io; `store` and `transport` perform I/O;
-//! `engine` is the one place that joins them; `bridge` and `cli` are clients of the engine.
+//! `engine` is the one place that joins them; `api` is the request vocabulary beneath the engine
+//! and its clients; `bridge` and `cli` are clients of the engine.
 
+#[cfg(feature = "runtime")]
+pub mod api;
 #[cfg(feature = "runtime")]
 pub mod bridge;
 #[cfg(feature = "runtime")]

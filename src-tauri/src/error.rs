@@ -1,7 +1,7 @@
 //! Errors as they cross to the UI: `{code, message}`, the same shape the bridge uses.
 
 use serde::Serialize;
-use switchboard_core::bridge::api::ApiError;
+use switchboard_core::api::ApiError;
 
 /// A command's error.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, thiserror::Error)]

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::bridge::web::ui_event;
 use switchboard_core::engine::Runtime as Core;
 use tauri::{AppHandle, Emitter, Manager, Runtime};

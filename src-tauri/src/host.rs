@@ -8,8 +8,8 @@ use std::sync::Mutex as StdMutex;
 use std::time::Instant;
 
 use serde_json::Value;
+use switchboard_core::api::{ApiError, Request};
 use switchboard_core::bridge::Bridge;
-use switchboard_core::bridge::api::{ApiError, Request};
 use switchboard_core::bridge::client::Conn;
 use switchboard_core::engine::{Caller, InitOptions, Runtime};
 use switchboard_core::identity::keystore::KeystorePreference;

@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::engine::Runtime;
 use switchboard_core::protocol::letmeknow::header::{self, ContentType};
 use switchboard_core::protocol::letmeknow::new_id;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use relay_lite::{Config, Limits, RunningRelay};
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::engine::{InitOptions, Runtime};
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::{Profile, ProfileLock};

@@ -6,7 +6,7 @@
 
 use ed25519_dalek::SigningKey;
 use serde_json::Value;
-use switchboard_core::bridge::api::{AttachmentIn, Request};
+use switchboard_core::api::{AttachmentIn, Request};
 use switchboard_core::protocol::agent_identity::{AgentId, Value as JValue};
 use switchboard_core::protocol::agent_mail::packet::{SealRequest, seal};
 use switchboard_core::protocol::agent_mail::relay::{CurrentCard, DeliveryResult};

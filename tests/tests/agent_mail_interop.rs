@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::protocol::agent_mail::recipient::verify;
 use switchboard_core::protocol::agent_mail::{MailAddress, Packet};
 use switchboard_core::util::now_ms;

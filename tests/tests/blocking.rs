@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use serde_json::{Value, json};
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::{
     DaemonProcess, Peer, TestRelay, befriend, befriend_cli, bridge_of, bridge_rpc, home, switchboard, switchboard_ok,
 };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::bridge::web::WebUi;
 use switchboard_core::bridge::{Bridge, serve, serve_with};
 use switchboard_tests::{DaemonProcess, Peer, TestRelay, bridge_of, home, switchboard};

@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::{Peer, TestRelay, send_request};
 
 /// A channel under test: its protocol's name in DTOs and where `whoami` shows an address for it.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::engine::LEASE_MS;
 use switchboard_tests::{
     DaemonProcess, Peer, TestRelay, befriend, befriend_cli, bridge_of, bridge_rpc, home, open_session, profile_db,

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::{Peer, SmallDisk, TestRelay, befriend};
 
 /// A message text of about 20 KB that starts with `tag`.

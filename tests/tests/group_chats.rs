@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::protocol::letmeknow::invite::InviteLink;
 use switchboard_tests::{Peer, TestRelay};
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::engine::LEASE_MS;
 use switchboard_tests::{
     DaemonProcess, GroupMember as Member, TestRelay, bridge_of, bridge_rpc, cli_invite, home, open_session, profile_db,

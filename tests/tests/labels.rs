@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::{Peer, TestRelay, befriend, home, switchboard_ok};
 
 /// The fence's preamble (everything before the opening marker line).

@@ -4,7 +4,7 @@
 #![allow(clippy::field_reassign_with_default)]
 
 use serde_json::{Value, json};
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::{self as la, Inner, Kind, PeerKeys};
 use switchboard_core::transport::letagents::{RelayClient, SendOutcome};

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::engine::Runtime;
 use switchboard_core::protocol::letmeknow::invite::{InviteLink, new_owner_token};
 use switchboard_core::transport::TransportError;

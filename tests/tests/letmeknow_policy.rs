@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::{GroupMember as Member, TestRelay, befriend};
 
 fn contents(v: &Value) -> Vec<String> {

@@ -4,7 +4,7 @@
 #![allow(clippy::field_reassign_with_default)]
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::{Peer, TestRelay, send_request};
 
 /// Bob and Carol, each a mutual Stringcup contact of `alice` (named "bob", "carol", "alice").

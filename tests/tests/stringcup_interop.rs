@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::{Peer, TestRelay};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_core::engine::FALL_BACK_UNREACHABLE_AFTER_MS;
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::{self as la, Inner, Kind};

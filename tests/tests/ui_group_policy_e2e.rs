@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
 use switchboard_tests::{Peer, TestRelay, bridge_of, open_session, switchboard};
 

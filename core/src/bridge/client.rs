@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::api::{ApiError, Request};
+use crate::api::{ApiError, Request};
 use crate::engine::Runtime;
 use crate::profile::{Profile, ProfileLock};
 

@@ -39,8 +39,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-use super::api::{ApiError, Request};
 use super::session::AgentSession;
+use crate::api::{ApiError, Request};
 use crate::profile::Profile;
 
 /// How `switchboard codex` runs.

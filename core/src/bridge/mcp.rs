@@ -26,8 +26,8 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
-use super::api::{ApiError, Request};
 use super::session::AgentSession;
+use crate::api::{ApiError, Request};
 use crate::profile::Profile;
 
 /// Longest `wait` a tool call may ask for (seconds).

@@ -8,7 +8,8 @@
 //! session tokens, each bound to one agent name (see `engine::agents`). The caller found here is
 //! what the engine applies permissions to; nothing in a request body can change it.
 
-pub mod api;
+/// The request vocabulary, at its old path (it lives in [`crate::api`], beneath the engine).
+pub use crate::api;
 pub mod client;
 pub mod codex;
 pub mod mcp;

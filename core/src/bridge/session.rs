@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use super::api::{ApiError, Request};
 use super::client::Conn;
 use super::{Bridge, serve};
+use crate::api::{ApiError, Request};
 use crate::engine::Runtime;
 use crate::profile::{Profile, ProfileLock};
 

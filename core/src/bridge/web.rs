@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc};
 
-use super::api::{ApiError, Request};
 use super::client::Conn;
+use crate::api::{ApiError, Request};
 use crate::engine::{Caller, Event, InitOptions, Runtime};
 use crate::identity::keystore::KeystorePreference;
 use crate::identity::random_token;

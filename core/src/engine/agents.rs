@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::delivery::label_value;
 use super::dispatch::{OwnerSend, send_kind};
 use super::{Error, Result, Runtime};
-use crate::bridge::api::Request;
+use crate::api::Request;
 use crate::identity::random_token;
 use crate::store::ContactRow;
 use crate::store::ContactState;

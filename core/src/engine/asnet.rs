@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::{Error, Result, Runtime, blocking};
-use crate::bridge::api::Request;
+use crate::api::Request;
 use crate::protocol::asnet::client::{
     AskedFor, ChallengeVerdict, ReplyIn, judge_challenge, read_reply, render_command,
 };

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::agents::Caller;
 use super::channels::{self, ContactAdd};
 use super::{Error, Result, Runtime, people};
-use crate::bridge::api::Request;
+use crate::api::Request;
 use crate::protocol::letagents::Kind;
 
 impl Runtime {

@@ -6,7 +6,7 @@
 //! Protocol errors convert with `?` (`#[from]`) and keep their own message, so the engine does
 //! not flatten them into strings.
 
-use crate::bridge::api::ApiError;
+use crate::api::ApiError;
 use crate::identity::keystore::KeystoreError;
 use crate::mls::MlsError;
 use crate::protocol::agent_mail::attachment::AttachmentError;

@@ -1,7 +1,7 @@
 //! Runtime commands: the bridge's request vocabulary (core/src/bridge/api.rs), as the owner.
 
 use serde_json::Value;
-use switchboard_core::bridge::api::Request;
+use switchboard_core::api::Request;
 use tauri::State;
 
 use crate::error::CommandError;

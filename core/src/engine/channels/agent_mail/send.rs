@@ -74,7 +74,12 @@ pub(super) async fn send(rt: &Runtime, st: &AmState, c: &ContactRow, out: MailOu
     message.reply_card = Some(own_card);
     message.validate()?;
     let id = message.message_id.to_string();
-    let route = card.payload().routes.first().cloned().ok_or_else(|| Error::Peer("the mailbox is closed: its owner takes no new mail".into()))?;
+    let route = card
+        .payload()
+        .routes
+        .first()
+        .cloned()
+        .ok_or_else(|| Error::Peer("the mailbox is closed: its owner takes no new mail".into()))?;
     let body = body_text(&message);
 
     let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -144,7 +149,12 @@ async fn reseal(rt: &Runtime, st: &AmState, row: &OutboxRow) -> Result<()> {
         return Err(Error::Peer("the recipient has published no newer card yet".into()));
     }
     let now = now_ms();
-    let route = card.payload().routes.first().cloned().ok_or_else(|| Error::Peer("the mailbox is closed: its owner takes no new mail".into()))?;
+    let route = card
+        .payload()
+        .routes
+        .first()
+        .cloned()
+        .ok_or_else(|| Error::Peer("the mailbox is closed: its owner takes no new mail".into()))?;
     let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
     let nonce = take_nonce(&mut tx, now).await?;
     let packet = seal(

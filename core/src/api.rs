@@ -1,5 +1,7 @@
 //! The runtime's request/response vocabulary: what the CLI, the localhost bridge, the MCP server
-//! and the UI may ask. Requests and answers are DTOs (plain JSON), never domain types.
+//! and the UI may ask. Requests and answers are DTOs (plain JSON), never domain types. It sits
+//! beneath the engine (which matches on [`Request`] once, in `engine::dispatch`) and its clients
+//! (`bridge`, `cli`, the desktop app), so the engine depends on no client.
 
 use serde::{Deserialize, Serialize};
 
