@@ -229,6 +229,9 @@ impl Runtime {
             | Request::GroupRename { .. }
             | Request::GroupHistory { .. }
             | Request::GroupInvites) => self.handle_group(None, group).await,
+            Request::RelayTrusted => self.relays_trusted().await,
+            Request::RelayTrust { url, cert_sha256 } => self.relay_trust(&url, &cert_sha256).await,
+            Request::RelayUntrust { url } => self.relay_untrust(&url).await,
         }
     }
 }
