@@ -273,7 +273,8 @@ fn a_relay_is_taken_only_from_a_bound_contact_that_signed_it_itself() {
     // forger who got hold of nothing but her public key would sign with his own); erin's
     // announcement expired an hour ago. Carol announces too, but bob never pinned her.
     let bob = Node::spawn(&b, 2, pins(&[(1, ALICE), (4, DAVE), (5, ERIN)]), None);
-    let _alice = Node::spawn_announcing(&a, 1, pins(&[(2, BOB)]), None, relay("https://198.18.0.1:8443", 0xa1, None, None));
+    let _alice =
+        Node::spawn_announcing(&a, 1, pins(&[(2, BOB)]), None, relay("https://198.18.0.1:8443", 0xa1, None, None));
     let _carol =
         Node::spawn_announcing(&c, 3, pins(&[(2, BOB)]), None, relay("https://198.18.0.3:8443", 0xc3, None, None));
     let _dave =
@@ -311,6 +312,9 @@ fn a_relay_is_taken_only_from_a_bound_contact_that_signed_it_itself() {
         "bob took other relays than alice's"
     );
     let log = std::fs::read_to_string(std::env::temp_dir().join(format!("lan-node-{b}.log"))).unwrap_or_default();
-    assert!(log.contains("relay announcement from") && log.contains("not signed by the announcing contact"), "dave's forgery was not refused");
+    assert!(
+        log.contains("relay announcement from") && log.contains("not signed by the announcing contact"),
+        "dave's forgery was not refused"
+    );
     assert!(log.contains("relay announcement expired"), "erin's expired announcement was not refused");
 }

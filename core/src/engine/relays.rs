@@ -1,7 +1,8 @@
 //! Relays other than the profile's own, trusted by certificate pin (issue 17: groups on a LAN
 //! without internet).
 //!
-//! - A connection to a relay URL that is not the profile's own uses the pin stored for that URL
+//! - A connection to a relay URL that is not the profile's own (a group's, a contact's letagents
+//!   relay) uses the pin stored for that URL
 //!   (`trusted_relays`), else the web PKI. Either way its verifier remembers a refused
 //!   certificate, so a failure becomes [`Error::UntrustedRelay`] naming the URL and the SHA-256
 //!   the relay presented: the UI asks "trust it?", the CLI prints `switchboard relay trust`.
@@ -71,10 +72,15 @@ impl Runtime {
         canonical == self.inner.relay_url.trim_end_matches('/')
     }
 
+    /// The pin stored for the relay at `url` (not the profile's own), if any.
+    pub(super) async fn trusted_relay_pin(&self, url: &str) -> Result<Option<[u8; 32]>> {
+        Ok(self.store().trusted_relay(&canonical_relay_url(url)?).await?.map(|r| r.cert_sha256))
+    }
+
     /// A client for `url`, which is not the profile's own relay.
     pub(super) async fn foreign_relay(&self, url: &str) -> Result<ForeignRelay> {
+        let pin = self.trusted_relay_pin(url).await?;
         let url = canonical_relay_url(url)?;
-        let pin = self.store().trusted_relay(&url).await?.map(|r| r.cert_sha256);
         let (tls, refused) = client_config_witnessed(pin).map_err(|e| TransportError::Config(e.to_string()))?;
         Ok(ForeignRelay { client: RelayClient::with_tls(&url, tls)?, url, refused })
     }

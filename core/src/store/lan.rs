@@ -147,7 +147,6 @@ fn trusted_relay_row(t: TrustedRelayTuple) -> Result<TrustedRelayRow> {
     Ok(TrustedRelayRow { url, cert_sha256, vouch, contact_name, updated_at })
 }
 
-
 impl Store {
     /// Records (or replaces) the pin of the relay at `url`, vouched for by `vouch`.
     pub async fn trust_relay(&self, url: &str, cert_sha256: &[u8; 32], vouch: &RelayVouch, now: i64) -> Result<()> {

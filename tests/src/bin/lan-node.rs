@@ -63,7 +63,8 @@ async fn main() {
         cfg.keepalive = Duration::from_millis(ms);
     }
     let relay = config.get("relay").filter(|r| !r.is_null()).map(|r| {
-        let signer = r.get("signer_seed").map_or_else(|| identity.clone(), |_| SigningKey::from_bytes(&seed(r, "signer_seed")));
+        let signer =
+            r.get("signer_seed").map_or_else(|| identity.clone(), |_| SigningKey::from_bytes(&seed(r, "signer_seed")));
         let expiry = r["expires_at_ms"].as_i64().unwrap_or(expiry);
         RelayAnnouncement::sign(&signer, r["url"].as_str().unwrap(), seed(r, "cert_sha256"), expiry).unwrap()
     });

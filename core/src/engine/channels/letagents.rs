@@ -36,7 +36,7 @@ use crate::util::{OsRng, now_ms};
 /// letagents' channel: relay clients for contacts that live on other relays.
 #[derive(Default)]
 pub(in crate::engine) struct Letagents {
-    peers: Mutex<BTreeMap<String, RelayClient>>,
+    peers: Mutex<BTreeMap<String, (Option<[u8; 32]>, RelayClient)>>,
 }
 
 /// The pinned keys of a letagents contact.
@@ -293,12 +293,17 @@ impl Letagents {
         if url == rt.inner.relay_url {
             return Ok(rt.inner.relay.clone());
         }
+        // A contact's relay that a LAN announcement or the owner pinned (engine::relays), else
+        // the web PKI; a client is rebuilt when the pin changes.
+        let pin = rt.trusted_relay_pin(url).await?;
         let mut peers = self.peers.lock().await;
-        if let Some(c) = peers.get(url) {
+        if let Some((p, c)) = peers.get(url)
+            && *p == pin
+        {
             return Ok(c.clone());
         }
-        let c = RelayClient::new(url, None)?;
-        peers.insert(url.to_owned(), c.clone());
+        let c = RelayClient::new(url, pin)?;
+        peers.insert(url.to_owned(), (pin, c.clone()));
         Ok(c)
     }
 

@@ -368,8 +368,8 @@ mod tests {
 
     #[test]
     fn hello_and_responses_round_trip() {
-        let relay = RelayAnnouncement::sign(&SigningKey::from_bytes(&[1; 32]), "https://198.18.0.1:8443", [3; 32], 1)
-            .unwrap();
+        let relay =
+            RelayAnnouncement::sign(&SigningKey::from_bytes(&[1; 32]), "https://198.18.0.1:8443", [3; 32], 1).unwrap();
         for req in [
             LanRequest::Hello(vec![binding()]),
             LanRequest::Hello(vec![binding(); MAX_BINDINGS]),

@@ -105,7 +105,8 @@ pub fn canonical_lan_url(text: &str) -> Result<String, AnnounceError> {
     }
     let (host, port) = match authority.rsplit_once(':') {
         Some((h, p)) => {
-            let digits_ok = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) && !p.starts_with('0');
+            let digits_ok =
+                !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) && !p.starts_with('0');
             let port: u16 = if digits_ok { p.parse().map_err(|_| bad())? } else { return Err(bad()) };
             (h, Some(port))
         }
@@ -188,8 +189,8 @@ impl RelayAnnouncement {
             return Err(AnnounceError::Malformed("trailing bytes"));
         }
         let url = std::str::from_utf8(url).map_err(|_| AnnounceError::Malformed("URL is not UTF-8"))?.to_owned();
-        let expires_at_ms = i64::try_from(u64::from_be_bytes(*expiry))
-            .map_err(|_| AnnounceError::Malformed("expiry out of range"))?;
+        let expires_at_ms =
+            i64::try_from(u64::from_be_bytes(*expiry)).map_err(|_| AnnounceError::Malformed("expiry out of range"))?;
         Ok(Self { expires_at_ms, cert_sha256: *cert_sha256, url, signature: *signature })
     }
 
@@ -248,7 +249,15 @@ mod tests {
     fn contacts_announcement_verifies_against_the_key_it_proved() {
         let other = [7; 32];
         let v = announcement().verify(&[other, key(&alice())], NOW).unwrap();
-        assert_eq!(v, VerifiedRelay { identity: key(&alice()), url: URL.into(), cert_sha256: [0xc5; 32], expires_at_ms: NOW + DAY });
+        assert_eq!(
+            v,
+            VerifiedRelay {
+                identity: key(&alice()),
+                url: URL.into(),
+                cert_sha256: [0xc5; 32],
+                expires_at_ms: NOW + DAY
+            }
+        );
     }
 
     #[test]
@@ -298,7 +307,9 @@ mod tests {
 
     #[test]
     fn only_https_urls_on_the_lan_can_be_announced() {
-        for ok in ["https://198.18.0.1:8443", "https://192.168.1.20:8443/", "https://10.0.0.2", "https://studio.local:9000"] {
+        for ok in
+            ["https://198.18.0.1:8443", "https://192.168.1.20:8443/", "https://10.0.0.2", "https://studio.local:9000"]
+        {
             assert!(RelayAnnouncement::sign(&alice(), ok, [0; 32], NOW).is_ok(), "{ok} refused");
         }
         assert_eq!(canonical_lan_url("https://192.168.1.20:8443/").unwrap(), "https://192.168.1.20:8443");
