@@ -33,10 +33,13 @@ use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::util::{OsRng, now_ms};
 
+/// A client for a contact's relay and the certificate pin it was built with (none: web PKI).
+type PinnedClient = (Option<[u8; 32]>, RelayClient);
+
 /// letagents' channel: relay clients for contacts that live on other relays.
 #[derive(Default)]
 pub(in crate::engine) struct Letagents {
-    peers: Mutex<BTreeMap<String, (Option<[u8; 32]>, RelayClient)>>,
+    peers: Mutex<BTreeMap<String, PinnedClient>>,
 }
 
 /// The pinned keys of a letagents contact.
