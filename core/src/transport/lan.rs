@@ -450,7 +450,15 @@ fn build(identity: LanIdentity, pinned: watch::Receiver<Pinned>, config: LanConf
             })
         })
         .map_err(|e| LanError::Start(format!("behaviour: {e}")))?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(config.keepalive * 4))
+        // Every request opens a substream. With multistream-select's lazy dialer the protocol
+        // proposal and the request go out together instead of waiting a round trip for the
+        // listener's confirmation: both sides speak exactly one protocol, so nothing is lost by
+        // not asking first, and each delivery saves one round trip (the relay path reuses a
+        // kept-alive connection and pays none).
+        .with_swarm_config(|c| {
+            c.with_idle_connection_timeout(config.keepalive * 4)
+                .with_substream_upgrade_protocol_override(libp2p::core::upgrade::Version::V1Lazy)
+        })
         .build();
     let listen = Multiaddr::empty().with(Protocol::Ip4(Ipv4Addr::UNSPECIFIED)).with(Protocol::Tcp(config.port));
     swarm.listen_on(listen).map_err(|e| LanError::Start(format!("listen: {e}")))?;
