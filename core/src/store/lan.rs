@@ -197,3 +197,72 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewContact, insert_contact};
+
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        (dir, store)
+    }
+
+    async fn contact(store: &Store, name: &str) -> i64 {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let c = NewContact {
+            name,
+            protocol: Protocol::Letagents,
+            peer_id: name,
+            address: name,
+            sig_pub: &[1; 32],
+            box_pub: &[2; 32],
+            drop_code: None,
+            relay_url: None,
+            state: "active",
+            allow_kinds: "",
+            request_body: "",
+            now: 0,
+        };
+        insert_contact(&mut conn, &c).await.unwrap()
+    }
+
+    const URL: &str = "https://198.18.0.1:8443";
+
+    #[tokio::test]
+    async fn a_later_vouch_replaces_the_pin_and_says_who_vouched() {
+        let (_d, store) = store().await;
+        let alice = contact(&store, "alice").await;
+        assert_eq!(store.trusted_relay(URL).await.unwrap(), None);
+        store.trust_relay(URL, &[7; 32], &RelayVouch::Contact { id: alice, expires_at: 99 }, 1).await.unwrap();
+        let row = store.trusted_relay(URL).await.unwrap().unwrap();
+        assert_eq!(
+            (row.cert_sha256, row.vouch, row.contact_name.as_deref()),
+            ([7; 32], RelayVouch::Contact { id: alice, expires_at: 99 }, Some("alice"))
+        );
+        // The owner accepts a new certificate for the same URL: one row, now theirs.
+        store.trust_relay(URL, &[8; 32], &RelayVouch::User, 2).await.unwrap();
+        let all = store.trusted_relays().await.unwrap();
+        assert_eq!(all.len(), 1);
+        let row = all.first().unwrap();
+        assert_eq!(
+            (row.cert_sha256, &row.vouch, row.contact_name.as_deref(), row.updated_at),
+            ([8; 32], &RelayVouch::User, None, 2)
+        );
+        assert!(store.untrust_relay(URL).await.unwrap());
+        assert!(!store.untrust_relay(URL).await.unwrap());
+        assert!(store.trusted_relays().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_relay_a_contact_vouched_for_goes_with_the_contact() {
+        let (_d, store) = store().await;
+        let alice = contact(&store, "alice").await;
+        store.trust_relay(URL, &[7; 32], &RelayVouch::Contact { id: alice, expires_at: 0 }, 1).await.unwrap();
+        store.trust_relay("https://198.18.0.9", &[9; 32], &RelayVouch::User, 1).await.unwrap();
+        store.delete_contact(alice).await.unwrap();
+        let urls: Vec<String> = store.trusted_relays().await.unwrap().into_iter().map(|r| r.url).collect();
+        assert_eq!(urls, vec!["https://198.18.0.9".to_owned()]);
+    }
+}
