@@ -9,6 +9,8 @@
 //! - Pins come from two places only: a pinned contact's signed LAN announcement of its own relay
 //!   (verified by the LAN node against the keys that contact proved; stored with the contact,
 //!   and gone with it), or the owner (`relay trust URL SHA256`, after comparing the fingerprint).
+//!   A contact may replace only its own vouch (a new certificate for its relay); the owner's
+//!   acceptance replaces anything.
 //!   The profile's own relay is never re-pinned this way: its pin is set at `init`.
 //! - A profile whose own relay is pinned (the relay the desktop app hosts) announces it to bound
 //!   contacts: [`Runtime::lan_relay_announcement`].
@@ -49,6 +51,29 @@ impl ForeignRelay {
             }
             _ => e.into(),
         }
+    }
+}
+
+/// What to do with a contact's verified announcement, given the pin already stored for its URL.
+#[derive(Debug, PartialEq, Eq)]
+enum Take {
+    /// Store it (new, or the same contact's newer word).
+    Store,
+    /// Already stored as it is, or vouched for by someone else with the same certificate.
+    Known,
+    /// Someone else (the owner, or another contact) vouched for another certificate at this URL:
+    /// a contact's word does not replace theirs, or one contact could re-pin the relay another
+    /// one hosts.
+    Conflict,
+}
+
+fn take_announcement(known: Option<&TrustedRelayRow>, contact: i64, vouch: &RelayVouch, cert: &[u8; 32]) -> Take {
+    match known {
+        None => Take::Store,
+        Some(k) if k.cert_sha256 == *cert && k.vouch == *vouch => Take::Known,
+        Some(k) if matches!(k.vouch, RelayVouch::Contact { id, .. } if id == contact) => Take::Store,
+        Some(k) if k.cert_sha256 == *cert => Take::Known,
+        Some(_) => Take::Conflict,
     }
 }
 
@@ -109,10 +134,25 @@ impl Runtime {
                 if self.is_own_relay(&relay.url) {
                     continue;
                 }
-                let known = self.store().trusted_relay(&relay.url).await.ok().flatten();
+                let known = match self.store().trusted_relay(&relay.url).await {
+                    Ok(k) => k,
+                    Err(e) => {
+                        tracing::warn!("lan: relay {} announced by contact {contact} not stored: {e}", relay.url);
+                        continue;
+                    }
+                };
                 let vouch = RelayVouch::Contact { id: contact, expires_at: relay.expires_at_ms };
-                if known.as_ref().is_some_and(|k| k.cert_sha256 == relay.cert_sha256 && k.vouch == vouch) {
-                    continue;
+                match take_announcement(known.as_ref(), contact, &vouch, &relay.cert_sha256) {
+                    Take::Store => {}
+                    Take::Known => continue,
+                    Take::Conflict => {
+                        tracing::warn!(
+                            "lan: contact {contact} announced the relay at {} with another certificate than the one \
+                             already trusted for it; keeping that one",
+                            relay.url
+                        );
+                        continue;
+                    }
                 }
                 match self.store().trust_relay(&relay.url, &relay.cert_sha256, &vouch, now_ms()).await {
                     Ok(()) => tracing::info!(
@@ -154,5 +194,37 @@ impl Runtime {
     pub(super) async fn relays_trusted(&self) -> Result<Value> {
         let rows = self.store().trusted_relays().await?;
         Ok(Value::Array(rows.iter().map(view).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(cert: u8, vouch: RelayVouch) -> TrustedRelayRow {
+        TrustedRelayRow {
+            url: "https://198.18.0.1:8443".into(),
+            cert_sha256: [cert; 32],
+            vouch,
+            contact_name: None,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_contact_replaces_only_its_own_vouch() {
+        let alice = |expires_at| RelayVouch::Contact { id: 1, expires_at };
+        assert_eq!(take_announcement(None, 1, &alice(5), &[7; 32]), Take::Store);
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 1, &alice(5), &[7; 32]), Take::Known);
+        // Her next day's announcement, or a new certificate for her relay: hers to change.
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 1, &alice(6), &[7; 32]), Take::Store);
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 1, &alice(6), &[8; 32]), Take::Store);
+        // Dave announces alice's relay URL with his own certificate: refused.
+        let dave = RelayVouch::Contact { id: 2, expires_at: 6 };
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 2, &dave, &[8; 32]), Take::Conflict);
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 2, &dave, &[7; 32]), Take::Known);
+        // What the owner accepted stays.
+        assert_eq!(take_announcement(Some(&row(7, RelayVouch::User)), 1, &alice(5), &[8; 32]), Take::Conflict);
+        assert_eq!(take_announcement(Some(&row(7, RelayVouch::User)), 1, &alice(5), &[7; 32]), Take::Known);
     }
 }
