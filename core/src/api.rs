@@ -449,6 +449,23 @@ pub enum Request {
         #[serde(default)]
         on: Option<bool>,
     },
+    /// Relays trusted by certificate pin besides the profile's own (owner only): each with its
+    /// URL, certificate SHA-256 and who vouched for it (`source` `contact` with the contact's
+    /// name, or `you`).
+    RelayTrusted,
+    /// The owner trusts the relay at `url` with the certificate whose SHA-256 is `cert_sha256`
+    /// (after an `untrusted_relay` error showed both). Answers the list.
+    RelayTrust {
+        /// The relay's URL.
+        url: String,
+        /// SHA-256 of its certificate (hex).
+        cert_sha256: String,
+    },
+    /// Forgets a trusted relay's pin. Answers the list.
+    RelayUntrust {
+        /// The relay's URL.
+        url: String,
+    },
     /// letmeknow: opens (or creates, with a random two-word handle) a group session; `name` is
     /// the display name its credential carries. Agent sessions always act as their own handle.
     GroupSession {

@@ -269,6 +269,30 @@ pub enum Command {
     /// challenge the service mails back waits in `review list` for your approval.
     #[command(subcommand)]
     Asnet(AsnetCmd),
+    /// Relays trusted by certificate besides your own: those a contact announced on the LAN
+    /// (signed by its key), and those you accepted.
+    #[command(subcommand)]
+    Relay(RelayCmd),
+}
+
+/// `relay` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RelayCmd {
+    /// The trusted relays and who vouched for each.
+    List,
+    /// Trust the relay at URL with the certificate whose SHA-256 is given (compare it with the
+    /// relay's host first: an `untrusted_relay` error shows both).
+    Trust {
+        /// The relay's URL.
+        url: String,
+        /// SHA-256 of its certificate (hex).
+        cert_sha256: String,
+    },
+    /// Forget a trusted relay.
+    Untrust {
+        /// The relay's URL.
+        url: String,
+    },
 }
 
 /// `asnet` subcommands.
@@ -769,6 +793,9 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
                 _ => None,
             },
         },
+        Command::Relay(RelayCmd::List) => Request::RelayTrusted,
+        Command::Relay(RelayCmd::Trust { url, cert_sha256 }) => Request::RelayTrust { url, cert_sha256 },
+        Command::Relay(RelayCmd::Untrust { url }) => Request::RelayUntrust { url },
         Command::Asnet(a) => match a {
             AsnetCmd::Setup { service, mailbox, username, smtp, smtp_tls, smtp_auth, imap, imap_tls } => {
                 let password = match std::env::var("SWITCHBOARD_ASNET_PASSWORD") {

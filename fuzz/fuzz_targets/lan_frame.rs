@@ -1,6 +1,8 @@
 //! LAN direct-delivery frames and bindings on arbitrary bytes: decoding never panics, what decodes
 //! re-encodes to the same bytes (one encoding per value), no length prefix above 64 KiB is
-//! accepted, and no decoded binding verifies unless an identity key really signed it.
+//! accepted, and no decoded binding verifies unless an identity key really signed it. Relay
+//! announcements likewise: canonical or refused, verified only against the key that signed them,
+//! only for an https URL on the LAN, only within their window, and never after a one-byte change.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -8,7 +10,10 @@ use std::collections::BTreeMap;
 use ed25519_dalek::SigningKey;
 use libfuzzer_sys::fuzz_target;
 use switchboard_core::protocol::lan::frame::{LEN_PREFIX, body_len};
-use switchboard_core::protocol::lan::{Delivery, LanBinding, LanRequest, LanResponse, MAX_FRAME, ProtocolTag};
+use switchboard_core::protocol::lan::relay::canonical_lan_url;
+use switchboard_core::protocol::lan::{
+    Delivery, LanBinding, LanRequest, LanResponse, MAX_FRAME, ProtocolTag, RelayAnnouncement,
+};
 
 const NOW: i64 = 1_800_000_000_000;
 
@@ -45,6 +50,48 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(b.to_bytes(), data, "accepted binding is not canonical");
         assert!(b.check(b"not the peer", NOW).is_err());
         let _ = b.is_signed_by(&[9; 32]);
+    }
+
+    // Announcements: canonical; verifying against any key never panics, and one that verifies
+    // names a canonical LAN URL.
+    if let Ok(a) = RelayAnnouncement::decode(data) {
+        assert_eq!(a.to_bytes(), data, "accepted announcement is not canonical");
+        if let Ok(v) = a.verify(&[[9; 32]], NOW) {
+            assert_eq!(canonical_lan_url(&v.url).as_deref(), Ok(v.url.as_str()));
+        }
+    }
+    // Announcements signed over fuzzer-chosen URLs: signable exactly when the URL is an https LAN
+    // URL; then verified by the signer's key only, and refused after any one-byte change.
+    if let Some((&first, rest)) = data.split_first()
+        && let Ok(url) = std::str::from_utf8(rest)
+    {
+        let key = SigningKey::from_bytes(&[first; 32]);
+        let expiry = NOW + (i64::from(first) - 128) * 3_600_000;
+        match RelayAnnouncement::sign(&key, url, [first; 32], expiry) {
+            Ok(a) => {
+                let canonical = canonical_lan_url(url).expect("signed a URL that is not a LAN URL");
+                assert!(canonical.starts_with("https://"));
+                assert_eq!(canonical_lan_url(&canonical).as_deref(), Ok(canonical.as_str()), "canonical form not stable");
+                let own = key.verifying_key().to_bytes();
+                let in_window = expiry + 10 * 60 * 1000 > NOW && expiry <= NOW + 25 * 3_600_000 + 10 * 60 * 1000;
+                assert_eq!(a.verify(&[own], NOW).is_ok(), in_window);
+                assert!(a.verify(&[[7; 32]], NOW).is_err(), "verified by a key that did not sign it");
+                let req = LanRequest::Relay(a.clone());
+                assert_eq!(LanRequest::decode(&req.encode()), Ok(req));
+                let mut bytes = a.to_bytes();
+                let i = usize::from(first) % bytes.len();
+                if let Some(byte) = bytes.get_mut(i) {
+                    *byte ^= 0x01 | (first & 0xf0);
+                }
+                if let Ok(changed) = RelayAnnouncement::decode(&bytes) {
+                    assert!(changed.verify(&[own], NOW).is_err(), "a changed announcement verified (byte {i})");
+                }
+            }
+            Err(_) => {
+                let canonical = canonical_lan_url(url);
+                assert!(canonical.is_err() || canonical.is_ok_and(|c| c.len() > 200));
+            }
+        }
     }
 
     // Bindings signed over fuzzer-chosen PeerIds and expiries verify exactly when in range,

@@ -450,3 +450,153 @@ fn daemons_on_one_lan_discover_deliver_directly_fall_back_to_the_relay_and_refus
     let _ = relay.kill();
     let _ = relay.wait();
 }
+
+/// relay-lite with a self-signed certificate in namespace `ns`, on `addr:8443`: its URL and
+/// certificate SHA-256 (hex), and the process.
+fn spawn_relay(ns: &str, addr: &str, dir: &Path) -> (String, String, Child) {
+    let mut relay = Lan::command(ns, &relay_bin())
+        .arg(format!("{addr}:8443"))
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(relay.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut parts = line.split_whitespace();
+    let (url, cert) = (parts.next().expect("relay url").to_owned(), parts.next().expect("relay cert").to_owned());
+    (url, cert, relay)
+}
+
+/// Group messages `h`'s session `handle` has been handed, waiting until one says `text`.
+fn wait_group_message(h: &Host, handle: &str, text: &str) -> Value {
+    for _ in 0..20 {
+        let out = h.ok(&["listen", "--handle", handle, "--once", "--timeout", "5"]);
+        let found = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|l| l["type"] == "group" && l["content"] == text);
+        if let Some(m) = found {
+            return m;
+        }
+    }
+    panic!("{} never got the group message {text:?}", h.name);
+}
+
+/// Groups on a LAN without internet: alice hosts a relay with a self-signed certificate in her
+/// own namespace (as the desktop app's "Host one on this machine" does) and her profile uses it;
+/// bob's profile uses another relay. Bob cannot join alice's group until alice's daemon, bound to
+/// him over the LAN, announces her relay signed by her identity key: before that his join fails
+/// with `untrusted_relay` naming the URL and the certificate's SHA-256; after it, the same link
+/// works and they talk through alice's relay, bob holding only the pin alice signed. Carol,
+/// whom bob never added, hosts a relay too: whatever her daemon does, bob never trusts it, and
+/// her invite fails the same way.
+#[test]
+fn a_contacts_self_signed_relay_is_used_for_groups_only_after_its_signed_lan_announcement() {
+    let Some(mut lan) = Lan::create("g") else { return };
+    let a = lan.add_host(1);
+    let b = lan.add_host(2);
+    let r = lan.add_host(3);
+    let c = lan.add_host(4);
+    let dir = tempfile::tempdir().unwrap();
+
+    let (alice_url, alice_cert, mut alice_relay) = spawn_relay(&a, &Lan::addr(1), &dir.path().join("relay-a"));
+    let (bob_url, bob_cert, mut bob_relay) = spawn_relay(&r, &Lan::addr(3), &dir.path().join("relay-r"));
+    let (carol_url, carol_cert, mut carol_relay) = spawn_relay(&c, &Lan::addr(4), &dir.path().join("relay-c"));
+    assert!(alice_url != bob_url && alice_cert != bob_cert);
+
+    let mut alice = Host::new("alice", &a, dir.path());
+    let mut bob = Host::new("bob", &b, dir.path());
+    let mut carol = Host::new("carol", &c, dir.path());
+    alice.ok(&["init", "--name", "alice", "--relay", &alice_url, "--relay-cert-sha256", &alice_cert]);
+    bob.ok(&["init", "--name", "bob", "--relay", &bob_url, "--relay-cert-sha256", &bob_cert]);
+    carol.ok(&["init", "--name", "carol", "--relay", &carol_url, "--relay-cert-sha256", &carol_cert]);
+    // alice and bob add each other by address (each pins the other's keys); carol adds bob, who
+    // never adds her.
+    let addr = |h: &Host| h.json(&["whoami"])["letagents"]["address"].as_str().unwrap().to_owned();
+    alice.ok(&["contact", "add", &addr(&bob), "--name", "bob"]);
+    bob.ok(&["contact", "add", &addr(&alice), "--name", "alice"]);
+    carol.ok(&["contact", "add", &addr(&bob), "--name", "bob"]);
+    for h in [&mut alice, &mut bob, &mut carol] {
+        h.start();
+    }
+    alice.ok(&["listen", "--handle", "amber-otter", "--name", "Alice", "--once", "--timeout", "0"]);
+    bob.ok(&["listen", "--handle", "brave-heron", "--name", "Bob", "--once", "--timeout", "0"]);
+    carol.ok(&["listen", "--handle", "calm-crane", "--name", "Carol", "--once", "--timeout", "0"]);
+
+    // LAN off: bob knows nothing of alice's relay. Her invite lives there; his join is refused
+    // with the typed error a UI turns into "trust this relay?".
+    let inv = alice.json(&["invite"]);
+    let (group, link) = (inv["group"].as_str().unwrap().to_owned(), inv["link"].as_str().unwrap().to_owned());
+    assert!(link.starts_with(&alice_url), "{link}");
+    let untrusted = |h: &Host, link: &str, url: &str, cert: &str| {
+        let (ok, _, err) = h.sb(&["--json", "join", link, "--handle", "brave-heron"]);
+        assert!(!ok, "{}: joined through an untrusted relay", h.name);
+        let e: Value = serde_json::from_str(err.trim()).unwrap_or_else(|e| panic!("join printed {err:?}: {e}"));
+        assert_eq!(e["error"]["code"], "untrusted_relay", "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(message.contains(url) && message.contains(cert), "{message}");
+    };
+    untrusted(&bob, &link, &alice_url, &alice_cert);
+    assert_eq!(bob.json(&["relay", "list"]), Value::Array(vec![]));
+
+    // LAN on: once alice and bob are bound, alice's daemon announces her relay and bob's stores
+    // it as vouched for by alice. Carol's node is refused; nothing of hers is kept.
+    for h in [&alice, &bob, &carol] {
+        assert!(h.ok(&["lan", "on"]).contains("lan: on"));
+    }
+    let t = Instant::now();
+    assert!(bob.wait_nearby("alice", t, Duration::from_secs(30)).is_some(), "alice never nearby at bob");
+    let mut trusted = Value::Null;
+    for _ in 0..100 {
+        trusted = bob.json(&["relay", "list"]);
+        if !trusted.as_array().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let expected =
+        serde_json::json!([{"url": alice_url, "cert_sha256": alice_cert, "source": "contact", "contact": "alice"}]);
+    let shown: Vec<Value> = trusted
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::json!({"url": r["url"], "cert_sha256": r["cert_sha256"], "source": r["source"], "contact": r["contact"]}))
+        .collect();
+    assert_eq!(Value::Array(shown), expected, "bob's trusted relays: {trusted}");
+
+    // The same link now works: bob joins through alice's relay with the pin alice signed, and
+    // they talk there.
+    let joined = bob.json(&["join", &link, "--handle", "brave-heron"]);
+    assert_eq!(joined["group"], group.as_str(), "{joined}");
+    bob.ok(&["group", "send", &group, "hello from bob, through alice's relay", "--handle", "brave-heron"]);
+    wait_group_message(&alice, "amber-otter", "hello from bob, through alice's relay");
+    alice.ok(&["group", "send", &group, "and back", "--handle", "amber-otter"]);
+    wait_group_message(&bob, "brave-heron", "and back");
+    // alice's relay holds the group (bob's own relay never saw it: the link names alice's).
+    assert!(bob.log_has(&format!("trusting the relay at {alice_url}")), "bob's daemon did not log the pin's origin");
+
+    // Carol, a stranger to bob: his node refused her, so her relay is not trusted, and her invite
+    // fails as alice's did before the announcement.
+    let refused = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        bob.log_has("no binding is signed by a pinned contact")
+    });
+    assert!(refused, "bob's daemon never refused carol");
+    let carol_inv = carol.json(&["invite"]);
+    untrusted(&bob, carol_inv["link"].as_str().unwrap(), &carol_url, &carol_cert);
+    let urls: Vec<Value> = bob.json(&["relay", "list"]).as_array().unwrap().iter().map(|r| r["url"].clone()).collect();
+    assert_eq!(urls, vec![Value::from(alice_url.as_str())]);
+
+    // The owner may still accept a relay by hand; the list says so.
+    bob.ok(&["relay", "trust", &carol_url, &carol_cert]);
+    let list = bob.json(&["relay", "list"]);
+    let carols = list.as_array().unwrap().iter().find(|r| r["url"] == carol_url.as_str()).cloned().unwrap();
+    assert_eq!((carols["source"].clone(), carols["contact"].clone()), (Value::from("you"), Value::Null), "{list}");
+
+    drop((alice, bob, carol));
+    for relay in [&mut alice_relay, &mut bob_relay, &mut carol_relay] {
+        let _ = relay.kill();
+        let _ = relay.wait();
+    }
+}

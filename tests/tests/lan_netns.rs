@@ -45,12 +45,18 @@ struct Node {
 
 impl Node {
     fn spawn(ns: &str, n: u8, pins: Value, binding_expiry_ms: Option<i64>) -> Node {
+        Node::spawn_announcing(ns, n, pins, binding_expiry_ms, Value::Null)
+    }
+
+    /// [`Node::spawn`] with a relay to announce (lan-node's `relay` config).
+    fn spawn_announcing(ns: &str, n: u8, pins: Value, binding_expiry_ms: Option<i64>, relay: Value) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let mut config = json!({
             "identity_seed": hex(&identity(n)),
             "lan_seed": hex(&switchboard_core::util::random_array::<32>()),
             "pins": pins,
             "store": dir.path().join("store").to_str().unwrap(),
+            "relay": relay,
         });
         if let Some(e) = binding_expiry_ms {
             config["binding_expiry_ms"] = json!(e);
@@ -238,4 +244,77 @@ fn contacts_on_one_lan_discover_deliver_directly_and_refuse_strangers() {
     );
     println!("isolated delivery failed after {} ms", took.as_millis());
     drop((alice, bob, carol, dave));
+}
+
+/// A relay announcement as lan-node takes it.
+fn relay(url: &str, cert: u8, expires_at_ms: Option<i64>, signer: Option<u8>) -> Value {
+    let mut v = json!({"url": url, "cert_sha256": hex(&[cert; 32])});
+    if let Some(e) = expires_at_ms {
+        v["expires_at_ms"] = json!(e);
+    }
+    if let Some(n) = signer {
+        v["signer_seed"] = json!(hex(&identity(n)));
+    }
+    v
+}
+
+#[test]
+fn a_relay_is_taken_only_from_a_bound_contact_that_signed_it_itself() {
+    const ERIN: i64 = 5;
+    let Some(mut lan) = Lan::create("r") else { return };
+    let a = lan.add_host(1);
+    let b = lan.add_host(2);
+    let c = lan.add_host(3);
+    let d = lan.add_host(4);
+    let e = lan.add_host(5);
+
+    // Bob pins alice, dave and erin; all three pin bob, so each binds both ways. Alice announces
+    // her relay honestly; dave announces one signed by a key he never proved (alice's, say: a
+    // forger who got hold of nothing but her public key would sign with his own); erin's
+    // announcement expired an hour ago. Carol announces too, but bob never pinned her.
+    let bob = Node::spawn(&b, 2, pins(&[(1, ALICE), (4, DAVE), (5, ERIN)]), None);
+    let _alice =
+        Node::spawn_announcing(&a, 1, pins(&[(2, BOB)]), None, relay("https://198.18.0.1:8443", 0xa1, None, None));
+    let _carol =
+        Node::spawn_announcing(&c, 3, pins(&[(2, BOB)]), None, relay("https://198.18.0.3:8443", 0xc3, None, None));
+    let _dave =
+        Node::spawn_announcing(&d, 4, pins(&[(2, BOB)]), None, relay("https://198.18.0.4:8443", 0xd4, None, Some(9)));
+    let _erin = Node::spawn_announcing(
+        &e,
+        5,
+        pins(&[(2, BOB)]),
+        None,
+        relay("https://198.18.0.5:8443", 0xe5, Some(now_ms() - 3_600_000), None),
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let mut nearby = Vec::new();
+    let mut relays = Vec::new();
+    // Until all three contacts are nearby, then a few seconds more for any late announcement.
+    let mut settle: Option<Instant> = None;
+    while Instant::now() < deadline && settle.is_none_or(|t| t.elapsed() < Duration::from_secs(4)) {
+        let Ok(v) = bob.events.recv_timeout(Duration::from_millis(200)) else { continue };
+        match v["event"].as_str() {
+            Some("nearby") => {
+                nearby = v["contacts"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).collect();
+                if [ALICE, DAVE, ERIN].iter().all(|c| nearby.contains(c)) {
+                    settle.get_or_insert_with(Instant::now);
+                }
+            }
+            Some("relay") => relays.push(v["relay"].clone()),
+            _ => {}
+        }
+    }
+    assert!(settle.is_some(), "alice, dave and erin never all nearby at bob (last: {nearby:?})");
+    assert_eq!(
+        relays,
+        vec![json!({"contact": ALICE, "url": "https://198.18.0.1:8443", "cert_sha256": hex(&[0xa1; 32])})],
+        "bob took other relays than alice's"
+    );
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("lan-node-{b}.log"))).unwrap_or_default();
+    assert!(
+        log.contains("relay announcement from") && log.contains("not signed by the announcing contact"),
+        "dave's forgery was not refused"
+    );
+    assert!(log.contains("relay announcement expired"), "erin's expired announcement was not refused");
 }

@@ -349,6 +349,8 @@ export interface Backend {
   groupInvite(group?: string): Promise<GroupInvite>;
   /** Joins with an invite link (waits until the inviter lets this profile in). */
   groupJoin(link: string): Promise<{ group: string; name: string }>;
+  /** Trusts the relay at `url` with the certificate whose SHA-256 is `certSha256` (hex). */
+  relayTrust(url: string, certSha256: string): Promise<void>;
   /** A new group with a local name, made by the owner's default session. */
   groupCreate(name: string): Promise<{ group: string; name: string }>;
   groupRename(group: string, name: string): Promise<void>;
@@ -500,6 +502,9 @@ abstract class RequestBackend implements Backend {
   }
   groupJoin(link: string) {
     return this.rpc<{ group: string; name: string }>({ op: 'group_join', link });
+  }
+  async relayTrust(url: string, certSha256: string) {
+    await this.rpc({ op: 'relay_trust', url, cert_sha256: certSha256 });
   }
   groupCreate(name: string) {
     return this.rpc<{ group: string; name: string }>({ op: 'group_create', name });

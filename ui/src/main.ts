@@ -1043,11 +1043,22 @@ function showPreview(rec: Recognised) {
   name.focus();
 }
 
-/** A pasted group invite: who invites to what, and joining (which waits for the inviter). */
+/** The relay and certificate an `untrusted_relay` error names (its message is a contract). */
+function untrustedRelay(e: unknown): { url: string; cert: string } | null {
+  if (!(e instanceof BackendError) || e.code !== 'untrusted_relay') return null;
+  const m = /relay at (\S+) presented .*\(SHA-256 ([0-9a-f]{64})\)/.exec(e.message);
+  return m ? { url: m[1], cert: m[2] } : null;
+}
+
+/** A pasted group invite: who invites to what, and joining (which waits for the inviter). A
+ * relay no contact vouched for is joined only after the person trusts its certificate here. */
 function showJoin(rec: Recognised) {
   const err = h('p', { class: 'error', role: 'alert', hidden: true });
   const waiting = h('p', { class: 'muted', role: 'status' });
   const confirm = h('button', { type: 'submit' }, S.join.join);
+  // Filled when the relay's certificate is unknown: the fingerprint, read in groups of four.
+  const trust = h('div', { class: 'trust-relay', role: 'group', 'aria-labelledby': 'trust-title', hidden: true });
+  let pending: { url: string; cert: string } | null = null;
   const close = () => {
     d.close();
     d.remove();
@@ -1063,8 +1074,14 @@ function showJoin(rec: Recognised) {
           e.preventDefault();
           confirm.disabled = true;
           err.hidden = true;
-          waiting.textContent = S.join.waiting(rec.inviter);
           try {
+            if (pending) {
+              await backend.relayTrust(pending.url, pending.cert);
+              pending = null;
+              trust.hidden = true;
+              confirm.textContent = S.join.join;
+            }
+            waiting.textContent = S.join.waiting(rec.inviter);
             const joined = await backend.groupJoin(rec.value);
             close();
             // The notice belongs to the group's screen: navigate first.
@@ -1072,15 +1089,28 @@ function showJoin(rec: Recognised) {
             say(S.join.joined(joined.name || rec.groupName || ''));
           } catch (x) {
             waiting.textContent = '';
+            confirm.disabled = false;
+            pending = untrustedRelay(x);
+            if (pending) {
+              trust.replaceChildren(
+                h('h3', { id: 'trust-title' }, S.join.trustTitle),
+                h('p', {}, S.join.trust(pending.url)),
+                h('p', { class: 'safety', 'aria-label': S.join.trustFingerprint }, pending.cert.match(/.{4}/g)?.join(' ') ?? ''),
+              );
+              trust.hidden = false;
+              confirm.textContent = S.join.trustAndJoin;
+              confirm.focus();
+              return;
+            }
             err.textContent = errorText(x);
             err.hidden = false;
-            confirm.disabled = false;
           }
         },
       },
       h('h2', { id: 'join-title' }, S.join.title),
       h('p', { id: 'join-who', class: 'join-who' }, S.join.who(rec.inviter, rec.groupName)),
       h('p', { class: 'muted' }, S.join.note(me?.name ?? '', rec.fields[0]?.[1] ?? '')),
+      trust,
       waiting,
       err,
       h(

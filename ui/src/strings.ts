@@ -103,6 +103,11 @@ export const S = {
     join: 'Join group',
     waiting: (inviter?: string) => `Waiting for ${inviter ?? 'the person who invited you'} to let you in\u2026 (their app must be running)`,
     joined: (name: string) => (name ? `You joined \u201c${name}\u201d.` : 'You joined the group.'),
+    trustTitle: 'Trust this relay?',
+    trust: (url: string) =>
+      `The group lives on a relay at ${url} whose certificate no contact of yours has vouched for. Trust it only if the person who hosts it reads you the same fingerprint:`,
+    trustFingerprint: 'Certificate SHA-256',
+    trustAndJoin: 'Trust this relay and join',
   },
   preview: {
     title: 'Add this contact?',

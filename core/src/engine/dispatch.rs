@@ -245,6 +245,11 @@ impl Runtime {
                 self.lmk_history(&h, &group, before, limit, mark_read && agent.is_none()).await
             }
             Request::GroupInvites => Ok(self.lmk_invites()),
+
+            // Relays other than the profile's own: pins a contact vouched for or the owner accepted.
+            Request::RelayTrusted => self.relays_trusted().await,
+            Request::RelayTrust { url, cert_sha256 } => self.relay_trust(&url, &cert_sha256).await,
+            Request::RelayUntrust { url } => self.relay_untrust(&url).await,
         }
     }
 

@@ -153,6 +153,19 @@ pub enum Error {
     #[error("{0}")]
     LoopGuard(String),
 
+    /// The relay at `url` presented a certificate that is neither valid in the web PKI nor
+    /// pinned (by the profile, by a contact's signed LAN announcement, or by the owner). The
+    /// owner may trust it after comparing its SHA-256 with the relay's host (`relay trust`).
+    #[error(
+        "the relay at {url} presented a certificate this profile does not trust (SHA-256 {cert_sha256}); if that is the relay you expect, trust it with: switchboard relay trust {url} {cert_sha256}"
+    )]
+    UntrustedRelay {
+        /// The relay's URL.
+        url: String,
+        /// The SHA-256 (hex) of the certificate it presented.
+        cert_sha256: String,
+    },
+
     /// The contact's protocol has no place for part of the message, which would silently be lost.
     #[error("{protocol} carries only the text, so {what} would not reach the peer: send it as a plain message")]
     NotCarried { protocol: &'static str, what: &'static str },
@@ -201,6 +214,7 @@ impl Error {
             Error::AsnetNotSetUp => "not_set_up",
             Error::Bug(_) => "internal",
             Error::Forbidden(_) => "forbidden",
+            Error::UntrustedRelay { .. } => "untrusted_relay",
             Error::LoopGuard(_) => "loop_guard",
         }
     }
@@ -241,6 +255,8 @@ impl Error {
             Error::ContactLink(_) => Fault::Peer,
             // The user's own mail server stands where a relay stands for the other protocols.
             Error::RelayServed(_) | Error::Transport(_) | Error::MailServer(_) => Fault::Relay,
+            // The relay's certificate is not one anyone this profile trusts vouched for.
+            Error::UntrustedRelay { .. } => Fault::Relay,
             Error::Store(_) | Error::Keystore(_) | Error::Profile(_) | Error::Lan(_) => Fault::Local,
             Error::Bug(_) => Fault::Bug,
         }

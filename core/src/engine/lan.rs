@@ -14,6 +14,8 @@
 //!   try, the node's ~2 s deadline); only `Stored` counts, anything else takes the relay in the
 //!   same attempt. A delivery that fails or times out un-lists the peer before the outbox hears
 //!   of it, so the next message does not try the link again.
+//! - Relays: a profile whose own relay is pinned by certificate announces it, signed, to bound
+//!   contacts; relays contacts announced are stored as trusted pins (`engine::relays`).
 //! - Inbound: the bytes go through the channel's own receive (same replay protection, same
 //!   transaction) with the path `direct`; `Stored` is answered only after that commit.
 
@@ -178,12 +180,14 @@ impl Runtime {
         if let Some(am) = am {
             bindings.push(LanBinding::sign(&am, &peer, expiry));
         }
+        let relay = self.lan_relay_announcement(expiry).await;
         life.pins.send_replace(self.lan_pins().await?);
         life.key_created_at = key.created_at_ms();
         let (handle, inbound) =
-            node::start(LanIdentity { key, bindings }, life.pins.subscribe(), LanConfig::default())?;
+            node::start(LanIdentity { key, bindings, relay }, life.pins.subscribe(), LanConfig::default())?;
         tracing::info!("lan: node {} started", handle.peer_id());
         tokio::spawn(self.clone().lan_inbound_loop(inbound));
+        tokio::spawn(self.clone().lan_relays_loop(handle.watch_relays()));
         if let Ok(mut h) = self.inner.lan.handle.lock() {
             *h = Some(handle);
         }

@@ -37,6 +37,7 @@ mod groups;
 mod lan;
 mod outbox;
 mod people;
+mod relays;
 mod supervise;
 
 pub use agents::Caller;

@@ -1,9 +1,10 @@
 //! The LAN path's rows (issue 17): which path carried a message (`messages.path`, `audit.path`,
-//! migration 0011), the outbox's hand-over with its path, and the on/off setting (`meta.lan`).
+//! migration 0011), the outbox's hand-over with its path, the on/off setting (`meta.lan`), and
+//! relays trusted by certificate pin (`trusted_relays`, migration 0016).
 
 use sqlx::SqliteConnection;
 
-use super::{Audit, OutboxRow, Protocol, Result, Store, audit_via};
+use super::{Audit, OutboxRow, Protocol, Result, Store, StoreError, audit_via};
 
 /// The path that carried a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,5 +96,173 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?
         .flatten())
+    }
+}
+
+/// Who vouched for a trusted relay's certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayVouch {
+    /// A pinned contact signed a LAN announcement of it.
+    Contact {
+        /// The contact's row id.
+        id: i64,
+        /// When the announcement lapses (display only).
+        expires_at: i64,
+    },
+    /// The owner accepted it.
+    User,
+}
+
+/// A relay trusted by certificate pin, and who vouched for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedRelayRow {
+    /// The relay's URL (canonical, no trailing slash).
+    pub url: String,
+    /// SHA-256 of the certificate's DER.
+    pub cert_sha256: [u8; 32],
+    /// Who vouched for it.
+    pub vouch: RelayVouch,
+    /// The vouching contact's name, for a contact's vouch.
+    pub contact_name: Option<String>,
+    /// When it was last vouched for.
+    pub updated_at: i64,
+}
+
+/// A row the schema's checks should have kept out (a bug, or a hand-edited database).
+fn corrupt(what: String) -> StoreError {
+    StoreError::Sql(sqlx::Error::Decode(what.into()))
+}
+
+type TrustedRelayTuple = (String, Vec<u8>, String, Option<i64>, i64, i64, Option<String>);
+
+fn trusted_relay_row(t: TrustedRelayTuple) -> Result<TrustedRelayRow> {
+    let (url, cert, source, contact_id, expires_at, updated_at, contact_name) = t;
+    let cert_sha256 = <[u8; 32]>::try_from(cert.as_slice())
+        .map_err(|_| corrupt(format!("trusted relay {url}: certificate pin is not 32 bytes")))?;
+    let vouch = match (source.as_str(), contact_id) {
+        ("contact", Some(id)) => RelayVouch::Contact { id, expires_at },
+        ("user", None) => RelayVouch::User,
+        _ => return Err(corrupt(format!("trusted relay {url}: source {source} with contact {contact_id:?}"))),
+    };
+    Ok(TrustedRelayRow { url, cert_sha256, vouch, contact_name, updated_at })
+}
+
+impl Store {
+    /// Records (or replaces) the pin of the relay at `url`, vouched for by `vouch`.
+    pub async fn trust_relay(&self, url: &str, cert_sha256: &[u8; 32], vouch: &RelayVouch, now: i64) -> Result<()> {
+        let (source, contact, expires) = match vouch {
+            RelayVouch::Contact { id, expires_at } => ("contact", Some(*id), *expires_at),
+            RelayVouch::User => ("user", None, 0),
+        };
+        sqlx::query(
+            "INSERT INTO trusted_relays (url, cert_sha256, source, contact_id, expires_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET cert_sha256 = excluded.cert_sha256, \
+             source = excluded.source, contact_id = excluded.contact_id, expires_at = excluded.expires_at, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(url)
+        .bind(cert_sha256.as_slice())
+        .bind(source)
+        .bind(contact)
+        .bind(expires)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The trusted pin for the relay at `url`, if any.
+    pub async fn trusted_relay(&self, url: &str) -> Result<Option<TrustedRelayRow>> {
+        let row: Option<TrustedRelayTuple> = sqlx::query_as(
+            "SELECT t.url, t.cert_sha256, t.source, t.contact_id, t.expires_at, t.updated_at, c.name FROM trusted_relays t LEFT JOIN contacts c ON c.id = t.contact_id WHERE t.url = ?",
+        )
+            .bind(url)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(trusted_relay_row).transpose()
+    }
+
+    /// Every trusted relay, by URL.
+    pub async fn trusted_relays(&self) -> Result<Vec<TrustedRelayRow>> {
+        let rows: Vec<TrustedRelayTuple> =
+            sqlx::query_as(
+            "SELECT t.url, t.cert_sha256, t.source, t.contact_id, t.expires_at, t.updated_at, c.name FROM trusted_relays t LEFT JOIN contacts c ON c.id = t.contact_id ORDER BY t.url",
+        ).fetch_all(&self.pool).await?;
+        rows.into_iter().map(trusted_relay_row).collect()
+    }
+
+    /// Forgets the pin of the relay at `url`; whether there was one.
+    pub async fn untrust_relay(&self, url: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM trusted_relays WHERE url = ?").bind(url).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewContact, insert_contact};
+
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        (dir, store)
+    }
+
+    async fn contact(store: &Store, name: &str) -> i64 {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let c = NewContact {
+            name,
+            protocol: Protocol::Letagents,
+            peer_id: name,
+            address: name,
+            sig_pub: &[1; 32],
+            box_pub: &[2; 32],
+            drop_code: None,
+            relay_url: None,
+            state: crate::store::ContactState::Active,
+            allow_kinds: "",
+            request_body: "",
+            now: 0,
+        };
+        insert_contact(&mut conn, &c).await.unwrap()
+    }
+
+    const URL: &str = "https://198.18.0.1:8443";
+
+    #[tokio::test]
+    async fn a_later_vouch_replaces_the_pin_and_says_who_vouched() {
+        let (_d, store) = store().await;
+        let alice = contact(&store, "alice").await;
+        assert_eq!(store.trusted_relay(URL).await.unwrap(), None);
+        store.trust_relay(URL, &[7; 32], &RelayVouch::Contact { id: alice, expires_at: 99 }, 1).await.unwrap();
+        let row = store.trusted_relay(URL).await.unwrap().unwrap();
+        assert_eq!(
+            (row.cert_sha256, row.vouch, row.contact_name.as_deref()),
+            ([7; 32], RelayVouch::Contact { id: alice, expires_at: 99 }, Some("alice"))
+        );
+        // The owner accepts a new certificate for the same URL: one row, now theirs.
+        store.trust_relay(URL, &[8; 32], &RelayVouch::User, 2).await.unwrap();
+        let all = store.trusted_relays().await.unwrap();
+        assert_eq!(all.len(), 1);
+        let row = all.first().unwrap();
+        assert_eq!(
+            (row.cert_sha256, &row.vouch, row.contact_name.as_deref(), row.updated_at),
+            ([8; 32], &RelayVouch::User, None, 2)
+        );
+        assert!(store.untrust_relay(URL).await.unwrap());
+        assert!(!store.untrust_relay(URL).await.unwrap());
+        assert!(store.trusted_relays().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_relay_a_contact_vouched_for_goes_with_the_contact() {
+        let (_d, store) = store().await;
+        let alice = contact(&store, "alice").await;
+        store.trust_relay(URL, &[7; 32], &RelayVouch::Contact { id: alice, expires_at: 0 }, 1).await.unwrap();
+        store.trust_relay("https://198.18.0.9", &[9; 32], &RelayVouch::User, 1).await.unwrap();
+        store.delete_contact(alice).await.unwrap();
+        let urls: Vec<String> = store.trusted_relays().await.unwrap().into_iter().map(|r| r.url).collect();
+        assert_eq!(urls, vec!["https://198.18.0.9".to_owned()]);
     }
 }

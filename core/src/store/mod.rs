@@ -33,7 +33,7 @@ pub use contacts::{
     rules_for, set_blocked, update_contact,
 };
 pub use groups::{GroupLogRow, covers as group_context_covers, name_group_if_unnamed};
-pub use lan::{DeliveryPath, set_message_path};
+pub use lan::{DeliveryPath, RelayVouch, TrustedRelayRow, set_message_path};
 pub use people::{
     PersonRow, clear_contact_person, delete_person, insert_person, person_by_key, person_name_taken, record_fallback,
     rename_contact, rename_person, set_contact_person,

@@ -15,6 +15,10 @@
 //! - Delivery: [`LanHandle::deliver`] sends one frame to a bound, connected peer of the contact
 //!   and waits at most [`LanConfig::deliver_timeout`] for `Stored`, which the receiver sends only
 //!   after the engine committed (the [`InboundReply`] it got with the bytes).
+//! - Relay: once a peer is bound both ways, a node with a relay announcement sends it (one
+//!   request); a node receiving one checks it against the identity keys that peer proved
+//!   ([`RelayAnnouncement::verify`]) and publishes it ([`LanHandle::watch_relays`]). Unbound
+//!   peers' announcements are refused unread.
 //! - Liveness: the dialer re-sends its hello every [`LanConfig::keepalive`]; a peer silent for
 //!   three intervals, or one whose delivery timed out, is disconnected and stops being nearby.
 //! - Everything runs in one task that owns the swarm; the handle talks to it over bounded
@@ -39,7 +43,10 @@ use libp2p::{Multiaddr, PeerId, StreamProtocol, Swarm, connection_limits, mdns, 
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::protocol::lan::frame::{LEN_PREFIX, body_len};
-use crate::protocol::lan::{Delivery, LanBinding, LanKey, LanRequest, LanResponse, ProtocolTag, Refusal, verify_hello};
+use crate::protocol::lan::{
+    Delivery, LanBinding, LanKey, LanRequest, LanResponse, ProtocolTag, Refusal, RelayAnnouncement, VerifiedRelay,
+    verify_hello,
+};
 use crate::util::now_ms;
 
 /// A contact's row id: what the engine pins keys under and asks to deliver to.
@@ -134,7 +141,13 @@ pub struct LanIdentity {
     pub key: LanKey,
     /// Its bindings, one per identity key (at most [`crate::protocol::lan::MAX_BINDINGS`]).
     pub bindings: Vec<LanBinding>,
+    /// The profile's relay, announced to every peer bound both ways (none: nothing to announce).
+    pub relay: Option<RelayAnnouncement>,
 }
+
+/// Relays that bound contacts announced (and this node verified) since it started, the latest per
+/// contact.
+pub type AnnouncedRelays = BTreeMap<ContactId, VerifiedRelay>;
 
 /// Sealed bytes a bound contact delivered directly. Answer through `reply` after the commit.
 #[derive(Debug)]
@@ -174,6 +187,7 @@ pub struct LanHandle {
     cmd: mpsc::Sender<Command>,
     nearby: watch::Receiver<BTreeSet<ContactId>>,
     listening: watch::Receiver<Vec<Multiaddr>>,
+    relays: watch::Receiver<AnnouncedRelays>,
     peer_id: PeerId,
     deliver_timeout: Duration,
 }
@@ -196,6 +210,11 @@ impl LanHandle {
     /// A receiver that changes whenever the nearby set does.
     pub fn watch_nearby(&self) -> watch::Receiver<BTreeSet<ContactId>> {
         self.nearby.clone()
+    }
+
+    /// A receiver that changes whenever a bound contact announced a relay that verified.
+    pub fn watch_relays(&self) -> watch::Receiver<AnnouncedRelays> {
+        self.relays.clone()
     }
 
     /// The addresses the node listens on.
@@ -354,6 +373,7 @@ struct PeerState {
 
 enum Pending {
     Hello(PeerId),
+    Relay(PeerId),
     Deliver(PeerId, oneshot::Sender<Result<Stored, LanError>>),
 }
 
@@ -430,7 +450,15 @@ fn build(identity: LanIdentity, pinned: watch::Receiver<Pinned>, config: LanConf
             })
         })
         .map_err(|e| LanError::Start(format!("behaviour: {e}")))?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(config.keepalive * 4))
+        // Every request opens a substream. With multistream-select's lazy dialer the protocol
+        // proposal and the request go out together instead of waiting a round trip for the
+        // listener's confirmation: both sides speak exactly one protocol, so nothing is lost by
+        // not asking first, and each delivery saves one round trip (the relay path reuses a
+        // kept-alive connection and pays none).
+        .with_swarm_config(|c| {
+            c.with_idle_connection_timeout(config.keepalive * 4)
+                .with_substream_upgrade_protocol_override(libp2p::core::upgrade::Version::V1Lazy)
+        })
         .build();
     let listen = Multiaddr::empty().with(Protocol::Ip4(Ipv4Addr::UNSPECIFIED)).with(Protocol::Tcp(config.port));
     swarm.listen_on(listen).map_err(|e| LanError::Start(format!("listen: {e}")))?;
@@ -439,16 +467,20 @@ fn build(identity: LanIdentity, pinned: watch::Receiver<Pinned>, config: LanConf
     let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue.max(1));
     let (nearby_tx, nearby_rx) = watch::channel(BTreeSet::new());
     let (listen_tx, listen_rx) = watch::channel(Vec::new());
+    let (relays_tx, relays_rx) = watch::channel(BTreeMap::new());
     let handle = LanHandle {
         cmd: cmd_tx,
         nearby: nearby_rx,
         listening: listen_rx,
+        relays: relays_rx,
         peer_id,
         deliver_timeout: config.deliver_timeout,
     };
     let node = Node {
         swarm,
         bindings: identity.bindings,
+        relay: identity.relay,
+        announced: relays_tx,
         pinned,
         config,
         peers: HashMap::new(),
@@ -472,6 +504,8 @@ type ReplyFuture = BoxFuture<'static, (ResponseChannel<LanResponse>, LanResponse
 struct Node {
     swarm: Swarm<Behaviour>,
     bindings: Vec<LanBinding>,
+    relay: Option<RelayAnnouncement>,
+    announced: watch::Sender<AnnouncedRelays>,
     pinned: watch::Receiver<Pinned>,
     config: LanConfig,
     peers: HashMap<PeerId, PeerState>,
@@ -581,11 +615,18 @@ impl Node {
             Ok(bound) => {
                 let keys = bound.contacts.iter().map(|c| c.identity).collect();
                 let state = self.peers.entry(peer).or_default();
+                let was_mutual = state.mutual;
                 state.mutual |= answer || state.bound.is_some();
+                let now_mutual = !was_mutual && state.mutual;
                 state.bound = Some((keys, bound.expires_at_ms));
                 state.last_seen = Some(Instant::now());
                 self.retry.remove(&peer);
                 self.publish_nearby();
+                if now_mutual && let Some(relay) = self.relay.clone() {
+                    // Both sides accepted each other: the peer takes our announcement.
+                    let id = self.swarm.behaviour_mut().rr.send_request(&peer, LanRequest::Relay(relay));
+                    self.pending.insert(id, Pending::Relay(peer));
+                }
                 true
             }
             Err(e) => {
@@ -690,6 +731,9 @@ impl Node {
                             self.send_hello(p);
                         }
                     }
+                    (Some(Pending::Relay(p)), answer) => {
+                        tracing::debug!("lan: {p} answered our relay announcement with {answer:?}");
+                    }
                     (Some(Pending::Hello(p)), other) => {
                         self.refuse_peer(p, &format!("answered our hello with {other:?}"));
                     }
@@ -725,7 +769,7 @@ impl Node {
                         let _ = reply.send(Err(err));
                     }
                     Some(Pending::Hello(_)) => self.unlist(peer),
-                    None => {}
+                    Some(Pending::Relay(_)) | None => {}
                 }
             }
             Event::InboundFailure { peer, error, .. } => {
@@ -751,6 +795,10 @@ impl Node {
                 } else {
                     LanResponse::Refused(Refusal::NotBound)
                 };
+                let _ = self.swarm.behaviour_mut().rr.send_response(channel, response);
+            }
+            LanRequest::Relay(announcement) => {
+                let response = self.judge_relay(peer, &announcement);
                 let _ = self.swarm.behaviour_mut().rr.send_response(channel, response);
             }
             LanRequest::Deliver(delivery) => {
@@ -781,6 +829,42 @@ impl Node {
         }
     }
 
+    /// Judges a relay announcement: only from a bound peer, only signed by one of the identity
+    /// keys it proved (and still pinned); a verified one is published for the engine.
+    fn judge_relay(&mut self, peer: PeerId, announcement: &RelayAnnouncement) -> LanResponse {
+        if self.contacts_of(&peer, false).is_empty() {
+            tracing::info!("lan: relay announcement from unbound {peer} refused");
+            return LanResponse::Refused(Refusal::NotBound);
+        }
+        let keys = self.peers.get(&peer).and_then(|s| s.bound.as_ref()).map(|(k, _)| k.clone()).unwrap_or_default();
+        let verdict = announcement.verify(keys.iter(), now_ms()).and_then(|v| {
+            self.pinned
+                .borrow()
+                .get(&v.identity)
+                .copied()
+                .map(|c| (c, v))
+                .ok_or(crate::protocol::lan::AnnounceError::Foreign)
+        });
+        match verdict {
+            Ok((contact, relay)) => {
+                tracing::info!("lan: contact {contact} announced its relay {} ({peer})", relay.url);
+                self.announced.send_if_modified(|m| {
+                    if m.get(&contact) == Some(&relay) {
+                        false
+                    } else {
+                        m.insert(contact, relay);
+                        true
+                    }
+                });
+                LanResponse::Stored
+            }
+            Err(e) => {
+                tracing::info!("lan: relay announcement from {peer} refused: {e}");
+                LanResponse::Refused(Refusal::Invalid)
+            }
+        }
+    }
+
     fn deliver(&mut self, contact: ContactId, delivery: Delivery, reply: oneshot::Sender<Result<Stored, LanError>>) {
         let peer = self.peers.keys().copied().find(|p| self.contacts_of(p, true).contains(&contact));
         let Some(peer) = peer else {
@@ -806,7 +890,7 @@ impl Node {
     fn deliver_deadline(&mut self, id: OutboundRequestId) {
         let (peer, reply) = match self.pending.remove(&id) {
             Some(Pending::Deliver(peer, reply)) => (peer, reply),
-            Some(other) => {
+            Some(other @ (Pending::Hello(_) | Pending::Relay(_))) => {
                 self.pending.insert(id, other);
                 return;
             }

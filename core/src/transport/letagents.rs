@@ -90,8 +90,14 @@ fn authority(url: &Url) -> String {
 impl RelayClient {
     /// A client for `base` (e.g. `https://relay.example`), pinning `cert_sha256` if given.
     pub fn new(base: &str, cert_sha256: Option<[u8; 32]>) -> Result<Self, TransportError> {
-        let base = parse_relay_url(base)?;
         let tls = super::tls::client_config(cert_sha256).map_err(|e| TransportError::Config(e.to_string()))?;
+        Self::with_tls(base, tls)
+    }
+
+    /// A client for `base` with a given TLS configuration (e.g. one that remembers a refused
+    /// certificate: [`super::tls::client_config_witnessed`]).
+    pub fn with_tls(base: &str, tls: rustls::ClientConfig) -> Result<Self, TransportError> {
+        let base = parse_relay_url(base)?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls.clone())
             .connect_timeout(Duration::from_secs(10))

@@ -4,10 +4,12 @@
 //!
 //! Config (JSON argument): `identity_seed` (hex, 32 bytes), `lan_seed` (hex), `binding_expiry_ms`
 //! (optional: sign an expired or odd binding), `pins` ({hex identity key: contact id}), `store`
-//! (a file where deliveries are committed), `keepalive_ms` (optional).
+//! (a file where deliveries are committed), `keepalive_ms` (optional), `relay` (optional: a
+//! relay to announce, `{url, cert_sha256, expires_at_ms, signer_seed}`; the last two let a test
+//! announce an expired one or sign it with a key that is not the node's identity).
 //!
 //! Prints JSON lines: `started` (peer id, ms since start), `nearby` (contact ids, ms since start)
-//! on every change, `delivered` (seq, result, latency µs), `inbound` (contacts, protocol, len).
+//! on every change, `relay` (contact, url, cert_sha256) when a contact's announcement verified, `delivered` (seq, result, latency µs), `inbound` (contacts, protocol, len).
 //! Reads commands: `deliver CONTACT SIZE SEQ`, `quit`. A delivery is answered `Stored` only after
 //! it is appended to `store` and fsynced.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use serde_json::{Value, json};
-use switchboard_core::protocol::lan::{LanBinding, LanKey, ProtocolTag};
+use switchboard_core::protocol::lan::{LanBinding, LanKey, ProtocolTag, RelayAnnouncement};
 use switchboard_core::transport::lan::{self, LanConfig, LanIdentity};
 use switchboard_core::util::{hex_decode, now_ms};
 use tokio::io::AsyncBufReadExt;
@@ -60,7 +62,13 @@ async fn main() {
     if let Some(ms) = config["keepalive_ms"].as_u64() {
         cfg.keepalive = Duration::from_millis(ms);
     }
-    let (handle, mut inbound) = lan::start(LanIdentity { key, bindings }, pin_rx, cfg).unwrap();
+    let relay = config.get("relay").filter(|r| !r.is_null()).map(|r| {
+        let signer =
+            r.get("signer_seed").map_or_else(|| identity.clone(), |_| SigningKey::from_bytes(&seed(r, "signer_seed")));
+        let expiry = r["expires_at_ms"].as_i64().unwrap_or(expiry);
+        RelayAnnouncement::sign(&signer, r["url"].as_str().unwrap(), seed(r, "cert_sha256"), expiry).unwrap()
+    });
+    let (handle, mut inbound) = lan::start(LanIdentity { key, bindings, relay }, pin_rx, cfg).unwrap();
     emit(json!({"event": "started", "peer_id": handle.peer_id(), "ms": start.elapsed().as_millis() as u64}));
 
     // Nearby changes.
@@ -69,6 +77,21 @@ async fn main() {
         while nearby.changed().await.is_ok() {
             let set: Vec<i64> = nearby.borrow_and_update().iter().copied().collect();
             emit(json!({"event": "nearby", "contacts": set, "ms": start.elapsed().as_millis() as u64}));
+        }
+    });
+
+    // Relays contacts announced.
+    let mut relays = handle.watch_relays();
+    tokio::spawn(async move {
+        while relays.changed().await.is_ok() {
+            let all: Vec<Value> = relays
+                .borrow_and_update()
+                .iter()
+                .map(|(c, r)| json!({"contact": c, "url": r.url, "cert_sha256": switchboard_core::util::hex(&r.cert_sha256)}))
+                .collect();
+            for r in all {
+                emit(json!({"event": "relay", "relay": r}));
+            }
         }
     });
 

@@ -34,10 +34,13 @@ use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::util::{OsRng, now_ms};
 
+/// A client for a contact's relay and the certificate pin it was built with (none: web PKI).
+type PinnedClient = (Option<[u8; 32]>, RelayClient);
+
 /// letagents' channel: relay clients for contacts that live on other relays.
 #[derive(Default)]
 pub(in crate::engine) struct Letagents {
-    peers: Mutex<BTreeMap<String, RelayClient>>,
+    peers: Mutex<BTreeMap<String, PinnedClient>>,
 }
 
 /// The pinned keys of a letagents contact.
@@ -294,12 +297,17 @@ impl Letagents {
         if url == rt.inner.relay_url {
             return Ok(rt.inner.relay.clone());
         }
+        // A contact's relay that a LAN announcement or the owner pinned (engine::relays), else
+        // the web PKI; a client is rebuilt when the pin changes.
+        let pin = rt.trusted_relay_pin(url).await?;
         let mut peers = self.peers.lock().await;
-        if let Some(c) = peers.get(url) {
+        if let Some((p, c)) = peers.get(url)
+            && *p == pin
+        {
             return Ok(c.clone());
         }
-        let c = RelayClient::new(url, None)?;
-        peers.insert(url.to_owned(), c.clone());
+        let c = RelayClient::new(url, pin)?;
+        peers.insert(url.to_owned(), (pin, c.clone()));
         Ok(c)
     }
 

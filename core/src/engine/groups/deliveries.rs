@@ -101,7 +101,7 @@ impl Runtime {
             let wait = until.saturating_duration_since(now_i).as_secs().clamp(1, MAX_WAIT_SECS);
             let mut peeks = Vec::new();
             for (gid, relay, cursor) in cursors {
-                let client = self.lmk_client(&relay)?;
+                let client = self.lmk_client(&relay).await?;
                 peeks.push(Box::pin(async move {
                     match client.read(&gid, u64::try_from(cursor).unwrap_or(0), wait).await {
                         // Handed to the next round's sync, which processes them without reading again.

@@ -85,7 +85,7 @@ impl Runtime {
     ) -> Result<(i64, Option<Vec<u8>>)> {
         let (relay, _, state) = self.lmk_group_row(&s.handle, gid).await?;
         Self::require_active(&state, gid)?;
-        let client = self.lmk_client(&relay)?;
+        let client = self.lmk_client(&relay).await?;
         for _ in 0..MAX_REBASES {
             self.sync_locked(s, gid, 0).await?;
             let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
@@ -174,7 +174,7 @@ impl Runtime {
         };
         let inviter = session.lock().await.member.name().to_owned();
         let group_name = self.store().group_names().await?.remove(&gid);
-        let client = self.lmk_client(&relay)?;
+        let client = self.lmk_client(&relay).await?;
         let link = InviteLink::generate(client.base(), &mut OsRng).with_names(Some(&inviter), group_name.as_deref());
         let owner = new_owner_token(&mut OsRng);
         client.create_invite(&link.id, ttl, &owner).await?;
@@ -243,7 +243,7 @@ impl Runtime {
         expires_at: i64,
     ) -> Result<Value> {
         let (relay, _, _) = self.lmk_group_row(handle, gid).await?;
-        let client = self.lmk_client(&relay)?;
+        let client = self.lmk_client(&relay).await?;
         let data = loop {
             let left = (expires_at - now_ms()).max(0) / 1000;
             if left == 0 {
@@ -313,7 +313,17 @@ impl Runtime {
     pub async fn lmk_join(&self, handle: &str, link: &str, timeout_secs: Option<u64>) -> Result<Value> {
         let link = InviteLink::parse(link)?;
         let session = self.lmk_load(handle).await?;
-        let client = self.lmk_client(&link.relay)?;
+        // A relay that is not ours is trusted only by a pin a contact's LAN announcement or the
+        // owner vouched for (else the web PKI); a certificate refusal names what the relay
+        // presented, so the owner can be asked.
+        let (client, foreign) = match self.lmk_foreign(&link.relay).await? {
+            Some((client, foreign)) => (client, Some(foreign)),
+            None => (self.lmk_client(&link.relay).await?, None),
+        };
+        let relay_error = |e: TransportError| match &foreign {
+            Some(f) => f.error(e),
+            None => e.into(),
+        };
         let key = link.key();
         let sealed = {
             let s = session.lock().await;
@@ -334,7 +344,7 @@ impl Runtime {
             Err(TransportError::Status { status: 409, .. }) => {
                 return Err(Error::Invalid("this invite was already used: ask for a new link".into()));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(relay_error(e)),
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_secs.unwrap_or(660));
         let data = loop {

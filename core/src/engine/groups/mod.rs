@@ -82,10 +82,10 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 use super::delivery::{Label, fence};
+use super::relays::ForeignRelay;
 use super::{Error, Event, Result, Runtime};
 use crate::mls::{self, Member};
 use crate::store::groups::{self as db, GroupMessage, NewGroupRow};
-use crate::transport::letagents::RelayClient;
 use crate::transport::letmeknow::LetmeknowClient;
 use crate::util::now_ms;
 
@@ -437,11 +437,20 @@ impl Runtime {
         Ok(handle)
     }
 
-    fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
+    /// The letmeknow client for a group's relay: the profile's own client (its pin) for its own
+    /// relay, else one that pins what a contact's LAN announcement or the owner vouched for.
+    async fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
+        Ok(self.lmk_foreign(relay).await?.map_or_else(|| LetmeknowClient::new(&self.inner.relay), |f| f.0))
+    }
+
+    /// For a relay other than the profile's own: its letmeknow client and the handle that turns
+    /// a certificate refusal into [`Error::UntrustedRelay`]; `None` for the profile's own.
+    async fn lmk_foreign(&self, relay: &str) -> Result<Option<(LetmeknowClient, ForeignRelay)>> {
         if relay.trim_end_matches('/') == self.inner.relay_url.trim_end_matches('/') {
-            return Ok(LetmeknowClient::new(&self.inner.relay));
+            return Ok(None);
         }
-        Ok(LetmeknowClient::new(&RelayClient::new(relay, None)?))
+        let foreign = self.foreign_relay(relay).await?;
+        Ok(Some((LetmeknowClient::new(&foreign.client), foreign)))
     }
 
     /// Opens (creating when `handle` is `None` or unknown) an agent session's membership

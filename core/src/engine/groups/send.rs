@@ -42,7 +42,7 @@ impl Runtime {
         let mut s = session.lock().await;
         let (relay, _, state) = self.lmk_group_row(handle, gid).await?;
         Self::require_active(&state, gid)?;
-        let client = self.lmk_client(&relay)?;
+        let client = self.lmk_client(&relay).await?;
         for _ in 0..MAX_REBASES {
             self.sync_locked(&mut s, gid, 0).await?;
             let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;

@@ -74,7 +74,7 @@ impl Runtime {
                     return Ok(false);
                 }
                 if !first {
-                    let client = self.lmk_client(&relay)?;
+                    let client = self.lmk_client(&relay).await?;
                     if client.read(gid, u64::try_from(cursor).unwrap_or(0), MAX_WAIT_SECS).await?.is_empty() {
                         return Ok(true);
                     }
@@ -167,7 +167,7 @@ impl Runtime {
     ) -> Result<usize> {
         let (relay, mut cursor, state) = self.lmk_group_row(&s.handle, gid).await?;
         Self::require_active(&state, gid)?;
-        let client = self.lmk_client(&relay)?;
+        let client = self.lmk_client(&relay).await?;
         let mut processed = 0;
         let mut wait = wait_secs.min(MAX_WAIT_SECS);
         loop {
@@ -429,7 +429,7 @@ impl Runtime {
             return Ok(ids.clone());
         }
         let (relay, _, _) = self.lmk_group_row(handle, gid).await?;
-        let client = self.lmk_client(&relay)?;
+        let client = self.lmk_client(&relay).await?;
         let mut ids = BTreeSet::new();
         let mut after = 0u64;
         'pages: loop {

@@ -5,11 +5,14 @@
 //! Body: version (1) ‖ kind ‖ payload.
 //! - request `0x01` hello: count (u8, 1..=4) ‖ bindings;
 //! - request `0x02` deliver: protocol tag ‖ the sealed bytes a relay would carry (non-empty);
+//! - request `0x03` relay: a signed relay announcement ([`RelayAnnouncement`]), answered
+//!   `stored` (taken) or `refused`;
 //! - response `0x81` hello: the responder's bindings, sent only to a peer whose hello verified;
 //! - response `0x82` stored: the receiver committed the message (or already had it);
 //! - response `0x83` refused: one reason byte; the sender takes the relay.
 
 use super::binding::{BindingError, LanBinding};
+use super::relay::{AnnounceError, RelayAnnouncement};
 use super::{MAX_BINDINGS, MAX_FRAME};
 
 /// The frame format version.
@@ -21,6 +24,7 @@ pub const MAX_SEALED: usize = MAX_FRAME - 3;
 
 const REQ_HELLO: u8 = 0x01;
 const REQ_DELIVER: u8 = 0x02;
+const REQ_RELAY: u8 = 0x03;
 const RESP_HELLO: u8 = 0x81;
 const RESP_STORED: u8 = 0x82;
 const RESP_REFUSED: u8 = 0x83;
@@ -53,6 +57,9 @@ pub enum FrameError {
     /// A binding inside a hello is malformed.
     #[error(transparent)]
     Binding(#[from] BindingError),
+    /// A relay announcement is malformed.
+    #[error(transparent)]
+    Announcement(#[from] AnnounceError),
 }
 
 /// Which protocol's sealed bytes a delivery carries: both authenticate their sender end to end,
@@ -167,6 +174,8 @@ pub enum LanRequest {
     Hello(Vec<LanBinding>),
     /// Sealed bytes to store.
     Deliver(Delivery),
+    /// The sender's relay, signed by its identity key.
+    Relay(RelayAnnouncement),
 }
 
 /// What a peer answers.
@@ -261,6 +270,7 @@ impl LanRequest {
                 out.push(d.protocol.byte());
                 out.extend_from_slice(&d.sealed);
             }),
+            LanRequest::Relay(a) => frame(REQ_RELAY, |out| out.extend_from_slice(&a.to_bytes())),
         }
     }
 
@@ -272,6 +282,7 @@ impl LanRequest {
                 let (&tag, sealed) = payload.split_first().ok_or(FrameError::Length)?;
                 Ok(LanRequest::Deliver(Delivery::new(ProtocolTag::from_byte(tag)?, sealed.to_vec())?))
             }
+            (REQ_RELAY, payload) => Ok(LanRequest::Relay(RelayAnnouncement::decode(payload)?)),
             (kind, _) => Err(FrameError::Kind(kind)),
         }
     }
@@ -357,7 +368,13 @@ mod tests {
 
     #[test]
     fn hello_and_responses_round_trip() {
-        for req in [LanRequest::Hello(vec![binding()]), LanRequest::Hello(vec![binding(); MAX_BINDINGS])] {
+        let relay =
+            RelayAnnouncement::sign(&SigningKey::from_bytes(&[1; 32]), "https://198.18.0.1:8443", [3; 32], 1).unwrap();
+        for req in [
+            LanRequest::Hello(vec![binding()]),
+            LanRequest::Hello(vec![binding(); MAX_BINDINGS]),
+            LanRequest::Relay(relay),
+        ] {
             assert_eq!(LanRequest::decode(&req.encode()), Ok(req));
         }
         for resp in [
@@ -383,6 +400,7 @@ mod tests {
         assert_eq!(LanResponse::decode_body(&[VERSION, RESP_STORED, 0]), Err(FrameError::Length));
         assert_eq!(LanResponse::decode_body(&[VERSION, RESP_REFUSED, 9]), Err(FrameError::Reason(9)));
         assert!(matches!(LanRequest::decode_body(&[VERSION, REQ_HELLO, 0]), Err(FrameError::Binding(_))));
+        assert!(matches!(LanRequest::decode_body(&[VERSION, REQ_RELAY, 0]), Err(FrameError::Announcement(_))));
         let hello = LanRequest::Hello(vec![binding()]).encode();
         for cut in 0..hello.len() {
             assert!(LanRequest::decode(hello.get(..cut).unwrap()).is_err(), "hello cut at {cut} decoded");

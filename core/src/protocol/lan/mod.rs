@@ -11,14 +11,20 @@
 //!   bytes: a hello (bindings), or a delivery carrying the exact sealed bytes a relay would carry
 //!   with their protocol tag. The receiver answers `Stored` only after its own commit, the meaning
 //!   of a relay's `202`; anything else sends the same bytes through the relay.
+//! - A **relay announcement** ([`relay`]): once a connection is bound both ways, a profile whose
+//!   relay is pinned by certificate (the relay the desktop app hosts) tells the peer its URL and
+//!   certificate SHA-256, signed by its identity key; the receiver checks it against the keys
+//!   that peer proved and may then use that relay (groups on a LAN without internet).
 
 pub mod binding;
 pub mod frame;
+pub mod relay;
 
 pub use binding::{
     BindingError, BoundPeer, LanBinding, LanKey, PinnedKeys, TimelyBinding, VerifiedBinding, verify_hello,
 };
 pub use frame::{Delivery, FrameError, LanRequest, LanResponse, ProtocolTag, Refusal};
+pub use relay::{AnnounceError, RelayAnnouncement, VerifiedRelay};
 
 /// Largest frame body (64 KiB); bigger messages take the relay.
 pub const MAX_FRAME: usize = 64 * 1024;

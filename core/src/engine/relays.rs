@@ -1,0 +1,230 @@
+//! Relays other than the profile's own, trusted by certificate pin (issue 17: groups on a LAN
+//! without internet).
+//!
+//! - A connection to a relay URL that is not the profile's own (a group's, a contact's letagents
+//!   relay) uses the pin stored for that URL
+//!   (`trusted_relays`), else the web PKI. Either way its verifier remembers a refused
+//!   certificate, so a failure becomes [`Error::UntrustedRelay`] naming the URL and the SHA-256
+//!   the relay presented: the UI asks "trust it?", the CLI prints `switchboard relay trust`.
+//! - Pins come from two places only: a pinned contact's signed LAN announcement of its own relay
+//!   (verified by the LAN node against the keys that contact proved; stored with the contact,
+//!   and gone with it), or the owner (`relay trust URL SHA256`, after comparing the fingerprint).
+//!   A contact may replace only its own vouch (a new certificate for its relay); the owner's
+//!   acceptance replaces anything.
+//!   The profile's own relay is never re-pinned this way: its pin is set at `init`.
+//! - A profile whose own relay is pinned (the relay the desktop app hosts) announces it to bound
+//!   contacts: [`Runtime::lan_relay_announcement`].
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::{Error, Result, Runtime, parse_pin};
+use crate::protocol::lan::RelayAnnouncement;
+use crate::store::{RelayVouch, TrustedRelayRow};
+use crate::transport::TransportError;
+use crate::transport::lan::AnnouncedRelays;
+use crate::transport::letagents::{RelayClient, parse_relay_url};
+use crate::transport::tls::{RefusedCert, client_config_witnessed};
+use crate::util::{hex, now_ms};
+
+/// A relay URL in the form pins are stored under: parsed, no trailing slash.
+pub(super) fn canonical_relay_url(url: &str) -> Result<String> {
+    Ok(parse_relay_url(url)?.as_str().trim_end_matches('/').to_owned())
+}
+
+/// A client for a relay that is not the profile's own, and what its verifier refused.
+pub(super) struct ForeignRelay {
+    /// The client (pinned when a pin is stored for the URL, else the web PKI).
+    pub client: RelayClient,
+    /// The relay's URL, canonical.
+    pub url: String,
+    refused: RefusedCert,
+}
+
+impl ForeignRelay {
+    /// A transport failure as the caller should see it: a refused certificate becomes
+    /// [`Error::UntrustedRelay`].
+    pub fn error(&self, e: TransportError) -> Error {
+        match (&e, self.refused.get()) {
+            (TransportError::Unreachable(_), Some(cert)) => {
+                Error::UntrustedRelay { url: self.url.clone(), cert_sha256: hex(&cert) }
+            }
+            _ => e.into(),
+        }
+    }
+}
+
+/// What to do with a contact's verified announcement, given the pin already stored for its URL.
+#[derive(Debug, PartialEq, Eq)]
+enum Take {
+    /// Store it (new, or the same contact's newer word).
+    Store,
+    /// Already stored as it is, or vouched for by someone else with the same certificate.
+    Known,
+    /// Someone else (the owner, or another contact) vouched for another certificate at this URL:
+    /// a contact's word does not replace theirs, or one contact could re-pin the relay another
+    /// one hosts.
+    Conflict,
+}
+
+fn take_announcement(known: Option<&TrustedRelayRow>, contact: i64, vouch: &RelayVouch, cert: &[u8; 32]) -> Take {
+    match known {
+        None => Take::Store,
+        Some(k) if k.cert_sha256 == *cert && k.vouch == *vouch => Take::Known,
+        Some(k) if matches!(k.vouch, RelayVouch::Contact { id, .. } if id == contact) => Take::Store,
+        Some(k) if k.cert_sha256 == *cert => Take::Known,
+        Some(_) => Take::Conflict,
+    }
+}
+
+fn view(r: &TrustedRelayRow) -> Value {
+    let (source, contact, expires_at) = match &r.vouch {
+        RelayVouch::Contact { expires_at, .. } => ("contact", r.contact_name.clone(), Some(*expires_at)),
+        RelayVouch::User => ("you", None, None),
+    };
+    json!({
+        "url": r.url,
+        "cert_sha256": hex(&r.cert_sha256),
+        "source": source,
+        "contact": contact,
+        "announcement_expires_at": expires_at,
+        "updated_at": r.updated_at,
+    })
+}
+
+impl Runtime {
+    fn is_own_relay(&self, canonical: &str) -> bool {
+        canonical == self.inner.relay_url.trim_end_matches('/')
+    }
+
+    /// The pin stored for the relay at `url` (not the profile's own), if any.
+    pub(super) async fn trusted_relay_pin(&self, url: &str) -> Result<Option<[u8; 32]>> {
+        Ok(self.store().trusted_relay(&canonical_relay_url(url)?).await?.map(|r| r.cert_sha256))
+    }
+
+    /// A client for `url`, which is not the profile's own relay.
+    pub(super) async fn foreign_relay(&self, url: &str) -> Result<ForeignRelay> {
+        let pin = self.trusted_relay_pin(url).await?;
+        let url = canonical_relay_url(url)?;
+        let (tls, refused) = client_config_witnessed(pin).map_err(|e| TransportError::Config(e.to_string()))?;
+        Ok(ForeignRelay { client: RelayClient::with_tls(&url, tls)?, url, refused })
+    }
+
+    /// The profile's own relay, signed for the LAN, when it is pinned by certificate (a
+    /// self-signed relay such as the one the desktop app hosts) and on a LAN address; none
+    /// otherwise (a relay in the web PKI needs no announcement).
+    pub(super) async fn lan_relay_announcement(&self, expires_at_ms: i64) -> Option<RelayAnnouncement> {
+        let pin = self.store().meta("relay_cert_sha256").await.ok().flatten()?;
+        let pin = parse_pin(Some(&pin)).ok().flatten()?;
+        match RelayAnnouncement::sign(&self.inner.id.sig, &self.inner.relay_url, pin, expires_at_ms) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::info!("lan: our relay is not announced: {e}");
+                None
+            }
+        }
+    }
+
+    /// Stores every relay a bound contact announced (the node verified each against that
+    /// contact's keys), until the node stops.
+    pub(super) async fn lan_relays_loop(self, mut announced: watch::Receiver<AnnouncedRelays>) {
+        while announced.changed().await.is_ok() {
+            let all = announced.borrow_and_update().clone();
+            for (contact, relay) in all {
+                if self.is_own_relay(&relay.url) {
+                    continue;
+                }
+                let known = match self.store().trusted_relay(&relay.url).await {
+                    Ok(k) => k,
+                    Err(e) => {
+                        tracing::warn!("lan: relay {} announced by contact {contact} not stored: {e}", relay.url);
+                        continue;
+                    }
+                };
+                let vouch = RelayVouch::Contact { id: contact, expires_at: relay.expires_at_ms };
+                match take_announcement(known.as_ref(), contact, &vouch, &relay.cert_sha256) {
+                    Take::Store => {}
+                    Take::Known => continue,
+                    Take::Conflict => {
+                        tracing::warn!(
+                            "lan: contact {contact} announced the relay at {} with another certificate than the one \
+                             already trusted for it; keeping that one",
+                            relay.url
+                        );
+                        continue;
+                    }
+                }
+                match self.store().trust_relay(&relay.url, &relay.cert_sha256, &vouch, now_ms()).await {
+                    Ok(()) => tracing::info!(
+                        "lan: trusting the relay at {} (certificate SHA-256 {}), signed by contact {contact}",
+                        relay.url,
+                        hex(&relay.cert_sha256)
+                    ),
+                    Err(e) => tracing::warn!("lan: relay {} announced by contact {contact} not stored: {e}", relay.url),
+                }
+            }
+        }
+    }
+
+    /// `relay trust URL SHA256`: the owner accepts the relay at `url` with that certificate.
+    pub(super) async fn relay_trust(&self, url: &str, cert_sha256: &str) -> Result<Value> {
+        let canonical = canonical_relay_url(url)?;
+        if !canonical.starts_with("https://") {
+            return Err(Error::Invalid("only an https relay is trusted by certificate".into()));
+        }
+        if self.is_own_relay(&canonical) {
+            return Err(Error::Invalid("that is this profile's own relay: its certificate pin is set at init".into()));
+        }
+        let pin = parse_pin(Some(cert_sha256))?
+            .ok_or_else(|| Error::Invalid("give the certificate's SHA-256 (64 hex digits)".into()))?;
+        self.store().trust_relay(&canonical, &pin, &RelayVouch::User, now_ms()).await?;
+        self.relays_trusted().await
+    }
+
+    /// `relay untrust URL`: forgets a trusted relay's pin.
+    pub(super) async fn relay_untrust(&self, url: &str) -> Result<Value> {
+        let canonical = canonical_relay_url(url)?;
+        if !self.store().untrust_relay(&canonical).await? {
+            return Err(Error::Invalid(format!("no trusted relay at {canonical}")));
+        }
+        self.relays_trusted().await
+    }
+
+    /// `relay list`: the trusted relays, each with who vouched for it.
+    pub(super) async fn relays_trusted(&self) -> Result<Value> {
+        let rows = self.store().trusted_relays().await?;
+        Ok(Value::Array(rows.iter().map(view).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(cert: u8, vouch: RelayVouch) -> TrustedRelayRow {
+        TrustedRelayRow {
+            url: "https://198.18.0.1:8443".into(),
+            cert_sha256: [cert; 32],
+            vouch,
+            contact_name: None,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_contact_replaces_only_its_own_vouch() {
+        let alice = |expires_at| RelayVouch::Contact { id: 1, expires_at };
+        assert_eq!(take_announcement(None, 1, &alice(5), &[7; 32]), Take::Store);
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 1, &alice(5), &[7; 32]), Take::Known);
+        // Her next day's announcement, or a new certificate for her relay: hers to change.
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 1, &alice(6), &[7; 32]), Take::Store);
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 1, &alice(6), &[8; 32]), Take::Store);
+        // Dave announces alice's relay URL with his own certificate: refused.
+        let dave = RelayVouch::Contact { id: 2, expires_at: 6 };
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 2, &dave, &[8; 32]), Take::Conflict);
+        assert_eq!(take_announcement(Some(&row(7, alice(5))), 2, &dave, &[7; 32]), Take::Known);
+        // What the owner accepted stays.
+        assert_eq!(take_announcement(Some(&row(7, RelayVouch::User)), 1, &alice(5), &[8; 32]), Take::Conflict);
+        assert_eq!(take_announcement(Some(&row(7, RelayVouch::User)), 1, &alice(5), &[7; 32]), Take::Known);
+    }
+}
