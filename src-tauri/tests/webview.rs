@@ -4,8 +4,9 @@
 //! relay URL) shows the addresses; bob's letagents address pasted into the window (a real
 //! keyboard paste through the X clipboard) shows a preview with his safety number, and adding it
 //! sends him a hello; a message typed and sent in the conversation reaches bob, and his answer
-//! appears in it; closing the window (the WM_DELETE_WINDOW a window manager sends) leaves the app
-//! running with its window hidden (close-to-tray is the default); launching the binary again with
+//! appears in it; closing the window (the WM_DELETE_WINDOW a window manager sends) with a tray
+//! host on the display leaves the app running with its window hidden (close-to-tray is the
+//! default); launching the binary again with
 //! a `switchboard:` link (single instance) shows the window with that link's preview.
 //! Screenshots go to `<target>/screenshots/webview/`.
 //!
@@ -164,41 +165,6 @@ impl WebDriver {
         let _ = self.try_cmd(reqwest::Method::DELETE, "", None).await;
     }
 }
-
-/// Sends WM_DELETE_WINDOW to X window `id`: what a window manager does when its close button is
-/// clicked (Xvfb has no window manager, and xdotool's windowclose destroys the window instead).
-const WM_DELETE: &str = r#"
-import ctypes, sys
-x = ctypes.cdll.LoadLibrary("libX11.so.6")
-x.XOpenDisplay.restype = ctypes.c_void_p
-x.XOpenDisplay.argtypes = [ctypes.c_char_p]
-x.XInternAtom.restype = ctypes.c_ulong
-x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-class ClientMessage(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
-                ("display", ctypes.c_void_p), ("window", ctypes.c_ulong), ("message_type", ctypes.c_ulong),
-                ("format", ctypes.c_int), ("data", ctypes.c_long * 5)]
-class Event(ctypes.Union):
-    _fields_ = [("xclient", ClientMessage), ("pad", ctypes.c_long * 24)]
-x.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long, ctypes.POINTER(Event)]
-x.XFlush.argtypes = [ctypes.c_void_p]
-x.XCloseDisplay.argtypes = [ctypes.c_void_p]
-d = x.XOpenDisplay(None)
-if not d:
-    sys.exit("cannot open the display")
-win = int(sys.argv[1])
-ev = Event()
-ev.xclient.type = 33  # ClientMessage
-ev.xclient.window = win
-ev.xclient.message_type = x.XInternAtom(d, b"WM_PROTOCOLS", 0)
-ev.xclient.format = 32
-ev.xclient.data[0] = x.XInternAtom(d, b"WM_DELETE_WINDOW", 0)
-ev.xclient.data[1] = 0  # CurrentTime
-if not x.XSendEvent(d, win, 0, 0, ctypes.byref(ev)):
-    sys.exit("XSendEvent failed")
-x.XFlush(d)
-x.XCloseDisplay(d)
-"#;
 
 /// tauri-driver: `$SWITCHBOARD_TAURI_DRIVER`, else on PATH, else `~/.cargo/bin`; `None` (skip)
 /// when missing, unless SWITCHBOARD_REQUIRE_WEBDRIVER is set.
@@ -385,13 +351,14 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     .await;
     wd.shot("04-conversation").await;
 
-    // ---- close the window: the app keeps running, its window hidden.
+    // ---- close the window with a tray host on the display: the app keeps running, its window
+    // hidden (tests/tray.rs: without a host, closing quits).
+    let _tray = support::TrayHost::start(&display);
     let driver_pid = driver.child.id();
     let app_pid = app_pid_under(driver_pid).expect("the app process under tauri-driver");
     let windows = display.visible_windows("Switchboard");
     assert_eq!(windows.len(), 1, "one visible app window: {windows:?}");
-    let closed = display.command("python3").args(["-c", WM_DELETE, &windows[0]]).status().unwrap();
-    assert!(closed.success(), "could not send WM_DELETE_WINDOW");
+    support::close_window(&display, &windows[0]);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !display.visible_windows("Switchboard").is_empty() {
         assert!(Instant::now() < deadline, "the window did not close");
