@@ -4,7 +4,9 @@
 //! relay URL) shows the addresses; bob's letagents address pasted into the window (a real
 //! keyboard paste through the X clipboard) shows a preview with his safety number, and adding it
 //! sends him a hello; a message typed and sent in the conversation reaches bob, and his answer
-//! appears in it; closing the window (the WM_DELETE_WINDOW a window manager sends) with a tray
+//! appears in it; two messages arriving while Settings is open are counted in the navigation, the
+//! window title and the tray icon (trayer, a real XEmbed tray), and opening the conversation reads
+//! them everywhere; closing the window (the WM_DELETE_WINDOW a window manager sends) with a tray
 //! host on the display leaves the app running with its window hidden (close-to-tray is the
 //! default); launching the binary again with
 //! a `switchboard:` link (single instance) shows the window with that link's preview.
@@ -229,6 +231,8 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     let home = tempfile::tempdir().unwrap();
     let profile = home.path().join("alice");
     let display = Display::start();
+    // A real system tray (trayer, XEmbed): the app's icon shows there (libappindicator's fallback).
+    let _tray = support::TrayHost::start(&display);
     let port = free_port();
     let driver = support::launch({
         let mut cmd = display.command(&driver_bin);
@@ -351,9 +355,61 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     .await;
     wd.shot("04-conversation").await;
 
+    // ---- unread while another screen is open: the navigation, the window title (what the window
+    // manager shows) and the tray icon count it; opening the conversation reads it everywhere.
+    let tray_icon = |name: &str| {
+        let shot = shots.join(name);
+        display.screenshot(&shot);
+        // trayer sits at the top right; its icons are the right-most 48x24 pixels.
+        let out = display
+            .command("identify")
+            .args(["-format", "%#"])
+            .arg(format!("{}[48x24+1232+0]", shot.display()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wd.click("nav a[href='#/settings']").await;
+    wd.element("#set-theme").await;
+    let read_icon = tray_icon("04a-tray-read.png");
+    for text in ["are you there?", "ping again"] {
+        bob.call(Request::Send {
+            contact: alice_at_bob.clone(),
+            text: text.into(),
+            kind: None,
+            reply_to: None,
+            from_agent: None,
+            to_agent: None,
+        })
+        .await;
+    }
+    wd.until("two unread in the title", 30, "return document.title === '(2) Switchboard'", json!([])).await;
+    wd.until(
+        "the count in the navigation",
+        10,
+        "const a = document.querySelector(\"nav a[href='#/contacts']\"); return a && a.textContent.includes('2')",
+        json!([]),
+    )
+    .await;
+    assert!(
+        support::eventually(10, || display.visible_windows(r"\(2\) Switchboard").len() == 1),
+        "the window manager sees the count in the window title"
+    );
+    assert!(
+        support::eventually(10, || tray_icon("04b-tray-unread.png") != read_icon),
+        "the tray icon shows unread messages"
+    );
+    wd.shot("04b-unread-elsewhere").await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.until("read again", 30, "return document.title === 'Switchboard'", json!([])).await;
+    assert!(
+        support::eventually(10, || tray_icon("04c-tray-read-again.png") == read_icon),
+        "the tray icon is back to no unread"
+    );
+
     // ---- close the window with a tray host on the display: the app keeps running, its window
     // hidden (tests/tray.rs: without a host, closing quits).
-    let _tray = support::TrayHost::start(&display);
     let driver_pid = driver.child.id();
     let app_pid = app_pid_under(driver_pid).expect("the app process under tauri-driver");
     let windows = display.visible_windows("Switchboard");
