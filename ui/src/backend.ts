@@ -367,7 +367,8 @@ export interface Backend {
   groupRename(group: string, name: string): Promise<void>;
   /** A group's newest messages, oldest first; `markRead` when the person sees them. */
   groupHistory(group: string, limit?: number, markRead?: boolean): Promise<GroupHistory>;
-  groupSend(group: string, text: string): Promise<unknown>;
+  /** Sends to a group; `to` (a member's fingerprint) addresses one member (an @mention). */
+  groupSend(group: string, text: string, to?: string): Promise<unknown>;
   /** The invites this runtime opened and what became of them. */
   groupInvites(): Promise<InviteStatus[]>;
   /** Approves (as written, or with the operator's `text` instead) or rejects a held message. */
@@ -529,8 +530,8 @@ abstract class RequestBackend implements Backend {
   groupHistory(group: string, limit?: number, markRead = false) {
     return this.rpc<GroupHistory>({ op: 'group_history', group, limit: limit ?? null, mark_read: markRead });
   }
-  groupSend(group: string, text: string) {
-    return this.rpc({ op: 'group_send', group, text });
+  groupSend(group: string, text: string, to?: string) {
+    return this.rpc({ op: 'group_send', group, text, to: to ?? null });
   }
   groupInvites() {
     return this.rpc<InviteStatus[]>({ op: 'group_invites' });

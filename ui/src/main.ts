@@ -2127,7 +2127,22 @@ function groupPanel(g: GroupSummary, members: GroupMember[] | null, invites: Inv
 
 /** A group's messages, oldest first: members' messages as bubbles with the sender's name, membership
  * changes and alerts as lines; one tab stop for the list. */
-function groupMessageList(name: string, msgs: GroupMessage[]) {
+/**
+ * The member an @mention in `text` addresses (the longest member name written as `@name`, not
+ * oneself), as the group protocol carries one addressee.
+ */
+function mentionOf(text: string, members: GroupMember[] | null): GroupMember | undefined {
+  const lower = text.toLowerCase();
+  const named = (members ?? []).filter((m) => !m.you && m.name).sort((a, b) => b.name.length - a.name.length);
+  return named.find((m) => {
+    const at = lower.indexOf(`@${m.name.toLowerCase()}`);
+    if (at < 0) return false;
+    const after = lower.charAt(at + m.name.length + 1);
+    return after === '' || !/[\p{L}\p{N}_]/u.test(after);
+  });
+}
+
+function groupMessageList(name: string, msgs: GroupMessage[], members: GroupMember[] | null) {
   const items: Node[] = [];
   let prev: GroupMessage | undefined;
   for (const m of msgs) {
@@ -2149,11 +2164,21 @@ function groupMessageList(name: string, msgs: GroupMessage[]) {
     }
     // The sender's name heads a run of their messages, as in any group chat.
     const sameRun = !newDay && prev?.kind === 'message' && !prev.outgoing && !m.outgoing && prev.from.fingerprint === m.from.fingerprint;
+    // An @mention: the member it addresses, named; one addressed to me stands out.
+    const to = m.to ? (members ?? []).find((x) => x.fingerprint === m.to) : undefined;
+    const toMe = !!to?.you;
     items.push(
       h(
         'li',
-        { class: `msg ${m.outgoing ? 'out' : 'in'}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.row}` },
+        { class: `msg ${m.outgoing ? 'out' : 'in'}${toMe ? ' mention' : ''}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.row}` },
         !m.outgoing && !sameRun ? h('p', { class: 'sender' }, m.from.name) : null,
+        to
+          ? h(
+              'p',
+              { class: 'agents' },
+              h('span', { class: `chip mention-chip${toMe ? ' to-me' : ''}`, title: S.groups.mentionTitle(to.name) }, toMe ? S.groups.mentionsYou : `@${to.name}`),
+            )
+          : null,
         h('div', { class: 'body' }, m.content),
         h(
           'div',
@@ -2281,14 +2306,14 @@ async function groupView(group: string) {
       ),
     ),
     blocked ? h('div', { class: 'banner', role: 'alert' }, S.groups.inactive(g.state)) : null,
-    h('div', { class: 'conv-body' }, groupMessageList(name, hist.messages), groupPanel(g, members, invites, muted)),
+    h('div', { class: 'conv-body' }, groupMessageList(name, hist.messages, members), groupPanel(g, members, invites, muted)),
     h(
       'form',
       {
         class: 'compose',
         onsubmit: (e: Event) => {
           e.preventDefault();
-          void submitComposer(text, sendBtn, (body) => backend.groupSend(group, body));
+          void submitComposer(text, sendBtn, (body) => backend.groupSend(group, body, mentionOf(body, members)?.fingerprint));
         },
       },
       h(
@@ -2298,7 +2323,7 @@ async function groupView(group: string) {
         text,
         sendBtn,
       ),
-      h('p', { class: 'hint', id: 'compose-hint' }, S.conversation.hint),
+      h('p', { class: 'hint', id: 'compose-hint' }, S.groups.hint),
     ),
   );
 }

@@ -302,6 +302,9 @@ export const S = {
     resume: 'Resume this group',
     resumed: 'Resumed.',
     mute: 'Mute notifications for this group',
+    hint: 'Enter to send \u00b7 Shift+Enter for a new line \u00b7 @name addresses a member',
+    mentionsYou: '@you',
+    mentionTitle: (name: string) => `Addressed to ${name}`,
   },
   review: {
     title: 'Review queue',
