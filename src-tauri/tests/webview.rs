@@ -4,7 +4,10 @@
 //! relay URL) shows the addresses; bob's letagents address pasted into the window (a real
 //! keyboard paste through the X clipboard) shows a preview with his safety number, and adding it
 //! sends him a hello; a message typed and sent in the conversation reaches bob, and his answer
-//! appears in it; two messages arriving while Settings is open are counted in the navigation, the
+//! appears in it (sent with Enter); with the relay stopped a connection bar shows and a message
+//! sent then shows a clock, going out by itself once the relay is back; a pasted non-address says
+//! so and the notice clears on navigation; review mode and the dark theme switch in Settings;
+//! two messages arriving while Settings is open are counted in the navigation, the
 //! window title and the tray icon (trayer, a real XEmbed tray), and opening the conversation reads
 //! them everywhere; closing the window (the WM_DELETE_WINDOW a window manager sends) with a tray
 //! host on the display leaves the app running with its window hidden (close-to-tray is the
@@ -218,7 +221,7 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
         let _ = std::fs::remove_file(old.path());
     }
 
-    let relay = TestRelay::start().await;
+    let mut relay = TestRelay::start().await;
     let bob = Peer::offline("bob", &relay.url()).await;
     let carol = Peer::offline("carol", &relay.url()).await;
     let bob_who = bob.call(Request::Whoami).await;
@@ -322,8 +325,8 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
 
     // ---- send from the window; bob receives it.
     wd.click("a[aria-label='Open conversation with bob']").await;
-    wd.type_into("#compose", "hello bob, from the real webview").await;
-    wd.click("form.compose button[type=submit]").await;
+    // Enter sends (WebDriver's Enter key, U+E007).
+    wd.type_into("#compose", "hello bob, from the real webview\u{E007}").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     'got: loop {
         for m in bob.inbox(2).await {
@@ -407,6 +410,86 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
         support::eventually(10, || tray_icon("04c-tray-read-again.png") == read_icon),
         "the tray icon is back to no unread"
     );
+
+    // ---- the relay goes down: a connection bar says so, and a message sent now shows a clock
+    // (queued), not a tick; it goes out by itself when the relay is back.
+    relay.stop().await;
+    wd.type_into("#compose", "sent while the relay is down\u{E007}").await;
+    wd.until(
+        "the queued clock",
+        30,
+        "const m = [...document.querySelectorAll('.msg.out')].find(m => m.textContent.includes('sent while the relay is down')); \
+         return m && m.querySelector('.tick-queued')",
+        json!([]),
+    )
+    .await;
+    wd.until(
+        "the connection bar",
+        60,
+        "const b = document.querySelector('.connection'); return b && !b.hidden && b.textContent.length > 0",
+        json!([]),
+    )
+    .await;
+    wd.shot("04d-relay-down").await;
+    relay.restart().await;
+    wd.until(
+        "the queued message sent by itself",
+        60,
+        "const m = [...document.querySelectorAll('.msg.out')].find(m => m.textContent.includes('sent while the relay is down')); \
+         return m && !m.querySelector('.tick-queued')",
+        json!([]),
+    )
+    .await;
+    wd.until("the connection bar gone", 60, "return document.querySelector('.connection').hidden", json!([])).await;
+
+    // ---- pasting something that is no address says so, and the notice goes on navigation.
+    wd.type_into("#paste-field", "not an address at all").await;
+    wd.chord("\u{E009}", "a").await;
+    wd.chord("\u{E009}", "x").await;
+    wd.click("main h2").await;
+    wd.chord("\u{E009}", "v").await;
+    wd.until(
+        "the notice about the paste",
+        10,
+        "return document.querySelector('.notice').textContent.length > 0",
+        json!([]),
+    )
+    .await;
+    wd.shot("04e-paste-garbage").await;
+    wd.click("nav a[href='#/settings']").await;
+    wd.until("the notice cleared", 10, "return document.querySelector('.notice').textContent === ''", json!([])).await;
+
+    // ---- review mode from Settings, and dark mode (the Theme setting).
+    wd.click("#set-review").await;
+    wd.until(
+        "review mode on",
+        10,
+        "return document.querySelector('.notice').textContent.includes('Review mode is on')",
+        json!([]),
+    )
+    .await;
+    let dark = "const s = document.getElementById('set-theme'); s.value = 'dark'; \
+                s.dispatchEvent(new Event('change', {bubbles: true})); \
+                return getComputedStyle(document.documentElement).backgroundColor";
+    let bg = wd.js(dark, json!([])).await;
+    assert_eq!(bg, json!("rgb(17, 19, 24)"), "the dark theme applies in the real webview");
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
+    wd.shot("04f-dark-conversation").await;
+    wd.click("nav a[href='#/settings']").await;
+    wd.js("const s = document.getElementById('set-theme'); s.value = 'system'; s.dispatchEvent(new Event('change', {bubbles: true}))", json!([])).await;
+    wd.click("#set-review").await;
+    wd.until(
+        "review mode off",
+        10,
+        "return document.querySelector('.notice').textContent.includes('Review mode is off')",
+        json!([]),
+    )
+    .await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
 
     // ---- close the window with a tray host on the display: the app keeps running, its window
     // hidden (tests/tray.rs: without a host, closing quits).
