@@ -411,6 +411,41 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
         "the tray icon is back to no unread"
     );
 
+    // ---- a message bob writes to one of alice's agents (coder, a session on her bridge) is marked
+    // as the agent's, waiting until coder asks for its messages, then handed to coder.
+    let (bridge, _, owner) = switchboard_tests::bridge_of(&profile);
+    let http = reqwest::Client::new();
+    let coder = switchboard_tests::open_session(&http, &bridge, &owner, "coder").await;
+    bob.call(Request::Send {
+        contact: alice_at_bob.clone(),
+        text: "coder, please run the tests".into(),
+        kind: None,
+        reply_to: None,
+        from_agent: None,
+        to_agent: Some("coder".into()),
+    })
+    .await;
+    let for_coder = |state: &str| {
+        format!(
+            "const m = [...document.querySelectorAll('.msg.in.to-agent')].find(m => m.textContent.includes('coder, please run the tests')); \
+             return m && m.textContent.includes('for your agent coder') && m.textContent.includes('{state}')"
+        )
+    };
+    wd.until("the message marked for coder, waiting", 30, &for_coder("waiting for coder"), json!([])).await;
+    let handed: Value = http
+        .post(&bridge)
+        .bearer_auth(&coder)
+        .json(&json!({"op": "wait", "timeout_secs": 10}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(handed.to_string().contains("coder, please run the tests"), "coder was handed it: {handed}");
+    wd.until("the message handed to coder", 30, &for_coder("handed to coder"), json!([])).await;
+    wd.shot("04g-for-agent").await;
+
     // ---- the relay goes down: a connection bar says so, and a message sent now shows a clock
     // (queued), not a tick; it goes out by itself when the relay is back.
     relay.stop().await;
@@ -490,6 +525,50 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     wd.click("nav a[href='#/contacts']").await;
     wd.click("a[href='#/c/bob']").await;
     wd.element("#compose").await;
+
+    // ---- a group is a chat: made by its name (no handle asked), opened with its invite link,
+    // written in with Enter.
+    wd.click("nav a[href='#/groups']").await;
+    wd.type_into("#new-group-name", "Team").await;
+    wd.click("form[aria-labelledby=new-group-title] button[type=submit]").await;
+    wd.until(
+        "the group's chat",
+        30,
+        "const h = document.getElementById('conv-title'); return h && h.textContent.includes('Team') && document.getElementById('compose')",
+        json!([]),
+    )
+    .await;
+    wd.type_into("#compose", "hello team\u{E007}").await;
+    wd.until(
+        "the group message",
+        30,
+        "return [...document.querySelectorAll('.group-chat .msg.out')].some(m => m.textContent.includes('hello team'))",
+        json!([]),
+    )
+    .await;
+    wd.shot("04h-group-chat").await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
+
+    // ---- a 480x400 window (its minimum): one pane, no sideways scrolling, the composer and the
+    // newest message in view.
+    let win = display.visible_windows("Switchboard").remove(0);
+    let sized =
+        |w: &str, h: &str| display.command("xdotool").args(["windowsize", &win, w, h]).status().unwrap().success();
+    assert!(sized("480", "400"), "xdotool could not resize the window");
+    wd.until(
+        "the 480x400 layout",
+        20,
+        "const inView = (e) => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight + 1 && r.height > 0; }; \
+         const msgs = document.querySelectorAll('.msg'); \
+         return innerWidth <= 480 && document.documentElement.scrollWidth <= innerWidth + 1 \
+           && inView(document.getElementById('compose')) && msgs.length > 0 && inView(msgs[msgs.length - 1])",
+        json!([]),
+    )
+    .await;
+    wd.shot("04i-480x400").await;
+    assert!(sized("1024", "760"));
 
     // ---- close the window with a tray host on the display: the app keeps running, its window
     // hidden (tests/tray.rs: without a host, closing quits).
