@@ -123,15 +123,36 @@ impl WebDriver {
     }
 
     async fn click(&self, selector: &str) {
-        let el = self.element(selector).await;
-        self.cmd(reqwest::Method::POST, &format!("/element/{}/click", Self::id(&el)), Some(json!({}))).await;
+        self.on_fresh(selector, |el| vec![(format!("/element/{el}/click"), json!({}))]).await;
+    }
+
+    /// Runs `steps(element)` on the element matching `selector`, finding it again when a
+    /// background refresh replaced it in between (WebDriver's "stale element reference": the UI
+    /// re-renders on runtime events and every few seconds).
+    async fn on_fresh(&self, selector: &str, steps: impl Fn(&str) -> Vec<(String, Value)>) {
+        for attempt in 0..5 {
+            let el = Self::id(&self.element(selector).await);
+            let mut result = Ok(Value::Null);
+            for (path, body) in steps(&el) {
+                result = self.try_cmd(reqwest::Method::POST, &path, Some(body)).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") && attempt < 4 => continue,
+                Err(e) => panic!("WebDriver on {selector}: {e}"),
+            }
+        }
     }
 
     /// Clears the field and types `text` into it (real key events).
     async fn type_into(&self, selector: &str, text: &str) {
-        let el = Self::id(&self.element(selector).await);
-        self.cmd(reqwest::Method::POST, &format!("/element/{el}/clear"), Some(json!({}))).await;
-        self.cmd(reqwest::Method::POST, &format!("/element/{el}/value"), Some(json!({"text": text}))).await;
+        self.on_fresh(selector, |el| {
+            vec![(format!("/element/{el}/clear"), json!({})), (format!("/element/{el}/value"), json!({"text": text}))]
+        })
+        .await;
     }
 
     /// The trimmed text of the element matching `selector`.
@@ -253,6 +274,21 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     wd.element("#fr-name").await;
     wd.type_into("#fr-name", "Alice").await;
     wd.click("#fr-mode-url").await;
+    // A relay that does not answer: first run says what failed and makes no identity.
+    wd.type_into("#fr-relay", "http://127.0.0.1:9").await;
+    wd.click("form[aria-labelledby=fr-title] button[type=submit]").await;
+    wd.until(
+        "first run saying the relay did not answer",
+        30,
+        "const a = document.querySelector('form[aria-labelledby=fr-title] [role=alert]'); \
+         return a && a.textContent.includes('could not reach the relay')",
+        json!([]),
+    )
+    .await;
+    wd.shot("01a-first-run-relay-down").await;
+    let still =
+        wd.js("return !!document.getElementById('fr-name') && !document.querySelector('.identity')", json!([])).await;
+    assert_eq!(still, json!(true), "no identity was made: still on first run");
     wd.type_into("#fr-relay", &relay.url()).await;
     wd.shot("01-first-run").await;
     wd.click("form[aria-labelledby=fr-title] button[type=submit]").await;
