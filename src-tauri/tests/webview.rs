@@ -6,7 +6,10 @@
 //! sends him a hello; a message typed and sent in the conversation reaches bob, and his answer
 //! appears in it (sent with Enter); with the relay stopped a connection bar shows and a message
 //! sent then shows a clock, going out by itself once the relay is back; a pasted non-address says
-//! so and the notice clears on navigation; review mode and the dark theme switch in Settings;
+//! so and the notice clears on navigation; review mode and the dark theme switch in Settings; a
+//! message to alice's agent is marked for it, waiting, then handed to it; a group made by name is
+//! a chat; bob's pasted invite link asks "Join group?" naming him, and joining opens the group
+//! with his message; at 480x400 one pane shows with the composer and newest message in view;
 //! two messages arriving while Settings is open are counted in the navigation, the
 //! window title and the tray icon (trayer, a real XEmbed tray), and opening the conversation reads
 //! them everywhere; closing the window (the WM_DELETE_WINDOW a window manager sends) with a tray
@@ -549,6 +552,7 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     wd.element("#compose").await;
     wd.shot("04f-dark-conversation").await;
     wd.click("nav a[href='#/settings']").await;
+    wd.element("#set-theme").await;
     wd.js("const s = document.getElementById('set-theme'); s.value = 'system'; s.dispatchEvent(new Event('change', {bubbles: true}))", json!([])).await;
     wd.click("#set-review").await;
     wd.until(
@@ -583,6 +587,60 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     )
     .await;
     wd.shot("04h-group-chat").await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
+
+    // ---- bob's invite link pasted into the window: "Join group?" naming bob and the group (not
+    // a contact preview); joining opens the group as a chat where bob's message appears.
+    let made = bob.call(Request::GroupCreate { name: "Band practice".into() }).await;
+    let band = made["group"].as_str().unwrap().to_owned();
+    let invite = bob.call(Request::GroupInvite { handle: None, group: Some(band.clone()), ttl_secs: None }).await;
+    let link = invite["link"].as_str().unwrap().to_owned();
+    wd.type_into("#paste-field", &link).await;
+    wd.chord("\u{E009}", "a").await;
+    wd.chord("\u{E009}", "x").await;
+    wd.click("main h2").await;
+    wd.chord("\u{E009}", "v").await;
+    let who = wd
+        .until(
+            "the Join group? dialog",
+            20,
+            "const d = document.querySelector('dialog[open]'); const w = document.getElementById('join-who'); \
+             return d && w && d.textContent.includes('Join group?') ? w.textContent : null",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        who,
+        json!("bob invited you to \u{201c}Band practice\u{201d}."),
+        "the dialog names the inviter and the group"
+    );
+    wd.shot("04j-join-dialog").await;
+    wd.click("dialog[open] button[type=submit]").await;
+    wd.until(
+        "the joined group's chat",
+        60,
+        "const h = document.getElementById('conv-title'); return h && h.textContent.includes('Band practice')",
+        json!([]),
+    )
+    .await;
+    bob.call(Request::GroupSend {
+        handle: None,
+        group: band.clone(),
+        text: "Welcome to the band".into(),
+        to: None,
+        reply_to: None,
+    })
+    .await;
+    wd.until(
+        "bob's group message",
+        30,
+        "return [...document.querySelectorAll('.group-chat .msg.in')].some(m => m.textContent.includes('Welcome to the band'))",
+        json!([]),
+    )
+    .await;
+    wd.shot("04k-joined-group").await;
     wd.click("nav a[href='#/contacts']").await;
     wd.click("a[href='#/c/bob']").await;
     wd.element("#compose").await;
