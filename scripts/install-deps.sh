@@ -11,6 +11,7 @@ packages=(
   libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev  # the Tauri app
   xvfb xauth x11-utils xdotool imagemagick           # the app's window test (src-tauri/tests/window.rs)
   dunst                                              # a real notification server (src-tauri/tests/notifications.rs)
+  trayer                                             # a real system tray (XEmbed) for the close-to-tray tests (src-tauri/tests/tray.rs, webview.rs)
   webkit2gtk-driver python3                          # WebKitWebDriver, behind tauri-driver (src-tauri/tests/webview.rs)
   iproute2                                           # network namespaces for the LAN tests (tests/tests/lan_netns.rs)
   xdg-utils desktop-file-utils rpm                   # the package test: link handler, MIME cache, the .rpm's file list

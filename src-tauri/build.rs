@@ -12,6 +12,7 @@ fn main() {
         "mute_set",
         "relay_hosted",
         "app_painted",
+        "app_unread",
     ]));
     if let Err(e) = tauri_build::try_build(attrs) {
         panic!("tauri build step failed: {e}");

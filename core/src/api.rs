@@ -334,10 +334,14 @@ pub enum Request {
     },
     /// Outbound agent messages held for review.
     ReviewList,
-    /// Approves a held message: it is sent as its agent wrote it.
+    /// Approves a held message: it is sent as its agent wrote it, or as the operator edited it.
     ReviewApprove {
         /// Review id.
         id: i64,
+        /// The operator's edit of the text, sent instead of the agent's (not for an ASNET
+        /// challenge, whose action is signed as asked).
+        #[serde(default)]
+        text: Option<String>,
     },
     /// Rejects a held message: it is never sent.
     ReviewReject {
@@ -357,12 +361,14 @@ pub enum Request {
         #[serde(default)]
         digest_secs: Option<u64>,
     },
-    /// Per-contact outbound mode for agent messages: auto, review or default (the global one).
+    /// Per-contact outbound mode for agent messages: auto, review or default (the global one);
+    /// without `mode`, reads it.
     ContactReview {
         /// Contact name.
         name: String,
         /// auto | review | default.
-        mode: String,
+        #[serde(default)]
+        mode: Option<String>,
     },
     /// Operator input: resumes a conversation the loop guard paused and releases what it held.
     Resume {

@@ -698,7 +698,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             ContactCmd::Verify { name } => Request::ContactVerify { name },
             ContactCmd::Allow { name, kinds } => Request::ContactAllow { name, kinds },
             ContactCmd::Rule { name, action, from, to } => Request::ContactRule { name, from, to, action },
-            ContactCmd::Review { name, mode } => Request::ContactReview { name, mode },
+            ContactCmd::Review { name, mode } => Request::ContactReview { name, mode: Some(mode) },
         },
         Command::Send(a) => {
             let text = if a.text == "-" {
@@ -775,7 +775,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             _ => Request::MailOpen,
         },
         Command::Review(ReviewCmd::List) => Request::ReviewList,
-        Command::Review(ReviewCmd::Approve { id }) => Request::ReviewApprove { id },
+        Command::Review(ReviewCmd::Approve { id }) => Request::ReviewApprove { id, text: None },
         Command::Review(ReviewCmd::Reject { id }) => Request::ReviewReject { id },
         Command::Policy { review, loop_limit, digest } => Request::Policy { review, loop_limit, digest_secs: digest },
         Command::Resume { contact } => Request::Resume { contact },

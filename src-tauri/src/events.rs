@@ -1,6 +1,6 @@
 //! Core events become UI events here, and only here: each runtime event is emitted to the window
-//! as `runtime-event` (the same JSON the bridge streams to browsers), counted for the tray's
-//! unread badge, and turned into a system notification when `notify::decide` allows it; the
+//! as `runtime-event` (the same JSON the bridge streams to browsers; the window then reports its
+//! unread total for the tray) and turned into a system notification when `notify::decide` allows it; the
 //! runtime's do-not-disturb (switched from anywhere: the CLI, another client) is mirrored into
 //! the app's switch and the tray. An embedded runtime's events come from its broadcast channel;
 //! an attached app follows the owning runtime's `GET /v1/events` (server-sent events, owner
@@ -126,30 +126,19 @@ async fn handle<R: Runtime>(app: &AppHandle<R>, e: &Value) {
     }
 }
 
-/// Counts one more unread message for the tray badge (unless the window has focus); returns
-/// whether it has focus.
-fn count_unread<R: Runtime>(app: &AppHandle<R>) -> bool {
-    let focused = app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false);
-    if !focused {
-        let state = app.state::<AppState>();
-        let n = state.unread.lock().map(|mut u| {
-            *u += 1;
-            *u
-        });
-        if let Ok(n) = n {
-            crate::tray::set_unread(app, n);
-        }
-    }
-    focused
+/// Whether the window has focus (nothing notifies then). The tray's unread total is the window's
+/// own (`app_unread`): the same read markers, so the two never disagree.
+fn focused<R: Runtime>(app: &AppHandle<R>) -> bool {
+    app.get_webview_window("main").and_then(|w| w.is_focused().ok()).unwrap_or(false)
 }
 
-/// A stored message: the unread badge and, when the policy allows, a notification.
+/// A stored message: when the policy allows, a notification.
 fn message<R: Runtime>(app: &AppHandle<R>, id: &str, m: &Value) {
     // One's own messages neither count nor notify.
     if m.get("direction").and_then(Value::as_str) != Some("in") {
         return;
     }
-    let focused = count_unread(app);
+    let focused = focused(app);
     let state = app.state::<AppState>();
     let decision = match state.settings.lock() {
         Ok(s) => crate::notify::decide(&s, m, focused),
@@ -161,10 +150,10 @@ fn message<R: Runtime>(app: &AppHandle<R>, id: &str, m: &Value) {
     }
 }
 
-/// A group message or alert from someone else: the badge and, when the policy allows, the
+/// A group message or alert from someone else: when the policy allows, the
 /// group's notification with its unread count over every local session in it.
 async fn group_message<R: Runtime>(app: &AppHandle<R>, group: &str, from: &str) {
-    let focused = count_unread(app);
+    let focused = focused(app);
     let state = app.state::<AppState>();
     let unread = group_unread(&state, group).await.unwrap_or(1).max(1);
     let decision = match state.settings.lock() {
@@ -193,10 +182,6 @@ async fn group_unread(state: &AppState, group: &str) -> Option<i64> {
 /// The window gained focus: everything is seen.
 pub fn seen<R: Runtime>(app: &AppHandle<R>) {
     let state = app.state::<AppState>();
-    if let Ok(mut u) = state.unread.lock() {
-        *u = 0;
-    }
     state.notifications.seen_all();
     crate::notify::withdraw(app, None);
-    crate::tray::set_unread(app, 0);
 }

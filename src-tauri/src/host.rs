@@ -49,7 +49,7 @@ pub struct AppState {
     pub host: Mutex<Host>,
     /// Desktop settings.
     pub settings: StdMutex<Settings>,
-    /// Incoming messages not yet seen in the window.
+    /// The unread total the window shows (`app_unread`): the tray badge.
     pub unread: StdMutex<u32>,
     /// When the process started (for the first-paint figure).
     pub started: Instant,

@@ -32,6 +32,7 @@ pub fn with_commands<R: tauri::Runtime>(builder: tauri::Builder<R>) -> tauri::Bu
         commands::settings::mute_set,
         commands::settings::relay_hosted,
         commands::app::app_painted,
+        commands::app::app_unread,
     ])
 }
 
@@ -91,10 +92,10 @@ pub fn run() -> Result<(), String> {
                 }
             };
             // The window is created hidden (tauri.conf.json) and shown here, so starting in the
-            // tray never flashes it. Start hidden only where the tray can bring the window back,
-            // and never before the first-run screen was answered.
+            // tray never flashes it. Start hidden only where the tray can bring the window back
+            // (an icon, and a tray host that shows it), and never before first run was answered.
             let initialized = tauri::async_runtime::block_on(app.state::<AppState>().initialized());
-            if !(start_in_tray && tray && initialized)
+            if !(start_in_tray && tray && initialized && tray::host_present_now())
                 && let Some(w) = app.get_webview_window("main")
             {
                 let _ = w.show();
@@ -110,7 +111,7 @@ pub fn run() -> Result<(), String> {
                 let to_tray = app.state::<AppState>().settings.lock().map(|s| s.close_to_tray).unwrap_or(false);
                 if to_tray && app.tray_by_id("main").is_some() {
                     api.prevent_close();
-                    let _ = window.hide();
+                    tray::close_to_tray(window);
                 } else {
                     tauri::async_runtime::block_on(app.state::<AppState>().shutdown());
                 }

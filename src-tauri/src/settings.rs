@@ -26,6 +26,8 @@ pub struct Settings {
     pub muted: BTreeSet<String>,
     /// The relay this app hosts, started again at every launch (none: the profile uses another).
     pub hosted_relay: Option<HostedRelayConfig>,
+    /// The first close to the tray said where the app went (said once; not a switch).
+    pub tray_hint_shown: bool,
 }
 
 impl Default for Settings {
@@ -37,6 +39,7 @@ impl Default for Settings {
             start_in_tray: false,
             muted: BTreeSet::new(),
             hosted_relay: None,
+            tray_hint_shown: false,
         }
     }
 }
@@ -63,7 +66,7 @@ impl Settings {
     pub fn to_map(&self) -> Map<String, Value> {
         match serde_json::to_value(self) {
             Ok(Value::Object(mut m)) => {
-                m.retain(|_, v| v.is_boolean());
+                m.retain(|k, v| v.is_boolean() && k != "tray_hint_shown");
                 m
             }
             _ => Map::new(),

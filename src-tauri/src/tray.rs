@@ -1,4 +1,6 @@
-//! The tray icon: unread badge, left click toggles the window, menu open / do-not-disturb / quit.
+//! The tray icon: unread badge, left click toggles the window, menu open / do-not-disturb / quit;
+//! whether anything on this desktop shows tray icons at all (without a host, hiding the window
+//! would lose the app), and closing the window to the tray, saying so the first time.
 
 use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, Menu, MenuItem, PredefinedMenuItem};
@@ -104,6 +106,137 @@ pub fn settings_changed<R: Runtime>(app: &AppHandle<R>, s: &Settings) {
         let _ = tray.set_menu(Some(m));
     }
 }
+
+/// The D-Bus name of the StatusNotifier watcher (KDE, GNOME's AppIndicator extension, waybar...).
+const SNI_WATCHER: &str = "org.kde.StatusNotifierWatcher";
+
+/// Whether a StatusNotifier host is registered with a watcher on the session bus.
+#[cfg(all(unix, not(target_os = "macos")))]
+async fn sni_host() -> zbus::Result<bool> {
+    let conn = zbus::Connection::session().await?;
+    let owned: bool = conn
+        .call_method(
+            Some("org.freedesktop.DBus"),
+            "/org/freedesktop/DBus",
+            Some("org.freedesktop.DBus"),
+            "NameHasOwner",
+            &(SNI_WATCHER,),
+        )
+        .await?
+        .body()
+        .deserialize()?;
+    if !owned {
+        return Ok(false);
+    }
+    let reply = conn
+        .call_method(
+            Some(SNI_WATCHER),
+            "/StatusNotifierWatcher",
+            Some("org.freedesktop.DBus.Properties"),
+            "Get",
+            &(SNI_WATCHER, "IsStatusNotifierHostRegistered"),
+        )
+        .await?;
+    let v: zbus::OwnedVariant = reply.body().deserialize()?;
+    Ok(bool::try_from(v).unwrap_or(false))
+}
+
+/// Whether an XEmbed system tray (freedesktop System Tray spec: the owner of
+/// `_NET_SYSTEM_TRAY_S<screen>`) runs on the display: libappindicator shows the icon there when
+/// no StatusNotifier host exists. Asked on a connection of its own.
+#[cfg(target_os = "linux")]
+fn xembed_tray() -> bool {
+    use x11rb::connection::Connection as _;
+    use x11rb::protocol::xproto::ConnectionExt as _;
+    let Ok((conn, screen)) = x11rb::connect(None) else { return false };
+    let atom = format!("_NET_SYSTEM_TRAY_S{screen}");
+    let owner = conn
+        .intern_atom(false, atom.as_bytes())
+        .ok()
+        .and_then(|c| c.reply().ok())
+        .and_then(|a| conn.get_selection_owner(a.atom).ok())
+        .and_then(|c| c.reply().ok());
+    drop(conn.flush());
+    owner.is_some_and(|o| o.owner != x11rb::NONE)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn xembed_tray() -> bool {
+    // Windows and macOS always show tray (menu bar) icons.
+    true
+}
+
+/// Whether the tray icon is shown somewhere.
+async fn host_present() -> bool {
+    let xembed = tauri::async_runtime::spawn_blocking(xembed_tray).await.unwrap_or(false);
+    #[cfg(all(unix, not(target_os = "macos")))]
+    {
+        if xembed {
+            return true;
+        }
+        match tokio::time::timeout(std::time::Duration::from_secs(2), sni_host()).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => {
+                tracing::debug!("no StatusNotifier host: {e}");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+    #[cfg(not(all(unix, not(target_os = "macos"))))]
+    {
+        xembed
+    }
+}
+
+/// Whether the window may start hidden: the tray icon can be seen.
+pub fn host_present_now() -> bool {
+    tauri::async_runtime::block_on(host_present())
+}
+
+/// The window's close button, with close-to-tray on: hides the window where a tray host shows
+/// the icon (the first time with a notification saying where the app went), and quits where none
+/// does (the icon would be invisible and the app lost).
+pub fn close_to_tray<R: Runtime>(window: &tauri::Window<R>) {
+    let app = window.app_handle().clone();
+    let window = window.clone();
+    tauri::async_runtime::spawn(async move {
+        if !host_present().await {
+            tracing::info!("no tray host: closing the window quits");
+            let state = app.state::<AppState>();
+            state.shutdown().await;
+            app.exit(0);
+            return;
+        }
+        let _ = window.hide();
+        let state = app.state::<AppState>();
+        let first =
+            state.settings.lock().map(|mut s| !std::mem::replace(&mut s.tray_hint_shown, true)).unwrap_or(false);
+        if first {
+            if let Ok(s) = state.settings.lock()
+                && let Err(e) = s.save(&state.profile.dir)
+            {
+                tracing::warn!("settings not saved: {}", e.message);
+            }
+            tauri::async_runtime::spawn_blocking(|| {
+                let shown = notify_rust::Notification::new()
+                    .appname("Switchboard")
+                    .summary(STILL_RUNNING)
+                    .body(STILL_RUNNING_BODY)
+                    .show();
+                if let Err(e) = shown {
+                    tracing::debug!("tray notice not shown: {e}");
+                }
+            });
+        }
+    });
+}
+
+/// The first hide's notification.
+pub const STILL_RUNNING: &str = "Switchboard is still running in the tray";
+/// What it says next.
+pub const STILL_RUNNING_BODY: &str =
+    "Messages keep arriving. Click the tray icon to open the window; choose Quit in its menu to stop.";
 
 /// Stops the runtime and exits.
 pub fn quit<R: Runtime>(app: &AppHandle<R>) {

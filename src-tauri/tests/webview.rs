@@ -4,8 +4,17 @@
 //! relay URL) shows the addresses; bob's letagents address pasted into the window (a real
 //! keyboard paste through the X clipboard) shows a preview with his safety number, and adding it
 //! sends him a hello; a message typed and sent in the conversation reaches bob, and his answer
-//! appears in it; closing the window (the WM_DELETE_WINDOW a window manager sends) leaves the app
-//! running with its window hidden (close-to-tray is the default); launching the binary again with
+//! appears in it (sent with Enter); with the relay stopped a connection bar shows and a message
+//! sent then shows a clock, going out by itself once the relay is back; a pasted non-address says
+//! so and the notice clears on navigation; review mode and the dark theme switch in Settings; a
+//! message to alice's agent is marked for it, waiting, then handed to it; a group made by name is
+//! a chat; bob's pasted invite link asks "Join group?" naming him, and joining opens the group
+//! with his message; at 480x400 one pane shows with the composer and newest message in view;
+//! two messages arriving while Settings is open are counted in the navigation, the
+//! window title and the tray icon (trayer, a real XEmbed tray), and opening the conversation reads
+//! them everywhere; closing the window (the WM_DELETE_WINDOW a window manager sends) with a tray
+//! host on the display leaves the app running with its window hidden (close-to-tray is the
+//! default); launching the binary again with
 //! a `switchboard:` link (single instance) shows the window with that link's preview.
 //! Screenshots go to `<target>/screenshots/webview/`.
 //!
@@ -117,15 +126,36 @@ impl WebDriver {
     }
 
     async fn click(&self, selector: &str) {
-        let el = self.element(selector).await;
-        self.cmd(reqwest::Method::POST, &format!("/element/{}/click", Self::id(&el)), Some(json!({}))).await;
+        self.on_fresh(selector, |el| vec![(format!("/element/{el}/click"), json!({}))]).await;
+    }
+
+    /// Runs `steps(element)` on the element matching `selector`, finding it again when a
+    /// background refresh replaced it in between (WebDriver's "stale element reference": the UI
+    /// re-renders on runtime events and every few seconds).
+    async fn on_fresh(&self, selector: &str, steps: impl Fn(&str) -> Vec<(String, Value)>) {
+        for attempt in 0..5 {
+            let el = Self::id(&self.element(selector).await);
+            let mut result = Ok(Value::Null);
+            for (path, body) in steps(&el) {
+                result = self.try_cmd(reqwest::Method::POST, &path, Some(body)).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") && attempt < 4 => continue,
+                Err(e) => panic!("WebDriver on {selector}: {e}"),
+            }
+        }
     }
 
     /// Clears the field and types `text` into it (real key events).
     async fn type_into(&self, selector: &str, text: &str) {
-        let el = Self::id(&self.element(selector).await);
-        self.cmd(reqwest::Method::POST, &format!("/element/{el}/clear"), Some(json!({}))).await;
-        self.cmd(reqwest::Method::POST, &format!("/element/{el}/value"), Some(json!({"text": text}))).await;
+        self.on_fresh(selector, |el| {
+            vec![(format!("/element/{el}/clear"), json!({})), (format!("/element/{el}/value"), json!({"text": text}))]
+        })
+        .await;
     }
 
     /// The trimmed text of the element matching `selector`.
@@ -164,41 +194,6 @@ impl WebDriver {
         let _ = self.try_cmd(reqwest::Method::DELETE, "", None).await;
     }
 }
-
-/// Sends WM_DELETE_WINDOW to X window `id`: what a window manager does when its close button is
-/// clicked (Xvfb has no window manager, and xdotool's windowclose destroys the window instead).
-const WM_DELETE: &str = r#"
-import ctypes, sys
-x = ctypes.cdll.LoadLibrary("libX11.so.6")
-x.XOpenDisplay.restype = ctypes.c_void_p
-x.XOpenDisplay.argtypes = [ctypes.c_char_p]
-x.XInternAtom.restype = ctypes.c_ulong
-x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-class ClientMessage(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
-                ("display", ctypes.c_void_p), ("window", ctypes.c_ulong), ("message_type", ctypes.c_ulong),
-                ("format", ctypes.c_int), ("data", ctypes.c_long * 5)]
-class Event(ctypes.Union):
-    _fields_ = [("xclient", ClientMessage), ("pad", ctypes.c_long * 24)]
-x.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long, ctypes.POINTER(Event)]
-x.XFlush.argtypes = [ctypes.c_void_p]
-x.XCloseDisplay.argtypes = [ctypes.c_void_p]
-d = x.XOpenDisplay(None)
-if not d:
-    sys.exit("cannot open the display")
-win = int(sys.argv[1])
-ev = Event()
-ev.xclient.type = 33  # ClientMessage
-ev.xclient.window = win
-ev.xclient.message_type = x.XInternAtom(d, b"WM_PROTOCOLS", 0)
-ev.xclient.format = 32
-ev.xclient.data[0] = x.XInternAtom(d, b"WM_DELETE_WINDOW", 0)
-ev.xclient.data[1] = 0  # CurrentTime
-if not x.XSendEvent(d, win, 0, 0, ctypes.byref(ev)):
-    sys.exit("XSendEvent failed")
-x.XFlush(d)
-x.XCloseDisplay(d)
-"#;
 
 /// tauri-driver: `$SWITCHBOARD_TAURI_DRIVER`, else on PATH, else `~/.cargo/bin`; `None` (skip)
 /// when missing, unless SWITCHBOARD_REQUIRE_WEBDRIVER is set.
@@ -250,7 +245,7 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
         let _ = std::fs::remove_file(old.path());
     }
 
-    let relay = TestRelay::start().await;
+    let mut relay = TestRelay::start().await;
     let bob = Peer::offline("bob", &relay.url()).await;
     let carol = Peer::offline("carol", &relay.url()).await;
     let bob_who = bob.call(Request::Whoami).await;
@@ -263,6 +258,8 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     let home = tempfile::tempdir().unwrap();
     let profile = home.path().join("alice");
     let display = Display::start();
+    // A real system tray (trayer, XEmbed): the app's icon shows there (libappindicator's fallback).
+    let _tray = support::TrayHost::start(&display);
     let port = free_port();
     let driver = support::launch({
         let mut cmd = display.command(&driver_bin);
@@ -280,6 +277,21 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     wd.element("#fr-name").await;
     wd.type_into("#fr-name", "Alice").await;
     wd.click("#fr-mode-url").await;
+    // A relay that does not answer: first run says what failed and makes no identity.
+    wd.type_into("#fr-relay", "http://127.0.0.1:9").await;
+    wd.click("form[aria-labelledby=fr-title] button[type=submit]").await;
+    wd.until(
+        "first run saying the relay did not answer",
+        30,
+        "const a = document.querySelector('form[aria-labelledby=fr-title] [role=alert]'); \
+         return a && a.textContent.includes('could not reach the relay')",
+        json!([]),
+    )
+    .await;
+    wd.shot("01a-first-run-relay-down").await;
+    let still =
+        wd.js("return !!document.getElementById('fr-name') && !document.querySelector('.identity')", json!([])).await;
+    assert_eq!(still, json!(true), "no identity was made: still on first run");
     wd.type_into("#fr-relay", &relay.url()).await;
     wd.shot("01-first-run").await;
     wd.click("form[aria-labelledby=fr-title] button[type=submit]").await;
@@ -352,8 +364,8 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
 
     // ---- send from the window; bob receives it.
     wd.click("a[aria-label='Open conversation with bob']").await;
-    wd.type_into("#compose", "hello bob, from the real webview").await;
-    wd.click("form.compose button[type=submit]").await;
+    // Enter sends (WebDriver's Enter key, U+E007).
+    wd.type_into("#compose", "hello bob, from the real webview\u{E007}").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     'got: loop {
         for m in bob.inbox(2).await {
@@ -385,13 +397,280 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     .await;
     wd.shot("04-conversation").await;
 
-    // ---- close the window: the app keeps running, its window hidden.
+    // ---- unread while another screen is open: the navigation, the window title (what the window
+    // manager shows) and the tray icon count it; opening the conversation reads it everywhere.
+    let tray_icon = |name: &str| {
+        let shot = shots.join(name);
+        display.screenshot(&shot);
+        // trayer sits at the top right; its icons are the right-most 48x24 pixels.
+        let out = display
+            .command("identify")
+            .args(["-format", "%#"])
+            .arg(format!("{}[48x24+1232+0]", shot.display()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wd.click("nav a[href='#/settings']").await;
+    wd.element("#set-theme").await;
+    let read_icon = tray_icon("04a-tray-read.png");
+    for text in ["are you there?", "ping again"] {
+        bob.call(Request::Send {
+            contact: alice_at_bob.clone(),
+            text: text.into(),
+            kind: None,
+            reply_to: None,
+            from_agent: None,
+            to_agent: None,
+        })
+        .await;
+    }
+    wd.until("two unread in the title", 30, "return document.title === '(2) Switchboard'", json!([])).await;
+    wd.until(
+        "the count in the navigation",
+        10,
+        "const a = document.querySelector(\"nav a[href='#/contacts']\"); return a && a.textContent.includes('2')",
+        json!([]),
+    )
+    .await;
+    assert!(
+        support::eventually(10, || display.visible_windows(r"\(2\) Switchboard").len() == 1),
+        "the window manager sees the count in the window title"
+    );
+    assert!(
+        support::eventually(10, || tray_icon("04b-tray-unread.png") != read_icon),
+        "the tray icon shows unread messages"
+    );
+    wd.shot("04b-unread-elsewhere").await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.until("read again", 30, "return document.title === 'Switchboard'", json!([])).await;
+    assert!(
+        support::eventually(10, || tray_icon("04c-tray-read-again.png") == read_icon),
+        "the tray icon is back to no unread"
+    );
+
+    // ---- a message bob writes to one of alice's agents (coder, a session on her bridge) is marked
+    // as the agent's, waiting until coder asks for its messages, then handed to coder.
+    let (bridge, _, owner) = switchboard_tests::bridge_of(&profile);
+    let http = reqwest::Client::new();
+    let coder = switchboard_tests::open_session(&http, &bridge, &owner, "coder").await;
+    bob.call(Request::Send {
+        contact: alice_at_bob.clone(),
+        text: "coder, please run the tests".into(),
+        kind: None,
+        reply_to: None,
+        from_agent: None,
+        to_agent: Some("coder".into()),
+    })
+    .await;
+    let for_coder = |state: &str| {
+        format!(
+            "const m = [...document.querySelectorAll('.msg.in.to-agent')].find(m => m.textContent.includes('coder, please run the tests')); \
+             return m && m.textContent.includes('for your agent coder') && m.textContent.includes('{state}')"
+        )
+    };
+    wd.until("the message marked for coder, waiting", 30, &for_coder("waiting for coder"), json!([])).await;
+    let handed: Value = http
+        .post(&bridge)
+        .bearer_auth(&coder)
+        .json(&json!({"op": "wait", "timeout_secs": 10}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(handed.to_string().contains("coder, please run the tests"), "coder was handed it: {handed}");
+    wd.until("the message handed to coder", 30, &for_coder("handed to coder"), json!([])).await;
+    wd.shot("04g-for-agent").await;
+
+    // ---- the relay goes down: a connection bar says so, and a message sent now shows a clock
+    // (queued), not a tick; it goes out by itself when the relay is back.
+    relay.stop().await;
+    wd.type_into("#compose", "sent while the relay is down\u{E007}").await;
+    wd.until(
+        "the queued clock",
+        30,
+        "const m = [...document.querySelectorAll('.msg.out')].find(m => m.textContent.includes('sent while the relay is down')); \
+         return m && m.querySelector('.tick-queued')",
+        json!([]),
+    )
+    .await;
+    wd.until(
+        "the connection bar",
+        60,
+        "const b = document.querySelector('.connection'); return b && !b.hidden && b.textContent.length > 0",
+        json!([]),
+    )
+    .await;
+    wd.shot("04d-relay-down").await;
+    relay.restart().await;
+    wd.until(
+        "the queued message sent by itself",
+        60,
+        "const m = [...document.querySelectorAll('.msg.out')].find(m => m.textContent.includes('sent while the relay is down')); \
+         return m && !m.querySelector('.tick-queued')",
+        json!([]),
+    )
+    .await;
+    wd.until("the connection bar gone", 60, "return document.querySelector('.connection').hidden", json!([])).await;
+
+    // ---- pasting something that is no address says so, and the notice goes on navigation.
+    wd.type_into("#paste-field", "not an address at all").await;
+    wd.chord("\u{E009}", "a").await;
+    wd.chord("\u{E009}", "x").await;
+    wd.click("main h2").await;
+    wd.chord("\u{E009}", "v").await;
+    wd.until(
+        "the notice about the paste",
+        10,
+        "return document.querySelector('.notice').textContent.length > 0",
+        json!([]),
+    )
+    .await;
+    wd.shot("04e-paste-garbage").await;
+    wd.click("nav a[href='#/settings']").await;
+    wd.until("the notice cleared", 10, "return document.querySelector('.notice').textContent === ''", json!([])).await;
+
+    // ---- review mode from Settings, and dark mode (the Theme setting).
+    wd.click("#set-review").await;
+    wd.until(
+        "review mode on",
+        10,
+        "return document.querySelector('.notice').textContent.includes('Review mode is on')",
+        json!([]),
+    )
+    .await;
+    let dark = "const s = document.getElementById('set-theme'); s.value = 'dark'; \
+                s.dispatchEvent(new Event('change', {bubbles: true})); \
+                return getComputedStyle(document.documentElement).backgroundColor";
+    let bg = wd.js(dark, json!([])).await;
+    assert_eq!(bg, json!("rgb(17, 19, 24)"), "the dark theme applies in the real webview");
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
+    wd.shot("04f-dark-conversation").await;
+    wd.click("nav a[href='#/settings']").await;
+    wd.element("#set-theme").await;
+    wd.js("const s = document.getElementById('set-theme'); s.value = 'system'; s.dispatchEvent(new Event('change', {bubbles: true}))", json!([])).await;
+    wd.click("#set-review").await;
+    wd.until(
+        "review mode off",
+        10,
+        "return document.querySelector('.notice').textContent.includes('Review mode is off')",
+        json!([]),
+    )
+    .await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
+
+    // ---- a group is a chat: made by its name (no handle asked), opened with its invite link,
+    // written in with Enter.
+    wd.click("nav a[href='#/groups']").await;
+    wd.type_into("#new-group-name", "Team").await;
+    wd.click("form[aria-labelledby=new-group-title] button[type=submit]").await;
+    wd.until(
+        "the group's chat",
+        30,
+        "const h = document.getElementById('conv-title'); return h && h.textContent.includes('Team') && document.getElementById('compose')",
+        json!([]),
+    )
+    .await;
+    wd.type_into("#compose", "hello team\u{E007}").await;
+    wd.until(
+        "the group message",
+        30,
+        "return [...document.querySelectorAll('.group-chat .msg.out')].some(m => m.textContent.includes('hello team'))",
+        json!([]),
+    )
+    .await;
+    wd.shot("04h-group-chat").await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
+
+    // ---- bob's invite link pasted into the window: "Join group?" naming bob and the group (not
+    // a contact preview); joining opens the group as a chat where bob's message appears.
+    let made = bob.call(Request::GroupCreate { name: "Band practice".into() }).await;
+    let band = made["group"].as_str().unwrap().to_owned();
+    let invite = bob.call(Request::GroupInvite { handle: None, group: Some(band.clone()), ttl_secs: None }).await;
+    let link = invite["link"].as_str().unwrap().to_owned();
+    wd.type_into("#paste-field", &link).await;
+    wd.chord("\u{E009}", "a").await;
+    wd.chord("\u{E009}", "x").await;
+    wd.click("main h2").await;
+    wd.chord("\u{E009}", "v").await;
+    let who = wd
+        .until(
+            "the Join group? dialog",
+            20,
+            "const d = document.querySelector('dialog[open]'); const w = document.getElementById('join-who'); \
+             return d && w && d.textContent.includes('Join group?') ? w.textContent : null",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        who,
+        json!("bob invited you to \u{201c}Band practice\u{201d}."),
+        "the dialog names the inviter and the group"
+    );
+    wd.shot("04j-join-dialog").await;
+    wd.click("dialog[open] button[type=submit]").await;
+    wd.until(
+        "the joined group's chat",
+        60,
+        "const h = document.getElementById('conv-title'); return h && h.textContent.includes('Band practice')",
+        json!([]),
+    )
+    .await;
+    bob.call(Request::GroupSend {
+        handle: None,
+        group: band.clone(),
+        text: "Welcome to the band".into(),
+        to: None,
+        reply_to: None,
+    })
+    .await;
+    wd.until(
+        "bob's group message",
+        30,
+        "return [...document.querySelectorAll('.group-chat .msg.in')].some(m => m.textContent.includes('Welcome to the band'))",
+        json!([]),
+    )
+    .await;
+    wd.shot("04k-joined-group").await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.element("#compose").await;
+
+    // ---- a 480x400 window (its minimum): one pane, no sideways scrolling, the composer and the
+    // newest message in view.
+    let win = display.visible_windows("Switchboard").remove(0);
+    let sized =
+        |w: &str, h: &str| display.command("xdotool").args(["windowsize", &win, w, h]).status().unwrap().success();
+    assert!(sized("480", "400"), "xdotool could not resize the window");
+    wd.until(
+        "the 480x400 layout",
+        20,
+        "const inView = (e) => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight + 1 && r.height > 0; }; \
+         const msgs = document.querySelectorAll('.msg'); \
+         return innerWidth <= 480 && document.documentElement.scrollWidth <= innerWidth + 1 \
+           && inView(document.getElementById('compose')) && msgs.length > 0 && inView(msgs[msgs.length - 1])",
+        json!([]),
+    )
+    .await;
+    wd.shot("04i-480x400").await;
+    assert!(sized("1024", "760"));
+
+    // ---- close the window with a tray host on the display: the app keeps running, its window
+    // hidden (tests/tray.rs: without a host, closing quits).
     let driver_pid = driver.child.id();
     let app_pid = app_pid_under(driver_pid).expect("the app process under tauri-driver");
     let windows = display.visible_windows("Switchboard");
     assert_eq!(windows.len(), 1, "one visible app window: {windows:?}");
-    let closed = display.command("python3").args(["-c", WM_DELETE, &windows[0]]).status().unwrap();
-    assert!(closed.success(), "could not send WM_DELETE_WINDOW");
+    support::close_window(&display, &windows[0]);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !display.visible_windows("Switchboard").is_empty() {
         assert!(Instant::now() < deadline, "the window did not close");

@@ -200,12 +200,14 @@ async fn review_mode_holds_an_agent_message_until_the_operator_approves_it() {
     assert_eq!(items[0]["text"], "here is the diff");
     // Agents cannot approve their own messages.
     assert_eq!(
-        bob.as_agent("coder", Request::ReviewApprove { id: held["review_id"].as_i64().unwrap() }).await.unwrap_err(),
+        bob.as_agent("coder", Request::ReviewApprove { id: held["review_id"].as_i64().unwrap(), text: None })
+            .await
+            .unwrap_err(),
         "forbidden"
     );
 
     bob.call(Request::ReviewReject { id: rejected["review_id"].as_i64().unwrap() }).await;
-    let sent = bob.call(Request::ReviewApprove { id: held["review_id"].as_i64().unwrap() }).await;
+    let sent = bob.call(Request::ReviewApprove { id: held["review_id"].as_i64().unwrap(), text: None }).await;
     assert_eq!(sent["from_agent"], "coder");
     let got = alice.agent_wait("planner", 10).await;
     assert_eq!(got.len(), 1);
@@ -215,7 +217,7 @@ async fn review_mode_holds_an_agent_message_until_the_operator_approves_it() {
     assert!(alice.agent_wait("planner", 1).await.is_empty(), "the rejected message never left");
 
     // A per-contact mode overrides the global one.
-    bob.call(Request::ContactReview { name: "alice".into(), mode: "auto".into() }).await;
+    bob.call(Request::ContactReview { name: "alice".into(), mode: Some("auto".into()) }).await;
     let direct = bob.agent_send("coder", "alice", "no review for alice", "send", None, Some("planner")).await.unwrap();
     assert!(direct["id"].is_string(), "{direct}");
     assert_eq!(alice.agent_wait("planner", 10).await.len(), 1);

@@ -214,7 +214,7 @@ async fn review_mode_holds_an_agent_group_send_until_the_owner_approves_or_denie
     assert!(list[0]["contact"].is_null());
 
     // Approved: sent to the group as the session wrote it.
-    let sent = bob.peer.call(Request::ReviewApprove { id: review_id }).await;
+    let sent = bob.peer.call(Request::ReviewApprove { id: review_id, text: None }).await;
     assert_eq!(sent["state"], "approved");
     assert!(sent["id"].is_string(), "{sent}");
     alice.sync(&g).await;
@@ -260,7 +260,10 @@ async fn an_agent_session_cannot_switch_do_not_disturb_group_mode_or_resume() {
     assert_eq!(bob.peer.as_agent(&bob.handle, mode).await.unwrap_err(), "forbidden");
     let resume = Request::GroupResume { handle: None, group: g.clone() };
     assert_eq!(bob.peer.as_agent(&bob.handle, resume).await.unwrap_err(), "forbidden");
-    assert_eq!(bob.peer.as_agent(&bob.handle, Request::ReviewApprove { id: 1 }).await.unwrap_err(), "forbidden");
+    assert_eq!(
+        bob.peer.as_agent(&bob.handle, Request::ReviewApprove { id: 1, text: None }).await.unwrap_err(),
+        "forbidden"
+    );
     assert_eq!(bob.peer.call(Request::Dnd { on: None }).await["dnd"], false);
     assert_eq!(bob.group_list().await["mode"], "default");
 }

@@ -183,15 +183,34 @@ impl Driver for World {
             "alice_agent_send" => {
                 // One of alice's agents, through her bridge with its own session: held for
                 // review when her policy says so.
-                let (url, _, owner) = bridge_of(&self.alice_home);
-                let agent = open_session(&self.http, &url, &owner, req["agent"].as_str().unwrap_or("coder")).await;
                 let body = json!({"op": "send", "contact": req["to"], "text": req["text"]});
-                let sent =
-                    self.http.post(&url).bearer_auth(&agent).json(&body).send().await.map_err(|e| e.to_string())?;
-                sent.json::<Value>().await.map_err(|e| e.to_string())
+                self.alice_agent(req["agent"].as_str().unwrap_or("coder"), &body).await
+            }
+            "alice_agent" => {
+                // Any request as one of alice's agents (wait for deliveries, ack them).
+                self.alice_agent(req["agent"].as_str().unwrap_or("coder"), &req["body"]).await
+            }
+            "bob_send_to_agent" => {
+                // Bob writes to one of alice's agents by name.
+                let alice = self.bob_calls_alice.clone().ok_or("bob has not accepted alice")?;
+                let mut r = send(&alice, req["text"].as_str().unwrap(), "send", None);
+                if let Request::Send { to_agent, .. } = &mut r {
+                    *to_agent = req["agent"].as_str().map(Into::into);
+                }
+                self.bob.try_call(r).await
             }
             other => Err(format!("unknown driver op {other}")),
         }
+    }
+}
+
+impl World {
+    /// `body` as alice's agent `agent`, through her bridge with the agent's own session.
+    async fn alice_agent(&self, agent: &str, body: &Value) -> Result<Value, String> {
+        let (url, _, owner) = bridge_of(&self.alice_home);
+        let token = open_session(&self.http, &url, &owner, agent).await;
+        let sent = self.http.post(&url).bearer_auth(&token).json(body).send().await.map_err(|e| e.to_string())?;
+        sent.json::<Value>().await.map_err(|e| e.to_string())
     }
 }
 

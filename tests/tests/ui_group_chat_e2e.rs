@@ -60,7 +60,8 @@ impl Driver for World {
                     handle: None,
                     group: s("group"),
                     text: s("text"),
-                    to: None,
+                    // An @mention: the member addressed, by fingerprint.
+                    to: req["to"].as_str().map(Into::into),
                     reply_to: None,
                 })
                 .await

@@ -96,7 +96,7 @@ await scenario(async ({ browser, page }) => {
   assert(reply.kind === 'reply' && reply.reply_to, `bob got a reply in the thread: ${JSON.stringify(reply)}`);
   await page.locator('.msg.out blockquote.parent', { hasText: 'hi alice, bob here' }).waitFor();
   step('the conversation is a chat: newest at the bottom, composer pinned, day separator, short times');
-  await page.getByText('Enter to send · Shift+Enter for a new line').waitFor();
+  await page.getByText('Enter to send · Shift+Enter for a new line · Alt+Shift+↓ next unread').waitFor();
   assert((await page.locator('.messages .day').first().textContent()) === 'Today', 'a day separator');
   const times = await page.locator('.msg .meta time').allTextContents();
   assert(times.length > 0 && times.every((t) => /^\d{1,2}:\d\d(\s?[AP]M)?$/.test(t)), `short times: ${times}`);
@@ -140,6 +140,23 @@ await scenario(async ({ browser, page }) => {
   await page.waitForFunction(() => document.title === 'Switchboard');
   assert((await bobRow.locator('.unread-count').count()) === 0, 'opening the conversation reads it');
   assert((await nav(page, 'Chats').textContent()).trim() === 'Chats', 'no count in the navigation');
+
+  step('shortcuts: Alt+Shift+Down opens the next chat with unread messages at its message box, Ctrl+M goes to the message box');
+  await nav(page, 'Settings').click();
+  await page.getByRole('heading', { name: 'Keyboard shortcuts' }).waitFor();
+  await page.getByText('Next chat with unread messages').waitFor();
+  await driver({ op: 'bob_send', text: 'one more thing', kind: 'send' });
+  await nav(page, 'Chats (1 unread)').waitFor({ timeout: 30_000 });
+  await page.keyboard.press('Alt+Shift+ArrowDown');
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  await page.locator('.msg.in', { hasText: 'one more thing' }).waitFor();
+  await page.waitForFunction(() => document.activeElement?.id === 'compose');
+  await page.waitForFunction(() => document.title === 'Switchboard');
+  await page.locator('#message-scroll').focus();
+  await page.keyboard.press('Control+m');
+  await page.waitForFunction(() => document.activeElement?.id === 'compose');
+  await page.keyboard.press('Alt+Shift+ArrowDown');
+  await page.getByRole('status').filter({ hasText: 'No unread messages.' }).waitFor();
 
   step('keyboard only: the navigation, a contact, the composer, and the preview dialog');
   /** Presses Tab until `isHere` (run in the page) holds for the focused element. */
@@ -265,6 +282,8 @@ await scenario(async ({ browser, page }) => {
 
   step('verify a safety number');
   await page.getByRole('link', { name: 'Open conversation with bob' }).click();
+  // The Verify link is bob's only once his conversation replaced dave's.
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
   await page.getByRole('link', { name: 'Verify' }).click();
   await page.getByRole('heading', { name: 'Verify bob' }).waitFor();
   const mine = (await page.locator('.safety[data-who="me"]').textContent()).trim();
@@ -439,6 +458,60 @@ await scenario(async ({ browser, page }) => {
   await nav(page, 'Settings').click();
   await page.getByLabel('Hold messages my agents write until I approve them').uncheck();
   await page.getByRole('status').filter({ hasText: 'Review mode is off.' }).waitFor();
+
+  step('review mode for one contact (Settings off), and a held message edited before it is approved');
+  await nav(page, 'Chats').click();
+  await page.getByRole('link', { name: /Open conversation with bob/ }).click();
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  await page.getByRole('button', { name: 'Details' }).click();
+  const outbound = page.getByRole('complementary', { name: 'About bob' }).getByLabel('Messages my agents write to this contact');
+  assert((await outbound.inputValue()) === 'default', 'a contact follows Settings until told otherwise');
+  await outbound.selectOption('review');
+  await page.getByRole('status').filter({ hasText: 'Messages your agents write to bob now wait for your review.' }).waitFor();
+  const perContact = await page.evaluate(async () => {
+    const r = await fetch('/v1/rpc', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"op":"contact_review","name":"bob"}' });
+    return r.json();
+  });
+  assert(perContact.outbound === 'review', `the runtime holds bob's agent messages: ${JSON.stringify(perContact)}`);
+  const held2 = await driver({ op: 'alice_agent_send', agent: 'coder', to: 'bob', text: 'the plan is attached, ship it' });
+  assert(JSON.stringify(held2).includes('held'), `held for bob alone: ${JSON.stringify(held2)}`);
+  await nav(page, 'Review (1 waiting)').click();
+  const item2 = page.getByRole('listitem', { name: /coder → bob/ });
+  await item2.getByRole('button', { name: /^Edit/ }).click();
+  const editBox = item2.getByLabel('Text to send');
+  await page.waitForFunction(() => document.activeElement?.id?.startsWith('review-edit-'));
+  assert((await editBox.inputValue()) === 'the plan is attached, ship it', 'the edit starts from what the agent wrote');
+  await editBox.fill('the plan is attached; please review before shipping');
+  await shot(page, '11b-review-edit');
+  await item2.getByRole('button', { name: /^Send as edited/ }).click();
+  await page.getByRole('status').filter({ hasText: 'Approved with your changes: sent to bob.' }).waitFor();
+  const edited = await driver({ op: 'bob_wait_for', text: 'the plan is attached; please review before shipping' });
+  assert(edited.from, 'bob got the edited text');
+  await nav(page, 'Chats').click();
+  await page.getByRole('link', { name: /Open conversation with bob/ }).click();
+  await page.getByRole('heading', { name: 'Conversation with bob' }).waitFor();
+  await page.locator('.msg.out', { hasText: 'please review before shipping' }).waitFor();
+  assert((await page.locator('.msg', { hasText: 'ship it' }).count()) === 0, "the agent's unedited text was never sent");
+  // The details panel stays open from before (it is one switch for every conversation).
+  await page.getByRole('complementary', { name: 'About bob' }).waitFor();
+  await page.getByLabel('Messages my agents write to this contact').selectOption('default');
+  await page.getByRole('status').filter({ hasText: 'follow Settings' }).waitFor();
+
+  step("a message to one of my agents says so, and whether the agent has it yet");
+  await driver({ op: 'bob_send_to_agent', agent: 'coder', text: 'coder, please run the tests' });
+  const forAgent = page.locator('.msg.in.to-agent', { hasText: 'coder, please run the tests' });
+  await forAgent.waitFor({ timeout: 30_000 });
+  await forAgent.getByText('for your agent coder').waitFor();
+  await forAgent.getByText('waiting for coder').waitFor();
+  // A notice above the pane shrank it while it was at its newest message: it stays there.
+  assert(await inViewport(forAgent), 'the newest message is in view (a notice shrinking the pane is not scrolling up)');
+  await shot(page, '11c-for-agent-waiting');
+  const handed = await driver({ op: 'alice_agent', agent: 'coder', body: { op: 'wait', timeout_secs: 10 } });
+  assert(JSON.stringify(handed).includes('coder, please run the tests'), `the agent was handed it: ${JSON.stringify(handed)}`);
+  await forAgent.locator('[data-handout="handed"]', { hasText: 'handed to coder' }).waitFor({ timeout: 30_000 });
+  await driver({ op: 'alice_agent', agent: 'coder', body: { op: 'ack', lease: handed.lease } });
+  await forAgent.locator('[data-handout="delivered"]', { hasText: 'handed to coder · read' }).waitFor({ timeout: 30_000 });
+  await shot(page, '11d-for-agent-handed');
 
   step('the agent network: set up from Settings, then the account screen says how reading the mailbox went');
   await nav(page, 'Settings').click();

@@ -81,6 +81,25 @@ await scenario(async ({ page }) => {
   await log.locator('li.msg.out').getByText('I will bring it').waitFor();
   const got = await driver({ op: 'bob_wait_for', group, text: 'I will bring it' });
   assert(got.from.name === 'Alice', `bob got it from Alice: ${JSON.stringify(got)}`);
+
+  step('@mentions: "@Bob" addresses bob (the protocol carries him as the addressee); one to alice stands out');
+  await page.getByText('@name addresses a member').waitFor();
+  await compose.fill('@Bob can you bring the stove?');
+  await compose.press('Enter');
+  const mine = log.locator('li.msg.out', { hasText: 'can you bring the stove?' });
+  await mine.locator('.mention-chip', { hasText: '@Bob' }).waitFor();
+  // bobFp: bob's fingerprint, read from his runtime above.
+  const addressed = await driver({ op: 'bob_wait_for', group, text: '@Bob can you bring the stove?' });
+  assert(addressed.to === bobFp, `the message is addressed to bob: ${JSON.stringify(addressed)} (bob ${bobFp})`);
+  const aliceFp = await page.evaluate(async (g) => {
+    const r = await fetch('/v1/rpc', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ op: 'group_members', group: g }) });
+    return (await r.json()).members.find((m) => m.you).fingerprint;
+  }, group);
+  await driver({ op: 'bob_say', group, text: 'Alice, do you have the map?', to: aliceFp });
+  const toMe = log.locator('li.msg.in.mention', { hasText: 'do you have the map?' });
+  await toMe.locator('.mention-chip.to-me', { hasText: '@you' }).waitFor({ timeout: 15_000 });
+  assert((await log.locator('li.msg.in.mention').count()) === 1, 'only the message addressed to alice stands out');
+
   await page.getByRole('button', { name: 'Details' }).click();
   await page.getByRole('complementary', { name: 'Group details' }).waitFor({ state: 'hidden' });
   await shot(page, '05-group-chat');

@@ -86,7 +86,20 @@ export interface Message {
   moved_from?: string;
   /** Agent Mail: the files it carries (never their bytes; fetched only to save). */
   attachments?: Attachment[];
+  /** Incoming, addressed to a local agent: how far it was handed out to that agent. */
+  handout?: Handout;
 }
+
+/** How far a message addressed to one of the owner's agents got to it. */
+export interface Handout {
+  agent: string;
+  /** queued (waiting), paused (loop guard), handed (given out), delivered (acknowledged), skipped. */
+  state: 'queued' | 'paused' | 'handed' | 'delivered' | 'skipped';
+  delivered_at: number;
+}
+
+/** The outbound mode of agent messages to one contact: its own, or the profile's (default). */
+export type OutboundMode = 'default' | 'auto' | 'review';
 
 /** A file of an Agent Mail message, as listed with it. */
 export interface Attachment {
@@ -356,10 +369,14 @@ export interface Backend {
   groupRename(group: string, name: string): Promise<void>;
   /** A group's newest messages, oldest first; `markRead` when the person sees them. */
   groupHistory(group: string, limit?: number, markRead?: boolean): Promise<GroupHistory>;
-  groupSend(group: string, text: string): Promise<unknown>;
+  /** Sends to a group; `to` (a member's fingerprint) addresses one member (an @mention). */
+  groupSend(group: string, text: string, to?: string): Promise<unknown>;
   /** The invites this runtime opened and what became of them. */
   groupInvites(): Promise<InviteStatus[]>;
-  reviewDecide(id: number, approve: boolean): Promise<void>;
+  /** Approves (as written, or with the operator's `text` instead) or rejects a held message. */
+  reviewDecide(id: number, approve: boolean, text?: string): Promise<void>;
+  /** A contact's outbound mode for agent messages; with `mode`, sets it first. */
+  contactReview(name: string, mode?: OutboundMode): Promise<OutboundMode>;
   /** The delivery policy; with `review`, switches review mode first. */
   policy(review?: 'auto' | 'review'): Promise<Policy>;
   /** The LAN layer; with `on`, switches it first. */
@@ -376,6 +393,8 @@ export interface Backend {
   onLink(cb: (text: string) => void): void;
   /** Tells the shell the first screen is painted. */
   painted(): void;
+  /** Tells the shell the unread total (the tray shows it); nothing in a browser. */
+  unreadTotal(n: number): void;
   /** Desktop-only settings (tray, notifications); null in a browser. */
   settings(): Promise<Record<string, boolean> | null>;
   setSetting(key: string, value: boolean): Promise<void>;
@@ -404,6 +423,7 @@ abstract class RequestBackend implements Backend {
   abstract onEvent(cb: (e: UiEvent) => void): () => void;
   onLink(_cb: (text: string) => void) {}
   painted() {}
+  unreadTotal(_n: number) {}
   abstract settings(): Promise<Record<string, boolean> | null>;
   abstract setSetting(key: string, value: boolean): Promise<void>;
   readonly canHostRelay: boolean = false;
@@ -515,14 +535,18 @@ abstract class RequestBackend implements Backend {
   groupHistory(group: string, limit?: number, markRead = false) {
     return this.rpc<GroupHistory>({ op: 'group_history', group, limit: limit ?? null, mark_read: markRead });
   }
-  groupSend(group: string, text: string) {
-    return this.rpc({ op: 'group_send', group, text });
+  groupSend(group: string, text: string, to?: string) {
+    return this.rpc({ op: 'group_send', group, text, to: to ?? null });
   }
   groupInvites() {
     return this.rpc<InviteStatus[]>({ op: 'group_invites' });
   }
-  async reviewDecide(id: number, approve: boolean) {
-    await this.rpc({ op: approve ? 'review_approve' : 'review_reject', id });
+  async reviewDecide(id: number, approve: boolean, text?: string) {
+    await this.rpc(approve ? { op: 'review_approve', id, text: text ?? null } : { op: 'review_reject', id });
+  }
+  async contactReview(name: string, mode?: OutboundMode) {
+    const r = await this.rpc<{ outbound: OutboundMode }>({ op: 'contact_review', name, mode: mode ?? null });
+    return r.outbound;
   }
   policy(review?: 'auto' | 'review') {
     return this.rpc<Policy>({ op: 'policy', review: review ?? null });
@@ -714,6 +738,13 @@ export class TauriBackend extends RequestBackend {
   }
   painted() {
     void invoke('app_painted').catch(() => {});
+  }
+  /** Only a change is sent. */
+  private lastUnread = -1;
+  unreadTotal(n: number) {
+    if (n === this.lastUnread) return;
+    this.lastUnread = n;
+    void invoke('app_unread', { count: n }).catch(() => {});
   }
   async settings() {
     try {

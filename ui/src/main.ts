@@ -18,6 +18,7 @@ import {
   type HostedRelay,
   type Identity,
   type Message,
+  type OutboundMode,
   type ReviewItem,
   type Status,
   type Whoami,
@@ -341,12 +342,34 @@ async function render(background = false) {
 /** Runs once after the next full render (e.g. focus a field on the screen navigated to). */
 let afterRender: (() => void) | null = null;
 
+/**
+ * Whether the open conversation is kept at its newest message: set where the pane scrolls (by
+ * the person or by us), not read from its geometry at refresh time, because the pane also
+ * shrinks without scrolling (a notice above it, the composer growing) and that is not the person
+ * scrolling up to read.
+ */
+let pinnedToEnd = true;
+
+function atEnd(el: HTMLElement) {
+  return el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+}
+
+/** Keeps a conversation's message pane at its newest message while it is pinned there. */
+function followNewest(log: HTMLElement) {
+  log.addEventListener('scroll', () => {
+    pinnedToEnd = atEnd(log);
+  });
+  new ResizeObserver(() => {
+    if (pinnedToEnd && log.isConnected) log.scrollTop = log.scrollHeight;
+  }).observe(log);
+}
+
 /** Scroll positions of the panes (by id) and whether each was at its end. */
 function saveScrolls() {
   const out = new Map<string, { top: number; atEnd: boolean }>();
   for (const el of main.querySelectorAll<HTMLElement>('#message-scroll, .chat-list')) {
     const key = el.id || el.className;
-    out.set(key, { top: el.scrollTop, atEnd: el.scrollHeight - el.scrollTop - el.clientHeight < 40 });
+    out.set(key, { top: el.scrollTop, atEnd: el.id === 'message-scroll' ? pinnedToEnd : atEnd(el) });
   }
   return out;
 }
@@ -365,6 +388,7 @@ function restoreScrolls(saved: Map<string, { top: number; atEnd: boolean }>, rou
   else if (scrollToNewest || !prev || prev.atEnd) log.scrollTop = log.scrollHeight;
   else log.scrollTop = prev.top;
   scrollToNewest = false;
+  pinnedToEnd = atEnd(log);
 }
 
 // ----- first run ----------------------------------------------------------------------------
@@ -620,6 +644,7 @@ function updateChrome() {
   set('review', s.review.length, S.review.waiting);
   updateConnection(s.status);
   document.title = t.all > 0 ? `(${t.all}) ${S.appName}` : S.appName;
+  backend.unreadTotal(t.all);
 }
 
 function preview(m: Message | undefined): string {
@@ -708,15 +733,83 @@ function groupActivity(g: GroupChat): number | null {
   return g.last ? g.last.at : (g.g.joined_at ?? null);
 }
 
-/** Contacts and groups in one list, the latest activity first. */
-function chatItems(s: Summary, open: string | null, openGroup: string | null) {
-  const rows: { ts: number | null; name: string; node: HTMLElement }[] = [
-    ...s.chats.map((c) => ({ ts: c.last ? c.last.ts : null, name: c.contact.name, node: chatItem(c, open) })),
-    ...s.groups.map((g) => ({ ts: groupActivity(g), name: groupName(g.g), node: groupItem(g, openGroup) })),
+/** One entry of the chat list: a contact or a group, where it opens and how much is unread. */
+interface ListEntry {
+  ts: number | null;
+  name: string;
+  href: string;
+  unread: number;
+  node: () => HTMLElement;
+}
+
+/** Contacts and groups in one list, the latest activity first (the list and its shortcuts). */
+function listOrder(s: Summary, open: string | null, openGroup: string | null): ListEntry[] {
+  const rows: ListEntry[] = [
+    ...s.chats.map((c) => ({
+      ts: c.last ? c.last.ts : null,
+      name: c.contact.name,
+      href: `#/c/${encodeURIComponent(c.contact.name)}`,
+      unread: c.unread,
+      node: () => chatItem(c, open),
+    })),
+    ...s.groups.map((g) => ({
+      ts: groupActivity(g),
+      name: groupName(g.g),
+      href: `#/g/${encodeURIComponent(g.g.group)}`,
+      unread: g.unread,
+      node: () => groupItem(g, openGroup),
+    })),
   ];
   rows.sort((a, b) => (a.ts !== null && b.ts !== null ? b.ts - a.ts : a.ts !== null ? -1 : b.ts !== null ? 1 : a.name.localeCompare(b.name)));
-  return rows.map((r) => r.node);
+  return rows;
 }
+
+function chatItems(s: Summary, open: string | null, openGroup: string | null) {
+  return listOrder(s, open, openGroup).map((r) => r.node());
+}
+
+/**
+ * Alt+Shift+Down: the next chat with unread messages after the open one (wrapping); Alt+Down and
+ * Alt+Up: the next and previous chat; Ctrl+M: the message box of the open chat.
+ */
+document.addEventListener('keydown', (e: KeyboardEvent) => {
+  if (!me || document.querySelector('dialog[open]')) return;
+  const composer = (e.ctrlKey || e.metaKey) && !e.altKey && !e.shiftKey && e.key.toLowerCase() === 'm';
+  const step = e.altKey && !e.ctrlKey && !e.metaKey && (e.key === 'ArrowDown' || e.key === 'ArrowUp');
+  if (!composer && !step) return;
+  e.preventDefault();
+  if (composer) {
+    const el = document.getElementById('compose') as HTMLTextAreaElement | null;
+    if (el && !el.disabled) el.focus();
+    else say(S.chats.choose);
+    return;
+  }
+  const s = summary;
+  if (!s) return;
+  const rows = listOrder(s, null, null);
+  const here = rows.findIndex((r) => r.href === location.hash);
+  const toCompose = () => document.getElementById('compose')?.focus();
+  if (e.shiftKey) {
+    if (e.key !== 'ArrowDown') return;
+    // After the open chat, wrapping round; the open one itself last.
+    const order = [...rows.slice(here + 1), ...rows.slice(0, here + 1)];
+    const next = order.find((r) => r.unread > 0 && r.href !== location.hash);
+    if (!next) {
+      say(S.chats.noUnread);
+      return;
+    }
+    afterRender = toCompose;
+    go(next.href);
+    return;
+  }
+  if (rows.length === 0) return;
+  const i = here < 0 ? (e.key === 'ArrowDown' ? 0 : rows.length - 1) : (here + (e.key === 'ArrowDown' ? 1 : -1) + rows.length) % rows.length;
+  const target = rows[i];
+  if (target) {
+    afterRender = toCompose;
+    go(target.href);
+  }
+});
 
 function requestsBox(requests: Contact[]) {
   if (requests.length === 0) return null;
@@ -1316,7 +1409,31 @@ function mergePicker(c: Contact) {
 }
 
 /** The contact panel: safety, verify, mute, the kind of my messages and what they may send me. */
-function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null, blocked: boolean) {
+/** The contact's own setting for what the owner's agents write to it (null: not offered). */
+function outboundField(c: Contact, outbound: { mode: OutboundMode; global: 'auto' | 'review' } | null) {
+  if (!outbound) return null;
+  const modes = S.conversation.outboundModes(S.conversation.outboundGlobal[outbound.global] ?? outbound.global);
+  const select = h(
+    'select',
+    {
+      id: 'contact-outbound',
+      onchange: (e: Event) => {
+        const mode = (e.currentTarget as HTMLSelectElement).value as OutboundMode;
+        void act(() => backend.contactReview(c.name, mode), S.conversation.outboundSaved(c.name, mode));
+      },
+    },
+    (['default', 'auto', 'review'] as const).map((m) => h('option', { value: m, selected: outbound.mode === m }, modes[m])),
+  );
+  return h('div', { class: 'field' }, h('label', { for: 'contact-outbound' }, S.conversation.outbound), select);
+}
+
+function contactPanel(
+  c: Contact,
+  kind: HTMLSelectElement,
+  muteBox: Node | null,
+  blocked: boolean,
+  outbound: { mode: OutboundMode; global: 'auto' | 'review' } | null,
+) {
   const allowBoxes = KINDS.map((k) =>
     h('label', { class: 'check' }, h('input', { type: 'checkbox', value: k, checked: (c.allow ?? []).includes(k) }), ' ', k),
   );
@@ -1367,6 +1484,7 @@ function contactPanel(c: Contact, kind: HTMLSelectElement, muteBox: Node | null,
     channelList(c),
     mergePicker(c),
     muteBox,
+    outboundField(c, outbound),
     h('div', { class: 'field' }, h('label', { for: 'compose-kind' }, S.conversation.kind), kind, h('p', { class: 'muted hint' }, S.conversation.kindHint)),
     // A person's channels keep their own allow lists (`contact allow CHANNEL`).
     c.person
@@ -1417,7 +1535,7 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
       h(
         'li',
         {
-          class: `msg ${m.direction}${m.id === highlight ? ' found' : ''}`,
+          class: `msg ${m.direction}${m.id === highlight ? ' found' : ''}${m.direction === 'in' && m.to_agent ? ' to-agent' : ''}`,
           'data-id': m.id,
           'data-state': m.state,
           id: `msg-${m.id}`,
@@ -1427,7 +1545,20 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
               'p',
               { class: 'agents' },
               m.from_agent ? h('span', { class: 'chip' }, S.conversation.fromAgent(m.from_agent)) : null,
-              m.to_agent ? h('span', { class: 'chip' }, S.conversation.toAgent(m.to_agent)) : null,
+              m.to_agent && m.direction === 'in'
+                ? [
+                    h('span', { class: 'chip for-agent' }, S.conversation.forMyAgent(m.to_agent)),
+                    m.handout
+                      ? h(
+                          'span',
+                          { class: `chip handout handout-${m.handout.state}`, 'data-handout': m.handout.state },
+                          (S.conversation.handout[m.handout.state] ?? S.conversation.notMine)(m.handout.agent),
+                        )
+                      : null,
+                  ]
+                : m.to_agent
+                  ? h('span', { class: 'chip' }, S.conversation.toAgent(m.to_agent))
+                  : null,
             )
           : null,
         parent ? h('blockquote', { class: 'parent' }, messageText(parent)) : null,
@@ -1483,9 +1614,10 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
     msgs.length === 0 ? h('p', { class: 'muted chat-empty' }, S.conversation.empty) : ol,
     h('p', { class: 'sr-only', id: 'log-hint' }, S.conversation.logHint),
   );
+  followNewest(log);
   // Up and down move between the messages one can answer; the list itself is one tab stop.
   log.addEventListener('keydown', (e: KeyboardEvent) => {
-    if (e.key !== 'ArrowUp' && e.key !== 'ArrowDown') return;
+    if ((e.key !== 'ArrowUp' && e.key !== 'ArrowDown') || e.altKey) return;
     const buttons = [...log.querySelectorAll<HTMLButtonElement>('button.reply')];
     if (buttons.length === 0) return;
     const i = buttons.indexOf(document.activeElement as HTMLButtonElement);
@@ -1500,10 +1632,13 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
 }
 
 async function conversationView(name: string, highlight?: string) {
-  const [contacts, msgs, muted] = await Promise.all([
+  const [contacts, msgs, muted, outboundMode, policy] = await Promise.all([
     backend.contacts(),
     backend.conversation(name),
     backend.muted().catch(() => null),
+    // A person's channels keep their own setting (`contact review CHANNEL`): none offered here.
+    backend.contactReview(name).catch(() => null),
+    backend.policy().catch(() => null),
   ]);
   const c = contacts.find((x) => x.name === name);
   if (!c) throw new BackendError('unknown_contact', `no contact named ${name}`);
@@ -1686,7 +1821,7 @@ async function conversationView(name: string, highlight?: string) {
       'div',
       { class: 'conv-body' },
       messageList(c, msgs, blocked, onReply, highlight),
-      contactPanel(c, kind, muteBox, blocked),
+      contactPanel(c, kind, muteBox, blocked, outboundMode && policy && !c.person ? { mode: outboundMode, global: policy.review } : null),
     ),
     h(
       'form',
@@ -2022,7 +2157,22 @@ function groupPanel(g: GroupSummary, members: GroupMember[] | null, invites: Inv
 
 /** A group's messages, oldest first: members' messages as bubbles with the sender's name, membership
  * changes and alerts as lines; one tab stop for the list. */
-function groupMessageList(name: string, msgs: GroupMessage[]) {
+/**
+ * The member an @mention in `text` addresses (the longest member name written as `@name`, not
+ * oneself), as the group protocol carries one addressee.
+ */
+function mentionOf(text: string, members: GroupMember[] | null): GroupMember | undefined {
+  const lower = text.toLowerCase();
+  const named = (members ?? []).filter((m) => !m.you && m.name).sort((a, b) => b.name.length - a.name.length);
+  return named.find((m) => {
+    const at = lower.indexOf(`@${m.name.toLowerCase()}`);
+    if (at < 0) return false;
+    const after = lower.charAt(at + m.name.length + 1);
+    return after === '' || !/[\p{L}\p{N}_]/u.test(after);
+  });
+}
+
+function groupMessageList(name: string, msgs: GroupMessage[], members: GroupMember[] | null) {
   const items: Node[] = [];
   let prev: GroupMessage | undefined;
   for (const m of msgs) {
@@ -2044,11 +2194,21 @@ function groupMessageList(name: string, msgs: GroupMessage[]) {
     }
     // The sender's name heads a run of their messages, as in any group chat.
     const sameRun = !newDay && prev?.kind === 'message' && !prev.outgoing && !m.outgoing && prev.from.fingerprint === m.from.fingerprint;
+    // An @mention: the member it addresses, named; one addressed to me stands out.
+    const to = m.to ? (members ?? []).find((x) => x.fingerprint === m.to) : undefined;
+    const toMe = !!to?.you;
     items.push(
       h(
         'li',
-        { class: `msg ${m.outgoing ? 'out' : 'in'}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.row}` },
+        { class: `msg ${m.outgoing ? 'out' : 'in'}${toMe ? ' mention' : ''}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.row}` },
         !m.outgoing && !sameRun ? h('p', { class: 'sender' }, m.from.name) : null,
+        to
+          ? h(
+              'p',
+              { class: 'agents' },
+              h('span', { class: `chip mention-chip${toMe ? ' to-me' : ''}`, title: S.groups.mentionTitle(to.name) }, toMe ? S.groups.mentionsYou : `@${to.name}`),
+            )
+          : null,
         h('div', { class: 'body' }, m.content),
         h(
           'div',
@@ -2060,11 +2220,13 @@ function groupMessageList(name: string, msgs: GroupMessage[]) {
     );
     prev = m;
   }
-  return h(
+  const log = h(
     'div',
     { class: 'message-scroll', id: 'message-scroll', role: 'log', tabindex: '0', 'aria-label': S.groups.log(name) },
     msgs.length === 0 ? h('p', { class: 'muted chat-empty' }, S.groups.noMessages) : h('ol', { class: 'messages' }, items),
   );
+  followNewest(log);
+  return log;
 }
 
 /**
@@ -2174,14 +2336,14 @@ async function groupView(group: string) {
       ),
     ),
     blocked ? h('div', { class: 'banner', role: 'alert' }, S.groups.inactive(g.state)) : null,
-    h('div', { class: 'conv-body' }, groupMessageList(name, hist.messages), groupPanel(g, members, invites, muted)),
+    h('div', { class: 'conv-body' }, groupMessageList(name, hist.messages, members), groupPanel(g, members, invites, muted)),
     h(
       'form',
       {
         class: 'compose',
         onsubmit: (e: Event) => {
           e.preventDefault();
-          void submitComposer(text, sendBtn, (body) => backend.groupSend(group, body));
+          void submitComposer(text, sendBtn, (body) => backend.groupSend(group, body, mentionOf(body, members)?.fingerprint));
         },
       },
       h(
@@ -2191,7 +2353,7 @@ async function groupView(group: string) {
         text,
         sendBtn,
       ),
-      h('p', { class: 'hint', id: 'compose-hint' }, S.conversation.hint),
+      h('p', { class: 'hint', id: 'compose-hint' }, S.groups.hint),
     ),
   );
 }
@@ -2239,6 +2401,49 @@ function reviewTarget(it: ReviewItem): string {
     return S.review.toGroup(groupName(g), it.to ?? null);
   }
   return it.contact ?? '?';
+}
+
+/** Review items whose text is open for editing (kept across background refreshes). */
+const editing = new Set<number>();
+
+/** A held message's text, or the form that edits it before it is approved. */
+function reviewText(it: ReviewItem, target: string) {
+  if (!editing.has(it.id)) return h('blockquote', { class: 'review-text' }, it.text);
+  const fieldId = `review-edit-${it.id}`;
+  const text = h('textarea', { id: fieldId, rows: 4, required: true }, it.text);
+  return h(
+    'form',
+    {
+      class: 'review-edit',
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        const edited = text.value;
+        void act(async () => {
+          await backend.reviewDecide(it.id, true, edited === it.text ? undefined : edited);
+          editing.delete(it.id);
+        }, S.review.approvedEdited(target));
+      },
+    },
+    h('label', { for: fieldId }, S.review.editLabel),
+    text,
+    h(
+      'div',
+      { class: 'actions' },
+      h('button', { type: 'submit', 'aria-label': `${S.review.approveEdited}: ${it.agent} \u2192 ${target}` }, S.review.approveEdited),
+      h(
+        'button',
+        {
+          type: 'button',
+          class: 'secondary',
+          onclick: () => {
+            editing.delete(it.id);
+            void render(true);
+          },
+        },
+        S.review.cancelEdit,
+      ),
+    ),
+  );
 }
 
 async function reviewView() {
@@ -2290,8 +2495,10 @@ async function reviewView() {
                     h('p', null, h('strong', null, S.review.asnetAction(it.asnet.action))),
                     it.asnet.expires_at ? h('p', { class: 'muted' }, S.review.asnetExpires(ago(it.asnet.expires_at))) : null,
                   )
-                : h('blockquote', { class: 'review-text' }, it.text),
-              h(
+                : reviewText(it, target),
+              editing.has(it.id)
+                ? null
+                : h(
                 'div',
                 { class: 'actions' },
                 h(
@@ -2314,6 +2521,22 @@ async function reviewView() {
                   },
                   S.review.reject,
                 ),
+                // An ASNET challenge is confirmed exactly as asked: no edit.
+                it.asnet
+                  ? null
+                  : h(
+                      'button',
+                      {
+                        type: 'button',
+                        class: 'secondary',
+                        'aria-label': `${S.review.edit}: ${it.agent} \u2192 ${target}`,
+                        onclick: () => {
+                          editing.add(it.id);
+                          void render(true).then(() => document.getElementById(`review-edit-${it.id}`)?.focus());
+                        },
+                      },
+                      S.review.edit,
+                    ),
               ),
             );
           }),
@@ -2513,6 +2736,12 @@ async function settingsView() {
       prefs === null ? h('p', { class: 'muted' }, S.settings.trayOnlyDesktop) : null,
       toggle('close_to_tray', S.settings.closeToTray),
       toggle('start_in_tray', S.settings.startInTray),
+    ),
+    h(
+      'section',
+      { 'aria-labelledby': 'keys-title' },
+      h('h3', { id: 'keys-title' }, S.settings.shortcuts),
+      h('dl', { class: 'shortcuts' }, S.settings.shortcutList.map(([k, what]) => [h('dt', null, k), h('dd', null, what)])),
     ),
   );
 }

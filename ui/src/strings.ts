@@ -46,6 +46,7 @@ export const S = {
     noMessages: 'No messages yet',
     you: (text: string) => `You: ${text}`,
     choose: 'Choose a conversation. To add a contact, paste their address anywhere in this window.',
+    noUnread: 'No unread messages.',
   },
   search: {
     label: 'Search messages',
@@ -139,7 +140,7 @@ export const S = {
     save: 'Save\u2026',
     saveFile: (name: string) => `Save ${name}\u2026`,
     removeFile: (name: string) => `Remove ${name}`,
-    hint: 'Enter to send \u00b7 Shift+Enter for a new line',
+    hint: 'Enter to send \u00b7 Shift+Enter for a new line \u00b7 Alt+Shift+\u2193 next unread',
     logHint: 'Up and down arrows move between messages you can reply to.',
     kind: 'My messages are',
     kindHint: 'A question asks their agent to answer.',
@@ -154,6 +155,28 @@ export const S = {
     helloIn: (name: string) => `${name} asked to be contacts`,
     fromAgent: (agent: string) => `from ${agent}`,
     toAgent: (agent: string) => `to ${agent}`,
+    /** An incoming message addressed to one of the owner's agents. */
+    forMyAgent: (agent: string) => `for your agent ${agent}`,
+    /** How far it got to that agent. */
+    handout: {
+      queued: (a: string) => `waiting for ${a}`,
+      paused: (a: string) => `held from ${a} (loop guard)`,
+      handed: (a: string) => `handed to ${a}`,
+      delivered: (a: string) => `handed to ${a} · read`,
+      skipped: (a: string) => `not handed to ${a}`,
+    } as Record<string, (agent: string) => string>,
+    /** Before the agent's state is known (no local agent by that name). */
+    notMine: (a: string) => `for ${a}`,
+    outbound: 'Messages my agents write to this contact',
+    outboundModes: (global: string) =>
+      ({ default: `Follow Settings (now: ${global})`, auto: 'Send at once', review: 'Hold for my review' }) as Record<string, string>,
+    outboundGlobal: { auto: 'send at once', review: 'hold for review' } as Record<string, string>,
+    outboundSaved: (name: string, mode: string) =>
+      mode === 'review'
+        ? `Messages your agents write to ${name} now wait for your review.`
+        : mode === 'auto'
+          ? `Messages your agents write to ${name} are now sent at once.`
+          : `Messages your agents write to ${name} follow Settings.`,
     blockedPending: 'This contact is a pending request: approve it before sending.',
     allowed: 'They may send me',
     saveAllowed: 'Save',
@@ -284,6 +307,9 @@ export const S = {
     resume: 'Resume this group',
     resumed: 'Resumed.',
     mute: 'Mute notifications for this group',
+    hint: 'Enter to send \u00b7 Shift+Enter for a new line \u00b7 @name addresses a member',
+    mentionsYou: '@you',
+    mentionTitle: (name: string) => `Addressed to ${name}`,
   },
   review: {
     title: 'Review queue',
@@ -292,6 +318,11 @@ export const S = {
     change: 'Change in Settings',
     empty: 'Nothing is waiting for review.',
     approve: 'Approve and send',
+    edit: 'Edit',
+    editLabel: 'Text to send',
+    approveEdited: 'Send as edited',
+    cancelEdit: 'Cancel',
+    approvedEdited: (to: string) => `Approved with your changes: sent to ${to}.`,
     reject: 'Reject',
     approved: (to: string) => `Approved: sent to ${to}.`,
     rejected: 'Rejected: it will not be sent.',
@@ -360,6 +391,15 @@ export const S = {
     hostedDown: 'not running',
     hostedPeers: 'On another machine on this network:',
     tray: 'Tray',
+    shortcuts: 'Keyboard shortcuts',
+    shortcutList: [
+      ['Ctrl+F', 'Search messages'],
+      ['Ctrl+M', 'Go to the message box'],
+      ['Alt+Shift+↓', 'Next chat with unread messages'],
+      ['Alt+↓ / Alt+↑', 'Next / previous chat'],
+      ['Enter', 'Send (Shift+Enter: a new line)'],
+      ['Escape', 'Cancel a reply or clear the search'],
+    ] as [string, string][],
     closeToTray: 'Closing the window keeps Switchboard running in the tray',
     startInTray: 'Start in the tray',
     trayOnlyDesktop: 'Tray settings apply to the desktop app.',

@@ -203,11 +203,16 @@ impl Runtime {
     }
 
     /// The owner's choice of review for one conversation's agent sends.
-    pub(super) async fn contact_review(&self, name: &str, mode: &str) -> Result<Value> {
+    /// Without `mode`, reads it (`default`: the profile's policy applies).
+    pub(super) async fn contact_review(&self, name: &str, mode: Option<&str>) -> Result<Value> {
+        let c = self.contact(name).await?;
+        let Some(mode) = mode else {
+            let mode = self.store().conversation_outbound(c.id).await?.unwrap_or_else(|| "default".into());
+            return Ok(json!({"contact": name, "outbound": mode}));
+        };
         if !matches!(mode, "auto" | "review" | "default") {
             return Err(Error::Invalid("mode must be auto, review or default".into()));
         }
-        let c = self.contact(name).await?;
         self.store().set_conversation_outbound(c.id, mode).await?;
         Ok(json!({"contact": name, "outbound": mode}))
     }
@@ -266,6 +271,35 @@ impl Runtime {
         self.send_text(contact, text, out, one_shot).await
     }
 
+    /// Adds `handout: {agent, state}` to each incoming message view addressed to a local agent:
+    /// whether that agent has been handed it yet. An agent's queue is classified when it asks,
+    /// so a message it has not asked for since is `queued` (waiting); then handed, delivered
+    /// (acknowledged), paused (loop guard) or skipped. `views` are the DTOs of `rows`, in order.
+    pub(super) async fn handout_decorate(&self, rows: &[crate::store::MessageRow], views: &mut [Value]) -> Result<()> {
+        let addressed: Vec<i64> =
+            rows.iter().filter(|m| m.direction == "in" && m.to_agent.is_some()).map(|m| m.rowid_).collect();
+        if addressed.is_empty() {
+            return Ok(());
+        }
+        let found = self.store().handouts(&addressed).await?;
+        let locals = self.store().agents().await?;
+        for (m, view) in rows.iter().zip(views.iter_mut()) {
+            let Some(to) = m.to_agent.as_deref().filter(|_| m.direction == "in") else { continue };
+            let handout = match found.iter().find(|h| h.message == m.rowid_ && super::delivery::names(to, &h.agent)) {
+                Some(h) => json!({"agent": h.agent, "state": h.state, "delivered_at": h.delivered_at}),
+                None => match locals.iter().find(|a| super::delivery::names(to, &a.name)) {
+                    Some(a) => json!({"agent": a.name, "state": "queued", "delivered_at": 0}),
+                    // No local agent by that name: nobody here will pick it up.
+                    None => continue,
+                },
+            };
+            if let Some(o) = view.as_object_mut() {
+                o.insert("handout".into(), handout);
+            }
+        }
+        Ok(())
+    }
+
     pub(super) async fn review_list(&self) -> Result<Value> {
         // A held message is for a contact (1:1) or for a letmeknow group (`group`, `to`).
         let rows = self.store().pending_reviews().await?;
@@ -297,9 +331,23 @@ impl Runtime {
 
     /// The owner approves review item `id`: an ASNET challenge is answered, a held message goes
     /// out (a one-shot runtime sends it before answering).
-    pub(super) async fn review_approve(&self, id: i64, one_shot: bool) -> Result<Value> {
+    /// The owner approves review item `id`; with `text`, the operator's edit is sent instead of
+    /// what the agent wrote (an ASNET challenge is confirmed exactly as asked, never edited).
+    pub(super) async fn review_approve(&self, id: i64, text: Option<String>, one_shot: bool) -> Result<Value> {
         if let Some(ch) = self.store().asnet_challenge_of_review(id).await? {
+            if text.is_some() {
+                return Err(Error::Invalid("an ASNET challenge is approved as asked, not edited".into()));
+            }
             return self.asnet_approve(id, ch).await;
+        }
+        if let Some(text) = text {
+            // The operator's edit replaces what the agent wrote, before anything is sent.
+            if text.trim().is_empty() {
+                return Err(Error::Invalid("the edited text is empty: reject the message instead".into()));
+            }
+            if !self.store().edit_review(id, &text).await? {
+                return Err(Error::Invalid(format!("no pending review {id}")));
+            }
         }
         let v = self.release_held(id).await?;
         if one_shot {
@@ -424,7 +472,7 @@ mod tests {
     fn the_owner_may_make_every_request_unchanged() {
         for req in [
             Request::ContactAccept { name: "bob".into(), new_name: None },
-            Request::ReviewApprove { id: 1 },
+            Request::ReviewApprove { id: 1, text: None },
             Request::Read { agent: Some("reviewer".into()), id: None, ancestors: None },
             Request::GroupMode { handle: Some("h".into()), group: "g".into(), mode: "review".into() },
         ] {
@@ -465,7 +513,7 @@ mod tests {
             Request::ContactAdd { address: "a".into(), name: None, allow: None, relay: None, no_hello: false },
             Request::ContactAccept { name: "bob".into(), new_name: None },
             Request::ContactVerify { name: "bob".into() },
-            Request::ReviewApprove { id: 1 },
+            Request::ReviewApprove { id: 1, text: None },
             Request::Policy { review: Some("auto".into()), loop_limit: None, digest_secs: None },
             Request::Resume { contact: "bob".into() },
             Request::Dnd { on: Some(false) },

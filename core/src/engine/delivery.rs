@@ -173,7 +173,7 @@ pub(super) fn digest_due(at: i64, digest_ms: i64) -> i64 {
 }
 
 /// Whether `to_agent` (a name, or `<machine>/<agent>`) names `agent`.
-fn names(to_agent: &str, agent: &str) -> bool {
+pub(super) fn names(to_agent: &str, agent: &str) -> bool {
     to_agent == agent || to_agent.rsplit_once('/').is_some_and(|(_, a)| a == agent)
 }
 

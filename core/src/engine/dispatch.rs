@@ -63,7 +63,7 @@ impl Runtime {
             Request::ContactSplit { name, protocol } => self.contact_split(&name, &protocol).await,
             Request::ContactAllow { name, kinds } => self.contact_allow(&name, &kinds).await,
             Request::ContactRule { name, from, to, action } => self.contact_rule(&name, &from, &to, &action).await,
-            Request::ContactReview { name, mode } => self.contact_review(&name, &mode).await,
+            Request::ContactReview { name, mode } => self.contact_review(&name, mode.as_deref()).await,
 
             // Messages.
             Request::Send { contact, text, kind, reply_to, from_agent, to_agent } => match agent {
@@ -139,7 +139,7 @@ impl Runtime {
 
             // The owner's policy and review queue.
             Request::ReviewList => self.review_list().await,
-            Request::ReviewApprove { id } => self.review_approve(id, one_shot).await,
+            Request::ReviewApprove { id, text } => self.review_approve(id, text, one_shot).await,
             Request::ReviewReject { id } => self.review_reject(id).await,
             Request::Policy { review, loop_limit, digest_secs } => {
                 self.set_policy(review, loop_limit, digest_secs).await

@@ -463,6 +463,7 @@ impl Runtime {
         let auth = self.channel(c.protocol).sender_auth();
         let mut views: Vec<Value> = rows.iter().map(|m| message_dto(m, Some(&c.name), auth)).collect();
         self.inner.agent_mail.agent_mail_decorate(self, &mut views).await?;
+        self.handout_decorate(&rows, &mut views).await?;
         Ok(Value::Array(views))
     }
 

@@ -562,6 +562,7 @@ impl Runtime {
             }
             out.push(dto);
         }
+        self.handout_decorate(&rows, &mut out).await?;
         Ok(Value::Array(out))
     }
 

@@ -1,8 +1,24 @@
 //! Local agents and what the operator decides for them: `agents` (registered sessions and their
 //! presence), `agent_tokens` (bridge session tokens, stored hashed), the per-contact outbound mode
-//! in `conversations`, and `review_queue` (agent sends held for the operator).
+//! in `conversations`, `review_queue` (agent sends held for the operator), and how far each
+//! message addressed to a local agent was handed out to it (read from `agent_deliveries`).
+
+use sqlx::{QueryBuilder, Sqlite};
 
 use super::{Result, Store};
+
+/// How far a message addressed to a local agent got to it (`agent_deliveries`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Handout {
+    /// The message's local row.
+    pub message: i64,
+    /// The agent.
+    pub agent: String,
+    /// queued | paused | handed | delivered | skipped.
+    pub state: String,
+    /// When the agent acknowledged it (ms), 0 before.
+    pub delivered_at: i64,
+}
 
 /// A held send as the review list shows it: for a contact (1:1), a letmeknow group, or an ASNET
 /// challenge.
@@ -218,6 +234,38 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?)
+    }
+
+    /// The hand-out state of messages `rows` (local rows) to each agent they were queued for.
+    pub async fn handouts(&self, rows: &[i64]) -> Result<Vec<Handout>> {
+        let mut out = Vec::new();
+        // SQLite binds at most 32766 parameters; a conversation page is at most 10 000 rows.
+        for chunk in rows.chunks(1000) {
+            let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "SELECT message, agent, state, delivered_at FROM agent_deliveries WHERE message IN (",
+            );
+            let mut list = q.separated(", ");
+            for r in chunk {
+                list.push_bind(*r);
+            }
+            q.push(")");
+            out.extend(q.build_query_as::<Handout>().fetch_all(&self.pool).await?);
+        }
+        Ok(out)
+    }
+
+    /// Replaces the text of pending review `id` (a message, not an ASNET challenge) with the
+    /// operator's edit; whether it was such a pending review.
+    pub async fn edit_review(&self, id: i64, body: &str) -> Result<bool> {
+        let n = sqlx::query(
+            "UPDATE review_queue SET body = ? WHERE id = ? AND state = 'pending' AND asnet_challenge IS NULL",
+        )
+        .bind(body)
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n > 0)
     }
 
     /// Decides pending review `id` (`approved` with the message sent, or `rejected`); whether it

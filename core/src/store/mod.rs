@@ -26,7 +26,7 @@ pub use agent_mail::{
     am_pin, am_replace_queued_packet, am_sent_to, am_set_pin, attachment_bytes, insert_attachment, message_rowid,
     meta_in,
 };
-pub use agents::{HeldGroupSend, HeldSend, ReviewItem};
+pub use agents::{Handout, HeldGroupSend, HeldSend, ReviewItem};
 pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,

@@ -395,3 +395,92 @@ pub fn invoke(
     )
     .map(|b| b.deserialize::<serde_json::Value>().unwrap())
 }
+
+/// Sends WM_DELETE_WINDOW to X window `id`: what a window manager does when its close button is
+/// clicked (Xvfb has no window manager, and xdotool's windowclose destroys the window instead).
+const WM_DELETE: &str = r#"
+import ctypes, sys
+x = ctypes.cdll.LoadLibrary("libX11.so.6")
+x.XOpenDisplay.restype = ctypes.c_void_p
+x.XOpenDisplay.argtypes = [ctypes.c_char_p]
+x.XInternAtom.restype = ctypes.c_ulong
+x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+class ClientMessage(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
+                ("display", ctypes.c_void_p), ("window", ctypes.c_ulong), ("message_type", ctypes.c_ulong),
+                ("format", ctypes.c_int), ("data", ctypes.c_long * 5)]
+class Event(ctypes.Union):
+    _fields_ = [("xclient", ClientMessage), ("pad", ctypes.c_long * 24)]
+x.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long, ctypes.POINTER(Event)]
+x.XFlush.argtypes = [ctypes.c_void_p]
+x.XCloseDisplay.argtypes = [ctypes.c_void_p]
+d = x.XOpenDisplay(None)
+if not d:
+    sys.exit("cannot open the display")
+win = int(sys.argv[1])
+ev = Event()
+ev.xclient.type = 33  # ClientMessage
+ev.xclient.window = win
+ev.xclient.message_type = x.XInternAtom(d, b"WM_PROTOCOLS", 0)
+ev.xclient.format = 32
+ev.xclient.data[0] = x.XInternAtom(d, b"WM_DELETE_WINDOW", 0)
+ev.xclient.data[1] = 0  # CurrentTime
+if not x.XSendEvent(d, win, 0, 0, ctypes.byref(ev)):
+    sys.exit("XSendEvent failed")
+x.XFlush(d)
+x.XCloseDisplay(d)
+"#;
+
+/// Sends WM_DELETE_WINDOW to X window `id` on `display` (a click on its close button).
+pub fn close_window(display: &Display, id: &str) {
+    let closed = display.command("python3").args(["-c", WM_DELETE, id]).status().unwrap();
+    assert!(closed.success(), "could not send WM_DELETE_WINDOW");
+}
+
+/// Whether an XEmbed system tray owns `_NET_SYSTEM_TRAY_S0` on the display (python3 + Xlib).
+const TRAY_OWNED: &str = r#"
+import ctypes, sys
+x = ctypes.cdll.LoadLibrary("libX11.so.6")
+x.XOpenDisplay.restype = ctypes.c_void_p
+x.XOpenDisplay.argtypes = [ctypes.c_char_p]
+x.XInternAtom.restype = ctypes.c_ulong
+x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+x.XGetSelectionOwner.restype = ctypes.c_ulong
+x.XGetSelectionOwner.argtypes = [ctypes.c_void_p, ctypes.c_ulong]
+d = x.XOpenDisplay(None)
+if not d:
+    sys.exit(2)
+sys.exit(0 if x.XGetSelectionOwner(d, x.XInternAtom(d, b"_NET_SYSTEM_TRAY_S0", 0)) else 1)
+"#;
+
+/// A real system tray on the display: `trayer` (an XEmbed tray, the freedesktop System Tray
+/// protocol), which libappindicator shows its icon in when no StatusNotifier host exists. Stopped
+/// when dropped.
+pub struct TrayHost(Child);
+
+impl TrayHost {
+    /// Starts trayer and waits until it owns the tray selection.
+    pub fn start(display: &Display) -> Self {
+        require_tools(&["trayer", "python3"]);
+        let child = display
+            .command("trayer")
+            .args(["--edge", "top", "--align", "right", "--widthtype", "request", "--height", "24"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let host = Self(child);
+        assert!(
+            eventually(20, || display.command("python3").args(["-c", TRAY_OWNED]).status().is_ok_and(|s| s.success())),
+            "trayer never took the system tray selection"
+        );
+        host
+    }
+}
+
+impl Drop for TrayHost {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
