@@ -144,7 +144,35 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     fn wakeup_body(&self, _out: &Self::Out) -> Option<Bytes> {
         None
     }
+
+    /// Further hub keys and values to announce when `out` commits, for a request that wakes
+    /// several (a batch send to several inboxes).
+    fn more_wakeups(&self, _out: &Self::Out) -> Vec<(String, i64)> {
+        Vec::new()
+    }
 }
+
+/// Implements [`Request`] on connection type `$conn` for request type `$req` answering `$out`,
+/// run by `async fn $run(&mut $conn, &$req) -> Result<$out, sqlx::Error>`; further trait items
+/// (wake-ups, bytes) go in the optional block.
+macro_rules! request {
+    ($conn:ty, $req:ty => $out:ty, $run:path $(, { $($more:tt)* })?) => {
+        impl $crate::store::writer::Request<$conn> for $req {
+            type Out = $out;
+
+            fn run<'a>(
+                &'a self,
+                conn: &'a mut $conn,
+                _: &'a $crate::hub::Hub,
+            ) -> futures_util::future::BoxFuture<'a, Result<$out, sqlx::Error>> {
+                Box::pin($run(conn, self))
+            }
+
+            $($($more)*)?
+        }
+    };
+}
+pub(crate) use request;
 
 impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
     fn bytes(&self) -> usize {
@@ -156,6 +184,9 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
             let out = self.req.run(conn, cx.hub).await?;
             if let Some((key, seq)) = self.req.wakeup(&out) {
                 cx.wake_with(key, seq, self.req.wakeup_body(&out));
+            }
+            for (key, seq) in self.req.more_wakeups(&out) {
+                cx.wake_with(key, seq, None);
             }
             self.out = Some(out);
             Ok(())

@@ -14,10 +14,13 @@
 //!   the others skip that round.
 //! - Schema: `migrations-pg/` (sqlx's migrator serialises concurrent starts with its own lock).
 //!
-//! Families served: letagents ([`letagents`]) and letmeknow ([`letmeknow`]).
+//! Families served: every one — letagents ([`letagents`]), letmeknow ([`letmeknow`]),
+//! Stringcup v2 ([`stringcup`]) and Agent Mail 1.0 ([`agent_mail`]).
 
+pub mod agent_mail;
 pub mod letagents;
 pub mod letmeknow;
+pub mod stringcup;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -225,6 +228,10 @@ pub(crate) mod sweep_lock {
     pub(crate) const LETAGENTS: i64 = 0x7265_6c61_7900_0001;
     /// letmeknow's sweep.
     pub(crate) const LETMEKNOW: i64 = 0x7265_6c61_7900_0002;
+    /// Stringcup's sweep.
+    pub(crate) const STRINGCUP: i64 = 0x7265_6c61_7900_0003;
+    /// Agent Mail's sweep.
+    pub(crate) const AGENT_MAIL: i64 = 0x7265_6c61_7900_0004;
 }
 
 /// Takes the transaction-scoped advisory lock `key`; `false` if another instance holds it.
