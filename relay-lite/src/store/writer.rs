@@ -74,6 +74,9 @@ pub(crate) trait WriteOp<C>: Send {
         0
     }
 
+    /// The keys whose rows the write locks to decide ([`Request::locks`]).
+    fn locks(&self, _keys: &mut Vec<String>) {}
+
     /// Runs the write inside the batch transaction and keeps its outcome (applying again, after
     /// a retried batch, replaces it).
     fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
@@ -150,6 +153,11 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     fn more_wakeups(&self, _out: &Self::Out) -> Vec<(String, i64)> {
         Vec::new()
     }
+
+    /// The keys whose rows this request locks to decide (a mailbox, an inbox, a group): a backend
+    /// shared by several instances locks every key of a batch up front, in one global order, so
+    /// two instances' batches never deadlock on them (see [`Backend::lock`]).
+    fn locks(&self, _keys: &mut Vec<String>) {}
 }
 
 /// Implements [`Request`] on connection type `$conn` for request type `$req` answering `$out`,
@@ -177,6 +185,10 @@ pub(crate) use request;
 impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
     fn bytes(&self) -> usize {
         self.req.bytes()
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        self.req.locks(keys);
     }
 
     fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
@@ -272,6 +284,18 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn retryable(&self, _e: &sqlx::Error) -> bool {
         false
     }
+
+    /// Whether batches should lock their writes' keys up front ([`Backend::lock`]): only a
+    /// backend that other writers share needs it.
+    fn locks_keys(&self) -> bool {
+        false
+    }
+
+    /// Locks `keys` (every key the batch's writes declared) inside the batch's transaction, in an
+    /// order every instance uses, before any write runs.
+    fn lock<'a>(&'a self, _conn: &'a mut Self::Conn, _keys: &'a [String]) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The wake-ups a committed batch publishes, with the committed bodies where known.
@@ -285,6 +309,15 @@ async fn apply_batch<B: Backend>(
     batch: &mut [BoxOp<B::Conn>],
     hub: &Hub,
 ) -> Result<Wakeups, sqlx::Error> {
+    if backend.locks_keys() {
+        let mut keys = Vec::new();
+        for op in batch.iter() {
+            op.locks(&mut keys);
+        }
+        if !keys.is_empty() {
+            backend.lock(conn, &keys).await?;
+        }
+    }
     let mut cx = BatchCx { hub, wakeups: Vec::new(), bodies: Vec::new() };
     for op in batch.iter_mut() {
         op.apply(conn, &mut cx).await?;

@@ -3,10 +3,10 @@
 //! `switchboard_core::protocol::agent_mail::relay`.
 //!
 //! What serialises a decision across instances:
-//! - a publication takes two transaction-scoped advisory locks, on its actor (the live-write
-//!   nonce cache) and on its mailbox id (the binding to the first card's owner, which may not
-//!   have a row to lock yet), always in that order;
-//! - a delivery locks its mailbox row (`FOR UPDATE`) before it reads the packet's history, the
+//! - a publication names two batch lock keys ([`crate::store::writer::Request::locks`]): its
+//!   actor (the live-write nonce cache) and its mailbox id (the binding to the first card's owner,
+//!   which may not have a row to lock yet); the batch takes them before any write runs;
+//! - a delivery names its mailbox's key, and locks its mailbox row (`FOR UPDATE`) before it reads the packet's history, the
 //!   blocks and the quota counters and takes `next_seq`: the same packet through two instances
 //!   is stored once, the second sees the first's row and answers the resubmission;
 //! - a delete turns the packet row into its tombstone and moves the counters in one step;
@@ -33,10 +33,6 @@ use crate::store::agent_mail::{
 };
 use crate::store::writer::request;
 
-/// The first key of the two-key advisory locks a publication takes (`am`); a space apart from
-/// the one-key sweep locks.
-const PUBLISH_LOCK_CLASS: i32 = 0x616d;
-
 async fn current_card(db: impl sqlx::PgExecutor<'_>, mailbox: &Id16) -> Result<Option<CurrentCard>, sqlx::Error> {
     let row = sqlx::query("SELECT card, accepted_at FROM am_mailboxes WHERE mailbox_id = $1")
         .bind(mailbox.to_string())
@@ -47,20 +43,9 @@ async fn current_card(db: impl sqlx::PgExecutor<'_>, mailbox: &Id16) -> Result<O
     Ok(Some(parse_current(&bytes, row.try_get("accepted_at")?)?))
 }
 
-async fn publish_lock(conn: &mut PgConnection, key: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
-        .bind(PUBLISH_LOCK_CLASS)
-        .bind(key)
-        .execute(&mut *conn)
-        .await
-        .map(drop)
-}
-
 async fn publish(conn: &mut PgConnection, req: &Publish) -> Result<Decided<Published>, sqlx::Error> {
     let mailbox = req.card.mailbox_id();
     let actor = req.card.owner().to_string();
-    publish_lock(conn, &format!("actor/{actor}")).await?;
-    publish_lock(conn, &format!("mailbox/{mailbox}")).await?;
     let current = current_card(&mut *conn, &mailbox).await?;
     let nonces = sqlx::query("SELECT max_nonce, valid_until FROM am_nonces WHERE actor = $1")
         .bind(&actor)
@@ -265,14 +250,36 @@ async fn sweep(conn: &mut PgConnection, req: &Sweep) -> Result<AmSweepReport, sq
     })
 }
 
-request!(PgConnection, Publish => Decided<Published>, publish);
+/// The batch lock key of a mailbox (its binding, card, counters, blocks and packets).
+fn mailbox_lock(mailbox: &Id16) -> String {
+    format!("am/mailbox/{mailbox}")
+}
+
+request!(PgConnection, Publish => Decided<Published>, publish, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(format!("am/actor/{}", self.card.owner()));
+        keys.push(mailbox_lock(&self.card.mailbox_id()));
+    }
+});
 request!(PgConnection, Deliver => Decided<DeliveryResult>, deliver, {
     fn bytes(&self) -> usize {
         self.payload_bytes()
     }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.path));
+    }
 });
-request!(PgConnection, Delete => (), delete);
-request!(PgConnection, Block => (), block);
+request!(PgConnection, Delete => (), delete, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
+    }
+});
+request!(PgConnection, Block => (), block, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
+    }
+});
 request!(PgConnection, Sweep => AmSweepReport, sweep);
 
 async fn list(

@@ -153,6 +153,10 @@ impl Request<PgConnection> for Deposit {
     fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Bytes> {
         Some(self.body.clone())
     }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
+    }
 }
 
 impl Request<PgConnection> for Login {
@@ -160,6 +164,10 @@ impl Request<PgConnection> for Login {
 
     fn run<'a>(&'a self, conn: &'a mut PgConnection, _: &'a Hub) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
         Box::pin(login(conn, self))
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
     }
 }
 
@@ -169,6 +177,15 @@ impl Request<PgConnection> for Ack {
     fn run<'a>(&'a self, conn: &'a mut PgConnection, _: &'a Hub) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>> {
         Box::pin(ack(conn, self))
     }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
+    }
+}
+
+/// The batch lock key of a mailbox row.
+fn mailbox_lock(mailbox: &str) -> String {
+    format!("la/{mailbox}")
 }
 
 impl Request<PgConnection> for Sweep {

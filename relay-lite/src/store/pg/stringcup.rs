@@ -9,6 +9,9 @@
 //! - adding members locks the topic row (the member limit); a claim or release locks the
 //!   rendezvous row (one responder); an update locks the identity row.
 //!
+//! Each of those writes also names its key to the batch ([`crate::store::writer::Request::locks`]),
+//! so batches of different instances take their locks in one order and never deadlock.
+//!
 //! The sweep takes an advisory lock first: one instance sweeps Stringcup at a time. Wake-ups
 //! (an inbox's newest id, a rendezvous' version) go out with the batch's `NOTIFY`.
 
@@ -22,7 +25,7 @@ use crate::store::stringcup::{
     InitialMembers, JoinOutcome, JoinRendezvous, NewMessage, OpenRendezvous, Opened, PendingCaps, PendingLimit,
     Register, ReleaseRendezvous, Released, RemoveMember, RemoveOutcome, RendezvousRow, Role, Rotate, ScSweepReport,
     SendOutcome, SendRequest, StoredMessage, StringcupStore, Sweep, TokenRow, TopicCreated, TopicRow, Touch, Update,
-    Updated, count, is_topic_id,
+    Updated, count, is_topic_id, rendezvous_key,
 };
 use crate::store::writer::request;
 
@@ -571,33 +574,79 @@ async fn sweep(conn: &mut PgConnection, s: &Sweep) -> Result<ScSweepReport, sqlx
     Ok(ScSweepReport { identities, idempotency_keys, rendezvous })
 }
 
+/// The batch lock key of an identity's row (its counters, token and inbox limits).
+fn identity_lock(id: &str) -> String {
+    format!("sc/id/{id}")
+}
+
 request!(PgConnection, Register => bool, register);
-request!(PgConnection, Update => Option<Updated>, update);
-request!(PgConnection, Touch => (), touch);
-request!(PgConnection, Rotate => bool, rotate);
+request!(PgConnection, Update => Option<Updated>, update, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(identity_lock(&self.identity));
+    }
+});
+request!(PgConnection, Touch => (), touch, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(identity_lock(&self.identity));
+    }
+});
+request!(PgConnection, Rotate => bool, rotate, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(identity_lock(&self.identity));
+    }
+});
 request!(PgConnection, SendRequest => Vec<SendOutcome>, send, {
     fn bytes(&self) -> usize {
         self.payload_bytes()
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(identity_lock(&self.sender));
+        keys.extend(self.messages.iter().map(|m| identity_lock(&m.recipient)));
     }
 
     fn more_wakeups(&self, out: &Vec<SendOutcome>) -> Vec<(String, i64)> {
         self.wakeups_for(out)
     }
 });
-request!(PgConnection, Ack => AckOutcome, ack);
+request!(PgConnection, Ack => AckOutcome, ack, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(identity_lock(&self.identity));
+    }
+});
 request!(PgConnection, CreateTopic => TopicCreated, create_topic);
-request!(PgConnection, AddMembers => AddOutcome, add_members);
-request!(PgConnection, RemoveMember => RemoveOutcome, remove_member);
-request!(PgConnection, DeleteTopic => DeleteOutcome, delete_topic);
+request!(PgConnection, AddMembers => AddOutcome, add_members, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(format!("sc/tp/{}", self.topic));
+    }
+});
+request!(PgConnection, RemoveMember => RemoveOutcome, remove_member, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(format!("sc/tp/{}", self.topic));
+    }
+});
+request!(PgConnection, DeleteTopic => DeleteOutcome, delete_topic, {
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(format!("sc/tp/{}", self.topic));
+    }
+});
 request!(PgConnection, OpenRendezvous => Opened, open_rendezvous);
 request!(PgConnection, JoinRendezvous => (JoinOutcome, i64), join_rendezvous, {
     fn wakeup(&self, out: &(JoinOutcome, i64)) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(rendezvous_key(&self.token_hash));
+    }
 });
 request!(PgConnection, ReleaseRendezvous => (Released, i64), release_rendezvous, {
     fn wakeup(&self, out: &(Released, i64)) -> Option<(String, i64)> {
         self.wakeup_for(out)
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(rendezvous_key(&self.token_hash));
     }
 });
 request!(PgConnection, Sweep => ScSweepReport, sweep);
