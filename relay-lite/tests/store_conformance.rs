@@ -1025,3 +1025,36 @@ async fn on_postgres_one_packet_through_two_instances_is_stored_once() {
     a.close().await;
     b.close().await;
 }
+
+/// The Stringcup and Agent Mail sweeps of two instances at once: each removes what is expired
+/// exactly once between them (one holds the family's sweep lock; the other skips or finds
+/// nothing left), and the quota counters are lowered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_two_instances_sweeping_at_once_remove_everything_once() {
+    let Some(cluster) = pg_common::cluster() else { return };
+    let url = cluster.fresh_database().await;
+    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let ids: Vec<String> = (0..10).map(|i| format!("sc-old-{i}")).collect();
+    sc_identities(&a, &ids.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let card = am_published(&a).await;
+    for n in 1..=6 {
+        am_deliver(&a, &am::packet(&card, &am::sender(), n, "short", 1000), AM_ROOMY, am::T0 + 1).await.unwrap();
+    }
+    let sc_sweep = |s: Arc<Store>| {
+        let req = Sweep { now: 1000, tokens_unused_since: 100, idempotency_before: 0 };
+        tokio::spawn(async move { s.stringcup().sweep(req).await.unwrap() })
+    };
+    let am_sweep = |s: Arc<Store>| tokio::spawn(async move { s.am_sweep(am::T0 + 2000).await.unwrap() });
+    let (sa, sb, ma, mb) = (sc_sweep(a.clone()), sc_sweep(b.clone()), am_sweep(a.clone()), am_sweep(b.clone()));
+    let (sa, sb, ma, mb) = (sa.await.unwrap(), sb.await.unwrap(), ma.await.unwrap(), mb.await.unwrap());
+    assert_eq!(sa.identities + sb.identities, 10, "{sa:?} {sb:?}");
+    assert_eq!(ma.packets + mb.packets, 6, "{ma:?} {mb:?}");
+    // Counters lowered once: a quota of one holds exactly one new packet.
+    let one = Quota { packets: 1, bytes: 1 << 24 };
+    am_deliver(&b, &am::packet(&card, &am::sender(), 7, "new", DAY_MS / 2), one, am::T0 + 3000).await.unwrap();
+    let over = am_deliver(&b, &am::packet(&card, &am::sender(), 8, "over", DAY_MS / 2), one, am::T0 + 3001).await;
+    assert_eq!(over, Err(Refusal::Quota));
+    a.close().await;
+    b.close().await;
+}
