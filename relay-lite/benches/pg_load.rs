@@ -13,7 +13,8 @@
 //! - Send-to-delivery latency across instances: the recipient's websocket is on instance C, one
 //!   sender posts through A, one envelope at a time; a sample runs from the start of the POST to
 //!   the `msg` frame. Baseline: the same with the websocket on A (one instance, no NOTIFY hop),
-//!   in the same cluster.
+//!   in the same cluster. The same for Stringcup: the recipient parked in a long-poll on C (or
+//!   A), the send through A, until the long-poll answers.
 //!
 //! `cargo bench --workspace --bench pg_load --profile dev`; `PG_LOAD_SCALE=0.5` shortens every phase,
 //! `PG_LOAD_ROUNDS` (3) sets the number of rounds. Needs Debian's `postgresql` package.
@@ -134,6 +135,9 @@ async fn instances(url: &str, n: usize, dirs: &mut Vec<tempfile::TempDir>) -> Ve
         config.limits.sends_per_minute = 0;
         config.limits.ip_requests_per_minute = 0;
         config.limits.mailbox_capacity = 1 << 40;
+        config.limits.stringcup.sends_per_hour = u32::MAX;
+        config.limits.stringcup.inbox_requests_per_hour = u32::MAX;
+        config.limits.stringcup.other_requests_per_hour = u32::MAX;
         dirs.push(dir);
         out.push(relay_lite::spawn(config).await.unwrap());
     }
@@ -239,6 +243,71 @@ async fn latency(
     samples
 }
 
+/// Stringcup send-to-delivery samples: the recipient parked in `GET /api/v2/messages?wait=25`
+/// on `park_on`, the send (`POST /api/v2/messages`) through `send_via`, from the start of the
+/// POST until the parked long-poll answers; each message is acked outside the timed window.
+async fn stringcup_latency(
+    http: &reqwest::Client,
+    send_via: &RunningRelay,
+    park_on: &RunningRelay,
+    s: &Settings,
+) -> Vec<Duration> {
+    use switchboard_core::protocol::stringcup::crypto;
+    let (send_api, park_api) = (format!("{}/api/v2", send_via.url()), format!("{}/api/v2", park_on.url()));
+    let register = |key: [u8; 32]| {
+        let (http, api) = (http.clone(), send_api.clone());
+        async move {
+            let public = data_encoding::BASE64
+                .encode(x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(key)).as_bytes());
+            let v: serde_json::Value = http
+                .post(format!("{api}/identities"))
+                .json(&serde_json::json!({"identity_public_key": public, "algo": "x25519"}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            (v["id"].as_str().unwrap().to_owned(), v["api_token"].as_str().unwrap().to_owned(), public)
+        }
+    };
+    let (alice, alice_token, _) = register(rand_key()).await;
+    let (bob, bob_token, bob_pub) = register(rand_key()).await;
+    let bob_key = crypto::decode_public_key(&bob_pub).unwrap();
+    let text = "x".repeat(TEXT_CHARS);
+    let mut samples = Vec::with_capacity(s.latency_samples);
+    for i in 0..s.latency_warmup + s.latency_samples {
+        let (header, ciphertext) = crypto::seal(&alice, &bob, &bob_key, &text, &mut OsRng).unwrap();
+        let body = serde_json::json!({"recipient_id": bob, "header": header, "ciphertext": ciphertext});
+        let poll = tokio::spawn(http.get(format!("{park_api}/messages?wait=25")).bearer_auth(&bob_token).send());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let started = Instant::now();
+        let sent =
+            http.post(format!("{send_api}/messages")).bearer_auth(&alice_token).json(&body).send().await.unwrap();
+        assert_eq!(sent.status(), StatusCode::CREATED);
+        let page: serde_json::Value = poll.await.unwrap().unwrap().json().await.unwrap();
+        let delivered = started.elapsed();
+        let ids: Vec<i64> = page["messages"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
+        assert_eq!(ids.len(), 1, "the long-poll returned {page}");
+        let acked = http
+            .post(format!("{send_api}/messages/ack"))
+            .bearer_auth(&bob_token)
+            .json(&serde_json::json!({"ids": ids}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(acked.status(), StatusCode::OK);
+        if i >= s.latency_warmup {
+            samples.push(delivered);
+        }
+    }
+    samples
+}
+
+fn rand_key() -> [u8; 32] {
+    switchboard_core::util::random_array::<32>()
+}
+
 #[tokio::main]
 async fn main() {
     relay_lite::tls::install_default_provider();
@@ -289,6 +358,7 @@ async fn main() {
 
     let http = http_client();
     let (mut across50, mut across99) = (Pairs::default(), Pairs::default());
+    let (mut sc50, mut sc99) = (Pairs::default(), Pairs::default());
     for round in 0..s.rounds {
         let url = pg.fresh_database().await;
         let mut dirs = Vec::new();
@@ -310,6 +380,22 @@ async fn main() {
         );
         across50.push(x50, l50);
         across99.push(x99, l99);
+        let (across, local) = if round % 2 == 0 {
+            let l = stringcup_latency(&http, a, a, &s).await;
+            (stringcup_latency(&http, a, c, &s).await, l)
+        } else {
+            let x = stringcup_latency(&http, a, c, &s).await;
+            (x, stringcup_latency(&http, a, a, &s).await)
+        };
+        let (x50, x99) = (percentile_ms(&across, 50.0), percentile_ms(&across, 99.0));
+        let (l50, l99) = (percentile_ms(&local, 50.0), percentile_ms(&local, 99.0));
+        println!(
+            "  stringcup round {}: send on A, long-poll parked on C p50 {x50:.3} ms p99 {x99:.3} ms; both on A \
+             p50 {l50:.3} ms p99 {l99:.3} ms",
+            round + 1
+        );
+        sc50.push(x50, l50);
+        sc99.push(x99, l99);
         for relay in relays {
             relay.shutdown().await.unwrap();
         }
@@ -353,6 +439,19 @@ async fn main() {
         median(&across99.relay),
         median(&across99.baseline),
         across99.ratio()
+    );
+    println!(
+        "| Stringcup send-to-delivery p50, send on A, long-poll parked on C (ms; baseline: parked on A) | {:.3} | \
+         {:.3} | {:.2}x |",
+        median(&sc50.relay),
+        median(&sc50.baseline),
+        sc50.ratio()
+    );
+    println!(
+        "| Stringcup send-to-delivery p99, same (ms; baseline: parked on A) | {:.3} | {:.3} | {:.2}x |",
+        median(&sc99.relay),
+        median(&sc99.baseline),
+        sc99.ratio()
     );
     if failures != (0, 0) {
         println!();
