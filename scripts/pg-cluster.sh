@@ -49,7 +49,7 @@ echo "postgresql: $database (log $dir/postgres.log)"
 for i in "${!PORTS[@]}"; do
   mkdir -p "$dir/relay-$i"
   "$RELAY_LITE" --listen "127.0.0.1:${PORTS[$i]}" --data "$dir/relay-$i" --database "$database" \
-    --families letagents,letmeknow --public-url "$PUBLIC_URL" &
+    --public-url "$PUBLIC_URL" &
   pids+=($!)
   # The first instance runs the migrations; let it finish before the others start.
   [ "$i" = 0 ] && sleep 1

@@ -233,8 +233,7 @@ pub struct Config {
     /// The ASNET/1 email service (SMTP in, SMTP out), when enabled.
     pub asnet: Option<asnet::AsnetConfig>,
     /// A PostgreSQL URL (`postgres://…`): store there instead of SQLite in `data_dir`, so several
-    /// instances can serve one database. It serves [`Family::ON_POSTGRES`] only, and a relay
-    /// on it refuses to start unless `families` leaves the others out.
+    /// instances can serve one database (every family).
     pub database: Option<String>,
     /// The API families to serve; empty means every family.
     pub families: Vec<Family>,
@@ -257,26 +256,12 @@ impl Config {
         }
     }
 
-    /// The families this config serves, checked against its backend: on PostgreSQL, naming (or
-    /// leaving implied) a family that backend does not serve is an error naming it.
+    /// The families this config serves: those named, or every one. Both backends serve every
+    /// family ([`Family::ON_POSTGRES`] is all of them), so any choice works on either.
     pub fn served_families(&self) -> anyhow::Result<Vec<Family>> {
         let mut families = if self.families.is_empty() { Family::ALL.to_vec() } else { self.families.clone() };
         families.sort_unstable();
         families.dedup();
-        if self.database.is_some() {
-            let missing: Vec<&str> =
-                families.iter().filter(|f| !Family::ON_POSTGRES.contains(f)).map(|f| f.name()).collect();
-            if !missing.is_empty() {
-                let served: Vec<&str> = Family::ON_POSTGRES.iter().map(|f| f.name()).collect();
-                anyhow::bail!(
-                    "the PostgreSQL backend does not serve {} yet (it serves {}); serve those from \
-                     PostgreSQL with --families {}, or run on SQLite (--data without --database)",
-                    missing.join(", "),
-                    served.join(", "),
-                    served.join(",")
-                );
-            }
-        }
         Ok(families)
     }
 }

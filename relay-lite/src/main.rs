@@ -30,8 +30,7 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
     /// Store in this PostgreSQL database instead of SQLite in --data (`postgres://user@host/db`),
-    /// so several relay-lite instances serve one database. Serves letagents and letmeknow only:
-    /// give `--families letagents,letmeknow` with it.
+    /// so several relay-lite instances serve one database (every family).
     #[arg(long, value_name = "URL")]
     database: Option<String>,
     /// The API families to serve, comma-separated: letagents, letmeknow, stringcup, agent-mail

@@ -5,6 +5,8 @@
 //! are its configured public URLs (by default its loopback address), never the request's `Host`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod pg_common;
+
 use ed25519_dalek::SigningKey;
 use relay_lite::{Config, RunningRelay};
 use serde_json::Value as J;
@@ -212,7 +214,20 @@ async fn card_refusals_use_the_spec_codes() {
 
 #[tokio::test]
 async fn delivery_is_idempotent_and_tombstones_survive_deletion() {
-    let relay = Relay::start().await;
+    delivery_is_idempotent_and_tombstones_survive_deletion_on(Relay::start().await).await;
+}
+
+/// The same scenario on a relay whose store is PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_delivery_is_idempotent_and_tombstones_survive_deletion() {
+    let Some(pg) = pg_common::cluster() else { return };
+    let url = pg.fresh_database().await;
+    let relay = Relay::start_with(|c| c.database = Some(url)).await;
+    assert!(relay.relay.state().store().is_postgres());
+    delivery_is_idempotent_and_tombstones_survive_deletion_on(relay).await;
+}
+
+async fn delivery_is_idempotent_and_tombstones_survive_deletion_on(relay: Relay) {
     let current = card(&bob(), 100, std::slice::from_ref(&relay.origin));
     assert_eq!(relay.post("/v1/mailboxes", current.to_jcs()).await.0, 200);
     let p = packet(&current, 1, "hello");

@@ -5,7 +5,10 @@
 //! - two commits at one epoch through A and B: exactly one `200`, the other `409` with the epoch;
 //! - one invite id created through A and B at once: one `201`, one `409`; one join through A and
 //!   B at once: one `204`, one `409`;
-//! - a relay asked to serve a family PostgreSQL does not serve refuses to start, naming it.
+//! - a Stringcup long-poll parked on C wakes within 200 ms of a send through A;
+//! - one Stringcup `Idempotency-Key` through A and B at once: one message, identical answers;
+//! - an Agent Mail card published through A is served by C, and a packet delivered through B and
+//!   C at once is stored once.
 //!
 //! Needs PostgreSQL (see `pg_common`): skipped with a reason without it, failed under
 //! `SWITCHBOARD_REQUIRE_POSTGRES=1`.
@@ -48,8 +51,6 @@ async fn instance(url: &str, dirs: &mut Vec<tempfile::TempDir>) -> BinRelay {
         &data,
         "--database",
         url,
-        "--families",
-        "letagents,letmeknow",
         "--public-url",
         PUBLIC,
         "--ip-requests-per-minute",
@@ -184,18 +185,152 @@ async fn one_invite_id_through_a_and_b_makes_one_invite_and_takes_one_join() {
     }
 }
 
+/// A registered Stringcup identity: id and bearer token.
+struct ScAgent {
+    id: String,
+    token: String,
+}
+
+async fn sc_register(relay: &BinRelay, name: &str) -> ScAgent {
+    let key = data_encoding::BASE64.encode(&switchboard_core::util::random_array::<32>());
+    let body = serde_json::json!({"identity_public_key": key, "algo": "x25519", "display_name": name});
+    let r = relay.http.post(relay.url("/api/v2/identities")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let body: serde_json::Value = r.json().await.unwrap();
+    ScAgent { id: body["id"].as_str().unwrap().into(), token: body["api_token"].as_str().unwrap().into() }
+}
+
+fn sc_message(to: &ScAgent, text: &str) -> serde_json::Value {
+    let b64 = |bytes: &[u8]| data_encoding::BASE64.encode(bytes);
+    let mut ciphertext = text.as_bytes().to_vec();
+    ciphertext.resize(text.len() + 16, b'.');
+    serde_json::json!({
+        "recipient_id": to.id,
+        "header": {
+            "version": 2,
+            "algo": "x25519+ecies+aes256gcm",
+            "ephemeral_pub": b64(&switchboard_core::util::random_array::<32>()),
+            "iv": b64(&switchboard_core::util::random_array::<12>()),
+        },
+        "ciphertext": b64(&ciphertext),
+    })
+}
+
+/// `POST /api/v2/messages` through `relay`: the status and the JSON answer.
+async fn sc_send(
+    relay: &BinRelay,
+    from: &ScAgent,
+    body: &serde_json::Value,
+    key: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut request = relay.http.post(relay.url("/api/v2/messages")).bearer_auth(&from.token).json(body);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    let r = request.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_on_postgres_refuses_to_start_with_a_family_postgres_does_not_serve() {
-    let Some(pg) = pg_common::cluster() else { return };
-    let url = pg.fresh_database().await;
-    let dir = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay-lite"))
-        .args(["--listen", "127.0.0.1:0", "--data", dir.path().to_str().unwrap(), "--database", &url])
-        .output()
-        .await
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("stringcup, agent-mail"), "{err}");
-    assert!(err.contains("--families letagents,letmeknow"), "{err}");
+async fn a_stringcup_long_poll_parked_on_c_wakes_within_200ms_of_a_send_through_a() {
+    let Some(cl) = three_instances().await else { return };
+    let alice = sc_register(&cl.a, "alice").await;
+    let bob = sc_register(&cl.b, "bob").await;
+    for round in 0..5i64 {
+        let poll = {
+            let url = cl.c.url(&format!("/api/v2/messages?since_id={round}&wait=20"));
+            let request = cl.c.http.get(url).bearer_auth(&bob.token);
+            tokio::spawn(async move {
+                let r = request.send().await.unwrap();
+                (Instant::now(), r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sent = Instant::now();
+        let (status, _) = sc_send(&cl.a, &alice, &sc_message(&bob, &format!("r{round}")), None).await;
+        assert_eq!(status, 201);
+        let (answered, status, body) = poll.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        let ids: Vec<i64> = body["messages"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
+        assert_eq!(ids, vec![round + 1], "{body}");
+        let took = answered.duration_since(sent);
+        assert!(took < Duration::from_millis(200), "round {round}: C answered {took:?} after A took the send");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stringcup_idempotency_key_through_a_and_b_stores_one_message_with_identical_answers() {
+    let Some(cl) = three_instances().await else { return };
+    let alice = sc_register(&cl.a, "alice").await;
+    let bob = sc_register(&cl.a, "bob").await;
+    for round in 0..5 {
+        let key = format!("retry-{round}");
+        let body = sc_message(&bob, &format!("once {round}"));
+        let (ra, rb) =
+            tokio::join!(sc_send(&cl.a, &alice, &body, Some(&key)), sc_send(&cl.b, &alice, &body, Some(&key)));
+        // One stored it (201), the other replayed it (200); both name the same sent_seq.
+        let mut statuses = [ra.0, rb.0];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 201], "round {round}: {ra:?} {rb:?}");
+        assert_eq!(ra.1["sent_seq"], rb.1["sent_seq"], "round {round}: {ra:?} {rb:?}");
+        assert_eq!((ra.1["status"].as_str(), rb.1["status"].as_str()), (Some("stored"), Some("stored")));
+    }
+    let r = cl.c.http.get(cl.c.url("/api/v2/messages?limit=100")).bearer_auth(&bob.token).send().await.unwrap();
+    let inbox: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(inbox["count"], 5, "one message per key: {inbox}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_mail_card_published_through_a_is_served_by_c_and_a_packet_through_b_and_c_is_stored_once() {
+    use ed25519_dalek::SigningKey;
+    use switchboard_core::protocol::agent_identity::jwt::sign_request_jwt;
+    use switchboard_core::protocol::agent_identity::{AgentId, Origin};
+    use switchboard_core::protocol::agent_mail::card::CardPayload;
+    use switchboard_core::protocol::agent_mail::packet::{SealRequest, seal};
+    use switchboard_core::protocol::agent_mail::{DAY_MS, Id16, MailboxCard, Message, Part};
+    use switchboard_core::util::{SeededRng, now_ms};
+
+    let Some(cl) = three_instances().await else { return };
+    // Every instance names itself by the public URL's https origin.
+    let origin = Origin::parse("https://relay.test").unwrap();
+    let (owner, sender) = (SigningKey::from_bytes(&[0xb0; 32]), SigningKey::from_bytes(&[0xa1; 32]));
+    let mailbox = Id16([7; 16]);
+    let now = now_ms();
+    let payload = CardPayload {
+        mailbox_id: mailbox,
+        expires_at: now + DAY_MS,
+        receive_until: now + 2 * DAY_MS,
+        public_key: x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from([0xb1; 32])).to_bytes(),
+        routes: vec![origin.clone()],
+        max_packet_bytes: 65536,
+    };
+    let card = MailboxCard::sign(&owner, now, 1, payload).unwrap();
+    let r = cl.a.http.post(cl.a.url("/v1/mailboxes")).body(card.to_jcs()).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = cl.c.http.get(cl.c.url(&format!("/v1/mailboxes/{mailbox}/card"))).send().await.unwrap();
+    assert_eq!(r.status(), 200, "C serves the card A accepted");
+    let packets = format!("/v1/mailboxes/{mailbox}/packets");
+    for n in 1..=5u64 {
+        let mut rng = SeededRng::new([n as u8; 32]);
+        let message =
+            Message::new(&mut rng, AgentId::of(&sender), *card.owner(), now, now + DAY_MS / 2, vec![Part::text("hi")]);
+        let req = SealRequest { sender: &sender, card: &card, message: &message, created_at: now, nonce: n };
+        let packet = seal(&req, now, &mut rng).unwrap().to_jcs();
+        let deliver = |relay: &BinRelay| {
+            let request = relay.http.post(relay.url(&packets)).body(packet.clone());
+            async move {
+                let r = request.send().await.unwrap();
+                (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+            }
+        };
+        let (rb, rc) = tokio::join!(deliver(&cl.b), deliver(&cl.c));
+        assert_eq!((rb.0, rc.0), (202, 202), "packet {n}: {rb:?} {rc:?}");
+        assert_eq!(rb.1, rc.1, "packet {n}: both answers name the one acceptance");
+    }
+    let at = now_ms() / 1000;
+    let jwt = sign_request_jwt(&owner, &origin, at - 5, at + 120, None);
+    let r = cl.a.http.get(cl.a.url(&packets)).bearer_auth(jwt).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let page: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(page["result"].as_array().map(Vec::len), Some(5), "each packet stored once: {page}");
 }

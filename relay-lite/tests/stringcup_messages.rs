@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod pg_common;
 mod sc_common;
 
 use std::sync::Arc;
@@ -243,7 +244,20 @@ async fn a_ciphertext_of_exactly_256_kib_is_accepted_and_one_byte_more_is_413() 
 
 #[tokio::test]
 async fn a_retry_with_the_same_idempotency_key_replays_200_and_stores_nothing_new() {
-    let relay = relay().await;
+    a_retry_with_the_same_idempotency_key_replays_200_and_stores_nothing_new_on(relay().await).await;
+}
+
+/// The same scenario on a relay whose store is PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_retry_with_the_same_idempotency_key_replays_200_and_stores_nothing_new() {
+    let Some(pg) = pg_common::cluster() else { return };
+    let url = pg.fresh_database().await;
+    let relay = relay_config(|c| c.database = Some(url)).await;
+    assert!(relay.relay.state().store().is_postgres());
+    a_retry_with_the_same_idempotency_key_replays_200_and_stores_nothing_new_on(relay).await;
+}
+
+async fn a_retry_with_the_same_idempotency_key_replays_200_and_stores_nothing_new_on(relay: sc_common::Relay) {
     let (alice, bob) = (relay.register("alice").await, relay.register("bob").await);
     let body = message(&bob.id, &ct("exactly once"));
     let first = relay.send_with(&alice, &body, Some("retry-1")).await;

@@ -1,6 +1,7 @@
 //! What relay-lite's load benches share: knobs from the environment, the keep-alive HTTP client,
-//! the two bare baseline servers ("axum + one sqlx INSERT per request", and "axum + sqlx with the
-//! same group commit as relay-lite", which also delivers committed bodies to websockets), the
+//! the bare baseline servers ("axum + one sqlx INSERT per request", "axum + sqlx with the same
+//! group commit as relay-lite", which also delivers committed bodies to websockets, and the same
+//! group commit on PostgreSQL), the
 //! closed-loop POST load generator, and the statistics (percentiles, medians, per-round ratios).
 //! Each bench keeps only what is its protocol's own: the bodies it seals and the relay set-up.
 
@@ -22,7 +23,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions as _, SqliteConnection};
+use sqlx::{ConnectOptions as _, Connection as _, SqliteConnection};
 use switchboard_core::util::{b64u, now_ms};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -212,6 +213,92 @@ async fn commit_group(conn: &mut SqliteConnection, batch: &[GroupWrite], ids: &m
     .await;
     if applied.is_err() {
         ids.clear();
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    applied.is_ok()
+}
+
+/// The PostgreSQL group-commit baseline's writes: mailbox, body, where to answer.
+type PgGroupWrite = (String, Bytes, oneshot::Sender<bool>);
+
+/// Creates the PostgreSQL baseline's table in the database at `url` (once per database, before
+/// any baseline server starts on it).
+pub async fn create_pg_baseline_table(url: &str) {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE stored (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, mailbox TEXT NOT NULL, \
+         received_ms BIGINT NOT NULL, body BYTEA NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
+/// The PostgreSQL baseline: what relay-lite's writer does on PostgreSQL and nothing else.
+/// `POST route` (one `{id}` segment) queues the body for one writer task that waits for one write,
+/// takes every write already queued (up to 1024), `BEGIN`, one cached `INSERT … RETURNING id`
+/// each, one `pg_notify` naming each mailbox with its newest id (as relay-lite's batch announces
+/// its wake-ups to the other instances), `COMMIT`, then answers every caller `202 {}`. Several of
+/// these on one database are the baseline of several relay-lite instances.
+pub async fn start_pg_group_commit_baseline(url: &str, route: &str) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let (writes, mut queue) = mpsc::channel::<PgGroupWrite>(4096);
+    let writer = tokio::spawn(async move {
+        let mut batch: Vec<PgGroupWrite> = Vec::with_capacity(1024);
+        while let Some(first) = queue.recv().await {
+            batch.push(first);
+            while batch.len() < 1024 {
+                let Ok(next) = queue.try_recv() else { break };
+                batch.push(next);
+            }
+            let ok = commit_pg_group(&mut conn, &batch).await;
+            for (_, _, reply) in batch.drain(..) {
+                let _ = reply.send(ok);
+            }
+        }
+    });
+    async fn deposit(
+        State(writes): State<mpsc::Sender<PgGroupWrite>>,
+        UrlPath(id): UrlPath<String>,
+        body: Bytes,
+    ) -> (StatusCode, &'static str) {
+        let (reply, answer) = oneshot::channel();
+        if writes.send((id, body, reply)).await.is_err() {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "");
+        }
+        match answer.await {
+            Ok(true) => (StatusCode::ACCEPTED, "{}"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, ""),
+        }
+    }
+    let router = Router::new().route(route, post(deposit)).with_state(writes);
+    let (addr, task) = serve(router).await;
+    (addr, task, writer)
+}
+
+/// One group commit of the PostgreSQL baseline; false (every caller fails) if anything failed.
+async fn commit_pg_group(conn: &mut sqlx::PgConnection, batch: &[PgGroupWrite]) -> bool {
+    let applied = async {
+        sqlx::query("BEGIN").execute(&mut *conn).await?;
+        let now = now_ms();
+        let mut newest: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+        for (mailbox, body, _) in batch {
+            let id: i64 =
+                sqlx::query_scalar("INSERT INTO stored (mailbox, received_ms, body) VALUES ($1, $2, $3) RETURNING id")
+                    .bind(mailbox)
+                    .bind(now)
+                    .bind(body.as_ref())
+                    .fetch_one(&mut *conn)
+                    .await?;
+            newest.insert(mailbox, id);
+        }
+        let payload = serde_json::to_string(&newest.into_iter().collect::<Vec<_>>()).unwrap_or_default();
+        sqlx::query("SELECT pg_notify('baseline', $1)").bind(payload).execute(&mut *conn).await?;
+        sqlx::query("COMMIT").execute(&mut *conn).await?;
+        Ok::<(), sqlx::Error>(())
+    }
+    .await;
+    if applied.is_err() {
         let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
     }
     applied.is_ok()

@@ -6,10 +6,14 @@
 //! `switchboard_core::protocol::agent_mail::relay` run against state read in the same
 //! transaction, so the decision, sequence allocation and storage are one atomic step, and the
 //! caller is answered only after the commit.
+//!
+//! Routes see [`AgentMailStore`]; the request and outcome types here are shared with the
+//! PostgreSQL backend ([`super::pg::agent_mail`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use async_trait::async_trait;
 use sqlx::{Row as _, SqliteConnection, SqlitePool};
 use switchboard_core::protocol::agent_identity::live_write::{DEFAULT_WINDOW_MS, LiveWrite, NonceCacheEntry};
 use switchboard_core::protocol::agent_identity::{AgentId, Hash32, Origin};
@@ -20,9 +24,8 @@ use switchboard_core::protocol::agent_mail::relay::{
     self, Admission, CurrentCard, Delivery, DeliveryResult, RelayError,
 };
 
-use super::Family;
-use super::writer::{BatchCx, Reply, WriteOp, settle};
-use super::{Store, StoreError};
+use super::writer::request;
+use super::{SqliteStore, Store, StoreError};
 use crate::origin::PublicOrigins;
 
 /// What one mailbox may hold before the next new packet gets `rate_limited` (checked before
@@ -62,32 +65,25 @@ pub struct Published {
     pub resubmission: bool,
 }
 
-/// A queued Agent Mail write.
-pub(crate) struct AmPending<R, T> {
-    req: R,
-    out: Option<Decided<T>>,
-    reply: Reply<Decided<T>>,
-}
-
 /// `POST /v1/mailboxes`.
 pub(crate) struct Publish {
-    card: MailboxCard,
-    origin: Origin,
-    now: i64,
+    pub(crate) card: MailboxCard,
+    pub(crate) origin: Origin,
+    pub(crate) now: i64,
 }
 
 /// `POST /v1/mailboxes/{id}/packets`.
 pub(crate) struct Deliver {
-    packet: Packet,
-    path: Id16,
-    origins: Arc<PublicOrigins>,
-    quota: Quota,
-    now: i64,
+    pub(crate) packet: Packet,
+    pub(crate) path: Id16,
+    pub(crate) origins: Arc<PublicOrigins>,
+    pub(crate) quota: Quota,
+    pub(crate) now: i64,
 }
 
 /// The reclaim sweep at `now`.
 pub(crate) struct Sweep {
-    now: i64,
+    pub(crate) now: i64,
 }
 
 /// What a sweep reclaimed.
@@ -103,81 +99,39 @@ pub struct AmSweepReport {
 
 /// `DELETE /v1/mailboxes/{id}/packets/{packet_id}` (after the owner was authorized).
 pub(crate) struct Delete {
-    mailbox: Id16,
-    packet_id: Hash32,
+    pub(crate) mailbox: Id16,
+    pub(crate) packet_id: Hash32,
 }
 
 /// `PUT`/`DELETE /v1/mailboxes/{id}/blocked/{agent_id}` (after the owner was authorized).
 pub(crate) struct Block {
-    mailbox: Id16,
-    sender: AgentId,
-    blocked: bool,
+    pub(crate) mailbox: Id16,
+    pub(crate) sender: AgentId,
+    pub(crate) blocked: bool,
 }
 
-/// An Agent Mail write for the writer task (boxed in the queue: cards and packets are large).
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum AmOp {
-    Publish(AmPending<Publish, Published>),
-    Deliver(AmPending<Deliver, DeliveryResult>),
-    Delete(AmPending<Delete, ()>),
-    Block(AmPending<Block, ()>),
-    Sweep(AmPending<Sweep, AmSweepReport>),
+impl Deliver {
+    /// Payload bytes, for the writer's per-batch byte cap.
+    pub(crate) fn payload_bytes(&self) -> usize {
+        self.packet.size()
+    }
 }
 
-impl WriteOp<SqliteConnection> for AmOp {
+request!(SqliteConnection, Publish => Decided<Published>, publish);
+request!(SqliteConnection, Deliver => Decided<DeliveryResult>, deliver, {
     fn bytes(&self) -> usize {
-        AmOp::bytes(self)
+        self.payload_bytes()
     }
+});
+request!(SqliteConnection, Delete => (), delete);
+request!(SqliteConnection, Block => (), block);
+request!(SqliteConnection, Sweep => AmSweepReport, sweep);
 
-    fn apply<'a>(
-        &'a mut self,
-        conn: &'a mut SqliteConnection,
-        _: &'a mut BatchCx<'_>,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(AmOp::apply(self, conn))
-    }
-
-    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, _: &crate::hub::Hub) {
-        AmOp::finish(*self, committed);
-    }
-}
-
-impl AmOp {
-    pub(crate) fn bytes(&self) -> usize {
-        match self {
-            Self::Deliver(p) => p.req.packet.size(),
-            _ => 0,
-        }
-    }
-
-    pub(crate) async fn apply(&mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-        match self {
-            Self::Publish(p) => p.out = Some(publish(conn, &p.req).await?),
-            Self::Deliver(p) => p.out = Some(deliver(conn, &p.req).await?),
-            Self::Delete(p) => p.out = Some(delete(conn, &p.req).await?),
-            Self::Block(p) => p.out = Some(block(conn, &p.req).await?),
-            Self::Sweep(p) => p.out = Some(Ok(sweep(conn, &p.req).await?)),
-        }
-        Ok(())
-    }
-
-    pub(crate) fn finish(self, committed: &Result<(), StoreError>) {
-        // A caller that went away (client disconnected) no longer needs the answer.
-        match self {
-            Self::Publish(p) => drop(p.reply.send(settle(committed, p.out))),
-            Self::Deliver(p) => drop(p.reply.send(settle(committed, p.out))),
-            Self::Delete(p) => drop(p.reply.send(settle(committed, p.out))),
-            Self::Block(p) => drop(p.reply.send(settle(committed, p.out))),
-            Self::Sweep(p) => drop(p.reply.send(settle(committed, p.out))),
-        }
-    }
-}
-
-fn corrupt(what: &str) -> sqlx::Error {
+pub(crate) fn corrupt(what: &str) -> sqlx::Error {
     sqlx::Error::Decode(format!("stored agent mail {what} does not verify").into())
 }
 
-fn to_i64(n: u64) -> i64 {
+pub(crate) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -191,8 +145,13 @@ where
         .await?;
     let Some(row) = row else { return Ok(None) };
     let bytes: Vec<u8> = row.try_get("card")?;
-    let card = MailboxCard::parse(&bytes).map_err(|_| corrupt("card"))?;
-    Ok(Some(CurrentCard { card, accepted_at: row.try_get("accepted_at")? }))
+    Ok(Some(parse_current(&bytes, row.try_get("accepted_at")?)?))
+}
+
+/// A stored current card, parsed and verified again.
+pub(crate) fn parse_current(bytes: &[u8], accepted_at: i64) -> Result<CurrentCard, sqlx::Error> {
+    let card = MailboxCard::parse(bytes).map_err(|_| corrupt("card"))?;
+    Ok(CurrentCard { card, accepted_at })
 }
 
 /// Verified cards by mailbox with the stored bytes they were parsed from: delivery reads the
@@ -214,11 +173,16 @@ async fn delivery_card(conn: &mut SqliteConnection, mailbox: &str) -> Result<Opt
         .bind(mailbox)
         .fetch_optional(&mut *conn)
         .await?;
-    let Some(bytes) = bytes else { return Ok(None) };
+    bytes.map(|bytes| verified_card(mailbox, bytes)).transpose()
+}
+
+/// `mailbox`'s card from its stored `bytes`: the cached verified card when the bytes are the
+/// ones it was parsed from, else parsed and verified (and cached).
+pub(crate) fn verified_card(mailbox: &str, bytes: Vec<u8>) -> Result<MailboxCard, sqlx::Error> {
     if let Some((cached, card)) = card_cache().get(mailbox)
         && *cached == bytes
     {
-        return Ok(Some(card.clone()));
+        return Ok(card.clone());
     }
     let card = MailboxCard::parse(&bytes).map_err(|_| corrupt("card"))?;
     let mut cache = card_cache();
@@ -226,7 +190,7 @@ async fn delivery_card(conn: &mut SqliteConnection, mailbox: &str) -> Result<Opt
         cache.clear();
     }
     cache.insert(mailbox.to_owned(), (bytes, card.clone()));
-    Ok(Some(card))
+    Ok(card)
 }
 
 async fn publish(conn: &mut SqliteConnection, req: &Publish) -> Result<Decided<Published>, sqlx::Error> {
@@ -373,7 +337,7 @@ async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<D
     }
 }
 
-async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<Decided<()>, sqlx::Error> {
+async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<(), sqlx::Error> {
     // The row stays as the acceptance tombstone; only the ciphertext goes.
     let mailbox = req.mailbox.to_string();
     let freed: Option<i64> = sqlx::query_scalar(
@@ -393,7 +357,7 @@ async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<Decided<()>
         .execute(&mut *conn)
         .await?;
     }
-    Ok(Ok(()))
+    Ok(())
 }
 
 /// Reclaims what the protocol no longer needs: packet rows (bodies and tombstones) once the
@@ -434,14 +398,14 @@ async fn sweep(conn: &mut SqliteConnection, req: &Sweep) -> Result<AmSweepReport
     })
 }
 
-async fn block(conn: &mut SqliteConnection, req: &Block) -> Result<Decided<()>, sqlx::Error> {
+async fn block(conn: &mut SqliteConnection, req: &Block) -> Result<(), sqlx::Error> {
     let sql = if req.blocked {
         "INSERT OR IGNORE INTO am_blocked (mailbox_id, sender) VALUES (?, ?)"
     } else {
         "DELETE FROM am_blocked WHERE mailbox_id = ? AND sender = ?"
     };
     sqlx::query(sql).bind(req.mailbox.to_string()).bind(req.sender.to_string()).execute(&mut *conn).await?;
-    Ok(Ok(()))
+    Ok(())
 }
 
 /// One stored packet for an owner list.
@@ -484,26 +448,94 @@ async fn list(
         .collect()
 }
 
-impl Store {
-    async fn am_write<R, T>(
+/// Agent Mail 1.0 storage: current cards, the live-write nonce cache, accepted packets and
+/// their tombstones, sender blocks. Writes decide inside the writer's transaction.
+#[async_trait]
+pub trait AgentMailStore: Send + Sync {
+    /// Decides and (on acceptance) stores a verified card as its mailbox's current card.
+    async fn publish(&self, card: MailboxCard, origin: Origin, now: i64) -> Result<Decided<Published>, StoreError>;
+
+    /// Decides and (on acceptance) stores a verified packet delivered to `path`.
+    async fn deliver(
         &self,
-        req: R,
-        wrap: impl FnOnce(AmPending<R, T>) -> AmOp,
-    ) -> Result<Decided<T>, StoreError> {
-        self.sqlite(Family::AgentMail)?.write(|reply| Box::new(wrap(AmPending { req, out: None, reply }))).await
+        packet: Packet,
+        path: Id16,
+        origins: Arc<PublicOrigins>,
+        quota: Quota,
+        now: i64,
+    ) -> Result<Decided<DeliveryResult>, StoreError>;
+
+    /// Deletes a packet's ciphertext, keeping its tombstone; absent packets are fine.
+    async fn delete(&self, mailbox: Id16, packet_id: Hash32) -> Result<(), StoreError>;
+
+    /// Blocks (or unblocks) new packets from `sender` to `mailbox`; idempotent.
+    async fn block(&self, mailbox: Id16, sender: AgentId, blocked: bool) -> Result<(), StoreError>;
+
+    /// Reclaims expired packets and tombstones, forgettable mailboxes and stale nonce entries.
+    async fn sweep(&self, now: i64) -> Result<AmSweepReport, StoreError>;
+
+    /// The current card of `mailbox`.
+    async fn card(&self, mailbox: &Id16) -> Result<Option<CurrentCard>, StoreError>;
+
+    /// Up to `limit` undeleted, unexpired packets of `mailbox` with seq above `after`.
+    async fn list(&self, mailbox: &Id16, after: u64, limit: usize, now: i64) -> Result<Vec<StoredPacket>, StoreError>;
+}
+
+#[async_trait]
+impl AgentMailStore for SqliteStore {
+    async fn publish(&self, card: MailboxCard, origin: Origin, now: i64) -> Result<Decided<Published>, StoreError> {
+        self.submit(Publish { card, origin, now }).await
     }
 
-    /// Decides and (on acceptance) stores a verified card as its mailbox's current card.
+    async fn deliver(
+        &self,
+        packet: Packet,
+        path: Id16,
+        origins: Arc<PublicOrigins>,
+        quota: Quota,
+        now: i64,
+    ) -> Result<Decided<DeliveryResult>, StoreError> {
+        self.submit(Deliver { packet, path, origins, quota, now }).await
+    }
+
+    async fn delete(&self, mailbox: Id16, packet_id: Hash32) -> Result<(), StoreError> {
+        self.submit(Delete { mailbox, packet_id }).await
+    }
+
+    async fn block(&self, mailbox: Id16, sender: AgentId, blocked: bool) -> Result<(), StoreError> {
+        self.submit(Block { mailbox, sender, blocked }).await
+    }
+
+    async fn sweep(&self, now: i64) -> Result<AmSweepReport, StoreError> {
+        self.submit(Sweep { now }).await
+    }
+
+    async fn card(&self, mailbox: &Id16) -> Result<Option<CurrentCard>, StoreError> {
+        Ok(current_card(&self.read, mailbox).await?)
+    }
+
+    async fn list(&self, mailbox: &Id16, after: u64, limit: usize, now: i64) -> Result<Vec<StoredPacket>, StoreError> {
+        Ok(list(&self.read, mailbox, after, limit, now).await?)
+    }
+}
+
+impl Store {
+    /// Agent Mail 1.0 storage.
+    pub fn agent_mail(&self) -> &dyn AgentMailStore {
+        &*self.agent_mail
+    }
+
+    /// Decides and (on acceptance) stores a verified card (see [`AgentMailStore::publish`]).
     pub async fn am_publish(
         &self,
         card: MailboxCard,
         origin: Origin,
         now: i64,
     ) -> Result<Decided<Published>, StoreError> {
-        self.am_write(Publish { card, origin, now }, AmOp::Publish).await
+        self.agent_mail.publish(card, origin, now).await
     }
 
-    /// Decides and (on acceptance) stores a verified packet delivered to `path`.
+    /// Decides and (on acceptance) stores a verified packet (see [`AgentMailStore::deliver`]).
     pub async fn am_deliver(
         &self,
         packet: Packet,
@@ -512,27 +544,27 @@ impl Store {
         quota: Quota,
         now: i64,
     ) -> Result<Decided<DeliveryResult>, StoreError> {
-        self.am_write(Deliver { packet, path, origins, quota, now }, AmOp::Deliver).await
+        self.agent_mail.deliver(packet, path, origins, quota, now).await
     }
 
     /// Reclaims expired packets and tombstones, forgettable mailboxes and stale nonce entries.
     pub async fn am_sweep(&self, now: i64) -> Result<AmSweepReport, StoreError> {
-        self.am_write(Sweep { now }, AmOp::Sweep).await?.map_err(|_| StoreError::Closed)
+        self.agent_mail.sweep(now).await
     }
 
     /// Deletes a packet's ciphertext, keeping its tombstone; absent packets are fine.
     pub async fn am_delete(&self, mailbox: Id16, packet_id: Hash32) -> Result<(), StoreError> {
-        self.am_write(Delete { mailbox, packet_id }, AmOp::Delete).await?.map_err(|_| StoreError::Closed)
+        self.agent_mail.delete(mailbox, packet_id).await
     }
 
     /// Blocks (or unblocks) new packets from `sender` to `mailbox`; idempotent.
     pub async fn am_block(&self, mailbox: Id16, sender: AgentId, blocked: bool) -> Result<(), StoreError> {
-        self.am_write(Block { mailbox, sender, blocked }, AmOp::Block).await?.map_err(|_| StoreError::Closed)
+        self.agent_mail.block(mailbox, sender, blocked).await
     }
 
     /// The current card of `mailbox`.
     pub async fn am_card(&self, mailbox: &Id16) -> Result<Option<CurrentCard>, StoreError> {
-        Ok(current_card(&self.sqlite(Family::AgentMail)?.read, mailbox).await?)
+        self.agent_mail.card(mailbox).await
     }
 
     /// Up to `limit` undeleted, unexpired packets of `mailbox` with seq above `after`.
@@ -543,6 +575,6 @@ impl Store {
         limit: usize,
         now: i64,
     ) -> Result<Vec<StoredPacket>, StoreError> {
-        Ok(list(&self.sqlite(Family::AgentMail)?.read, mailbox, after, limit, now).await?)
+        self.agent_mail.list(mailbox, after, limit, now).await
     }
 }

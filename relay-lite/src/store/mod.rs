@@ -1,11 +1,11 @@
 //! The relay's store: what the routes call ([`Store`]), per protocol family behind a trait
-//! ([`LetagentsStore`], [`LetmeknowStore`]), with two backends.
+//! ([`LetagentsStore`], [`LetmeknowStore`], [`StringcupStore`], [`AgentMailStore`]), with two
+//! backends serving every family.
 //!
 //! - SQLite (the embedded default; WAL, `synchronous=FULL`, numbered migrations in
-//!   `migrations/`): every family. One relay-lite owns the file.
-//! - PostgreSQL ([`pg`]; migrations in `migrations-pg/`): letagents and letmeknow so far, for
-//!   several relay-lite instances on one database. Stringcup and Agent Mail run on SQLite only;
-//!   a relay on PostgreSQL refuses to start unless told to leave them out ([`Family`]).
+//!   `migrations/`). One relay-lite owns the file.
+//! - PostgreSQL ([`pg`]; migrations in `migrations-pg/`), for several relay-lite instances on
+//!   one database.
 //! - Every write goes through one writer task per instance ([`writer`]) fed by a bounded
 //!   channel; it applies all queued writes in one transaction and answers each caller only after
 //!   the commit (group commit), so a `202` always means "on disk" and throughput grows with
@@ -34,9 +34,11 @@ use sqlx::{ConnectOptions as _, Connection as _, SqliteConnection};
 use switchboard_core::protocol::letmeknow::header::ContentType;
 
 use crate::hub::Hub;
+pub use agent_mail::AgentMailStore;
 pub use letagents::{DepositOutcome, LoginOutcome, SweepReport, Waiting};
 use letmeknow::{InviteOutcome, InviteState, LmkSweepReport, PostOutcome};
-use writer::{Backend, BoxOp, Reply, Writer};
+pub use stringcup::StringcupStore;
+use writer::{Backend, Writer};
 
 /// The database file inside the data directory.
 pub const DB_FILE: &str = "relay-lite.sqlite3";
@@ -84,8 +86,8 @@ pub enum Family {
 impl Family {
     /// Every family, in the order `--families` lists them.
     pub const ALL: [Family; 4] = [Family::Letagents, Family::Letmeknow, Family::Stringcup, Family::AgentMail];
-    /// The families the PostgreSQL backend serves.
-    pub const ON_POSTGRES: [Family; 2] = [Family::Letagents, Family::Letmeknow];
+    /// The families the PostgreSQL backend serves (every one).
+    pub const ON_POSTGRES: [Family; 4] = Self::ALL;
 
     /// The name `--families` takes.
     pub fn name(self) -> &'static str {
@@ -308,14 +310,6 @@ impl SqliteStore {
         Ok(Self { writer, read })
     }
 
-    /// Queues the op `make` builds; returns its outcome after the commit.
-    pub(crate) async fn write<T>(
-        &self,
-        make: impl FnOnce(Reply<T>) -> BoxOp<SqliteConnection>,
-    ) -> Result<T, StoreError> {
-        self.writer.write(make).await
-    }
-
     /// Queues `req`; returns its outcome after the commit.
     pub(crate) async fn submit<R: writer::Request<SqliteConnection>>(&self, req: R) -> Result<R::Out, StoreError> {
         self.writer.submit(req).await
@@ -331,6 +325,8 @@ impl SqliteStore {
 pub struct Store {
     letagents: Arc<dyn LetagentsStore>,
     letmeknow: Arc<dyn LetmeknowStore>,
+    stringcup: Arc<dyn StringcupStore>,
+    agent_mail: Arc<dyn AgentMailStore>,
     sqlite: Option<Arc<SqliteStore>>,
     pg: Option<Arc<pg::PgStore>>,
 }
@@ -346,15 +342,29 @@ impl Store {
     /// writer; `hub` hears about every committed write. Serves every family.
     pub async fn open(data_dir: &Path, hub: Arc<Hub>) -> Result<Self, StoreError> {
         let sqlite = Arc::new(SqliteStore::open(data_dir, hub).await?);
-        Ok(Self { letagents: sqlite.clone(), letmeknow: sqlite.clone(), sqlite: Some(sqlite), pg: None })
+        Ok(Self {
+            letagents: sqlite.clone(),
+            letmeknow: sqlite.clone(),
+            stringcup: sqlite.clone(),
+            agent_mail: sqlite.clone(),
+            sqlite: Some(sqlite),
+            pg: None,
+        })
     }
 
     /// Connects to the PostgreSQL database at `url`, runs its migrations, starts the writer and
     /// the listener that hears other instances' commits; `hub` hears about every committed
-    /// write, this instance's and the others'. Serves [`Family::ON_POSTGRES`] only.
+    /// write, this instance's and the others'. Serves [`Family::ON_POSTGRES`].
     pub async fn open_postgres(url: &str, hub: Arc<Hub>) -> Result<Self, StoreError> {
         let pg = Arc::new(pg::PgStore::open(url, hub).await?);
-        Ok(Self { letagents: pg.clone(), letmeknow: pg.clone(), sqlite: None, pg: Some(pg) })
+        Ok(Self {
+            letagents: pg.clone(),
+            letmeknow: pg.clone(),
+            stringcup: pg.clone(),
+            agent_mail: pg.clone(),
+            sqlite: None,
+            pg: Some(pg),
+        })
     }
 
     /// Whether this store runs on PostgreSQL.
@@ -372,7 +382,8 @@ impl Store {
         &*self.letmeknow
     }
 
-    /// The SQLite backend, for the families only it serves (`family` names the one asking).
+    /// The SQLite backend, if this store runs on it (`family` names the one asking).
+    #[cfg(test)]
     pub(crate) fn sqlite(&self, family: Family) -> Result<&SqliteStore, StoreError> {
         self.sqlite.as_deref().ok_or(StoreError::NotServed(family))
     }

@@ -2,21 +2,21 @@
 //! idempotency keys (`sc_idempotency`), topics (`sc_topic`, `sc_topic_member`), rendezvous
 //! (`sc_rendezvous`, `sc_rendezvous_claim`) and the statistics counter (`sc_counter`).
 //!
-//! - Writes are `ScOp`s run by the group-committing writer: each op's decision (stored, not
-//!   found, full, replay...) is made inside the transaction, so concurrent requests are
+//! - Writes are requests run by the group-committing writer: each request's decision (stored,
+//!   not found, full, replay...) is made inside the transaction, so concurrent requests are
 //!   serialised by the writer, never by the route. Business outcomes are values, never SQL
 //!   errors: a failing statement would roll back every other caller's write in the batch.
-//! - After the commit, an op wakes parked long-polls through the [`Hub`] (an inbox's newest
-//!   id, a rendezvous' version).
-//! - Reads go to the reader pool through [`Stringcup`], the store's Stringcup face.
+//! - Once the batch commits, the writer wakes parked long-polls through the hub (an inbox's
+//!   newest id, a rendezvous' version); on PostgreSQL the same wake-ups reach other instances.
+//! - Reads go to the reader pool. Routes see [`StringcupStore`]; the request and outcome types
+//!   here are shared with the PostgreSQL backend ([`super::pg::stringcup`]).
 
-use sqlx::{SqliteConnection, SqliteExecutor, SqlitePool};
+use async_trait::async_trait;
+use sqlx::{SqliteConnection, SqliteExecutor};
 use switchboard_core::util::hex;
 
-use super::Family;
-use super::writer::{BatchCx, Reply, WriteOp, settle};
-use super::{Store, StoreError};
-use crate::hub::Hub;
+use super::writer::request;
+use super::{SqliteStore, Store, StoreError};
 
 /// The hub key of an identity's inbox (namespaced apart from letagents mailbox ids).
 pub fn inbox_key(identity: &str) -> String {
@@ -46,7 +46,8 @@ impl Role {
         }
     }
 
-    fn parse(text: &str) -> Option<Self> {
+    /// The role spelled `text`.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         match text {
             "initiator" => Some(Self::Initiator),
             "responder" => Some(Self::Responder),
@@ -534,131 +535,79 @@ pub struct Counts {
     pub messages_stored: u64,
 }
 
-/// A queued write with its outcome once applied and the caller waiting for it.
-pub(crate) struct Pending<R, T> {
-    req: R,
-    out: Option<T>,
-    reply: Reply<T>,
-}
-
-impl<R, T> Pending<R, T> {
-    fn new(req: R, reply: Reply<T>) -> Self {
-        Self { req, out: None, reply }
+impl SendRequest {
+    /// The inboxes to wake once `out` commits: each recipient a message was stored for, with
+    /// its new inbox id.
+    pub(crate) fn wakeups_for(&self, out: &[SendOutcome]) -> Vec<(String, i64)> {
+        self.messages
+            .iter()
+            .zip(out)
+            .filter_map(|(message, outcome)| match outcome {
+                SendOutcome::Stored { inbox_id, .. } => Some((inbox_key(&message.recipient), *inbox_id)),
+                _ => None,
+            })
+            .collect()
     }
 
-    fn answer(self, committed: &Result<(), StoreError>) {
-        // A caller that went away (client disconnected) no longer needs the answer.
-        let _ = self.reply.send(settle(committed, self.out));
-    }
-}
-
-/// A Stringcup write for the writer task.
-pub(crate) enum ScOp {
-    Register(Pending<Register, bool>),
-    Update(Pending<Update, Option<Updated>>),
-    Touch(Pending<Touch, ()>),
-    Rotate(Pending<Rotate, bool>),
-    Send(Pending<SendRequest, Vec<SendOutcome>>),
-    Ack(Pending<Ack, AckOutcome>),
-    CreateTopic(Pending<CreateTopic, TopicCreated>),
-    AddMembers(Pending<AddMembers, AddOutcome>),
-    RemoveMember(Pending<RemoveMember, RemoveOutcome>),
-    DeleteTopic(Pending<DeleteTopic, DeleteOutcome>),
-    OpenRendezvous(Pending<OpenRendezvous, Opened>),
-    JoinRendezvous(Pending<JoinRendezvous, (JoinOutcome, i64)>),
-    ReleaseRendezvous(Pending<ReleaseRendezvous, (Released, i64)>),
-    Sweep(Pending<Sweep, ScSweepReport>),
-}
-
-impl WriteOp<SqliteConnection> for ScOp {
-    fn bytes(&self) -> usize {
-        ScOp::bytes(self)
-    }
-
-    fn apply<'a>(
-        &'a mut self,
-        conn: &'a mut SqliteConnection,
-        _: &'a mut BatchCx<'_>,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(ScOp::apply(self, conn))
-    }
-
-    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, hub: &Hub) {
-        ScOp::finish(*self, committed, hub);
-    }
-}
-
-impl ScOp {
     /// Payload bytes, for the writer's per-batch byte cap.
-    pub(crate) fn bytes(&self) -> usize {
-        match self {
-            Self::Send(p) => p.req.messages.iter().map(NewMessage::size).sum(),
-            _ => 0,
-        }
+    pub(crate) fn payload_bytes(&self) -> usize {
+        self.messages.iter().map(NewMessage::size).sum()
     }
+}
 
-    pub(crate) async fn apply(&mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-        match self {
-            Self::Register(p) => p.out = Some(register(conn, &p.req).await?),
-            Self::Update(p) => p.out = Some(update(conn, &p.req).await?),
-            Self::Touch(p) => p.out = Some(touch(conn, &p.req).await?),
-            Self::Rotate(p) => p.out = Some(rotate(conn, &p.req).await?),
-            Self::Send(p) => p.out = Some(send(conn, &p.req).await?),
-            Self::Ack(p) => p.out = Some(ack(conn, &p.req).await?),
-            Self::CreateTopic(p) => p.out = Some(create_topic(conn, &p.req).await?),
-            Self::AddMembers(p) => p.out = Some(add_members(conn, &p.req).await?),
-            Self::RemoveMember(p) => p.out = Some(remove_member(conn, &p.req).await?),
-            Self::DeleteTopic(p) => p.out = Some(delete_topic(conn, &p.req).await?),
-            Self::OpenRendezvous(p) => p.out = Some(open_rendezvous(conn, &p.req).await?),
-            Self::JoinRendezvous(p) => p.out = Some(join_rendezvous(conn, &p.req).await?),
-            Self::ReleaseRendezvous(p) => p.out = Some(release_rendezvous(conn, &p.req).await?),
-            Self::Sweep(p) => p.out = Some(sweep(conn, &p.req).await?),
-        }
-        Ok(())
-    }
-
-    /// Wakes parked requests about what committed, then answers the caller.
-    pub(crate) fn finish(self, committed: &Result<(), StoreError>, hub: &Hub) {
-        let ok = committed.is_ok();
-        match self {
-            Self::Send(p) => {
-                if ok && let Some(out) = &p.out {
-                    for (message, outcome) in p.req.messages.iter().zip(out) {
-                        if let SendOutcome::Stored { inbox_id, .. } = outcome {
-                            hub.publish(&inbox_key(&message.recipient), *inbox_id);
-                        }
-                    }
-                }
-                p.answer(committed);
-            }
-            Self::JoinRendezvous(p) => {
-                if ok && let Some((JoinOutcome::Holds(_), version)) = &p.out {
-                    hub.publish(&rendezvous_key(&p.req.token_hash), *version);
-                }
-                p.answer(committed);
-            }
-            Self::ReleaseRendezvous(p) => {
-                if ok && let Some((Some(_), version)) = &p.out {
-                    hub.publish(&rendezvous_key(&p.req.token_hash), *version);
-                }
-                p.answer(committed);
-            }
-            Self::Register(p) => p.answer(committed),
-            Self::Update(p) => p.answer(committed),
-            Self::Touch(p) => p.answer(committed),
-            Self::Rotate(p) => p.answer(committed),
-            Self::Ack(p) => p.answer(committed),
-            Self::CreateTopic(p) => p.answer(committed),
-            Self::AddMembers(p) => p.answer(committed),
-            Self::RemoveMember(p) => p.answer(committed),
-            Self::DeleteTopic(p) => p.answer(committed),
-            Self::OpenRendezvous(p) => p.answer(committed),
-            Self::Sweep(p) => p.answer(committed),
+impl JoinRendezvous {
+    /// The rendezvous version to announce once a claim (or a re-poll) commits.
+    pub(crate) fn wakeup_for(&self, out: &(JoinOutcome, i64)) -> Option<(String, i64)> {
+        match out {
+            (JoinOutcome::Holds(_), version) => Some((rendezvous_key(&self.token_hash), *version)),
+            _ => None,
         }
     }
 }
 
-fn count(n: i64) -> u64 {
+impl ReleaseRendezvous {
+    /// The rendezvous version to announce once a release commits.
+    pub(crate) fn wakeup_for(&self, out: &(Released, i64)) -> Option<(String, i64)> {
+        match out {
+            (Some(_), version) => Some((rendezvous_key(&self.token_hash), *version)),
+            (None, _) => None,
+        }
+    }
+}
+
+request!(SqliteConnection, Register => bool, register);
+request!(SqliteConnection, Update => Option<Updated>, update);
+request!(SqliteConnection, Touch => (), touch);
+request!(SqliteConnection, Rotate => bool, rotate);
+request!(SqliteConnection, SendRequest => Vec<SendOutcome>, send, {
+    fn bytes(&self) -> usize {
+        self.payload_bytes()
+    }
+
+    fn more_wakeups(&self, out: &Vec<SendOutcome>) -> Vec<(String, i64)> {
+        self.wakeups_for(out)
+    }
+});
+request!(SqliteConnection, Ack => AckOutcome, ack);
+request!(SqliteConnection, CreateTopic => TopicCreated, create_topic);
+request!(SqliteConnection, AddMembers => AddOutcome, add_members);
+request!(SqliteConnection, RemoveMember => RemoveOutcome, remove_member);
+request!(SqliteConnection, DeleteTopic => DeleteOutcome, delete_topic);
+request!(SqliteConnection, OpenRendezvous => Opened, open_rendezvous);
+request!(SqliteConnection, JoinRendezvous => (JoinOutcome, i64), join_rendezvous, {
+    fn wakeup(&self, out: &(JoinOutcome, i64)) -> Option<(String, i64)> {
+        self.wakeup_for(out)
+    }
+});
+request!(SqliteConnection, ReleaseRendezvous => (Released, i64), release_rendezvous, {
+    fn wakeup(&self, out: &(Released, i64)) -> Option<(String, i64)> {
+        self.wakeup_for(out)
+    }
+});
+request!(SqliteConnection, Sweep => ScSweepReport, sweep);
+
+/// A count from SQL (a negative one, impossible, reads as 0).
+pub(crate) fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
@@ -1195,116 +1144,157 @@ async fn rendezvous_row(
     Ok(Some(RendezvousRow { expires_ms, version, claims }))
 }
 
-/// The store's Stringcup face: writes go to the writer, reads to the reader pool.
-#[derive(Debug, Clone, Copy)]
-pub struct Stringcup<'a> {
-    store: &'a Store,
+/// Stringcup v2 storage: identities and tokens, inboxes, idempotency keys, topics, rendezvous.
+/// Writes are decided inside the writer's transaction and answered after the commit.
+#[async_trait]
+pub trait StringcupStore: Send + Sync {
+    /// Creates an identity; `false` if its id or token hash is taken (draw again).
+    async fn register(&self, req: Register) -> Result<bool, StoreError>;
+
+    /// Changes the caller's key and/or label; `None` if the identity is gone.
+    async fn update(&self, req: Update) -> Result<Option<Updated>, StoreError>;
+
+    /// Records a use of the caller's token.
+    async fn touch(&self, identity: &str, now: i64) -> Result<(), StoreError>;
+
+    /// Replaces the presented token; `false` if it is no longer current.
+    async fn rotate(&self, req: Rotate) -> Result<bool, StoreError>;
+
+    /// Stores each message on its own; one outcome per message, in order.
+    async fn send(&self, req: SendRequest) -> Result<Vec<SendOutcome>, StoreError>;
+
+    /// Deletes messages from the caller's own inbox.
+    async fn ack(&self, identity: &str, ids: Vec<i64>) -> Result<AckOutcome, StoreError>;
+
+    /// Creates a topic owned by the caller, with its initial members.
+    async fn create_topic(&self, req: CreateTopic) -> Result<TopicCreated, StoreError>;
+
+    /// Adds members (owner only).
+    async fn add_members(&self, req: AddMembers) -> Result<AddOutcome, StoreError>;
+
+    /// Removes a member (owner, or self).
+    async fn remove_member(&self, req: RemoveMember) -> Result<RemoveOutcome, StoreError>;
+
+    /// Deletes a topic (owner only).
+    async fn delete_topic(&self, req: DeleteTopic) -> Result<DeleteOutcome, StoreError>;
+
+    /// Opens a rendezvous with the caller as initiator.
+    async fn open_rendezvous(&self, req: OpenRendezvous) -> Result<Opened, StoreError>;
+
+    /// Claims a role under a token (or confirms the caller's existing one); with the version.
+    async fn join_rendezvous(&self, req: JoinRendezvous) -> Result<(JoinOutcome, i64), StoreError>;
+
+    /// Releases the caller's own claim.
+    async fn release_rendezvous(&self, req: ReleaseRendezvous) -> Result<Released, StoreError>;
+
+    /// Reclaims identities with expired tokens, forgets old idempotency keys and expired
+    /// rendezvous.
+    async fn sweep(&self, req: Sweep) -> Result<ScSweepReport, StoreError>;
+
+    /// The identity holding the token with this hash.
+    async fn by_token(&self, token_hash: &[u8]) -> Result<Option<TokenRow>, StoreError>;
+
+    /// An identity by exact id.
+    async fn identity(&self, id: &str) -> Result<Option<IdentityRow>, StoreError>;
+
+    /// Up to `limit` messages of `recipient`'s inbox with id above `since`, oldest first.
+    async fn inbox(&self, recipient: &str, since: i64, limit: usize) -> Result<Vec<StoredMessage>, StoreError>;
+
+    /// The topics `identity` belongs to, oldest first.
+    async fn topics_of(&self, identity: &str) -> Result<Vec<TopicRow>, StoreError>;
+
+    /// The topic `reference` names, if `caller` is a member.
+    async fn topic_for_member(&self, reference: &str, caller: &str) -> Result<Option<TopicRow>, StoreError>;
+
+    /// A topic's members with their keys, in the order they joined.
+    async fn roster(&self, topic: &str) -> Result<Vec<IdentityRow>, StoreError>;
+
+    /// An unexpired rendezvous with its claims.
+    async fn rendezvous(&self, token_hash: &[u8], now: i64) -> Result<Option<RendezvousRow>, StoreError>;
+
+    /// Raw aggregate counts for the public statistics.
+    async fn counts(&self) -> Result<Counts, StoreError>;
 }
 
 impl Store {
     /// Stringcup v2 storage.
-    pub fn stringcup(&self) -> Stringcup<'_> {
-        Stringcup { store: self }
+    pub fn stringcup(&self) -> &dyn StringcupStore {
+        &*self.stringcup
     }
 }
 
-impl Stringcup<'_> {
-    async fn op<R, T>(&self, req: R, wrap: fn(Pending<R, T>) -> ScOp) -> Result<T, StoreError> {
-        self.store.sqlite(Family::Stringcup)?.write(|reply| Box::new(wrap(Pending::new(req, reply)))).await
+#[async_trait]
+impl StringcupStore for SqliteStore {
+    async fn register(&self, req: Register) -> Result<bool, StoreError> {
+        self.submit(req).await
     }
 
-    /// Creates an identity; `false` if its id or token hash is taken (draw again).
-    pub async fn register(&self, req: Register) -> Result<bool, StoreError> {
-        self.op(req, ScOp::Register).await
+    async fn update(&self, req: Update) -> Result<Option<Updated>, StoreError> {
+        self.submit(req).await
     }
 
-    /// Changes the caller's key and/or label; `None` if the identity is gone.
-    pub async fn update(&self, req: Update) -> Result<Option<Updated>, StoreError> {
-        self.op(req, ScOp::Update).await
+    async fn touch(&self, identity: &str, now: i64) -> Result<(), StoreError> {
+        self.submit(Touch { identity: identity.to_owned(), now }).await
     }
 
-    /// Records a use of the caller's token.
-    pub async fn touch(&self, identity: &str, now: i64) -> Result<(), StoreError> {
-        self.op(Touch { identity: identity.to_owned(), now }, ScOp::Touch).await
+    async fn rotate(&self, req: Rotate) -> Result<bool, StoreError> {
+        self.submit(req).await
     }
 
-    /// Replaces the presented token; `false` if it is no longer current.
-    pub async fn rotate(&self, req: Rotate) -> Result<bool, StoreError> {
-        self.op(req, ScOp::Rotate).await
+    async fn send(&self, req: SendRequest) -> Result<Vec<SendOutcome>, StoreError> {
+        self.submit(req).await
     }
 
-    /// Stores each message on its own; one outcome per message, in order.
-    pub async fn send(&self, req: SendRequest) -> Result<Vec<SendOutcome>, StoreError> {
-        self.op(req, ScOp::Send).await
+    async fn ack(&self, identity: &str, ids: Vec<i64>) -> Result<AckOutcome, StoreError> {
+        self.submit(Ack { identity: identity.to_owned(), ids }).await
     }
 
-    /// Deletes messages from the caller's own inbox.
-    pub async fn ack(&self, identity: &str, ids: Vec<i64>) -> Result<AckOutcome, StoreError> {
-        self.op(Ack { identity: identity.to_owned(), ids }, ScOp::Ack).await
+    async fn create_topic(&self, req: CreateTopic) -> Result<TopicCreated, StoreError> {
+        self.submit(req).await
     }
 
-    /// Creates a topic owned by the caller, with its initial members.
-    pub async fn create_topic(&self, req: CreateTopic) -> Result<TopicCreated, StoreError> {
-        self.op(req, ScOp::CreateTopic).await
+    async fn add_members(&self, req: AddMembers) -> Result<AddOutcome, StoreError> {
+        self.submit(req).await
     }
 
-    /// Adds members (owner only).
-    pub async fn add_members(&self, req: AddMembers) -> Result<AddOutcome, StoreError> {
-        self.op(req, ScOp::AddMembers).await
+    async fn remove_member(&self, req: RemoveMember) -> Result<RemoveOutcome, StoreError> {
+        self.submit(req).await
     }
 
-    /// Removes a member (owner, or self).
-    pub async fn remove_member(&self, req: RemoveMember) -> Result<RemoveOutcome, StoreError> {
-        self.op(req, ScOp::RemoveMember).await
+    async fn delete_topic(&self, req: DeleteTopic) -> Result<DeleteOutcome, StoreError> {
+        self.submit(req).await
     }
 
-    /// Deletes a topic (owner only).
-    pub async fn delete_topic(&self, req: DeleteTopic) -> Result<DeleteOutcome, StoreError> {
-        self.op(req, ScOp::DeleteTopic).await
+    async fn open_rendezvous(&self, req: OpenRendezvous) -> Result<Opened, StoreError> {
+        self.submit(req).await
     }
 
-    /// Opens a rendezvous with the caller as initiator.
-    pub async fn open_rendezvous(&self, req: OpenRendezvous) -> Result<Opened, StoreError> {
-        self.op(req, ScOp::OpenRendezvous).await
+    async fn join_rendezvous(&self, req: JoinRendezvous) -> Result<(JoinOutcome, i64), StoreError> {
+        self.submit(req).await
     }
 
-    /// Claims a role under a token (or confirms the caller's existing one); with the version.
-    pub async fn join_rendezvous(&self, req: JoinRendezvous) -> Result<(JoinOutcome, i64), StoreError> {
-        self.op(req, ScOp::JoinRendezvous).await
+    async fn release_rendezvous(&self, req: ReleaseRendezvous) -> Result<Released, StoreError> {
+        Ok(self.submit(req).await?.0)
     }
 
-    /// Releases the caller's own claim.
-    pub async fn release_rendezvous(&self, req: ReleaseRendezvous) -> Result<Released, StoreError> {
-        Ok(self.op(req, ScOp::ReleaseRendezvous).await?.0)
+    async fn sweep(&self, req: Sweep) -> Result<ScSweepReport, StoreError> {
+        self.submit(req).await
     }
 
-    /// Reclaims identities with expired tokens, forgets old idempotency keys and expired
-    /// rendezvous.
-    pub async fn sweep(&self, req: Sweep) -> Result<ScSweepReport, StoreError> {
-        self.op(req, ScOp::Sweep).await
-    }
-
-    fn pool(&self) -> Result<&SqlitePool, StoreError> {
-        Ok(&self.store.sqlite(Family::Stringcup)?.read)
-    }
-
-    /// The identity holding the token with this hash.
-    pub async fn by_token(&self, token_hash: &[u8]) -> Result<Option<TokenRow>, StoreError> {
+    async fn by_token(&self, token_hash: &[u8]) -> Result<Option<TokenRow>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT id AS identity, token_created_ms, token_last_used_ms FROM sc_identity WHERE token_hash = ?",
         )
         .bind(token_hash)
-        .fetch_optional(self.pool()?)
+        .fetch_optional(&self.read)
         .await?)
     }
 
-    /// An identity by exact id.
-    pub async fn identity(&self, id: &str) -> Result<Option<IdentityRow>, StoreError> {
-        Ok(identity_row(self.pool()?, id).await?)
+    async fn identity(&self, id: &str) -> Result<Option<IdentityRow>, StoreError> {
+        Ok(identity_row(&self.read, id).await?)
     }
 
-    /// Up to `limit` messages of `recipient`'s inbox with id above `since`, oldest first.
-    pub async fn inbox(&self, recipient: &str, since: i64, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
+    async fn inbox(&self, recipient: &str, since: i64, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT id, sender, header_version, header_algo, ephemeral_pub, iv, header_extra, ciphertext, created_ms \
              FROM sc_message WHERE recipient = ? AND id > ? ORDER BY id LIMIT ?",
@@ -1312,12 +1302,11 @@ impl Stringcup<'_> {
         .bind(recipient)
         .bind(since)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(self.pool()?)
+        .fetch_all(&self.read)
         .await?)
     }
 
-    /// The topics `identity` belongs to, oldest first.
-    pub async fn topics_of(&self, identity: &str) -> Result<Vec<TopicRow>, StoreError> {
+    async fn topics_of(&self, identity: &str) -> Result<Vec<TopicRow>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT t.id, t.owner, t.created_ms, \
              (SELECT COUNT(*) FROM sc_topic_member AS c WHERE c.topic = t.id) AS member_count \
@@ -1325,48 +1314,51 @@ impl Stringcup<'_> {
              WHERE m.member = ? ORDER BY t.rowid",
         )
         .bind(identity)
-        .fetch_all(self.pool()?)
+        .fetch_all(&self.read)
         .await?)
     }
 
-    /// The topic `reference` names, if `caller` is a member.
-    pub async fn topic_for_member(&self, reference: &str, caller: &str) -> Result<Option<TopicRow>, StoreError> {
-        Ok(topic_for_member(self.pool()?, reference, caller).await?)
+    async fn topic_for_member(&self, reference: &str, caller: &str) -> Result<Option<TopicRow>, StoreError> {
+        Ok(topic_for_member(&self.read, reference, caller).await?)
     }
 
-    /// A topic's members with their keys, in the order they joined.
-    pub async fn roster(&self, topic: &str) -> Result<Vec<IdentityRow>, StoreError> {
+    async fn roster(&self, topic: &str) -> Result<Vec<IdentityRow>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT i.id, i.public_key, i.algo, i.display_name, i.key_updated_ms, i.updated_ms, i.created_ms \
              FROM sc_topic_member AS m JOIN sc_identity AS i ON i.id = m.member \
              WHERE m.topic = ? ORDER BY m.rowid",
         )
         .bind(topic)
-        .fetch_all(self.pool()?)
+        .fetch_all(&self.read)
         .await?)
     }
 
-    /// An unexpired rendezvous with its claims.
-    pub async fn rendezvous(&self, token_hash: &[u8], now: i64) -> Result<Option<RendezvousRow>, StoreError> {
-        let mut conn = self.pool()?.acquire().await?;
+    async fn rendezvous(&self, token_hash: &[u8], now: i64) -> Result<Option<RendezvousRow>, StoreError> {
+        let mut conn = self.read.acquire().await?;
         Ok(rendezvous_row(&mut conn, token_hash, now).await?)
     }
 
-    /// Raw aggregate counts for the public statistics.
-    pub async fn counts(&self) -> Result<Counts, StoreError> {
+    async fn counts(&self) -> Result<Counts, StoreError> {
         let (identities, topics, pending, stored): (i64, i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT COUNT(*) FROM sc_identity), (SELECT COUNT(*) FROM sc_topic), \
              (SELECT COUNT(*) FROM sc_message), \
              (SELECT COALESCE(MAX(value), 0) FROM sc_counter WHERE name = 'messages_stored')",
         )
-        .fetch_one(self.pool()?)
+        .fetch_one(&self.read)
         .await?;
-        Ok(Counts {
+        Ok(Counts::from_raw(identities, topics, pending, stored))
+    }
+}
+
+impl Counts {
+    /// Counts from the raw SQL figures (negative ones, impossible, read as 0).
+    pub(crate) fn from_raw(identities: i64, topics: i64, pending: i64, stored: i64) -> Self {
+        Self {
             identities: count(identities),
             topics: count(topics),
             messages_pending: count(pending),
             messages_stored: count(stored),
-        })
+        }
     }
 }
 
@@ -1376,6 +1368,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::hub::Hub;
 
     async fn identity(store: &Store, id: &str) {
         let req = Register {

@@ -74,6 +74,9 @@ pub(crate) trait WriteOp<C>: Send {
         0
     }
 
+    /// The keys whose rows the write locks to decide ([`Request::locks`]).
+    fn locks(&self, _keys: &mut Vec<String>) {}
+
     /// Runs the write inside the batch transaction and keeps its outcome (applying again, after
     /// a retried batch, replaces it).
     fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
@@ -144,11 +147,48 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     fn wakeup_body(&self, _out: &Self::Out) -> Option<Bytes> {
         None
     }
+
+    /// Further hub keys and values to announce when `out` commits, for a request that wakes
+    /// several (a batch send to several inboxes).
+    fn more_wakeups(&self, _out: &Self::Out) -> Vec<(String, i64)> {
+        Vec::new()
+    }
+
+    /// The keys whose rows this request locks to decide (a mailbox, an inbox, a group): a backend
+    /// shared by several instances locks every key of a batch up front, in one global order, so
+    /// two instances' batches never deadlock on them (see [`Backend::lock`]).
+    fn locks(&self, _keys: &mut Vec<String>) {}
 }
+
+/// Implements [`Request`] on connection type `$conn` for request type `$req` answering `$out`,
+/// run by `async fn $run(&mut $conn, &$req) -> Result<$out, sqlx::Error>`; further trait items
+/// (wake-ups, bytes) go in the optional block.
+macro_rules! request {
+    ($conn:ty, $req:ty => $out:ty, $run:path $(, { $($more:tt)* })?) => {
+        impl $crate::store::writer::Request<$conn> for $req {
+            type Out = $out;
+
+            fn run<'a>(
+                &'a self,
+                conn: &'a mut $conn,
+                _: &'a $crate::hub::Hub,
+            ) -> futures_util::future::BoxFuture<'a, Result<$out, sqlx::Error>> {
+                Box::pin($run(conn, self))
+            }
+
+            $($($more)*)?
+        }
+    };
+}
+pub(crate) use request;
 
 impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
     fn bytes(&self) -> usize {
         self.req.bytes()
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        self.req.locks(keys);
     }
 
     fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
@@ -156,6 +196,9 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
             let out = self.req.run(conn, cx.hub).await?;
             if let Some((key, seq)) = self.req.wakeup(&out) {
                 cx.wake_with(key, seq, self.req.wakeup_body(&out));
+            }
+            for (key, seq) in self.req.more_wakeups(&out) {
+                cx.wake_with(key, seq, None);
             }
             self.out = Some(out);
             Ok(())
@@ -241,6 +284,18 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn retryable(&self, _e: &sqlx::Error) -> bool {
         false
     }
+
+    /// Whether batches should lock their writes' keys up front ([`Backend::lock`]): only a
+    /// backend that other writers share needs it.
+    fn locks_keys(&self) -> bool {
+        false
+    }
+
+    /// Locks `keys` (every key the batch's writes declared) inside the batch's transaction, in an
+    /// order every instance uses, before any write runs.
+    fn lock<'a>(&'a self, _conn: &'a mut Self::Conn, _keys: &'a [String]) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The wake-ups a committed batch publishes, with the committed bodies where known.
@@ -254,6 +309,15 @@ async fn apply_batch<B: Backend>(
     batch: &mut [BoxOp<B::Conn>],
     hub: &Hub,
 ) -> Result<Wakeups, sqlx::Error> {
+    if backend.locks_keys() {
+        let mut keys = Vec::new();
+        for op in batch.iter() {
+            op.locks(&mut keys);
+        }
+        if !keys.is_empty() {
+            backend.lock(conn, &keys).await?;
+        }
+    }
     let mut cx = BatchCx { hub, wakeups: Vec::new(), bodies: Vec::new() };
     for op in batch.iter_mut() {
         op.apply(conn, &mut cx).await?;

@@ -21,6 +21,8 @@ pub struct Cluster {
     pub port: u16,
     pub dir: PathBuf,
     bin: PathBuf,
+    /// Server options beyond the socket, address, port and connection limit.
+    extra: String,
 }
 
 /// The environment variable that turns a missing PostgreSQL into a failure.
@@ -60,9 +62,14 @@ fn free_port() -> u16 {
 }
 
 fn start() -> Result<Cluster, String> {
+    start_with("test", "-c fsync=off")
+}
+
+/// A cluster named `name` (its temp dir), started with the server options `extra`.
+fn start_with(name: &str, extra: &str) -> Result<Cluster, String> {
     let bin =
         bin_dir().ok_or("no PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)")?;
-    let dir = std::env::temp_dir().join(format!("relay-lite-pg-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("relay-lite-pg-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     if is_root() {
@@ -82,7 +89,7 @@ fn start() -> Result<Cluster, String> {
         return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
     let port = free_port();
-    let options = format!("-k {} -h 127.0.0.1 -p {port} -c fsync=off -c max_connections=300", dir.display());
+    let options = format!("-k {} -h 127.0.0.1 -p {port} {extra} -c max_connections=300", dir.display());
     let out = as_postgres(&bin, "pg_ctl")
         .args(["-D"])
         .arg(&data)
@@ -112,7 +119,7 @@ fn start() -> Result<Cluster, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("starting the watchdog: {e}"))?;
-    Ok(Cluster { port, dir, bin })
+    Ok(Cluster { port, dir, bin, extra: extra.to_owned() })
 }
 
 /// The process's cluster, started on first use; `None` (with the reason printed) when there is
@@ -125,6 +132,19 @@ pub fn cluster() -> Option<&'static Cluster> {
             if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
                 panic!("{REQUIRE}=1 but PostgreSQL cannot run here: {why}");
             }
+            eprintln!("skipped: needs PostgreSQL: {why}");
+            None
+        }
+    }
+}
+
+/// A cluster with PostgreSQL's durability defaults (`fsync=on`, `synchronous_commit=on`), for
+/// benchmarks of durable writes; `None` with the reason printed when there is no PostgreSQL.
+pub fn durable_cluster() -> Option<&'static Cluster> {
+    static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+    match CLUSTER.get_or_init(|| start_with("durable", "")) {
+        Ok(c) => Some(c),
+        Err(why) => {
             eprintln!("skipped: needs PostgreSQL: {why}");
             None
         }
@@ -162,7 +182,7 @@ impl Cluster {
     /// Starts it again on the same port.
     pub fn restart(&self) {
         let options =
-            format!("-k {} -h 127.0.0.1 -p {} -c fsync=off -c max_connections=300", self.dir.display(), self.port);
+            format!("-k {} -h 127.0.0.1 -p {} {} -c max_connections=300", self.dir.display(), self.port, self.extra);
         let status = as_postgres(&self.bin, "pg_ctl")
             .args(["-D"])
             .arg(self.dir.join("data"))

@@ -14,37 +14,37 @@ use crate::store::writer::Request;
 use crate::store::{LetagentsStore, StoreError};
 
 async fn deposit(conn: &mut PgConnection, d: &Deposit) -> Result<DepositOutcome, sqlx::Error> {
-    let row: Option<(String, i64)> =
-        sqlx::query_as("SELECT drop_hash, next_seq FROM la_mailbox WHERE id = $1 FOR UPDATE")
-            .bind(&d.mailbox)
-            .fetch_optional(&mut *conn)
-            .await?;
-    let Some((drop_hash, seq)) = row else {
+    // The batch already holds this mailbox's key lock (see `locks`), so no other instance's
+    // deposit, login or ack can run between the two statements; `FOR UPDATE` also keeps a sweep
+    // from erasing the mailbox meanwhile. The count is read after the key lock was taken, so it
+    // sees every deposit committed before.
+    let row: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT drop_hash, next_seq, (SELECT COUNT(*) FROM la_envelope WHERE mailbox = $1) \
+         FROM la_mailbox WHERE id = $1 FOR UPDATE",
+    )
+    .bind(&d.mailbox)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((drop_hash, seq, waiting)) = row else {
         return Ok(DepositOutcome::NoMailbox);
     };
     if !same(drop_hash.as_bytes(), d.drop_hash.as_bytes()) {
         return Ok(DepositOutcome::NoMailbox);
     }
-    // A statement of its own, after the lock: it sees every deposit committed before it.
-    let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM la_envelope WHERE mailbox = $1")
-        .bind(&d.mailbox)
-        .fetch_one(&mut *conn)
-        .await?;
     if waiting >= d.capacity {
         return Ok(DepositOutcome::Full);
     }
-    sqlx::query("INSERT INTO la_envelope (mailbox, seq, received_ms, body) VALUES ($1, $2, $3, $4)")
-        .bind(&d.mailbox)
-        .bind(seq)
-        .bind(d.now)
-        .bind(d.body.as_ref())
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("UPDATE la_mailbox SET next_seq = $1 WHERE id = $2")
-        .bind(seq + 1)
-        .bind(&d.mailbox)
-        .execute(&mut *conn)
-        .await?;
+    // The envelope and the counter in one statement.
+    sqlx::query(
+        "WITH stored AS (INSERT INTO la_envelope (mailbox, seq, received_ms, body) VALUES ($1, $2, $3, $4)) \
+         UPDATE la_mailbox SET next_seq = $2 + 1 WHERE id = $1",
+    )
+    .bind(&d.mailbox)
+    .bind(seq)
+    .bind(d.now)
+    .bind(d.body.as_ref())
+    .execute(&mut *conn)
+    .await?;
     Ok(DepositOutcome::Stored { seq })
 }
 
@@ -153,6 +153,10 @@ impl Request<PgConnection> for Deposit {
     fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Bytes> {
         Some(self.body.clone())
     }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
+    }
 }
 
 impl Request<PgConnection> for Login {
@@ -160,6 +164,10 @@ impl Request<PgConnection> for Login {
 
     fn run<'a>(&'a self, conn: &'a mut PgConnection, _: &'a Hub) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
         Box::pin(login(conn, self))
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
     }
 }
 
@@ -169,6 +177,15 @@ impl Request<PgConnection> for Ack {
     fn run<'a>(&'a self, conn: &'a mut PgConnection, _: &'a Hub) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>> {
         Box::pin(ack(conn, self))
     }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(mailbox_lock(&self.mailbox));
+    }
+}
+
+/// The batch lock key of a mailbox row.
+fn mailbox_lock(mailbox: &str) -> String {
+    format!("la/{mailbox}")
 }
 
 impl Request<PgConnection> for Sweep {

@@ -141,6 +141,10 @@ impl Request<PgConnection> for Post {
     fn wakeup(&self, out: &PostOutcome) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(format!("lmk/g/{}", self.gid));
+    }
 }
 
 impl Request<PgConnection> for CreateInvite {
@@ -148,6 +152,10 @@ impl Request<PgConnection> for CreateInvite {
 
     fn run<'a>(&'a self, conn: &'a mut PgConnection, _: &'a Hub) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
         Box::pin(create_invite(conn, self))
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(format!("lmk/i/{}", self.id));
     }
 }
 
@@ -164,6 +172,10 @@ impl Request<PgConnection> for PutBlob {
 
     fn wakeup(&self, out: &InviteOutcome) -> Option<(String, i64)> {
         self.wakeup_for(out)
+    }
+
+    fn locks(&self, keys: &mut Vec<String>) {
+        keys.push(format!("lmk/i/{}", self.id));
     }
 }
 

@@ -3,7 +3,11 @@
 //! - Each instance runs its own group-committing writer (one transaction per batch, as on
 //!   SQLite). Rows that hold a counter or a compare-and-set target (a mailbox's `next_seq`, a
 //!   group's epoch) are locked `FOR UPDATE` inside the batch, so instances committing to the same
-//!   key take turns; a batch that deadlocks with another instance's is applied again.
+//!   key take turns. Before its first write a batch takes a transaction-scoped advisory lock on
+//!   every key its writes name (`Request::locks`), in ascending hash order: batches of different
+//!   instances that share keys queue one behind the other instead of deadlocking (a deadlock costs
+//!   PostgreSQL's `deadlock_timeout`, 1 s, before it is broken). A batch that still deadlocks or
+//!   fails serialization (writes that name no key, sweeps) is applied again.
 //! - A batch that woke anybody sends one `NOTIFY relay_lite` inside its transaction (delivered
 //!   only if it commits): a JSON list of `[key, value]` pairs, or `*` when that would not fit in
 //!   PostgreSQL's 8,000-byte payload. Every instance `LISTEN`s ([`listen`]) and publishes what it
@@ -14,10 +18,13 @@
 //!   the others skip that round.
 //! - Schema: `migrations-pg/` (sqlx's migrator serialises concurrent starts with its own lock).
 //!
-//! Families served: letagents ([`letagents`]) and letmeknow ([`letmeknow`]).
+//! Families served: every one — letagents ([`letagents`]), letmeknow ([`letmeknow`]),
+//! Stringcup v2 ([`stringcup`]) and Agent Mail 1.0 ([`agent_mail`]).
 
+pub mod agent_mail;
 pub mod letagents;
 pub mod letmeknow;
+pub mod stringcup;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -217,6 +224,42 @@ impl Backend for PgBackend {
         // serialization_failure, deadlock_detected: another instance's batch won a lock race.
         e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "40001" || c == "40P01")
     }
+
+    fn locks_keys(&self) -> bool {
+        true
+    }
+
+    fn lock<'a>(&'a self, conn: &'a mut PgConnection, keys: &'a [String]) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            // Transaction-scoped advisory locks in ascending order of the keys' hashes: every
+            // instance takes them in the same order, so batches that share keys queue instead of
+            // deadlocking (PostgreSQL would break each deadlock only after `deadlock_timeout`, 1 s).
+            // `unnest` yields the array in order; a hash collision only makes two keys queue.
+            let mut hashes: Vec<i32> = keys.iter().map(|k| key_hash(k)).collect();
+            hashes.sort_unstable();
+            hashes.dedup();
+            sqlx::query("SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) AS k")
+                .bind(BATCH_LOCK_CLASS)
+                .bind(&hashes)
+                .execute(conn)
+                .await
+                .map(drop)
+        })
+    }
+}
+
+/// The first key of the two-key advisory locks a batch takes on its writes' keys (`rw`); a space
+/// apart from the one-key sweep locks.
+const BATCH_LOCK_CLASS: i32 = 0x7277;
+
+/// A stable 32-bit hash of a lock key (FNV-1a), the same in every instance and release.
+fn key_hash(key: &str) -> i32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in key.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    i32::from_ne_bytes(h.to_ne_bytes())
 }
 
 /// Advisory lock keys: one per family's sweep.
@@ -225,6 +268,10 @@ pub(crate) mod sweep_lock {
     pub(crate) const LETAGENTS: i64 = 0x7265_6c61_7900_0001;
     /// letmeknow's sweep.
     pub(crate) const LETMEKNOW: i64 = 0x7265_6c61_7900_0002;
+    /// Stringcup's sweep.
+    pub(crate) const STRINGCUP: i64 = 0x7265_6c61_7900_0003;
+    /// Agent Mail's sweep.
+    pub(crate) const AGENT_MAIL: i64 = 0x7265_6c61_7900_0004;
 }
 
 /// Takes the transaction-scoped advisory lock `key`; `false` if another instance holds it.
