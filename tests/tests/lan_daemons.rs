@@ -21,6 +21,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use switchboard_tests::netns::Lan;
 
+/// The tests here run one at a time: each starts several daemons and relays, with 2 s direct
+/// delivery deadlines and timed figures that two such LANs at once on 2 cores would distort.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
 }
@@ -222,6 +229,7 @@ fn ms(d: Duration) -> f64 {
 
 #[test]
 fn daemons_on_one_lan_discover_deliver_directly_fall_back_to_the_relay_and_refuse_a_stranger() {
+    let _one_at_a_time = serial();
     let Some(mut lan) = Lan::create("d") else { return };
     let a = lan.add_host(1);
     let b = lan.add_host(2);
@@ -493,6 +501,7 @@ fn wait_group_message(h: &Host, handle: &str, text: &str) -> Value {
 /// her invite fails the same way.
 #[test]
 fn a_contacts_self_signed_relay_is_used_for_groups_only_after_its_signed_lan_announcement() {
+    let _one_at_a_time = serial();
     let Some(mut lan) = Lan::create("g") else { return };
     let a = lan.add_host(1);
     let b = lan.add_host(2);
@@ -567,6 +576,12 @@ fn a_contacts_self_signed_relay_is_used_for_groups_only_after_its_signed_lan_ann
 
     // The same link now works: bob joins through alice's relay with the pin alice signed, and
     // they talk there.
+    // Unaddressed group traffic is handed out in digests, at most every 180 s by default: with
+    // digests at once, `listen` below sees each message as soon as it is synced (the 180 s
+    // boundary otherwise falls past the wait in about half the runs).
+    for h in [&alice, &bob] {
+        h.ok(&["policy", "--digest", "0"]);
+    }
     let joined = bob.json(&["join", &link, "--handle", "brave-heron"]);
     assert_eq!(joined["group"], group.as_str(), "{joined}");
     bob.ok(&["group", "send", &group, "hello from bob, through alice's relay", "--handle", "brave-heron"]);

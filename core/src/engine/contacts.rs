@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::channels::ContactAdd;
-use super::{Error, Protocol, Result, Runtime, kinds_to_string};
+use super::{Error, Result, Runtime, kinds_to_string};
 use crate::store::ContactState;
 use crate::store::{self, ContactRow};
 use crate::util::now_ms;
@@ -109,15 +109,15 @@ impl Runtime {
         };
         store::audit(&mut tx, now_ms(), audit).await?;
         tx.commit().await?;
-        let relay = match c.protocol {
-            Protocol::AgentMail => match self.inner.agent_mail.agent_mail_block(self, &c.peer_id, blocked).await {
+        let relay = match self.channel(c.protocol).block_at_relay(self, &c.peer_id, blocked) {
+            Some(tell) => match tell.await {
                 Ok(()) => json!({"told": true}),
                 Err(e) => {
-                    tracing::warn!("agent mail: the relay was not told about {name}'s block: {e}");
+                    tracing::warn!("{}: the relay was not told about {name}'s block: {e}", c.protocol);
                     json!({"told": false, "error": e.to_string()})
                 }
             },
-            Protocol::Letagents | Protocol::Stringcup => Value::Null,
+            None => Value::Null,
         };
         let mut v = self.contact_dto(&self.contact(name).await?);
         if let Some(o) = v.as_object_mut() {

@@ -29,9 +29,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Result, Runtime, blocking};
 use crate::identity::keystore::{Keystore, KeystoreError};
-use crate::protocol::lan::{LAN_KEY_LIFETIME_MS, LanBinding, LanKey, ProtocolTag, Refusal};
+use crate::protocol::lan::{LAN_KEY_LIFETIME_MS, LanBinding, LanKey, Refusal};
 use crate::store::ContactState;
-use crate::store::{DeliveryPath, OutboxRow, Protocol};
+use crate::store::OutboxRow;
 use crate::transport::lan::{self as node, ContactId, Inbound, LanConfig, LanHandle, LanIdentity, Pinned};
 use crate::util::{OsRng, now_ms};
 
@@ -147,14 +147,13 @@ impl Runtime {
         Ok(key)
     }
 
-    /// Pinned identity keys: active letagents and Agent Mail contacts, minus any whose key
+    /// Pinned identity keys: active contacts of the channels the LAN carries, minus any whose key
     /// changed and awaits re-verification and any the owner blocked (a blocked contact gets no
     /// LAN connection: its binding verifies against no pin).
     async fn lan_pins(&self) -> Result<Pinned> {
         let mut map = BTreeMap::new();
         for c in self.store().contacts(Some(ContactState::Active)).await? {
-            let end_to_end = matches!(c.protocol, Protocol::Letagents | Protocol::AgentMail);
-            if end_to_end
+            if self.channel(c.protocol).lan_tag().is_some()
                 && !c.blocked
                 && c.changed_box_pub.is_none()
                 && let Ok(key) = <[u8; 32]>::try_from(c.sig_pub.as_slice())
@@ -247,9 +246,9 @@ impl Runtime {
     async fn lan_inbound_loop(self, mut inbound: mpsc::Receiver<Inbound>) {
         while let Some(msg) = inbound.recv().await {
             let sealed = msg.delivery.sealed();
-            let result = match msg.delivery.protocol() {
-                ProtocolTag::Letagents => self.inner.letagents.receive_via(&self, sealed, DeliveryPath::Direct).await,
-                ProtocolTag::AgentMail => self.inner.agent_mail.receive_direct(&self, sealed).await,
+            let result = match self.protocol_of_lan_tag(msg.delivery.protocol()) {
+                Some(p) => self.channel(p).receive_direct(&self, sealed).await,
+                None => Err(super::Error::Bug(format!("no channel takes {:?}", msg.delivery.protocol()))),
             };
             match result {
                 Ok(_) => msg.reply.stored(),
@@ -264,11 +263,7 @@ impl Runtime {
     /// Offers an outbox row to its contact directly when that contact is nearby. `true` when the
     /// receiver stored it (committed); `false` means "take the relay".
     pub(super) async fn lan_try_direct(&self, row: &OutboxRow) -> bool {
-        let tag = match row.protocol {
-            Protocol::Letagents => ProtocolTag::Letagents,
-            Protocol::AgentMail => ProtocolTag::AgentMail,
-            Protocol::Stringcup => return false,
-        };
+        let Some(tag) = self.channel(row.protocol).lan_tag() else { return false };
         let Some(handle) = self.inner.lan.handle() else { return false };
         let nearby = handle.nearby();
         if nearby.is_empty() {

@@ -24,6 +24,7 @@ use super::{Channel, ContactAdd, Outgoing};
 use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed, backoff_ms};
 use crate::engine::{DEFAULT_ALLOW, Error, Event, MAX_PENDING_REQUESTS, Result, Runtime, kinds_to_string};
+use crate::protocol::lan::ProtocolTag;
 use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};
 use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
 use crate::protocol::letagents::wire::{ClientToRelay, RelayToClient};
@@ -148,6 +149,15 @@ impl Channel for Letagents {
 
     fn carries_roster(&self) -> bool {
         true
+    }
+
+    fn lan_tag(&self) -> Option<ProtocolTag> {
+        // The inner message is signed by the sender's key: a LAN peer cannot speak for anyone.
+        Some(ProtocolTag::Letagents)
+    }
+
+    fn receive_direct<'a>(&'a self, rt: &'a Runtime, sealed: &'a [u8]) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.receive_via(rt, sealed, DeliveryPath::Direct))
     }
 }
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::delivery::SenderAuth;
 use super::{Result, Runtime};
+use crate::protocol::lan::ProtocolTag;
 use crate::protocol::letagents::{Kind, STALE_AFTER_MS};
 use crate::store::{ContactRow, OutboxRow};
 use crate::transport::letagents::SendOutcome;
@@ -113,6 +114,31 @@ pub(super) trait Channel: Send + Sync {
     fn carries_roster(&self) -> bool {
         false
     }
+
+    /// Tells the relay the owner (un)blocked `peer`, where the protocol has a relay-side block
+    /// (Agent Mail); `None`: it has none, the block is ours alone.
+    fn block_at_relay<'a>(
+        &'a self,
+        _rt: &'a Runtime,
+        _peer: &'a str,
+        _blocked: bool,
+    ) -> Option<BoxFuture<'a, Result<()>>> {
+        None
+    }
+
+    /// The tag this protocol's sealed bytes carry when delivered directly over the LAN; `None`:
+    /// never directly (the LAN layer carries only protocols whose sender is authenticated end to
+    /// end, so a LAN peer cannot speak for anyone). Its contacts' keys are what LAN bindings are
+    /// checked against.
+    fn lan_tag(&self) -> Option<ProtocolTag> {
+        None
+    }
+
+    /// Receives one payload a bound LAN peer delivered directly (tagged [`Channel::lan_tag`]) and
+    /// commits it; true if it produced something `inbox` will show.
+    fn receive_direct<'a>(&'a self, _rt: &'a Runtime, _sealed: &'a [u8]) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async { Err(super::Error::Bug("this protocol is never delivered directly".into())) })
+    }
 }
 
 impl Runtime {
@@ -130,6 +156,11 @@ impl Runtime {
     /// measure the receive path without a relay (`core/benches/store.rs`).
     pub async fn receive_letagents(&self, envelope: &[u8]) -> Result<bool> {
         self.inner.letagents.receive(self, envelope).await
+    }
+
+    /// The protocol whose direct LAN deliveries carry `tag`.
+    pub(super) fn protocol_of_lan_tag(&self, tag: ProtocolTag) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| self.channel(*p).lan_tag() == Some(tag))
     }
 
     /// The protocol whose address form `address` has. An address no channel claims goes to

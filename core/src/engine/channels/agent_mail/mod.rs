@@ -39,6 +39,7 @@ use crate::protocol::agent_identity::live_write::apply_max_seen_nonce;
 use crate::protocol::agent_identity::{AgentId, Origin};
 use crate::protocol::agent_mail::packet::Packet;
 use crate::protocol::agent_mail::{DAY_MS, Id16, MailAddress};
+use crate::protocol::lan::ProtocolTag;
 use crate::protocol::letagents::{Kind, STALE_AFTER_MS};
 use crate::store::{ContactRow, OutboxRow, Protocol};
 use crate::transport::TransportError;
@@ -236,6 +237,24 @@ impl Channel for AgentMail {
     fn sender_auth(&self) -> SenderAuth {
         // Every packet is signed by the sender's Agent ID key (Identity §6.4), verified before admission.
         SenderAuth::SignedEndToEnd
+    }
+
+    fn lan_tag(&self) -> Option<ProtocolTag> {
+        Some(ProtocolTag::AgentMail)
+    }
+
+    fn block_at_relay<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        peer: &'a str,
+        blocked: bool,
+    ) -> Option<BoxFuture<'a, Result<()>>> {
+        // §7.1: the relay refuses a blocked sender's packets before they are stored.
+        Some(Box::pin(self.agent_mail_block(rt, peer, blocked)))
+    }
+
+    fn receive_direct<'a>(&'a self, rt: &'a Runtime, sealed: &'a [u8]) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(AgentMail::receive_direct(self, rt, sealed))
     }
 
     fn safety_numbers(&self, c: &ContactRow) -> (Option<String>, Option<String>) {
