@@ -321,7 +321,7 @@ impl Runtime {
                 continue;
             }
             let now = now_ms();
-            let mut tx = self.store().pool.begin().await?;
+            let mut tx = self.store().write_tx().await?;
             match read_reply(&raw, &acct.service) {
                 Ok(reply) => {
                     if self.asnet_take(&mut tx, reply, uid, now).await? {

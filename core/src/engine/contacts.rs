@@ -128,7 +128,7 @@ impl Runtime {
 
     pub(super) async fn contact_verify(&self, name: &str) -> Result<Value> {
         let c = self.contact(name).await?;
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         if let Some(new_box) = &c.changed_box_pub {
             let address = self.channel(c.protocol).address_with_box(&c, new_box)?;
             let adopt = store::ContactUpdate {

@@ -281,7 +281,7 @@ impl Runtime {
         let ks2 = ks.clone();
         blocking(move || ks2.save(&secret)).await??;
 
-        let mut tx = store.pool.begin().await?;
+        let mut tx = store.write_tx().await?;
         for (k, v) in [
             ("name", opts.name.trim().to_owned()),
             ("relay_url", opts.relay.trim_end_matches('/').to_owned()),

@@ -373,7 +373,7 @@ impl Runtime {
                 p.name
             )));
         }
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         for c in &signed {
             store::update_contact(&mut tx, c.id, &store::ContactUpdate { verified: Some(true), ..Default::default() })
                 .await?;
@@ -539,7 +539,7 @@ impl Runtime {
         if channels.len() < 2 {
             return Err(Error::Invalid(format!("{protocol} is `{name}`'s only channel: there is nothing to split")));
         }
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         store::clear_contact_person(&mut tx, c.id).await?;
         tx.commit().await?;
         let split = self.store().contact_by_id(c.id).await?.ok_or_else(|| Error::Bug("split contact".into()))?;
@@ -603,7 +603,7 @@ impl Runtime {
         }
         let Some((next, new_id)) = carried else { return Ok(false) };
         let detail = format!("{} failed ({reason}); sent on {} as {new_id}", row.protocol, next.protocol);
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         store::record_fallback(&mut tx, row.id, &m.id, &new_id, &detail).await?;
         tx.commit().await?;
         tracing::info!("message {}: {detail}", m.id);

@@ -92,7 +92,7 @@ impl Store {
     /// Creates or replaces the account's settings. A different mailbox or service starts over
     /// (member id and read position are forgotten).
     pub async fn asnet_setup(&self, a: &AsnetAccountRow, now: i64) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let old: Option<(String, String)> =
             sqlx::query_as("SELECT service, mailbox FROM asnet_account WHERE id = 1").fetch_optional(&mut *tx).await?;
         let same = old.as_ref().is_some_and(|(s, m)| *s == a.service && *m == a.mailbox);
@@ -322,7 +322,7 @@ impl Store {
         approved: bool,
         now: i64,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let (challenge_state, request_state, review_state) =
             if approved { ("verified", "verified", "approved") } else { ("rejected", "rejected", "rejected") };
         sqlx::query("UPDATE asnet_challenges SET code = '', state = ?, decided_at = ? WHERE challenge_id = ?")
@@ -352,7 +352,7 @@ impl Store {
 
     /// Empties the codes of challenges past their expiry and closes their review items.
     pub async fn asnet_expire_challenges(&self, now: i64) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         sqlx::query(
             "UPDATE review_queue SET state = 'rejected', decided_at = ? WHERE state = 'pending' AND asnet_challenge IN \
              (SELECT challenge_id FROM asnet_challenges WHERE state = 'pending' AND expires_at <= ?)",

@@ -50,7 +50,7 @@ impl Store {
     /// the outbox row goes, the message moves to `relayed` (handed over, awaiting the receipt)
     /// with its path, and the audit row says which path. One transaction.
     pub async fn outbox_handed_over(&self, row: &OutboxRow, path: DeliveryPath, now: i64) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
         sqlx::query(
             "UPDATE messages SET state = 'relayed', path = ? WHERE direction = 'out' AND id = ? AND state = 'queued'",

@@ -383,6 +383,15 @@ impl Store {
         Ok(Self { pool })
     }
 
+    /// A write transaction: `BEGIN IMMEDIATE`, so it takes the write lock first (waiting up to the
+    /// busy timeout behind another writer). A deferred `BEGIN` that reads and then writes fails at
+    /// once with `database is locked` when another connection committed in between (WAL cannot
+    /// upgrade a stale read snapshot, and SQLite does not wait for that case), which a live
+    /// runtime's receive loops and requests would hit.
+    pub async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
     /// Reads a meta value.
     pub async fn meta(&self, key: &str) -> Result<Option<String>> {
         Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?)
@@ -407,7 +416,7 @@ impl Store {
 
     /// Marks messages up to `rowid` shown.
     pub async fn mark_shown(&self, rowids: &[i64]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         for r in rowids {
             sqlx::query("UPDATE messages SET shown = 1 WHERE rowid_ = ?").bind(r).execute(&mut *tx).await?;
         }
@@ -462,7 +471,7 @@ impl Store {
 
     /// Makes held entries (see [`outbox_hold`]) due at `now`, without counting an attempt.
     pub async fn outbox_release(&self, message_ids: &[String], now: i64) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         for id in message_ids {
             sqlx::query("UPDATE outbox SET next_attempt_at = ? WHERE message_id = ? AND next_attempt_at > ?")
                 .bind(now)
@@ -522,7 +531,7 @@ impl Store {
 
     /// A permanent failure: drop from the outbox, mark the message failed.
     pub async fn outbox_failed(&self, row: &OutboxRow, error: &str, now: i64) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
         sqlx::query("UPDATE messages SET state = 'failed', detail = ? WHERE direction = 'out' AND id = ?")
             .bind(error)

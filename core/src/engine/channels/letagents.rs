@@ -179,7 +179,7 @@ impl Letagents {
         };
         let peer_id = addr.keys.mailbox_id();
         let now = now_ms();
-        let mut tx = rt.store().pool.begin().await?;
+        let mut tx = rt.store().write_tx().await?;
         let existing = store::contact_by_peer(&mut tx, Protocol::Letagents, &peer_id).await?;
         let name = match existing {
             Some(c) if c.state == ContactState::Pending => {
@@ -259,7 +259,7 @@ impl Letagents {
         inner.from_agent = from_agent.map(str::to_owned);
         inner.to_agent = to_agent.map(str::to_owned);
         inner.validate()?;
-        let mut tx = rt.store().pool.begin().await?;
+        let mut tx = rt.store().write_tx().await?;
         self.queue_sealed(rt, &mut tx, c, &inner, kind).await?;
         rt.commit_queued(tx).await?;
         Ok(inner.id)

@@ -204,7 +204,7 @@ impl Runtime {
                 None => missing.push(aid),
             }
         }
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         for r in rowids {
             db::mark_group_row_read(&mut *tx, r).await?;
         }

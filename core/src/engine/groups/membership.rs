@@ -68,7 +68,7 @@ impl Runtime {
         id: &str,
     ) -> Result<()> {
         s.member.discard_pending(group)?;
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         db::delete_group_row(&mut *tx, &s.handle, gid, id).await?;
         save_state(&mut tx, &s.handle, &s.member).await?;
         tx.commit().await?;
@@ -93,7 +93,7 @@ impl Runtime {
             let id = message_id(&commit);
             // The pending commit is durable before the relay sees it, so a crash in between is
             // recovered when the commit comes back from the log.
-            let mut tx = self.store().pool.begin().await?;
+            let mut tx = self.store().write_tx().await?;
             let row = NewGroupRow {
                 id: id.clone(),
                 kind: "event",
@@ -122,7 +122,7 @@ impl Runtime {
                         .into_iter()
                         .map(|a| after.iter().find(|m| m.fingerprint == a.fingerprint).cloned().unwrap_or(a))
                         .collect();
-                    let mut tx = self.store().pool.begin().await?;
+                    let mut tx = self.store().write_tx().await?;
                     db::delete_group_row(&mut *tx, &s.handle, gid, &id).await?;
                     let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
                     let ev = CommitEvent {
@@ -209,7 +209,7 @@ impl Runtime {
         let gid = new_id(&mut OsRng);
         let g = s.member.create_group(&gid)?;
         let relay = self.inner.relay_url.trim_end_matches('/').to_owned();
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         db::insert_group(&mut tx, handle, &gid, &relay, now_ms()).await?;
         let me = mls::MemberInfo { name: s.member.name().to_owned(), fingerprint: s.member.fingerprint(), leaf: 0 };
         note_member(&mut tx, handle, &gid, &me, "").await?;
@@ -329,7 +329,7 @@ impl Runtime {
             let s = session.lock().await;
             let kp = s.member.key_package()?;
             // The KeyPackage's private keys must be durable before anyone can use it.
-            let mut tx = self.store().pool.begin().await?;
+            let mut tx = self.store().write_tx().await?;
             save_state(&mut tx, handle, &s.member).await?;
             tx.commit().await?;
             let blob = JoinBlob { key_package: b64u(&kp), name: s.member.name().to_owned() };
@@ -377,7 +377,7 @@ impl Runtime {
                 return Err(Error::Peer("the Welcome is for another group than it claims".into()));
             }
             let members = mls::members(&group);
-            let mut tx = self.store().pool.begin().await?;
+            let mut tx = self.store().write_tx().await?;
             let cursor = i64::try_from(blob.seq).unwrap_or(i64::MAX);
             db::join_group(&mut tx, handle, &blob.group, blob.relay.trim_end_matches('/'), cursor, now_ms()).await?;
             for m in &members {

@@ -83,7 +83,7 @@ impl Runtime {
             let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
             // The ratchet state and the row are durable before the relay sees the ciphertext, so
             // a restart never reuses a message key.
-            let mut tx = self.store().pool.begin().await?;
+            let mut tx = self.store().write_tx().await?;
             let row = NewGroupRow {
                 id: id.clone(),
                 epoch,

@@ -195,11 +195,11 @@ impl Runtime {
                     cursor + 1,
                     first.seq - 1
                 );
-                let mut tx = self.store().pool.begin().await?;
+                let mut tx = self.store().write_tx().await?;
                 alert(&mut tx, &s.handle, gid, &format!("lost:{cursor}"), text).await?;
                 tx.commit().await?;
             } else if lost {
-                let mut tx = self.store().pool.begin().await?;
+                let mut tx = self.store().write_tx().await?;
                 db::set_membership_state(&mut *tx, &s.handle, gid, "expired").await?;
                 let text = format!(
                     "messages {}..{} of this group are gone from the relay (offline longer than its retention): \
@@ -236,7 +236,7 @@ impl Runtime {
     pub(super) async fn process_entry(&self, s: &mut Session, gid: &str, seq: i64, data: &[u8]) -> Result<bool> {
         let handle = s.handle.clone();
         let id = message_id(data);
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         db::set_group_cursor(&mut tx, &handle, gid, seq).await?;
         let own = db::group_row_state(&mut tx, &handle, gid, &id).await?;
         let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
@@ -406,7 +406,7 @@ impl Runtime {
         if missing.is_empty() {
             return Ok(());
         }
-        let mut tx = self.store().pool.begin().await?;
+        let mut tx = self.store().write_tx().await?;
         for (gap, by) in missing {
             let text = format!(
                 "gap: message {gap}, which {by} says its sender had read, never arrived from the relay (withheld or \

@@ -202,7 +202,7 @@ impl Store {
     /// Unread rows stay until read: a message nobody has seen is not lost to the clock. A deleted
     /// message keeps its id and `after` list in `lmk_expired`. Returns the rows deleted.
     pub async fn expire_group_log(&self, cutoff: i64) -> Result<u64> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         // The same condition in both statements (a literal each: sqlx takes no built SQL).
         sqlx::query(
             "INSERT OR IGNORE INTO lmk_expired (handle, group_id, id, after) SELECT handle, group_id, id, after \

@@ -130,7 +130,7 @@ pub(super) async fn process(
     let admitted = match verified.admit(policy) {
         Ok(a) => a,
         Err(e) => {
-            let mut tx = rt.store().pool.begin().await?;
+            let mut tx = rt.store().write_tx().await?;
             if let Some(c) = &blocked {
                 store::count_blocked_drop(&mut tx, c.id).await?;
             }

@@ -324,7 +324,7 @@ impl Stringcup {
         state: ContactState,
     ) -> Result<ContactRow> {
         let now = now_ms();
-        let mut tx = rt.store().pool.begin().await?;
+        let mut tx = rt.store().write_tx().await?;
         match store::contact_by_peer(&mut tx, Protocol::Stringcup, id).await? {
             Some(c) if c.box_pub.as_slice() != key => {
                 let changed = store::ContactUpdate {
@@ -434,7 +434,7 @@ impl Stringcup {
             self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, ContactState::Active).await?;
         }
         let now = now_ms();
-        let mut tx = rt.store().pool.begin().await?;
+        let mut tx = rt.store().write_tx().await?;
         let id = Self::seal_and_queue(rt, &mut tx, &me, c, kind, text, (reply_to, from_agent, to_agent), now).await?;
         rt.commit_queued(tx).await?;
         Ok(id)
@@ -502,7 +502,7 @@ impl Stringcup {
         // A blocked sender (as the relay names it) is dropped before decryption: counted and
         // audited, never stored or shown.
         if let Some(c) = contact.as_ref().filter(|c| c.blocked) {
-            let mut tx = rt.store().pool.begin().await?;
+            let mut tx = rt.store().write_tx().await?;
             store::mark_seen(&mut tx, Protocol::Stringcup, sender, &msg_id, now).await?;
             store::count_blocked_drop(&mut tx, c.id).await?;
             let audit = Audit {
@@ -543,7 +543,7 @@ impl Stringcup {
         {
             plain = Ok(text);
         }
-        let mut tx = rt.store().pool.begin().await?;
+        let mut tx = rt.store().write_tx().await?;
         store::mark_seen(&mut tx, Protocol::Stringcup, sender, &msg_id, now).await?;
         let (state, detail, showable) = match (&contact, plain) {
             (_, Err(e)) => ("dropped", format!("undecryptable: {e}"), false),

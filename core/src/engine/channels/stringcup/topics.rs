@@ -124,7 +124,7 @@ impl Stringcup {
         // which retries each entry with its own key. A crash after the relay stored the batch and
         // before `outbox_sent` commits can still deliver one entry twice, after the hold.
         let now = now_ms();
-        let mut tx = rt.store().pool.begin().await?;
+        let mut tx = rt.store().write_tx().await?;
         let mut queued = Vec::new();
         for c in &targets {
             let id = Self::seal_and_queue(rt, &mut tx, &me, c, Kind::Send, text, (None, None, None), now).await?;
