@@ -65,7 +65,13 @@ pub struct Display {
 
 impl Display {
     /// Starts `xvfb-run -a` (1280x800x24) with `dbus-run-session` inside; it ends when dropped.
+    /// Starts are one at a time: `-a` takes the first display number without a lock file, so two
+    /// tests starting at once could pick the same number, one Xvfb then failing while its app
+    /// draws on the other test's display and dies with it ("Failed to initialize GTK", seen in
+    /// CI). The lock file exists once `xvfb-run` runs its command, which is when this returns.
     pub fn start() -> Self {
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = STARTING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let script = r#"printf 'DISPLAY=%s\nXAUTHORITY=%s\nDBUS_SESSION_BUS_ADDRESS=%s\n\n' \
             "$DISPLAY" "${XAUTHORITY:-}" "$DBUS_SESSION_BUS_ADDRESS"; cat >/dev/null"#;
         let mut child = Command::new("xvfb-run")
