@@ -472,6 +472,17 @@ pub enum Request {
         /// The relay's URL.
         url: String,
     },
+    /// Moves the profile to another relay (owner only) once that relay answers: re-registers
+    /// what lives on a relay (letagents mailbox, a new Stringcup identity, an Agent Mail card
+    /// routing there) and answers `whoami`. Refused with `relay_in_use` while contacts or active
+    /// groups reach the profile through its current relay: they would be cut off.
+    RelayMove {
+        /// The new relay's URL.
+        url: String,
+        /// SHA-256 of its certificate (hex) to pin; absent: the web PKI.
+        #[serde(default)]
+        cert_sha256: Option<String>,
+    },
     /// letmeknow: opens (or creates, with a random two-word handle) a group session; `name` is
     /// the display name its credential carries. Agent sessions always act as their own handle.
     GroupSession {

@@ -269,8 +269,8 @@ pub enum Command {
     /// challenge the service mails back waits in `review list` for your approval.
     #[command(subcommand)]
     Asnet(AsnetCmd),
-    /// Relays trusted by certificate besides your own: those a contact announced on the LAN
-    /// (signed by its key), and those you accepted.
+    /// Your relay (`relay move`), and relays trusted by certificate besides it: those a contact
+    /// announced on the LAN (signed by its key), and those you accepted.
     #[command(subcommand)]
     Relay(RelayCmd),
 }
@@ -292,6 +292,15 @@ pub enum RelayCmd {
     Untrust {
         /// The relay's URL.
         url: String,
+    },
+    /// Move this profile to another relay (it must answer first). Refused while contacts or
+    /// groups reach you through the current one.
+    Move {
+        /// The new relay's URL.
+        url: String,
+        /// SHA-256 of its certificate (hex) to pin, for a self-signed relay.
+        #[arg(long)]
+        cert_sha256: Option<String>,
     },
 }
 
@@ -796,6 +805,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Relay(RelayCmd::List) => Request::RelayTrusted,
         Command::Relay(RelayCmd::Trust { url, cert_sha256 }) => Request::RelayTrust { url, cert_sha256 },
         Command::Relay(RelayCmd::Untrust { url }) => Request::RelayUntrust { url },
+        Command::Relay(RelayCmd::Move { url, cert_sha256 }) => Request::RelayMove { url, cert_sha256 },
         Command::Asnet(a) => match a {
             AsnetCmd::Setup { service, mailbox, username, smtp, smtp_tls, smtp_auth, imap, imap_tls } => {
                 let password = match std::env::var("SWITCHBOARD_ASNET_PASSWORD") {
@@ -1055,7 +1065,7 @@ fn print_text(kind: &str, v: &Value) {
 
 fn output_kind(cmd: &Command) -> &'static str {
     match cmd {
-        Command::Whoami => "whoami",
+        Command::Whoami | Command::Relay(RelayCmd::Move { .. }) => "whoami",
         Command::Contact(ContactCmd::List | ContactCmd::Requests) => "contacts",
         Command::Contact(
             ContactCmd::Add { .. }

@@ -522,6 +522,7 @@ mod tests {
             Request::GroupCreate { name: "x".into() },
             Request::GroupRemove { handle: None, group: "g".into(), fingerprint: "f".into() },
             Request::AsnetRegister { discovery: None },
+            Request::RelayMove { url: "https://elsewhere.example".into(), cert_sha256: None },
         ] {
             let op = op_name(&req);
             assert_eq!(code(coder().admit(req)), "forbidden", "{op}");

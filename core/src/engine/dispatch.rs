@@ -250,6 +250,7 @@ impl Runtime {
             Request::RelayTrusted => self.relays_trusted().await,
             Request::RelayTrust { url, cert_sha256 } => self.relay_trust(&url, &cert_sha256).await,
             Request::RelayUntrust { url } => self.relay_untrust(&url).await,
+            Request::RelayMove { url, cert_sha256 } => self.relay_move(&url, cert_sha256.as_deref()).await,
         }
     }
 

@@ -166,6 +166,20 @@ pub enum Error {
         cert_sha256: String,
     },
 
+    /// The owner asked to move to another relay while peers reach the profile through the
+    /// current one: moving now would cut them off.
+    #[error(
+        "{contacts} contact(s) and {groups} group(s) reach you through the relay at {url}: moving to another relay would cut them off, so this profile stays where it is"
+    )]
+    RelayInUse {
+        /// The current relay.
+        url: String,
+        /// Contacts of any protocol.
+        contacts: i64,
+        /// Active groups on that relay.
+        groups: i64,
+    },
+
     /// The contact's protocol has no place for part of the message, which would silently be lost.
     #[error("{protocol} carries only the text, so {what} would not reach the peer: send it as a plain message")]
     NotCarried { protocol: &'static str, what: &'static str },
@@ -215,6 +229,7 @@ impl Error {
             Error::Bug(_) => "internal",
             Error::Forbidden(_) => "forbidden",
             Error::UntrustedRelay { .. } => "untrusted_relay",
+            Error::RelayInUse { .. } => "relay_in_use",
             Error::LoopGuard(_) => "loop_guard",
         }
     }
@@ -244,6 +259,7 @@ impl Error {
             | Error::Forbidden(_)
             | Error::LoopGuard(_)
             | Error::NotCarried { .. }
+            | Error::RelayInUse { .. }
             | Error::AsnetNotSetUp => Fault::Caller,
             // The key we seal to is the one the peer published.
             Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,

@@ -138,8 +138,14 @@ struct Inner_ {
     name: String,
     keystore: String,
     keys: Arc<Keystore>,
-    relay_url: String,
-    relay: RelayClient,
+    /// The profile's own relay: replaced whole when the owner moves to another
+    /// ([`Runtime::relay_move`]); everyone reads it through [`Runtime::relay_url`] and
+    /// [`Runtime::relay`].
+    own: std::sync::RwLock<OwnRelay>,
+    /// Counts moves of the own relay: receive loops bound to the old relay end when it changes.
+    relay_generation: watch::Sender<u64>,
+    /// Held through a relay move, so two moves never interleave.
+    moving: tokio::sync::Mutex<()>,
     /// The 1:1 protocols, each with its own state; `Runtime::channel` picks one.
     letagents: Letagents,
     stringcup: Stringcup,
@@ -153,6 +159,13 @@ struct Inner_ {
     groups: groups::Groups,
     /// The LAN layer (issue 17): setting, node, nearby contacts.
     lan: lan::Lan,
+}
+
+/// The profile's own relay: its URL (no trailing slash) and a client for it.
+#[derive(Clone)]
+struct OwnRelay {
+    url: String,
+    client: RelayClient,
 }
 
 /// One profile's runtime. Cheap to clone.
@@ -351,8 +364,9 @@ impl Runtime {
                 name,
                 keystore: keystore_desc,
                 keys: ks,
-                relay_url,
-                relay,
+                own: std::sync::RwLock::new(OwnRelay { url: relay_url, client: relay }),
+                relay_generation: watch::channel(0).0,
+                moving: tokio::sync::Mutex::new(()),
                 letagents: Letagents::default(),
                 stringcup,
                 agent_mail,
@@ -385,6 +399,21 @@ impl Runtime {
     /// Our letagents keys.
     pub fn keys(&self) -> PeerKeys {
         self.inner.id.keys()
+    }
+
+    /// The URL of the profile's own relay (no trailing slash).
+    pub fn relay_url(&self) -> String {
+        self.own_relay().url
+    }
+
+    /// A client for the profile's own relay.
+    pub(crate) fn relay(&self) -> RelayClient {
+        self.own_relay().client
+    }
+
+    fn own_relay(&self) -> OwnRelay {
+        // A poisoned lock still holds a whole value: it is only ever replaced, never half-written.
+        self.inner.own.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Asks background loops to stop.
@@ -426,7 +455,7 @@ impl Runtime {
             "profile": self.inner.profile.dir.display().to_string(),
             "bridge": self.inner.profile.read_bridge_files().map(|(p, _)| format!("http://127.0.0.1:{p}")),
             "keystore": self.inner.keystore,
-            "relays": [{"protocol": Protocol::Letagents, "url": self.inner.relay_url, "health": health}],
+            "relays": [{"protocol": Protocol::Letagents, "url": self.relay_url(), "health": health}],
             "outbox": self.store().outbox_len().await?,
             "agent_mail": self.inner.agent_mail.agent_mail_whoami(self).await,
             "agents": self.store().agents().await?,
@@ -640,8 +669,25 @@ impl Runtime {
                 supervise::supervise(format!("{p} receiver"), stop(), restart, move || {
                     let rt = rt.clone();
                     async move {
-                        if let Err(e) = rt.channel(p).run(&rt, false).await {
-                            tracing::warn!("{p} receiver stopped: {e}");
+                        // A receiver is bound to the relay it started on: when the owner moves,
+                        // it ends there and starts again on the new one.
+                        let mut moved = rt.inner.relay_generation.subscribe();
+                        moved.borrow_and_update();
+                        loop {
+                            tokio::select! {
+                                r = rt.channel(p).run(&rt, false) => {
+                                    if let Err(e) = r {
+                                        tracing::warn!("{p} receiver stopped: {e}");
+                                    }
+                                    return;
+                                }
+                                changed = moved.changed() => {
+                                    if changed.is_err() {
+                                        return;
+                                    }
+                                    tracing::info!("{p} receiver: the relay moved, starting again there");
+                                }
+                            }
                         }
                     }
                 })

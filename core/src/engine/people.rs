@@ -91,14 +91,14 @@ impl Runtime {
         let agent_mail =
             self.inner.agent_mail.agent_mail_link_entry(self, &self.inner.id.sig.verifying_key().to_bytes()).await;
         let stringcup = self.inner.stringcup.stringcup_whoami(self).await.get("id").and_then(Value::as_str).map(|id| {
-            StringcupEntry { id: id.to_owned(), relay: self.inner.relay_url.trim_end_matches('/').to_owned() }
+            StringcupEntry { id: id.to_owned(), relay: self.relay_url().trim_end_matches('/').to_owned() }
         });
         let name: String = self.inner.name.chars().take(crate::protocol::contact_link::MAX_NAME_CHARS).collect();
         Ok(ContactLink {
             name: name.trim().to_owned(),
             letagents: LetagentsEntry {
                 address: self.inner.id.address(),
-                relay: self.inner.relay_url.trim_end_matches('/').to_owned(),
+                relay: self.relay_url().trim_end_matches('/').to_owned(),
             },
             agent_mail,
             stringcup,
@@ -165,7 +165,8 @@ impl Runtime {
             }
         };
         drop(conn);
-        let own_relay = self.inner.relay_url.trim_end_matches('/');
+        let own_relay = self.relay_url();
+        let own_relay = own_relay.trim_end_matches('/');
         let mut added = Vec::new();
         let mut skipped = Vec::new();
         // Each channel, in the order they are tried.

@@ -18,7 +18,7 @@
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{Error, Result, Runtime, parse_pin};
+use super::{Error, Protocol, Result, Runtime, parse_pin};
 use crate::protocol::lan::RelayAnnouncement;
 use crate::store::{RelayVouch, TrustedRelayRow};
 use crate::transport::TransportError;
@@ -93,8 +93,48 @@ fn view(r: &TrustedRelayRow) -> Value {
 }
 
 impl Runtime {
+    /// Moves the profile to the relay at `url` (pinned by `cert_sha256`, else the web PKI): the
+    /// relay must answer, and nothing may reach the profile through the current relay yet
+    /// ([`Error::RelayInUse`]: contacts and groups there would be cut off, as no protocol here
+    /// tells peers about a move). The new relay is durable first (one transaction, which also
+    /// forgets the old relay's Stringcup identity), then swapped in: receive loops start again
+    /// there, and each protocol makes its first contact (letagents logs in, Stringcup registers
+    /// an identity, Agent Mail publishes a card routing there). Answers `whoami`.
+    pub(super) async fn relay_move(&self, url: &str, cert_sha256: Option<&str>) -> Result<Value> {
+        let _one_at_a_time = self.inner.moving.lock().await;
+        let url = canonical_relay_url(url).map_err(|e| Error::Invalid(e.to_string()))?;
+        let pin = parse_pin(cert_sha256)?;
+        let pin_hex = pin.map(|p| hex(&p)).unwrap_or_default();
+        let old = self.relay_url();
+        let old_pin = self.store().meta("relay_cert_sha256").await?.unwrap_or_default();
+        if url == old.trim_end_matches('/') && pin_hex == old_pin {
+            return Err(Error::Invalid(format!("this profile already uses the relay at {url}")));
+        }
+        let deps = self.store().own_relay_dependents(&old).await?;
+        if deps.contacts > 0 || deps.groups > 0 {
+            return Err(Error::RelayInUse { url: old, contacts: deps.contacts, groups: deps.groups });
+        }
+        super::check_relay(&url, cert_sha256).await?;
+        let client = RelayClient::new(&url, pin)?;
+        self.store().set_own_relay(&url, &pin_hex).await?;
+        // Everything bound to the relay switches before the receive loops start again there.
+        *self.inner.own.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            super::OwnRelay { url: url.clone(), client: client.clone() };
+        self.inner.stringcup.stringcup_switch_relay(&client).await;
+        self.inner.agent_mail.agent_mail_switch_relay(self).await?;
+        self.inner.relay_generation.send_modify(|g| *g = g.wrapping_add(1));
+        self.set_health("unknown", "");
+        tracing::info!("moved from the relay at {old} to {url}");
+        // Each protocol's first contact with the new relay.
+        self.channel(Protocol::Letagents).init(self).await?;
+        self.inner.stringcup.stringcup_register_moved(self).await;
+        self.inner.agent_mail.agent_mail_publish_moved(self).await?;
+        self.inner.outbox_wake.notify_one();
+        self.whoami().await
+    }
+
     fn is_own_relay(&self, canonical: &str) -> bool {
-        canonical == self.inner.relay_url.trim_end_matches('/')
+        canonical == self.relay_url().trim_end_matches('/')
     }
 
     /// The pin stored for the relay at `url` (not the profile's own), if any.
@@ -116,7 +156,7 @@ impl Runtime {
     pub(super) async fn lan_relay_announcement(&self, expires_at_ms: i64) -> Option<RelayAnnouncement> {
         let pin = self.store().meta("relay_cert_sha256").await.ok().flatten()?;
         let pin = parse_pin(Some(&pin)).ok().flatten()?;
-        match RelayAnnouncement::sign(&self.inner.id.sig, &self.inner.relay_url, pin, expires_at_ms) {
+        match RelayAnnouncement::sign(&self.inner.id.sig, &self.relay_url(), pin, expires_at_ms) {
             Ok(a) => Some(a),
             Err(e) => {
                 tracing::info!("lan: our relay is not announced: {e}");

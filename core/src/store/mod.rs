@@ -402,6 +402,31 @@ impl Store {
         set_meta(&mut *self.pool.acquire().await?, key, value).await
     }
 
+    /// What reaches this profile through its own relay at `relay_url`: every contact (each
+    /// protocol's peers send to us there) and the active groups whose log it carries.
+    pub async fn own_relay_dependents(&self, relay_url: &str) -> Result<RelayDependents> {
+        let contacts = sqlx::query_scalar("SELECT COUNT(*) FROM contacts").fetch_one(&self.pool).await?;
+        let groups = sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT group_id) FROM lmk_groups WHERE state = 'active' AND rtrim(relay, '/') = rtrim(?, '/')",
+        )
+        .bind(relay_url)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(RelayDependents { contacts, groups })
+    }
+
+    /// Makes `url` (certificate pin `pin_hex`, empty for the web PKI) the profile's own relay, in
+    /// one transaction: the relay-assigned Stringcup identity of the old relay is forgotten with
+    /// it (a new one is registered on the new relay).
+    pub async fn set_own_relay(&self, url: &str, pin_hex: &str) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        set_meta(&mut tx, "relay_url", url).await?;
+        set_meta(&mut tx, "relay_cert_sha256", pin_hex).await?;
+        sqlx::query("DELETE FROM meta WHERE key = 'stringcup_id'").execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Unshown incoming messages (or all with `all`), oldest first.
     pub async fn inbox(&self, all: bool, limit: i64) -> Result<Vec<MessageRow>> {
         Ok(sqlx::query_as(
@@ -578,6 +603,15 @@ impl Store {
     pub async fn prune_seen(&self, before: i64) -> Result<u64> {
         Ok(sqlx::query("DELETE FROM seen WHERE ts < ?").bind(before).execute(&self.pool).await?.rows_affected())
     }
+}
+
+/// What depends on the profile's own relay ([`Store::own_relay_dependents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayDependents {
+    /// Contacts of any protocol, active or pending.
+    pub contacts: i64,
+    /// Active groups whose log the relay carries.
+    pub groups: i64,
 }
 
 /// Writes a meta value inside a transaction.

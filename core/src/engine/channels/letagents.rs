@@ -119,7 +119,7 @@ impl Channel for Letagents {
                 "address": rt.inner.id.address().to_string(),
                 "mailbox_id": keys.mailbox_id(),
                 "safety_number": keys.safety_number(),
-                "relay": rt.inner.relay_url,
+                "relay": rt.relay_url(),
             });
             ("letagents", v)
         })
@@ -280,7 +280,7 @@ impl Letagents {
         let json = serde_json::to_string(inner).map_err(|e| Error::Bug(e.to_string()))?;
         let envelope = la::seal(&rt.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng)?;
         let now = now_ms();
-        let relay = c.relay_url.clone().unwrap_or_else(|| rt.inner.relay_url.clone());
+        let relay = c.relay_url.clone().unwrap_or_else(|| rt.relay_url());
         let body = match &inner.body {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -304,8 +304,8 @@ impl Letagents {
     }
 
     async fn client_for(&self, rt: &Runtime, url: &str) -> Result<RelayClient> {
-        if url == rt.inner.relay_url {
-            return Ok(rt.inner.relay.clone());
+        if url == rt.relay_url() {
+            return Ok(rt.relay());
         }
         // A contact's relay that a LAN announcement or the owner pinned (engine::relays), else
         // the web PKI; a client is rebuilt when the pin changes.
@@ -626,7 +626,7 @@ impl Letagents {
     async fn sync_letagents(&self, rt: &Runtime) -> Result<usize> {
         let mut total = 0;
         loop {
-            let msgs = rt.inner.relay.inbox(&rt.inner.id.sig, &rt.inner.id.drop).await?;
+            let msgs = rt.relay().inbox(&rt.inner.id.sig, &rt.inner.id.drop).await?;
             rt.set_health("reachable", "");
             let n = msgs.len();
             let mut done = Vec::with_capacity(n);
@@ -643,7 +643,7 @@ impl Letagents {
                 done.push(m.seq);
             }
             if !done.is_empty() {
-                rt.inner.relay.ack(&rt.inner.id.sig, &done).await?;
+                rt.relay().ack(&rt.inner.id.sig, &done).await?;
             }
             total += n;
             if n < la::wire::INBOX_PAGE {
@@ -655,7 +655,7 @@ impl Letagents {
     /// One websocket session: catch up, then live delivery until the socket ends. With
     /// `until_showable`, returns as soon as something `inbox` shows arrives.
     async fn websocket_session(&self, rt: &Runtime, until_showable: bool) -> Result<()> {
-        let ws = rt.inner.relay.connect(&rt.inner.id.sig, &rt.inner.id.drop).await?;
+        let ws = rt.relay().connect(&rt.inner.id.sig, &rt.inner.id.drop).await?;
         rt.set_health("connected", "");
         rt.inner.outbox_wake.notify_one();
         let (mut tx, mut rx) = ws.split();

@@ -208,7 +208,7 @@ impl Runtime {
         let handle = &s.handle;
         let gid = new_id(&mut OsRng);
         let g = s.member.create_group(&gid)?;
-        let relay = self.inner.relay_url.trim_end_matches('/').to_owned();
+        let relay = self.relay_url().trim_end_matches('/').to_owned();
         let mut tx = self.store().write_tx().await?;
         db::insert_group(&mut tx, handle, &gid, &relay, now_ms()).await?;
         let me = mls::MemberInfo { name: s.member.name().to_owned(), fingerprint: s.member.fingerprint(), leaf: 0 };

@@ -440,13 +440,13 @@ impl Runtime {
     /// The letmeknow client for a group's relay: the profile's own client (its pin) for its own
     /// relay, else one that pins what a contact's LAN announcement or the owner vouched for.
     async fn lmk_client(&self, relay: &str) -> Result<LetmeknowClient> {
-        Ok(self.lmk_foreign(relay).await?.map_or_else(|| LetmeknowClient::new(&self.inner.relay), |f| f.0))
+        Ok(self.lmk_foreign(relay).await?.map_or_else(|| LetmeknowClient::new(&self.relay()), |f| f.0))
     }
 
     /// For a relay other than the profile's own: its letmeknow client and the handle that turns
     /// a certificate refusal into [`Error::UntrustedRelay`]; `None` for the profile's own.
     async fn lmk_foreign(&self, relay: &str) -> Result<Option<(LetmeknowClient, ForeignRelay)>> {
-        if relay.trim_end_matches('/') == self.inner.relay_url.trim_end_matches('/') {
+        if relay.trim_end_matches('/') == self.relay_url().trim_end_matches('/') {
             return Ok(None);
         }
         let foreign = self.foreign_relay(relay).await?;

@@ -115,7 +115,7 @@ pub(super) async fn retained(rt: &Runtime, st: &AmState) -> Result<Vec<RetainedK
 /// is our origin, web PKI otherwise.
 pub(super) fn mail_client(rt: &Runtime, st: &AmState, origin: &Origin) -> Result<MailClient> {
     if *origin == st.origin {
-        return Ok(MailClient::new(&rt.inner.relay_url, rt.inner.relay.http().clone()));
+        return Ok(MailClient::new(&rt.relay_url(), rt.relay().http().clone()));
     }
     let rc = RelayClient::new(origin.as_str(), None)?;
     Ok(MailClient::new(origin.as_str(), rc.http().clone()))

@@ -44,7 +44,7 @@ pub(in crate::engine) async fn settings(rt: &Runtime, allow_local_networks: Opti
 pub(in crate::engine) async fn allowed(rt: &Runtime) -> Result<bool> {
     match setting(rt).await? {
         Some(explicit) => Ok(explicit),
-        None => Ok(own_relay_is_local(&rt.inner.relay_url).await),
+        None => Ok(own_relay_is_local(&rt.relay_url()).await),
     }
 }
 
@@ -78,7 +78,7 @@ pub(super) fn card_client(rt: &Runtime, st: &AmState, route: &Origin, allow_loca
     }
     // Our own origin is reached at the relay URL the profile was made with, pinned as usual.
     let (base, tls) = if *route == st.origin {
-        (rt.inner.relay_url.clone(), Some(rt.inner.relay.tls_config()))
+        (rt.relay_url(), Some(rt.relay().tls_config()))
     } else {
         (route.as_str().to_owned(), None)
     };

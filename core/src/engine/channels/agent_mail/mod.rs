@@ -301,7 +301,7 @@ impl AgentMail {
             id: AgentId::of(&key),
             key,
             mailbox: Id16(random_array::<16>()),
-            origin: origin_of(&rt.inner.relay_url)?,
+            origin: origin_of(&rt.relay_url())?,
             secrets: BTreeMap::new(),
         };
         let st = self.new_card(rt, st).await?;
@@ -325,6 +325,13 @@ impl AgentMail {
     pub(in crate::engine) async fn agent_mail_publish(&self, rt: &Runtime) -> Result<()> {
         let mut st = self.am_state(rt).await?;
         let (mut card, mut published) = cards::current_card(rt).await?;
+        // A card routing to another relay than ours (the owner moved relay, and the runtime may
+        // have stopped before the new card was signed) is replaced like an expiring one.
+        let routed_elsewhere = !card.payload().routes.is_empty() && card.payload().routes != [st.origin.clone()];
+        if routed_elsewhere {
+            cards::sign_card(rt, &st, card.payload().public_key).await?;
+            (card, published) = cards::current_card(rt).await?;
+        }
         if card.payload().expires_at - now_ms() < RENEW_BEFORE_MS {
             st = self.new_card(rt, st).await?;
             *self.state.lock().await = Some(st.clone());
@@ -357,6 +364,28 @@ impl AgentMail {
             }
         }
         Err(TransportError::Malformed("relay kept refusing our card nonce".into()).into())
+    }
+
+    /// The owner moved to another relay: our origin becomes the new relay's. Then
+    /// [`Self::agent_mail_publish_moved`].
+    pub(in crate::engine) async fn agent_mail_switch_relay(&self, rt: &Runtime) -> Result<()> {
+        if let Some(st) = self.state.lock().await.as_mut() {
+            st.origin = origin_of(&rt.relay_url())?;
+        }
+        Ok(())
+    }
+
+    /// A card with the next nonce routing to the relay moved to, signed (same key) and published
+    /// there. A relay that does not answer now gets it when it is next reached
+    /// ([`Self::agent_mail_publish`] replaces any card still routing elsewhere).
+    pub(in crate::engine) async fn agent_mail_publish_moved(&self, rt: &Runtime) -> Result<()> {
+        let Some(st) = self.state.lock().await.clone() else { return Ok(()) };
+        let (card, _) = cards::current_card(rt).await?;
+        cards::sign_card(rt, &st, card.payload().public_key).await?;
+        if let Err(e) = self.agent_mail_publish(rt).await {
+            tracing::info!("Agent Mail card not published to the new relay yet: {e}");
+        }
+        Ok(())
     }
 
     /// A new card key now: a card with a higher nonce, published; the old key stays retained

@@ -14,12 +14,12 @@ impl Stringcup {
     /// before treating the rotation as done.
     pub(in crate::engine) async fn stringcup_rotate_if_due(&self, rt: &Runtime, force: bool) -> Result<Value> {
         let Some(mut me) = self.registered().await else { return Ok(Value::Null) };
-        let info = self.client.token_info(&me.token).await?;
+        let info = self.client().token_info(&me.token).await?;
         if !force && info.expires_in_seconds > ROTATE_BEFORE_SECS {
             return Ok(json!({"rotated": false, "expires_in_seconds": info.expires_in_seconds}));
         }
         let mut guard = self.id.lock().await;
-        let rotated = self.client.rotate(&me.token).await?;
+        let rotated = self.client().rotate(&me.token).await?;
         me.token = rotated.api_token;
         self.save_identity(rt, &me).await?;
         *guard = Some(me);
@@ -46,7 +46,7 @@ impl Stringcup {
         me.pending = Some(fresh.clone());
         self.save_identity(rt, &me).await?;
         *guard = Some(me.clone());
-        let updated = self.client.update_key(&me.token, &public_b64(&fresh)).await;
+        let updated = self.client().update_key(&me.token, &public_b64(&fresh)).await;
         me.pending = None;
         if let Err(e) = updated {
             // The relay refused or could not be reached: the pending key stays saved until the

@@ -47,7 +47,8 @@ const POLL_INTERVAL_MS: u64 = 12_000;
 /// Stringcup's channel: the `/api/v2` client on our relay and our identity there, registered
 /// the first time it is needed.
 pub(in crate::engine) struct Stringcup {
-    client: StringcupClient,
+    /// The client for the profile's own relay (Stringcup identities live on one relay).
+    client: std::sync::RwLock<StringcupClient>,
     id: Mutex<Option<ScIdentity>>,
 }
 
@@ -248,7 +249,31 @@ impl Stringcup {
         ks: &std::sync::Arc<Keystore>,
         relay: &RelayClient,
     ) -> Result<Stringcup> {
-        Ok(Stringcup { client: StringcupClient::new(relay), id: Mutex::new(load_identity(store, ks).await?) })
+        Ok(Stringcup {
+            client: std::sync::RwLock::new(StringcupClient::new(relay)),
+            id: Mutex::new(load_identity(store, ks).await?),
+        })
+    }
+
+    fn client(&self) -> StringcupClient {
+        // Only ever replaced whole, so a poisoned lock still holds a usable client.
+        self.client.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The owner moved to another relay: Stringcup identities are assigned by one relay, so the
+    /// old one is forgotten here (the caller cleared `stringcup_id` in the move's transaction)
+    /// and the client points at `relay`. Then [`Self::stringcup_register_moved`].
+    pub(in crate::engine) async fn stringcup_switch_relay(&self, relay: &RelayClient) {
+        *self.client.write().unwrap_or_else(std::sync::PoisonError::into_inner) = StringcupClient::new(relay);
+        *self.id.lock().await = None;
+    }
+
+    /// Registers an identity on the relay moved to; a relay that does not serve `/api/v2` now is
+    /// asked again when Stringcup is next needed.
+    pub(in crate::engine) async fn stringcup_register_moved(&self, rt: &Runtime) {
+        if let Err(e) = self.stringcup_identity(rt).await {
+            tracing::info!("no Stringcup identity on the new relay yet: {e}");
+        }
     }
 
     async fn save_identity(&self, rt: &Runtime, id: &ScIdentity) -> Result<()> {
@@ -272,7 +297,7 @@ impl Stringcup {
             return Ok(id.clone());
         }
         let secret = StaticSecret::from(random_array::<32>());
-        let reg = self.client.register(&public_b64(&secret), &rt.inner.name).await?;
+        let reg = self.client().register(&public_b64(&secret), &rt.inner.name).await?;
         if !is_identity_id(&reg.id) {
             return Err(TransportError::Malformed(format!("relay assigned an invalid id `{}`", reg.id)).into());
         }
@@ -296,7 +321,7 @@ impl Stringcup {
                     "id": me.id,
                     "fingerprint": fingerprint(&key),
                     "fingerprint_short": fingerprint_short(&key),
-                    "relay": format!("{}/api/v2", rt.inner.relay_url),
+                    "relay": format!("{}/api/v2", rt.relay_url()),
                 })
             }
             None => Value::Null,
@@ -305,7 +330,7 @@ impl Stringcup {
 
     /// Looks `id` up and returns its key (the fingerprint is recomputed locally by callers).
     async fn stringcup_lookup(&self, id: &str) -> Result<([u8; 32], Option<String>)> {
-        let rec = self.client.identity(id).await?;
+        let rec = self.client().identity(id).await?;
         if rec.id != id {
             return Err(TransportError::Malformed("lookup answered for another identity".into()).into());
         }
@@ -467,7 +492,7 @@ impl Stringcup {
             from_agent,
             to_agent,
             ts: now,
-            relay_url: &rt.inner.relay_url,
+            relay_url: &rt.relay_url(),
             target: &c.peer_id,
             drop_code: &[],
             payload: &body,
@@ -482,7 +507,7 @@ impl Stringcup {
             Ok(me) => me,
             Err(e) => return SendOutcome::Retry { after_ms: None, reason: format!("unreachable: {e}") },
         };
-        match self.client.send(&me.token, &row.payload, &row.message_id).await {
+        match self.client().send(&me.token, &row.payload, &row.message_id).await {
             sct::SendOutcome::Stored => SendOutcome::Accepted,
             sct::SendOutcome::Retry { after_ms, reason } => SendOutcome::Retry { after_ms, reason },
             sct::SendOutcome::Permanent(reason) => SendOutcome::Permanent(reason),
@@ -601,7 +626,7 @@ impl Stringcup {
     /// Reads one inbox page (holding up to `wait` s), commits each message, then acks the page.
     /// Returns (messages processed, any showable, more waiting, long-poll state).
     async fn stringcup_page(&self, rt: &Runtime, me: &ScIdentity, wait: u64) -> Result<Page> {
-        let (page, long_poll, budget) = self.client.inbox(&me.token, wait).await?;
+        let (page, long_poll, budget) = self.client().inbox(&me.token, wait).await?;
         let mut showable = false;
         let mut ids = Vec::with_capacity(page.messages.len());
         for m in &page.messages {
@@ -609,7 +634,7 @@ impl Stringcup {
             ids.push(m.id);
         }
         if !ids.is_empty() {
-            self.client.ack(&me.token, &ids).await?;
+            self.client().ack(&me.token, &ids).await?;
         }
         Ok(Page { count: ids.len(), showable, more: page.has_more, long_poll, budget })
     }

@@ -14,7 +14,7 @@ impl Stringcup {
     /// Opens a rendezvous and returns the relay-issued token to hand over.
     pub(in crate::engine) async fn pair_open(&self, rt: &Runtime) -> Result<Value> {
         let me = self.stringcup_identity(rt).await?;
-        let rv = self.client.rendezvous(&me.token, None, 0).await?;
+        let rv = self.client().rendezvous(&me.token, None, 0).await?;
         let token = rv.token.filter(|t| is_rendezvous_token(t)).ok_or_else(|| {
             Error::Transport(TransportError::Malformed("rendezvous answer carries no valid token".into()))
         })?;
@@ -39,7 +39,7 @@ impl Stringcup {
             if left.is_zero() {
                 // Give our side back, so the token cannot be completed later behind our back
                 // (the claim would otherwise stand until the token expires).
-                let released = self.client.rendezvous_release(&me.token, token).await;
+                let released = self.client().rendezvous_release(&me.token, token).await;
                 if let Err(e) = &released {
                     tracing::info!("releasing the rendezvous claim: {e}");
                 }
@@ -51,7 +51,7 @@ impl Stringcup {
             }
             // At least one claim, however short the timeout (a hold is whole seconds).
             let hold = left.as_secs().clamp(1, sct::MAX_WAIT_SECS);
-            let rv = match self.client.rendezvous(&me.token, Some(token), hold).await {
+            let rv = match self.client().rendezvous(&me.token, Some(token), hold).await {
                 Ok(rv) => rv,
                 Err(TransportError::Status { status: 409, .. }) => {
                     return Err(Error::Invalid(

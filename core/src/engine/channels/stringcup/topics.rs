@@ -20,7 +20,7 @@ impl Stringcup {
         for m in members {
             ids.push(self.member_id(rt, m).await?);
         }
-        let topic = self.client.topic_create(&me.token, &ids).await?;
+        let topic = self.client().topic_create(&me.token, &ids).await?;
         Ok(json!({"topic": topic, "members": ids.len() + 1}))
     }
 
@@ -28,7 +28,7 @@ impl Stringcup {
     pub(in crate::engine) async fn topic_list(&self, rt: &Runtime) -> Result<Value> {
         let me = self.stringcup_identity(rt).await?;
         let mut out = Vec::new();
-        for t in self.client.topics(&me.token).await?.topics {
+        for t in self.client().topics(&me.token).await?.topics {
             let owner = if t.owner_id == me.id { "me".to_owned() } else { self.name_of(rt, &t.owner_id).await? };
             out.push(json!({"topic": t.id, "owner": owner, "members": t.member_count}));
         }
@@ -43,7 +43,7 @@ impl Stringcup {
         for m in members {
             ids.push(self.member_id(rt, m).await?);
         }
-        let r = self.client.topic_add(&me.token, topic, &ids).await?;
+        let r = self.client().topic_add(&me.token, topic, &ids).await?;
         Ok(
             json!({"topic": topic, "added": r.added.len(), "already_member": r.already_member.len(), "unknown": r.unknown}),
         )
@@ -62,7 +62,7 @@ impl Stringcup {
             Some(m) => self.member_id(rt, m).await?,
             None => me.id.clone(),
         };
-        self.client.topic_remove(&me.token, topic, &id).await?;
+        self.client().topic_remove(&me.token, topic, &id).await?;
         Ok(json!({"topic": topic, "removed": member.unwrap_or("me")}))
     }
 
@@ -70,7 +70,7 @@ impl Stringcup {
     pub(in crate::engine) async fn topic_delete(&self, rt: &Runtime, topic: &str) -> Result<Value> {
         let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
-        self.client.topic_delete(&me.token, topic).await?;
+        self.client().topic_delete(&me.token, topic).await?;
         Ok(json!({"topic": topic, "deleted": true}))
     }
 
@@ -94,7 +94,7 @@ impl Stringcup {
     pub(in crate::engine) async fn topic_send(&self, rt: &Runtime, topic: &str, text: &str) -> Result<Value> {
         let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
-        let roster = self.client.topic_roster(&me.token, topic).await?;
+        let roster = self.client().topic_roster(&me.token, topic).await?;
         let mut skipped = Vec::new();
         let mut targets = Vec::new();
         for m in roster.members.iter().filter(|m| m.id != me.id) {
@@ -139,7 +139,7 @@ impl Stringcup {
         let entries: Vec<Outgoing> = rows.iter().filter_map(|r| serde_json::from_slice(&r.payload).ok()).collect();
         let mut sent = 0;
         if !entries.is_empty() && entries.len() == rows.len() {
-            match self.client.batch(&me.token, &entries).await {
+            match self.client().batch(&me.token, &entries).await {
                 Ok(result) => {
                     for s in result.sent {
                         if let Some(row) = rows.get(s.index) {
