@@ -284,6 +284,34 @@ impl AppState {
         rt.handle_as(&Caller::Owner, Request::Whoami, false).await.map_err(|e| e.to_api())
     }
 
+    /// After the profile moved to the relay at `url`: a relay this app hosted for it is no longer
+    /// the profile's, so it stops and is not started again (nothing reached the profile through
+    /// it, or the move would have been refused).
+    pub async fn relay_moved(&self, url: &str) {
+        let was_hosted = match self.settings.lock() {
+            Ok(mut s) => {
+                let hosted =
+                    s.hosted_relay.as_ref().is_some_and(|h| h.url.trim_end_matches('/') != url.trim_end_matches('/'));
+                if hosted {
+                    s.hosted_relay = None;
+                    if let Err(e) = s.save(&self.profile.dir) {
+                        tracing::warn!("settings not saved: {e}");
+                    }
+                }
+                hosted
+            }
+            Err(_) => false,
+        };
+        if was_hosted {
+            if let Ok(mut e) = self.hosted_error.lock() {
+                *e = None;
+            }
+            if let Some(r) = self.hosted.lock().await.take() {
+                r.stop().await;
+            }
+        }
+    }
+
     /// The hosted relay as settings show it: URL, pinned certificate, port, data directory and
     /// whether it accepts connections; `null` when the profile uses another relay.
     pub async fn hosted_status(&self) -> Value {

@@ -364,6 +364,8 @@ export interface Backend {
   groupJoin(link: string): Promise<{ group: string; name: string }>;
   /** Trusts the relay at `url` with the certificate whose SHA-256 is `certSha256` (hex). */
   relayTrust(url: string, certSha256: string): Promise<void>;
+  /** Moves the profile to the relay at `url` (pinning `certSha256` for a self-signed one). */
+  relayMove(url: string, certSha256?: string): Promise<Whoami>;
   /** A new group with a local name, made by the owner's default session. */
   groupCreate(name: string): Promise<{ group: string; name: string }>;
   groupRename(group: string, name: string): Promise<void>;
@@ -525,6 +527,9 @@ abstract class RequestBackend implements Backend {
   }
   async relayTrust(url: string, certSha256: string) {
     await this.rpc({ op: 'relay_trust', url, cert_sha256: certSha256 });
+  }
+  relayMove(url: string, certSha256?: string) {
+    return this.rpc<Whoami>({ op: 'relay_move', url, cert_sha256: certSha256 ?? null });
   }
   groupCreate(name: string) {
     return this.rpc<{ group: string; name: string }>({ op: 'group_create', name });

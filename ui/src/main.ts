@@ -2706,6 +2706,7 @@ async function settingsView() {
         ),
       ),
     ),
+    relayMoveBox(st.relays[0]?.url ?? ''),
     hosted ? hostedRelayBox(hosted) : null,
     h(
       'section',
@@ -2743,6 +2744,55 @@ async function settingsView() {
       h('h3', { id: 'keys-title' }, S.settings.shortcuts),
       h('dl', { class: 'shortcuts' }, S.settings.shortcutList.map(([k, what]) => [h('dt', null, k), h('dd', null, what)])),
     ),
+  );
+}
+
+/** Settings → Move to another relay: the runtime checks the relay answers and refuses a move
+ * that would cut contacts off; its answer (or refusal) is shown under the form. */
+function relayMoveBox(current: string) {
+  const url = h('input', { type: 'url', id: 'set-move-url', placeholder: 'https://relay.example', required: true });
+  const cert = h('input', {
+    type: 'text',
+    id: 'set-move-cert',
+    autocomplete: 'off',
+    spellcheck: false,
+    pattern: '[0-9a-fA-F:]{64,95}',
+  });
+  const out = h('p', { id: 'set-move-out', role: 'status', 'aria-live': 'polite' });
+  const button = h('button', { type: 'submit' }, S.settings.moveButton) as HTMLButtonElement;
+  return h(
+    'form',
+    {
+      'aria-labelledby': 'move-title',
+      id: 'relay-move',
+      onsubmit: async (e: Event) => {
+        e.preventDefault();
+        button.disabled = true;
+        out.className = 'muted';
+        out.textContent = S.settings.moveChecking;
+        try {
+          const to = url.value.trim();
+          await backend.relayMove(to, cert.value.trim() || undefined);
+          out.textContent = '';
+          url.value = '';
+          cert.value = '';
+          say(S.settings.moved(to.replace(/\/+$/, '')));
+          await render(true);
+        } catch (x) {
+          out.className = 'error';
+          out.textContent =
+            x instanceof BackendError && x.code === 'relay' ? S.settings.moveDown(x.message) : errorText(x);
+        } finally {
+          button.disabled = false;
+        }
+      },
+    },
+    h('h3', { id: 'move-title' }, S.settings.moveTitle),
+    h('p', { class: 'muted hint' }, S.settings.moveNote(current)),
+    field(S.settings.moveUrl, url),
+    field(S.settings.moveCert, cert),
+    button,
+    out,
   );
 }
 

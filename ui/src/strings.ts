@@ -376,6 +376,16 @@ export const S = {
     lanOff: 'The local network layer is off.',
     lanNearby: (names: string[]) => (names.length ? `Nearby now: ${names.join(', ')}` : 'No contact nearby now.'),
     relays: 'Relays',
+    moveTitle: 'Move to another relay',
+    moveNote: (current: string) =>
+      `Your addresses live on ${current}. Moving gives you addresses on the new relay; it works while nobody reaches you through this one yet (contacts and groups would not learn where you went).`,
+    moveUrl: 'New relay URL',
+    moveCert: 'Certificate SHA-256 (only for a self-signed relay)',
+    moveButton: 'Move',
+    moveChecking: 'Checking the new relay…',
+    moved: (url: string) => `Moved to ${url}. Share your new addresses from My addresses.`,
+    moveDown: (why: string) =>
+      `Nothing changed: Switchboard could not reach that relay. ${why.replace(/^relay unreachable: /, '').replace(/^./, (c) => c.toUpperCase())}.`,
     health: 'Health',
     lastError: 'Last error',
     notifications: 'Notifications',

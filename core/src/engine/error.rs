@@ -168,9 +168,7 @@ pub enum Error {
 
     /// The owner asked to move to another relay while peers reach the profile through the
     /// current one: moving now would cut them off.
-    #[error(
-        "{contacts} contact(s) and {groups} group(s) reach you through the relay at {url}: moving to another relay would cut them off, so this profile stays where it is"
-    )]
+    #[error("{}", relay_in_use(url, *contacts, *groups))]
     RelayInUse {
         /// The current relay.
         url: String,
@@ -183,6 +181,18 @@ pub enum Error {
     /// The contact's protocol has no place for part of the message, which would silently be lost.
     #[error("{protocol} carries only the text, so {what} would not reach the peer: send it as a plain message")]
     NotCarried { protocol: &'static str, what: &'static str },
+}
+
+fn relay_in_use(url: &str, contacts: i64, groups: i64) -> String {
+    let count = |n: i64, one: &str, many: &str| if n == 1 { format!("1 {one}") } else { format!("{n} {many}") };
+    let who = match (contacts, groups) {
+        (c, 0) => count(c, "contact reaches", "contacts reach"),
+        (0, g) => count(g, "group reaches", "groups reach"),
+        (c, g) => format!("{} and {}", count(c, "contact", "contacts"), count(g, "group reach", "groups reach")),
+    };
+    format!(
+        "{who} you through the relay at {url}, and none of them would learn where you moved: this profile stays on that relay"
+    )
 }
 
 impl Error {

@@ -204,11 +204,26 @@ pub async fn check_relay(url: &str, pin: Option<&str>) -> Result<()> {
             crate::transport::TransportError::Unreachable(why) => why,
             other => other.to_string(),
         };
+        // The OS's error number means nothing to the person reading this.
+        let why = without_os_error(&why);
         Error::Transport(crate::transport::TransportError::Unreachable(format!(
             "the relay at {} did not answer ({why})",
             url.trim_end_matches('/')
         )))
     })
+}
+
+/// `text` without the ` (os error N)` the OS's errors end with.
+fn without_os_error(text: &str) -> String {
+    let Some(at) = text.find(" (os error ") else { return text.to_owned() };
+    let rest = text.get(at + " (os error ".len()..).unwrap_or_default();
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    match rest.get(digits..) {
+        Some(after) if digits > 0 && after.starts_with(')') => {
+            format!("{}{}", text.get(..at).unwrap_or_default(), after.get(1..).unwrap_or_default())
+        }
+        _ => text.to_owned(),
+    }
 }
 
 fn parse_pin(hex: Option<&str>) -> Result<Option<[u8; 32]>> {
@@ -736,6 +751,14 @@ impl Drop for ListenerGuard<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_relay_that_does_not_answer_is_described_without_the_os_error_number() {
+        assert_eq!(super::without_os_error("Connection refused (os error 111)"), "Connection refused");
+        assert_eq!(super::without_os_error("x (Connection refused (os error 111))"), "x (Connection refused)");
+        assert_eq!(super::without_os_error("timed out"), "timed out");
+        assert_eq!(super::without_os_error("odd (os error x)"), "odd (os error x)");
+    }
+
     use super::*;
 
     #[test]

@@ -90,9 +90,10 @@ impl Runtime {
     pub(super) async fn own_contact_link(&self) -> Result<ContactLink> {
         let agent_mail =
             self.inner.agent_mail.agent_mail_link_entry(self, &self.inner.id.sig.verifying_key().to_bytes()).await;
-        let stringcup = self.inner.stringcup.stringcup_whoami(self).await.get("id").and_then(Value::as_str).map(|id| {
-            StringcupEntry { id: id.to_owned(), relay: self.relay_url().trim_end_matches('/').to_owned() }
-        });
+        let stringcup =
+            self.inner.stringcup.stringcup_whoami(self).await.get("id").and_then(Value::as_str).map(|id| {
+                StringcupEntry { id: id.to_owned(), relay: self.relay_url().trim_end_matches('/').to_owned() }
+            });
         let name: String = self.inner.name.chars().take(crate::protocol::contact_link::MAX_NAME_CHARS).collect();
         Ok(ContactLink {
             name: name.trim().to_owned(),

@@ -117,18 +117,20 @@ impl Runtime {
         super::check_relay(&url, cert_sha256).await?;
         let client = RelayClient::new(&url, pin)?;
         self.store().set_own_relay(&url, &pin_hex).await?;
-        // Everything bound to the relay switches before the receive loops start again there.
+        // Everything bound to the relay switches before anything talks to the new one.
         *self.inner.own.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             super::OwnRelay { url: url.clone(), client: client.clone() };
         self.inner.stringcup.stringcup_switch_relay(&client).await;
         self.inner.agent_mail.agent_mail_switch_relay(self).await?;
-        self.inner.relay_generation.send_modify(|g| *g = g.wrapping_add(1));
         self.set_health("unknown", "");
         tracing::info!("moved from the relay at {old} to {url}");
-        // Each protocol's first contact with the new relay.
+        // Each protocol's first contact with the new relay, then the receive loops start again
+        // there (after letagents' login here: two logins at once could reach the relay out of
+        // order, and it refuses the older one as a replay).
         self.channel(Protocol::Letagents).init(self).await?;
         self.inner.stringcup.stringcup_register_moved(self).await;
         self.inner.agent_mail.agent_mail_publish_moved(self).await?;
+        self.inner.relay_generation.send_modify(|g| *g = g.wrapping_add(1));
         self.inner.outbox_wake.notify_one();
         self.whoami().await
     }

@@ -12,5 +12,13 @@ use crate::host::AppState;
 pub async fn runtime_request(state: State<'_, AppState>, request: Value) -> Result<Value, CommandError> {
     let req: Request =
         serde_json::from_value(request).map_err(|e| CommandError::new("invalid_input", format!("bad request: {e}")))?;
-    Ok(state.request(req).await?)
+    let moved_to = match &req {
+        Request::RelayMove { url, .. } => Some(url.clone()),
+        _ => None,
+    };
+    let answer = state.request(req).await?;
+    if let Some(url) = moved_to {
+        state.relay_moved(&url).await;
+    }
+    Ok(answer)
 }

@@ -1,0 +1,81 @@
+//! Moving to another relay from Settings, end to end in headless Chromium: `switchboard ui` runs
+//! alice (her profile on one relay-lite, nobody reaching her yet); `ui/e2e/relay_move.e2e.mjs`
+//! tries a relay that is down and a self-signed one without its fingerprint (both refused in
+//! plain words, nothing changed), then moves with the certificate's SHA-256; bob, whose profile
+//! lives only on that new relay, then says hello, alice approves in the UI and his message
+//! arrives. This test plays bob. Nothing is built here: scripts/install-deps.sh installs
+//! chromium, runs `npm ci` and builds ui/dist.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard_core::bridge::api::Request;
+use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
+use switchboard_tests::{Peer, TestRelay, send_request, switchboard_ok};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
+}
+
+/// Bob, on the relay alice moves to.
+struct World {
+    bob: Peer,
+}
+
+impl World {
+    async fn call(&self, req: Request) -> Result<Value, String> {
+        self.bob.rt.handle(req, true).await.map_err(|e| e.to_string())
+    }
+}
+
+impl Driver for World {
+    async fn handle(&mut self, req: &Value) -> Result<Value, String> {
+        let s = |k: &str| req[k].as_str().unwrap_or_default().to_owned();
+        match req["op"].as_str().unwrap_or("") {
+            "bob_hello" => {
+                let add = Request::ContactAdd {
+                    address: s("to"),
+                    name: Some("alice".into()),
+                    allow: None,
+                    relay: None,
+                    no_hello: false,
+                };
+                self.call(add).await
+            }
+            "bob_say" => self.call(send_request("alice", &s("text"))).await,
+            other => Err(format!("unknown driver op {other}")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_to_another_relay_in_settings_refuses_what_does_not_answer_then_moves_and_is_reached_there() {
+    require_browser();
+    let new_relay = TestRelay::start_tls().await;
+    let cert = new_relay.cert_sha256.clone().unwrap();
+    let bob = Peer::offline_pinned("Bob", &new_relay.url(), Some(&cert)).await;
+    let mut down = TestRelay::start().await;
+    let down_url = down.url();
+    down.stop().await;
+    let old_relay = TestRelay::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let alice_home = home.path().join("alice");
+    switchboard_ok(
+        &bin(),
+        &alice_home,
+        &["init", "--name", "Alice", "--relay", &old_relay.url(), "--keystore", "file"],
+    );
+    let (mut ui_proc, url) = serve_ui(&bin(), &alice_home).await;
+    let mut world = World { bob };
+    let env = [
+        ("NEW_RELAY_URL", new_relay.url().trim_end_matches('/').to_owned()),
+        ("NEW_RELAY_CERT", cert),
+        ("DOWN_RELAY_URL", down_url),
+    ];
+    let shots =
+        run_scenario("relay_move.e2e.mjs", &url, &env, "ui-relay-move-e2e", Duration::from_secs(180), &mut world).await;
+    assert!(shots.join("moved.png").is_file());
+    ui_proc.start_kill().unwrap();
+}
