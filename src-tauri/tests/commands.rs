@@ -272,6 +272,42 @@ fn the_hosted_relay_starts_again_with_the_app() {
 }
 
 #[test]
+fn moving_away_from_the_hosted_relay_stops_it_and_the_next_launch_does_not_host_one() {
+    let (_d, p) = profile();
+    let elsewhere = relay();
+    {
+        let (app, w) = app(p.clone());
+        support::invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
+        let hosted = support::invoke(&w, "relay_hosted", json!({})).unwrap();
+        let hosted_url = hosted["url"].as_str().unwrap().to_owned();
+        assert_eq!(hosted["accepting"], true, "{hosted}");
+
+        let who = request(&w, json!({"op": "relay_move", "url": elsewhere.url()})).unwrap();
+        assert_eq!(who["letagents"]["relay"], elsewhere.url().trim_end_matches('/'));
+        assert_eq!(support::invoke(&w, "relay_hosted", json!({})).unwrap(), Value::Null);
+        // The relay the app hosted no longer answers.
+        let probe = tauri::async_runtime::block_on(switchboard_core::engine::check_relay(
+            &hosted_url,
+            hosted["cert_sha256"].as_str(),
+        ));
+        assert!(probe.is_err(), "the hosted relay still answers");
+        assert!(
+            eventually(20, || request(&w, json!({"op": "status"})).unwrap()["relays"][0]["health"]["state"]
+                == "connected"),
+            "{}",
+            request(&w, json!({"op": "status"})).unwrap()
+        );
+        tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&app).shutdown());
+    }
+    let (_app, w) = app(p.clone());
+    assert_eq!(support::invoke(&w, "relay_hosted", json!({})).unwrap(), Value::Null);
+    let saved: Value = serde_json::from_slice(&std::fs::read(p.dir.join("app-settings.json")).unwrap()).unwrap();
+    assert!(saved.get("hosted_relay").is_none_or(Value::is_null), "{saved}");
+    let who = request(&w, json!({"op": "whoami"})).unwrap();
+    assert_eq!(who["letagents"]["relay"], elsewhere.url().trim_end_matches('/'));
+}
+
+#[test]
 fn do_not_disturb_is_the_runtimes_and_the_apps() {
     let relay = relay();
     let (_d, p) = profile();
