@@ -670,6 +670,10 @@ pub struct ApiError {
     pub code: String,
     /// Human-readable message.
     pub message: String,
+    /// What a client acts on, for the codes that carry more than words: `untrusted_relay`
+    /// `{url, cert_sha256}`; `relay_in_use` `{url, contacts, groups}`. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
 }
 
 /// A secret in a request (a password): serialized as given, never printed by `Debug`.

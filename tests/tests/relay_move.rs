@@ -106,6 +106,9 @@ async fn a_move_that_would_cut_contacts_off_is_refused_and_changes_nothing() {
     assert_eq!(alice.try_call(move_to(&new.url())).await.unwrap_err(), "relay_in_use");
     let err = alice.rt.handle(move_to(&new.url()), true).await.unwrap_err();
     assert!(err.to_string().starts_with("1 contact reaches you through the relay at"), "{err}");
+    // Clients get the counts as data, not only as words.
+    let old_url = old.url().trim_end_matches('/').to_owned();
+    assert_eq!(err.to_api().data, Some(serde_json::json!({"url": old_url, "contacts": 1, "groups": 0})));
     assert_eq!(alice.call(Request::Whoami).await, before);
     // Still reachable where carol sends.
     carol.send("alice", "still here?").await;

@@ -10,6 +10,8 @@ export class BackendError extends Error {
   constructor(
     public code: string,
     message: string,
+    /** What the runtime's error carries for a client to act on (`untrusted_relay`: url, cert_sha256). */
+    public data: Record<string, unknown> | null = null,
   ) {
     super(message);
   }
@@ -576,8 +578,9 @@ abstract class RequestBackend implements Backend {
 function toBackendError(e: unknown): BackendError {
   if (e instanceof BackendError) return e;
   if (e && typeof e === 'object' && 'code' in e && 'message' in e) {
-    const o = e as { code: unknown; message: unknown };
-    return new BackendError(String(o.code), String(o.message));
+    const o = e as { code: unknown; message: unknown; data?: unknown };
+    const data = o.data && typeof o.data === 'object' ? (o.data as Record<string, unknown>) : null;
+    return new BackendError(String(o.code), String(o.message), data);
   }
   return new BackendError('internal', String(e));
 }

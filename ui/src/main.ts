@@ -1136,11 +1136,12 @@ function showPreview(rec: Recognised) {
   name.focus();
 }
 
-/** The relay and certificate an `untrusted_relay` error names (its message is a contract). */
+/** The relay and certificate an `untrusted_relay` error names (its `data`). */
 function untrustedRelay(e: unknown): { url: string; cert: string } | null {
   if (!(e instanceof BackendError) || e.code !== 'untrusted_relay') return null;
-  const m = /relay at (\S+) presented .*\(SHA-256 ([0-9a-f]{64})\)/.exec(e.message);
-  return m ? { url: m[1], cert: m[2] } : null;
+  const url = e.data?.url;
+  const cert = e.data?.cert_sha256;
+  return typeof url === 'string' && typeof cert === 'string' && /^[0-9a-f]{64}$/.test(cert) ? { url, cert } : null;
 }
 
 /** A pasted group invite: who invites to what, and joining (which waits for the inviter). A

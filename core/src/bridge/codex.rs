@@ -59,7 +59,7 @@ pub struct CodexOptions {
 }
 
 fn err(code: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError { code: code.into(), message: message.to_string() }
+    ApiError { data: None, code: code.into(), message: message.to_string() }
 }
 
 /// Prints one event line on stdout.

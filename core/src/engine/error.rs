@@ -290,7 +290,16 @@ impl Error {
 
     /// As it crosses to clients.
     pub fn to_api(&self) -> ApiError {
-        ApiError { code: self.code().into(), message: self.to_string() }
+        let data = match self {
+            Error::UntrustedRelay { url, cert_sha256 } => {
+                Some(serde_json::json!({"url": url, "cert_sha256": cert_sha256}))
+            }
+            Error::RelayInUse { url, contacts, groups } => {
+                Some(serde_json::json!({"url": url, "contacts": contacts, "groups": groups}))
+            }
+            _ => None,
+        };
+        ApiError { data, code: self.code().into(), message: self.to_string() }
     }
 }
 
