@@ -177,6 +177,12 @@ impl Peer {
         }
     }
 
+    /// Performs a request, returning the error's message on failure (what a scenario driver
+    /// hands back to the browser script).
+    pub async fn request(&self, req: Request) -> Result<Value, String> {
+        self.rt.handle(req, !self.live).await.map_err(|e| e.to_string())
+    }
+
     /// Performs a request, returning the error code on failure.
     pub async fn try_call(&self, req: Request) -> Result<Value, String> {
         self.rt.handle(req, !self.live).await.map_err(|e| e.code().to_owned())

@@ -27,13 +27,9 @@ struct World {
 }
 
 impl World {
-    async fn call(&self, req: Request) -> Result<Value, String> {
-        self.bob.rt.handle(req, true).await.map_err(|e| e.to_string())
-    }
-
     /// Bob's session in `group` (his default one).
     async fn handle_in(&self, group: &str) -> Result<String, String> {
-        let all = self.call(Request::GroupList { handle: None }).await?;
+        let all = self.bob.request(Request::GroupList { handle: None }).await?;
         let g = all.as_array().and_then(|a| a.iter().find(|g| g["group"] == group).cloned());
         Ok(g.ok_or(format!("bob is not in {group}"))?["handle"].as_str().unwrap_or_default().to_owned())
     }
@@ -44,27 +40,30 @@ impl Driver for World {
         let s = |k: &str| req[k].as_str().unwrap_or_default().to_owned();
         match req["op"].as_str().unwrap_or("") {
             "bob_join" => {
-                let joined =
-                    self.call(Request::GroupJoin { handle: None, link: s("link"), timeout_secs: Some(60) }).await?;
+                let joined = self
+                    .bob
+                    .request(Request::GroupJoin { handle: None, link: s("link"), timeout_secs: Some(60) })
+                    .await?;
                 Ok(joined["group"].clone())
             }
             "bob_fingerprint" => {
-                let all = self.call(Request::GroupList { handle: None }).await?;
+                let all = self.bob.request(Request::GroupList { handle: None }).await?;
                 let group = all[0]["group"].as_str().unwrap_or_default().to_owned();
-                let members = self.call(Request::GroupMembers { handle: None, group }).await?;
+                let members = self.bob.request(Request::GroupMembers { handle: None, group }).await?;
                 let me = members["members"].as_array().and_then(|m| m.iter().find(|m| m["you"] == true).cloned());
                 Ok(me.ok_or("bob is no member")?["fingerprint"].clone())
             }
             "bob_say" => {
-                self.call(Request::GroupSend {
-                    handle: None,
-                    group: s("group"),
-                    text: s("text"),
-                    // An @mention: the member addressed, by fingerprint.
-                    to: req["to"].as_str().map(Into::into),
-                    reply_to: None,
-                })
-                .await
+                self.bob
+                    .request(Request::GroupSend {
+                        handle: None,
+                        group: s("group"),
+                        text: s("text"),
+                        // An @mention: the member addressed, by fingerprint.
+                        to: req["to"].as_str().map(Into::into),
+                        reply_to: None,
+                    })
+                    .await
             }
             "bob_wait_for" => {
                 let group = s("group");
@@ -73,7 +72,8 @@ impl Driver for World {
                 loop {
                     self.bob.rt.lmk_sync(&handle, &group, 2).await.map_err(|e| e.to_string())?;
                     let page = self
-                        .call(Request::GroupHistory {
+                        .bob
+                        .request(Request::GroupHistory {
                             handle: None,
                             group: group.clone(),
                             before: None,
@@ -93,10 +93,11 @@ impl Driver for World {
                 }
             }
             "bob_invite" => {
-                let made = self.call(Request::GroupCreate { name: s("name") }).await?;
+                let made = self.bob.request(Request::GroupCreate { name: s("name") }).await?;
                 let group = made["group"].as_str().unwrap_or_default().to_owned();
                 self.band = Some(group.clone());
-                let inv = self.call(Request::GroupInvite { handle: None, group: Some(group), ttl_secs: None }).await?;
+                let inv =
+                    self.bob.request(Request::GroupInvite { handle: None, group: Some(group), ttl_secs: None }).await?;
                 Ok(inv["link"].clone())
             }
             "bob_band" => Ok(Value::from(self.band.clone().ok_or("bob made no group")?)),

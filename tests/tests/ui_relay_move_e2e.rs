@@ -24,12 +24,6 @@ struct World {
     bob: Peer,
 }
 
-impl World {
-    async fn call(&self, req: Request) -> Result<Value, String> {
-        self.bob.rt.handle(req, true).await.map_err(|e| e.to_string())
-    }
-}
-
 impl Driver for World {
     async fn handle(&mut self, req: &Value) -> Result<Value, String> {
         let s = |k: &str| req[k].as_str().unwrap_or_default().to_owned();
@@ -42,9 +36,9 @@ impl Driver for World {
                     relay: None,
                     no_hello: false,
                 };
-                self.call(add).await
+                self.bob.request(add).await
             }
-            "bob_say" => self.call(send_request("alice", &s("text"))).await,
+            "bob_say" => self.bob.request(send_request("alice", &s("text"))).await,
             other => Err(format!("unknown driver op {other}")),
         }
     }

@@ -26,26 +26,23 @@ struct World {
     group: Option<String>,
 }
 
-impl World {
-    async fn call(&self, req: Request) -> Result<Value, String> {
-        self.bob.rt.handle(req, true).await.map_err(|e| e.to_string())
-    }
-}
-
 impl Driver for World {
     async fn handle(&mut self, req: &Value) -> Result<Value, String> {
         let s = |k: &str| req[k].as_str().unwrap_or_default().to_owned();
         match req["op"].as_str().unwrap_or("") {
             "bob_invite" => {
-                let made = self.call(Request::GroupCreate { name: s("name") }).await?;
+                let made = self.bob.request(Request::GroupCreate { name: s("name") }).await?;
                 let group = made["group"].as_str().unwrap_or_default().to_owned();
                 self.group = Some(group.clone());
-                let inv = self.call(Request::GroupInvite { handle: None, group: Some(group), ttl_secs: None }).await?;
+                let inv =
+                    self.bob.request(Request::GroupInvite { handle: None, group: Some(group), ttl_secs: None }).await?;
                 Ok(inv["link"].clone())
             }
             "bob_say" => {
                 let group = self.group.clone().ok_or("bob made no group")?;
-                self.call(Request::GroupSend { handle: None, group, text: s("text"), to: None, reply_to: None }).await
+                self.bob
+                    .request(Request::GroupSend { handle: None, group, text: s("text"), to: None, reply_to: None })
+                    .await
             }
             other => Err(format!("unknown driver op {other}")),
         }
