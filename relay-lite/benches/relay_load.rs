@@ -14,8 +14,9 @@
 //!   websockets watching its mailbox (`support::start_group_commit_baseline`). Throughput rounds
 //!   alternate relay-lite and this loop; the per-request baseline runs in the same rounds.
 //! - Flatness: `RELAY_LOAD_PREFILL` (10,000) envelopes are left waiting first, then the same
-//!   load runs for `RELAY_LOAD_FLAT_SECS` (10) seconds; the first and last whole seconds are
-//!   compared, for relay-lite and for the group-commit loop.
+//!   load runs `RELAY_LOAD_FLAT_WARMUP_SECS` (2, not counted: fresh connections ramp up) and
+//!   then `RELAY_LOAD_FLAT_SECS` (10) counted seconds; the first and last whole counted seconds
+//!   are compared, for relay-lite and for the group-commit loop.
 //! - Send-to-delivery latency: the recipient holds the inbox websocket (`RelayClient::connect`,
 //!   a signed login) and one sender posts one envelope at a time; a sample runs from the start of
 //!   the POST until the `msg` frame arrives. The recipient does not ack (the mailbox limit is
@@ -24,7 +25,8 @@
 //!   and the group-commit loop's send to its websocket frame (same client, same JSON framing).
 //!
 //! `cargo bench -p relay-lite --bench relay_load`; `RELAY_LOAD_SCALE=0.2` shortens every phase for
-//! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds.
+//! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds; `RELAY_LOAD_PROFILE=relay`
+//! (or `group`) runs one side's throughput alone, for a profiler attached to the process.
 
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -73,6 +75,7 @@ struct Settings {
     latency_samples: usize,
     prefill: usize,
     flat: Duration,
+    flat_warmup: Duration,
 }
 
 impl Settings {
@@ -91,6 +94,7 @@ impl Settings {
             latency_samples: scaled(2000.0, 20.0) as usize,
             prefill: env_or("RELAY_LOAD_PREFILL", 10_000_usize),
             flat: Duration::from_secs(env_or("RELAY_LOAD_FLAT_SECS", 10_u64).max(2)),
+            flat_warmup: Duration::from_secs_f64(env_or("RELAY_LOAD_FLAT_WARMUP_SECS", 2.0_f64).max(0.0)),
         }
     }
 
@@ -190,12 +194,15 @@ fn prefill_work(targets: &[Target], s: &Settings) -> Vec<Arc<ClientWork>> {
         .collect()
 }
 
-/// Leaves `s.prefill` envelopes waiting at `base`, then runs the load for `s.flat`.
+/// Leaves `s.prefill` envelopes waiting at `base`, then runs the load for `s.flat_warmup` (not
+/// counted: the measuring clients open fresh connections, and both servers' first second after
+/// the prefill ramps up) and `s.flat` (counted, second by second). More envelopes keep
+/// arriving during both, so at least `s.prefill` wait throughout the counted window.
 async fn prefilled_load(base: &str, targets: &[Target], s: &Settings) -> Load {
     let filled = post_load(base, &prefill_work(targets, s), Duration::ZERO, Duration::from_secs(600)).await;
     assert_eq!(filled.failed, 0, "prefill sends failed");
     assert_eq!(filled.exhausted, s.clients, "the prefill did not finish");
-    post_load(base, &client_work(targets, s), Duration::ZERO, s.flat).await
+    post_load(base, &client_work(targets, s), s.flat_warmup, s.flat).await
 }
 
 async fn relay_flat(owners: &[DeviceIdentity], targets: &[Target], s: &Settings) -> Load {
@@ -458,6 +465,18 @@ async fn main() {
     let sender = DeviceIdentity::generate(&mut OsRng);
     let owners: Vec<DeviceIdentity> = (0..s.mailboxes).map(|_| DeviceIdentity::generate(&mut OsRng)).collect();
     let targets: Vec<Target> = owners.iter().map(|o| target(&sender, o)).collect();
+
+    // One side alone, for a profiler attached to the whole process (`perf record`, `perf stat`):
+    // `RELAY_LOAD_PROFILE=relay` or `group` runs that side's throughput once and stops.
+    if let Ok(side) = std::env::var("RELAY_LOAD_PROFILE") {
+        let load = match side.as_str() {
+            "relay" => relay_throughput(&owners, &targets, &s).await,
+            "group" => group_throughput(&targets, &s).await,
+            other => panic!("RELAY_LOAD_PROFILE={other:?}: expected relay or group"),
+        };
+        println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
+        return;
+    }
 
     let mut throughput = Pairs::default();
     let mut grouped = Pairs::default();
