@@ -40,7 +40,7 @@ use switchboard_core::protocol::agent_mail::{DAY_MS, Id16, MailboxCard, Message,
 use switchboard_core::util::{OsRng, now_ms, random_array};
 use x25519_dalek::{PublicKey, StaticSecret};
 
-/// The origin cards name; requests carry it as `Host` (relay-lite's origin is `https://` + Host).
+/// The origin cards name: the relay is configured with it (`public_urls`) and requests carry it as `Host`.
 const HOST: &str = "relay.example";
 /// Characters of message text.
 const TEXT_CHARS: usize = 1024;
@@ -97,6 +97,8 @@ fn card_for(owner: &SigningKey, mailbox: Id16, origin: &Origin) -> MailboxCard {
 
 async fn start_relay(dir: &Path) -> RunningRelay {
     let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir);
+    // The origin the cards name (relay-lite no longer takes it from the request's `Host`).
+    config.public_urls = vec![format!("https://{HOST}")];
     config.limits.ip_requests_per_minute = 0;
     config.limits.agent_mail.mailbox_max_packets = u32::MAX;
     config.limits.agent_mail.mailbox_max_bytes = u64::MAX;
