@@ -15,7 +15,8 @@
 //!   WAL, `synchronous=FULL`; a floor: one fsync per request).
 //!
 //! `cargo bench -p relay-lite --bench agent_mail_load`; `AM_LOAD_SCALE=0.2` for a quick run,
-//! `AM_LOAD_ROUNDS` (3) rounds.
+//! `AM_LOAD_ROUNDS` (3) rounds; `AM_LOAD_PROFILE=relay` (or `group`) runs one side alone, for a
+//! profiler attached to the process.
 
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -194,6 +195,18 @@ async fn main() {
         s.warmup,
         s.measure
     );
+
+    // One side alone, for a profiler attached to the whole process: `AM_LOAD_PROFILE=relay` or
+    // `group` runs that side's throughput once and stops.
+    if let Ok(side) = std::env::var("AM_LOAD_PROFILE") {
+        let load = match side.as_str() {
+            "relay" => relay_throughput(&cards, &work, &s).await,
+            "group" => group_throughput(&work, &s).await,
+            other => panic!("AM_LOAD_PROFILE={other:?}: expected relay or group"),
+        };
+        println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
+        return;
+    }
 
     let (mut relay_rates, mut base_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut group_rates, mut group_ratios) = (Vec::new(), Vec::new());
