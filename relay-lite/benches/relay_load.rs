@@ -510,6 +510,7 @@ async fn main() {
     let mut first = Pairs::default();
     let mut last = Pairs::default();
     let mut flat_window = Pairs::default();
+    let mut thirds = Pairs::default();
     for round in 0..s.rounds {
         let (relay, group) = if round % 2 == 0 {
             let g = group_flat(&targets, &s).await;
@@ -531,6 +532,12 @@ async fn main() {
         let (gf, gl) = (group.per_second[0] as f64, *group.per_second.last().unwrap() as f64);
         first.push(rf, gf);
         last.push(rl, gl);
+        let thirds_of = |per_second: &[u64]| {
+            let n = per_second.len().min(3);
+            let sum = |s: &[u64]| s.iter().sum::<u64>() as f64;
+            sum(&per_second[per_second.len() - n..]) / sum(&per_second[..n])
+        };
+        thirds.push(thirds_of(&relay.per_second), thirds_of(&group.per_second));
         flat_window.push(relay.per_sec, group.per_sec);
     }
 
@@ -643,6 +650,11 @@ async fn main() {
         drift(&last.baseline, &first.baseline)
     );
     println!(
+        "| ... last three seconds / first three (flatness, steadier) | {:.2} | {:.2} | |",
+        median(&thirds.relay),
+        median(&thirds.baseline)
+    );
+    println!(
         "| send-to-websocket p50, POST start to the `msg` frame (ms; baseline: the group-commit loop's \
          websocket) | {:.3} | {:.3} | {:.2}x |",
         median(&ws50.relay),
@@ -696,6 +708,13 @@ async fn main() {
         median(&sc99.relay),
         median(&sc99.baseline),
         sc99.ratio()
+    );
+    println!(
+        "| Stringcup send-to-delivery p50 (ms; baseline: the group-commit loop's send-to-websocket p50, \
+         issue 16's goal) | {:.3} | {:.3} | {:.2}x |",
+        median(&sc50.relay),
+        median(&ws50.baseline),
+        median(&sc50.relay) / median(&ws50.baseline)
     );
     if failures != (0, 0) {
         println!();
