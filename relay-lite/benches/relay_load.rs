@@ -26,7 +26,8 @@
 //!
 //! `cargo bench -p relay-lite --bench relay_load`; `RELAY_LOAD_SCALE=0.2` shortens every phase for
 //! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds; `RELAY_LOAD_PROFILE=relay`
-//! (or `group`) runs one side's throughput alone, for a profiler attached to the process.
+//! (or `group`) runs one side's throughput alone, for a profiler attached to the process
+//! (`stringcup`: the Stringcup latency run alone).
 
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -472,7 +473,16 @@ async fn main() {
         let load = match side.as_str() {
             "relay" => relay_throughput(&owners, &targets, &s).await,
             "group" => group_throughput(&targets, &s).await,
-            other => panic!("RELAY_LOAD_PROFILE={other:?}: expected relay or group"),
+            "stringcup" => {
+                let (send, delivery) = stringcup_latency(&http_client(), &s).await;
+                println!(
+                    "  stringcup alone: send p50 {:.3} ms, long-poll delivery p50 {:.3} ms",
+                    percentile_ms(&send, 50.0),
+                    percentile_ms(&delivery, 50.0)
+                );
+                return;
+            }
+            other => panic!("RELAY_LOAD_PROFILE={other:?}: expected relay, group or stringcup"),
         };
         println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
         return;

@@ -630,7 +630,10 @@ async fn stringcup_pending_counters_follow_sends_acks_keyed_sends_and_a_reclaime
         SendOutcome::Full(PendingLimit::InboxMessages(3))
     );
     let bytes_full = PendingCaps { inbox_bytes: 35, sender_messages: 10, ..caps };
-    assert_eq!(sc_send_one(s, "sc-c", "sc-b", &[0; 6], bytes_full).await, SendOutcome::Full(PendingLimit::InboxBytes(35)));
+    assert_eq!(
+        sc_send_one(s, "sc-c", "sc-b", &[0; 6], bytes_full).await,
+        SendOutcome::Full(PendingLimit::InboxBytes(35))
+    );
     // Acking both of sc-a's messages empties its share (and only its share).
     let ids: Vec<i64> = s
         .stringcup()
@@ -660,7 +663,10 @@ async fn stringcup_pending_counters_follow_sends_acks_keyed_sends_and_a_reclaime
     sc_identities(s, &["sc-b"]).await;
     assert!(stored(sc_send_one(s, "sc-a", "sc-b", &[0; 10], one_each).await));
     assert!(stored(sc_send_one(s, "sc-c", "sc-b", &[0; 10], one_each).await));
-    assert_eq!(sc_send_one(s, "sc-a", "sc-b", &[0; 1], one_each).await, SendOutcome::Full(PendingLimit::SenderMessages(1)));
+    assert_eq!(
+        sc_send_one(s, "sc-a", "sc-b", &[0; 1], one_each).await,
+        SendOutcome::Full(PendingLimit::SenderMessages(1))
+    );
 }
 
 async fn stringcup_topics_keep_owner_rules_and_a_member_limit(b: &Backend) {

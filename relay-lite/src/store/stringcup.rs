@@ -811,18 +811,24 @@ async fn sender_and_pending(
     sender: &str,
     recipient: &str,
 ) -> Result<(bool, Option<Pending>), sqlx::Error> {
-    let (sender_exists, recipient_exists, share_n, share_bytes, inbox_n, inbox_bytes): (bool, bool, i64, i64, i64, i64) =
-        sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM sc_identity WHERE id = ?1), i.id IS NOT NULL, \
+    let (sender_exists, recipient_exists, share_n, share_bytes, inbox_n, inbox_bytes): (
+        bool,
+        bool,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM sc_identity WHERE id = ?1), i.id IS NOT NULL, \
              COALESCE(s.messages, 0), COALESCE(s.bytes, 0), COALESCE(i.pending_messages, 0), \
              COALESCE(i.pending_bytes, 0) \
              FROM (SELECT 1) LEFT JOIN sc_identity AS i ON i.id = ?2 \
              LEFT JOIN sc_pending_share AS s ON s.recipient = i.id AND s.sender = ?1",
-        )
-        .bind(sender)
-        .bind(recipient)
-        .fetch_one(&mut *conn)
-        .await?;
+    )
+    .bind(sender)
+    .bind(recipient)
+    .fetch_one(&mut *conn)
+    .await?;
     let pending = recipient_exists.then(|| Pending::from_row((share_n, share_bytes, inbox_n, inbox_bytes)));
     Ok((sender_exists, pending))
 }
@@ -1463,60 +1469,6 @@ mod tests {
         }
         assert_eq!(stored, 1);
         assert_eq!(store.stringcup().inbox("b", 0, 100).await.unwrap().len(), 1);
-        store.close().await;
-    }
-
-    /// Migration 0008 counts what already waits: an inbox filled before the upgrade is as full
-    /// after it.
-    #[tokio::test]
-    async fn the_pending_counters_start_from_what_waited_before_the_upgrade() {
-        use sqlx::{ConnectOptions as _, Connection as _};
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = super::super::connect_options(&dir.path().join(super::super::DB_FILE)).connect().await.unwrap();
-        let mut before = sqlx::migrate!("./migrations");
-        let upto: Vec<_> = before.migrations.iter().filter(|m| m.version < 8).cloned().collect();
-        before.migrations = upto.into();
-        before.run(&mut conn).await.unwrap();
-        for id in ["a", "b", "c"] {
-            sqlx::query(
-                "INSERT INTO sc_identity (id, public_key, token_hash, token_created_ms, token_last_used_ms, \
-                 key_updated_ms, updated_ms, created_ms) VALUES (?1, x'01', ?1, 1, 1, 1, 1, 1)",
-            )
-            .bind(id)
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        }
-        for (id, sender, size) in [(1, "a", 10), (2, "a", 20), (3, "c", 5)] {
-            sqlx::query(
-                "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, ciphertext, size, \
-                 created_ms) VALUES ('b', ?, ?, 1, x'02', x'03', x'04', ?, 1)",
-            )
-            .bind(id)
-            .bind(sender)
-            .bind(size)
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        }
-        sqlx::query("UPDATE sc_identity SET next_inbox_id = 4 WHERE id = 'b'").execute(&mut conn).await.unwrap();
-        conn.close().await.unwrap();
-        let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
-        let send = |sender: &str, caps: PendingCaps| {
-            let mut req = one(sender, "b", "k");
-            req.idempotency_key = None;
-            req.caps = caps;
-            req
-        };
-        let roomy = one("a", "b", "k").caps;
-        let a_full = PendingCaps { sender_messages: 2, ..roomy };
-        let out = store.stringcup().send(send("a", a_full)).await.unwrap();
-        assert_eq!(out, vec![SendOutcome::Full(PendingLimit::SenderMessages(2))]);
-        let inbox_bytes = PendingCaps { inbox_bytes: 35 + 15, ..roomy };
-        let out = store.stringcup().send(send("c", inbox_bytes)).await.unwrap();
-        assert_eq!(out, vec![SendOutcome::Full(PendingLimit::InboxBytes(50))]);
-        let out = store.stringcup().send(send("c", roomy)).await.unwrap();
-        assert_eq!(out, vec![SendOutcome::Stored { sent_seq: 1, inbox_id: 4 }]);
         store.close().await;
     }
 }

@@ -22,10 +22,10 @@ use super::{PgStore, sweep_lock, try_sweep_lock};
 use crate::store::StoreError;
 use crate::store::stringcup::{
     Ack, AckOutcome, AddMembers, AddOutcome, Counts, CreateTopic, DeleteOutcome, DeleteTopic, IdentityRow,
-    InitialMembers, JoinOutcome, JoinRendezvous, NewMessage, OpenRendezvous, Opened, Pending, PendingCaps,
-    Register, ReleaseRendezvous, Released, RemoveMember, RemoveOutcome, RendezvousRow, Role, Rotate, ScSweepReport,
-    SendOutcome, SendRequest, StoredMessage, StringcupStore, Sweep, TokenRow, TopicCreated, TopicRow, Touch, Update,
-    Updated, count, is_topic_id, rendezvous_key,
+    InitialMembers, JoinOutcome, JoinRendezvous, NewMessage, OpenRendezvous, Opened, Pending, PendingCaps, Register,
+    ReleaseRendezvous, Released, RemoveMember, RemoveOutcome, RendezvousRow, Role, Rotate, ScSweepReport, SendOutcome,
+    SendRequest, StoredMessage, StringcupStore, Sweep, TokenRow, TopicCreated, TopicRow, Touch, Update, Updated, count,
+    is_topic_id, rendezvous_key,
 };
 use crate::store::writer::request;
 
