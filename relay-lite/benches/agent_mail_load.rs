@@ -8,11 +8,15 @@
 //!   answered from accepted history, which is cheaper). Each acceptance is the full §7.1 path:
 //!   strict parse, event hash and Ed25519 verification, the history, card, quota and admission
 //!   checks, sequence allocation and storage, committed before the answer.
-//! - Baseline: a bare axum route doing one sqlx `INSERT` of the body per request (pool 10, WAL,
-//!   `synchronous=FULL`), same clients, bodies and URLs.
+//! - Baselines, same clients, bodies and URLs, in the same alternating rounds: the bare
+//!   group-commit loop (`support::start_group_commit_baseline`: one writer task, one transaction
+//!   and one fsync per batch of queued writes, one cached `INSERT` each; issue 16's honest
+//!   baseline), and a bare axum route doing one sqlx `INSERT` of the body per request (pool 10,
+//!   WAL, `synchronous=FULL`; a floor: one fsync per request).
 //!
 //! `cargo bench -p relay-lite --bench agent_mail_load`; `AM_LOAD_SCALE=0.2` for a quick run,
-//! `AM_LOAD_ROUNDS` (3) rounds.
+//! `AM_LOAD_ROUNDS` (3) rounds; `AM_LOAD_PROFILE=relay` (or `group`) runs one side alone, for a
+//! profiler attached to the process.
 
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -27,7 +31,9 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use ed25519_dalek::SigningKey;
 use relay_lite::{Config, RunningRelay};
-use support::{ClientWork, Load, env_or, http_client, median, post_load, start_insert_baseline};
+use support::{
+    ClientWork, Load, env_or, http_client, median, post_load, start_group_commit_baseline, start_insert_baseline,
+};
 use switchboard_core::protocol::agent_identity::{AgentId, Origin};
 use switchboard_core::protocol::agent_mail::card::CardPayload;
 use switchboard_core::protocol::agent_mail::packet::{SealRequest, seal};
@@ -35,7 +41,7 @@ use switchboard_core::protocol::agent_mail::{DAY_MS, Id16, MailboxCard, Message,
 use switchboard_core::util::{OsRng, now_ms, random_array};
 use x25519_dalek::{PublicKey, StaticSecret};
 
-/// The origin cards name; requests carry it as `Host` (relay-lite's origin is `https://` + Host).
+/// The origin cards name: the relay is configured with it (`public_urls`) and requests carry it as `Host`.
 const HOST: &str = "relay.example";
 /// Characters of message text.
 const TEXT_CHARS: usize = 1024;
@@ -92,6 +98,8 @@ fn card_for(owner: &SigningKey, mailbox: Id16, origin: &Origin) -> MailboxCard {
 
 async fn start_relay(dir: &Path) -> RunningRelay {
     let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir);
+    // The origin the cards name (relay-lite no longer takes it from the request's `Host`).
+    config.public_urls = vec![format!("https://{HOST}")];
     config.limits.ip_requests_per_minute = 0;
     config.limits.agent_mail.mailbox_max_packets = u32::MAX;
     config.limits.agent_mail.mailbox_max_bytes = u64::MAX;
@@ -123,6 +131,15 @@ async fn baseline_throughput(work: &[Arc<ClientWork>], s: &Settings) -> Load {
     let load = post_load(&format!("http://{addr}"), work, s.warmup, s.measure).await;
     task.abort();
     pool.close().await;
+    load
+}
+
+async fn group_throughput(work: &[Arc<ClientWork>], s: &Settings) -> Load {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/mailboxes/{id}/packets").await;
+    let load = post_load(&format!("http://{addr}"), work, s.warmup, s.measure).await;
+    task.abort();
+    writer.abort();
     load
 }
 
@@ -179,32 +196,60 @@ async fn main() {
         s.measure
     );
 
+    // One side alone, for a profiler attached to the whole process: `AM_LOAD_PROFILE=relay` or
+    // `group` runs that side's throughput once and stops.
+    if let Ok(side) = std::env::var("AM_LOAD_PROFILE") {
+        let load = match side.as_str() {
+            "relay" => relay_throughput(&cards, &work, &s).await,
+            "group" => group_throughput(&work, &s).await,
+            other => panic!("AM_LOAD_PROFILE={other:?}: expected relay or group"),
+        };
+        println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
+        return;
+    }
+
     let (mut relay_rates, mut base_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut group_rates, mut group_ratios) = (Vec::new(), Vec::new());
     for round in 0..s.rounds {
-        let (relay, base) = if round % 2 == 0 {
-            let b = baseline_throughput(&work, &s).await;
-            (relay_throughput(&cards, &work, &s).await, b)
+        let (relay, group) = if round % 2 == 0 {
+            let g = group_throughput(&work, &s).await;
+            (relay_throughput(&cards, &work, &s).await, g)
         } else {
             let r = relay_throughput(&cards, &work, &s).await;
-            (r, baseline_throughput(&work, &s).await)
+            (r, group_throughput(&work, &s).await)
         };
+        let base = baseline_throughput(&work, &s).await;
         println!(
-            "  round {}: relay-lite {:>7.0}/s ({} failed, {} clients ran out), baseline {:>7.0}/s ({} failed)",
+            "  round {}: relay-lite {:>7.0}/s ({} failed, {} clients ran out), group-commit loop {:>7.0}/s \
+             ({} failed), per-request INSERT {:>7.0}/s ({} failed)",
             round + 1,
             relay.per_sec,
             relay.failed,
             relay.exhausted,
+            group.per_sec,
+            group.failed,
             base.per_sec,
             base.failed
         );
         assert_eq!(relay.exhausted, 0, "clients ran out of fresh packets: raise AM_LOAD_SCALE");
         relay_rates.push(relay.per_sec);
         base_rates.push(base.per_sec);
+        group_rates.push(group.per_sec);
         ratios.push(relay.per_sec / base.per_sec);
+        group_ratios.push(relay.per_sec / group.per_sec);
     }
     println!();
     println!("| figure | relay-lite | baseline | ratio |");
     println!("|---|---:|---:|---:|");
+    println!(
+        "| Agent Mail packet acceptance, {} clients, {} mailboxes, {size}-byte packets (new 202/s; baseline: \
+         axum + sqlx with the same group commit, WAL, synchronous=FULL) | {:.0} | {:.0} | {:.2}x |",
+        s.clients,
+        s.mailboxes,
+        median(&relay_rates),
+        median(&group_rates),
+        median(&group_ratios)
+    );
     println!(
         "| Agent Mail packet acceptance, {} clients, {} mailboxes, {size}-byte packets (new 202/s; baseline: \
          axum + one sqlx INSERT per request, pool 10, WAL, synchronous=FULL) | {:.0} | {:.0} | {:.2}x |",

@@ -14,8 +14,9 @@
 //!   websockets watching its mailbox (`support::start_group_commit_baseline`). Throughput rounds
 //!   alternate relay-lite and this loop; the per-request baseline runs in the same rounds.
 //! - Flatness: `RELAY_LOAD_PREFILL` (10,000) envelopes are left waiting first, then the same
-//!   load runs for `RELAY_LOAD_FLAT_SECS` (10) seconds; the first and last whole seconds are
-//!   compared, for relay-lite and for the group-commit loop.
+//!   load runs `RELAY_LOAD_FLAT_WARMUP_SECS` (2, not counted: fresh connections ramp up) and
+//!   then `RELAY_LOAD_FLAT_SECS` (10) counted seconds; the first and last whole counted seconds
+//!   are compared, for relay-lite and for the group-commit loop.
 //! - Send-to-delivery latency: the recipient holds the inbox websocket (`RelayClient::connect`,
 //!   a signed login) and one sender posts one envelope at a time; a sample runs from the start of
 //!   the POST until the `msg` frame arrives. The recipient does not ack (the mailbox limit is
@@ -24,7 +25,9 @@
 //!   and the group-commit loop's send to its websocket frame (same client, same JSON framing).
 //!
 //! `cargo bench -p relay-lite --bench relay_load`; `RELAY_LOAD_SCALE=0.2` shortens every phase for
-//! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds.
+//! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds; `RELAY_LOAD_PROFILE=relay`
+//! (or `group`) runs one side's throughput alone, for a profiler attached to the process
+//! (`stringcup`: the Stringcup latency run alone).
 
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -73,6 +76,7 @@ struct Settings {
     latency_samples: usize,
     prefill: usize,
     flat: Duration,
+    flat_warmup: Duration,
 }
 
 impl Settings {
@@ -91,6 +95,7 @@ impl Settings {
             latency_samples: scaled(2000.0, 20.0) as usize,
             prefill: env_or("RELAY_LOAD_PREFILL", 10_000_usize),
             flat: Duration::from_secs(env_or("RELAY_LOAD_FLAT_SECS", 10_u64).max(2)),
+            flat_warmup: Duration::from_secs_f64(env_or("RELAY_LOAD_FLAT_WARMUP_SECS", 2.0_f64).max(0.0)),
         }
     }
 
@@ -190,12 +195,15 @@ fn prefill_work(targets: &[Target], s: &Settings) -> Vec<Arc<ClientWork>> {
         .collect()
 }
 
-/// Leaves `s.prefill` envelopes waiting at `base`, then runs the load for `s.flat`.
+/// Leaves `s.prefill` envelopes waiting at `base`, then runs the load for `s.flat_warmup` (not
+/// counted: the measuring clients open fresh connections, and both servers' first second after
+/// the prefill ramps up) and `s.flat` (counted, second by second). More envelopes keep
+/// arriving during both, so at least `s.prefill` wait throughout the counted window.
 async fn prefilled_load(base: &str, targets: &[Target], s: &Settings) -> Load {
     let filled = post_load(base, &prefill_work(targets, s), Duration::ZERO, Duration::from_secs(600)).await;
     assert_eq!(filled.failed, 0, "prefill sends failed");
     assert_eq!(filled.exhausted, s.clients, "the prefill did not finish");
-    post_load(base, &client_work(targets, s), Duration::ZERO, s.flat).await
+    post_load(base, &client_work(targets, s), s.flat_warmup, s.flat).await
 }
 
 async fn relay_flat(owners: &[DeviceIdentity], targets: &[Target], s: &Settings) -> Load {
@@ -459,6 +467,27 @@ async fn main() {
     let owners: Vec<DeviceIdentity> = (0..s.mailboxes).map(|_| DeviceIdentity::generate(&mut OsRng)).collect();
     let targets: Vec<Target> = owners.iter().map(|o| target(&sender, o)).collect();
 
+    // One side alone, for a profiler attached to the whole process (`perf record`, `perf stat`):
+    // `RELAY_LOAD_PROFILE=relay` or `group` runs that side's throughput once and stops.
+    if let Ok(side) = std::env::var("RELAY_LOAD_PROFILE") {
+        let load = match side.as_str() {
+            "relay" => relay_throughput(&owners, &targets, &s).await,
+            "group" => group_throughput(&targets, &s).await,
+            "stringcup" => {
+                let (send, delivery) = stringcup_latency(&http_client(), &s).await;
+                println!(
+                    "  stringcup alone: send p50 {:.3} ms, long-poll delivery p50 {:.3} ms",
+                    percentile_ms(&send, 50.0),
+                    percentile_ms(&delivery, 50.0)
+                );
+                return;
+            }
+            other => panic!("RELAY_LOAD_PROFILE={other:?}: expected relay, group or stringcup"),
+        };
+        println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
+        return;
+    }
+
     let mut throughput = Pairs::default();
     let mut grouped = Pairs::default();
     let mut failures = (0_u64, 0_u64);
@@ -491,6 +520,7 @@ async fn main() {
     let mut first = Pairs::default();
     let mut last = Pairs::default();
     let mut flat_window = Pairs::default();
+    let mut thirds = Pairs::default();
     for round in 0..s.rounds {
         let (relay, group) = if round % 2 == 0 {
             let g = group_flat(&targets, &s).await;
@@ -512,6 +542,12 @@ async fn main() {
         let (gf, gl) = (group.per_second[0] as f64, *group.per_second.last().unwrap() as f64);
         first.push(rf, gf);
         last.push(rl, gl);
+        let thirds_of = |per_second: &[u64]| {
+            let n = per_second.len().min(3);
+            let sum = |s: &[u64]| s.iter().sum::<u64>() as f64;
+            sum(&per_second[per_second.len() - n..]) / sum(&per_second[..n])
+        };
+        thirds.push(thirds_of(&relay.per_second), thirds_of(&group.per_second));
         flat_window.push(relay.per_sec, group.per_sec);
     }
 
@@ -624,6 +660,11 @@ async fn main() {
         drift(&last.baseline, &first.baseline)
     );
     println!(
+        "| ... last three seconds / first three (flatness, steadier) | {:.2} | {:.2} | |",
+        median(&thirds.relay),
+        median(&thirds.baseline)
+    );
+    println!(
         "| send-to-websocket p50, POST start to the `msg` frame (ms; baseline: the group-commit loop's \
          websocket) | {:.3} | {:.3} | {:.2}x |",
         median(&ws50.relay),
@@ -677,6 +718,13 @@ async fn main() {
         median(&sc99.relay),
         median(&sc99.baseline),
         sc99.ratio()
+    );
+    println!(
+        "| Stringcup send-to-delivery p50 (ms; baseline: the group-commit loop's send-to-websocket p50, \
+         issue 16's goal) | {:.3} | {:.3} | {:.2}x |",
+        median(&sc50.relay),
+        median(&ws50.baseline),
+        median(&sc50.relay) / median(&ws50.baseline)
     );
     if failures != (0, 0) {
         println!();

@@ -101,6 +101,7 @@ conformance!(
     stringcup_acks_sort_ids_into_acknowledged_and_not_found_and_ids_are_never_reused,
     stringcup_an_idempotency_key_stores_once_and_replays_the_same_sent_seq,
     stringcup_pending_limits_refuse_exactly_at_their_boundary,
+    stringcup_pending_counters_follow_sends_acks_keyed_sends_and_a_reclaimed_inbox,
     stringcup_topics_keep_owner_rules_and_a_member_limit,
     stringcup_a_rendezvous_takes_one_responder_and_ends_when_everyone_released,
     stringcup_sweep_reclaims_expired_tokens_old_keys_and_expired_rendezvous,
@@ -606,6 +607,66 @@ async fn stringcup_pending_limits_refuse_exactly_at_their_boundary(b: &Backend) 
     s.stringcup().ack("sc-b", vec![1]).await.unwrap();
     let after_ack = PendingCaps { inbox_messages: 4, sender_messages: 10, ..caps };
     assert!(matches!(sc_send_one(s, "sc-a", "sc-b", &[0; 1], after_ack).await, SendOutcome::Stored { .. }));
+}
+
+/// The pending limits read per-inbox and per-sender counters (SQLite migration 0008, PostgreSQL
+/// 0005), not a count of the inbox: they must follow every store and delete exactly.
+async fn stringcup_pending_counters_follow_sends_acks_keyed_sends_and_a_reclaimed_inbox(b: &Backend) {
+    let s = &b.store;
+    sc_identities(s, &["sc-a", "sc-b", "sc-c"]).await;
+    let caps = PendingCaps { inbox_messages: 100, inbox_bytes: 1000, sender_messages: 2, sender_bytes: 1000 };
+    let stored = |o: SendOutcome| matches!(o, SendOutcome::Stored { .. });
+    assert!(stored(sc_send_one(s, "sc-a", "sc-b", &[0; 10], caps).await));
+    // A keyed send counts like any other; its replay counts nothing.
+    let keyed = || sc::send("sc-a", Some("k1"), vec![sc::message("sc-b", &[0; 10])], caps, 20);
+    assert!(stored(s.stringcup().send(keyed()).await.unwrap()[0]));
+    assert!(matches!(s.stringcup().send(keyed()).await.unwrap()[0], SendOutcome::Replay { .. }));
+    assert_eq!(sc_send_one(s, "sc-a", "sc-b", &[0; 1], caps).await, SendOutcome::Full(PendingLimit::SenderMessages(2)));
+    // Each sender has its own share of the inbox; the inbox's total holds all of them.
+    assert!(stored(sc_send_one(s, "sc-c", "sc-b", &[0; 10], caps).await));
+    let inbox_full = PendingCaps { inbox_messages: 3, sender_messages: 10, ..caps };
+    assert_eq!(
+        sc_send_one(s, "sc-c", "sc-b", &[0; 1], inbox_full).await,
+        SendOutcome::Full(PendingLimit::InboxMessages(3))
+    );
+    let bytes_full = PendingCaps { inbox_bytes: 35, sender_messages: 10, ..caps };
+    assert_eq!(
+        sc_send_one(s, "sc-c", "sc-b", &[0; 6], bytes_full).await,
+        SendOutcome::Full(PendingLimit::InboxBytes(35))
+    );
+    // Acking both of sc-a's messages empties its share (and only its share).
+    let ids: Vec<i64> = s
+        .stringcup()
+        .inbox("sc-b", 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.sender == "sc-a")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids.len(), 2);
+    s.stringcup().ack("sc-b", ids).await.unwrap();
+    let one_each = PendingCaps { sender_messages: 1, ..caps };
+    assert!(stored(sc_send_one(s, "sc-a", "sc-b", &[0; 10], one_each).await));
+    assert_eq!(
+        sc_send_one(s, "sc-c", "sc-b", &[0; 1], one_each).await,
+        SendOutcome::Full(PendingLimit::SenderMessages(1))
+    );
+    assert_eq!(s.stringcup().counts().await.unwrap().messages_pending, 2);
+    assert_eq!(s.stringcup().counts().await.unwrap().messages_stored, 4);
+    // A reclaimed inbox takes its counters with it: the same id registered again starts empty.
+    s.stringcup().touch("sc-a", 900).await.unwrap();
+    s.stringcup().touch("sc-c", 900).await.unwrap();
+    let report =
+        s.stringcup().sweep(Sweep { now: 1000, tokens_unused_since: 100, idempotency_before: 0 }).await.unwrap();
+    assert_eq!(report.identities, 1);
+    sc_identities(s, &["sc-b"]).await;
+    assert!(stored(sc_send_one(s, "sc-a", "sc-b", &[0; 10], one_each).await));
+    assert!(stored(sc_send_one(s, "sc-c", "sc-b", &[0; 10], one_each).await));
+    assert_eq!(
+        sc_send_one(s, "sc-a", "sc-b", &[0; 1], one_each).await,
+        SendOutcome::Full(PendingLimit::SenderMessages(1))
+    );
 }
 
 async fn stringcup_topics_keep_owner_rules_and_a_member_limit(b: &Backend) {

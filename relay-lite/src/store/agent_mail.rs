@@ -79,6 +79,8 @@ pub(crate) struct Deliver {
     pub(crate) origins: Arc<PublicOrigins>,
     pub(crate) quota: Quota,
     pub(crate) now: i64,
+    /// The packet's JCS bytes, as stored: serialized by the caller, not on the single writer.
+    pub(crate) body: Vec<u8>,
 }
 
 /// The reclaim sweep at `now`.
@@ -111,6 +113,12 @@ pub(crate) struct Block {
 }
 
 impl Deliver {
+    /// A delivery of `packet` to the mailbox of `path`.
+    pub(crate) fn new(packet: Packet, path: Id16, origins: Arc<PublicOrigins>, quota: Quota, now: i64) -> Self {
+        let body = packet.to_jcs();
+        Self { packet, path, origins, quota, now, body }
+    }
+
     /// Payload bytes, for the writer's per-batch byte cap.
     pub(crate) fn payload_bytes(&self) -> usize {
         self.packet.size()
@@ -165,15 +173,6 @@ const CARD_CACHE_MAX: usize = 4096;
 fn card_cache() -> MutexGuard<'static, CardCache> {
     static CARDS: OnceLock<Mutex<CardCache>> = OnceLock::new();
     CARDS.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The current card of `mailbox` for a delivery, verified once per distinct stored card.
-async fn delivery_card(conn: &mut SqliteConnection, mailbox: &str) -> Result<Option<MailboxCard>, sqlx::Error> {
-    let bytes: Option<Vec<u8>> = sqlx::query_scalar("SELECT card FROM am_mailboxes WHERE mailbox_id = ?")
-        .bind(mailbox)
-        .fetch_optional(&mut *conn)
-        .await?;
-    bytes.map(|bytes| verified_card(mailbox, bytes)).transpose()
 }
 
 /// `mailbox`'s card from its stored `bytes`: the cached verified card when the bytes are the
@@ -243,33 +242,19 @@ async fn publish(conn: &mut SqliteConnection, req: &Publish) -> Result<Decided<P
     }
 }
 
-async fn history<'e, E>(db: E, packet_id: &Hash32) -> Result<Option<DeliveryResult>, sqlx::Error>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
-{
-    let at: Option<i64> = sqlx::query_scalar("SELECT accepted_at FROM am_packets WHERE packet_id = ?")
-        .bind(packet_id.to_string())
-        .fetch_optional(db)
-        .await?;
-    Ok(at.map(|accepted_at| DeliveryResult { packet_id: *packet_id, accepted_at }))
-}
-
-/// Whether one more packet of `size` bytes fits `mailbox`'s quota at `now`. The stored counters
-/// include expired packets the sweep has not reclaimed yet, so they bound the exact figures from
-/// above: fitting by the counters means fitting exactly; otherwise count the unexpired packets.
+/// Whether one more packet of `size` bytes fits `mailbox`'s quota at `now`, given its stored
+/// counters (`count`, `bytes`). The counters include expired packets the sweep has not reclaimed
+/// yet, so they bound the exact figures from above: fitting by the counters means fitting
+/// exactly; otherwise count the unexpired packets.
 async fn within_quota(
     conn: &mut SqliteConnection,
     mailbox: &str,
+    (count, bytes): (i64, i64),
     size: i64,
     quota: Quota,
     now: i64,
 ) -> Result<bool, sqlx::Error> {
     let fits = |count: i64, bytes: i64| count < quota.packets && bytes.saturating_add(size) <= quota.bytes;
-    let (count, bytes): (i64, i64) =
-        sqlx::query_as("SELECT stored_packets, stored_bytes FROM am_mailboxes WHERE mailbox_id = ?")
-            .bind(mailbox)
-            .fetch_one(&mut *conn)
-            .await?;
     if fits(count, bytes) {
         return Ok(true);
     }
@@ -284,16 +269,30 @@ async fn within_quota(
     Ok(fits(count, bytes))
 }
 
+/// What a delivery decides on, read in one statement: the packet's first acceptance (history),
+/// the mailbox's stored card and quota counters, and whether the sender is blocked there.
+type DeliveryFacts = (Option<i64>, Option<Vec<u8>>, Option<i64>, Option<i64>, bool);
+
+/// Two statements on the common path: one read of everything the decision needs, and one
+/// insert that takes the mailbox's next seq itself (its trigger, migration 0009, advances
+/// `next_seq` and the quota counters).
 async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<DeliveryResult>, sqlx::Error> {
     let id = req.packet.id();
-    let seen = history(&mut *conn, &id).await?;
-    let current = delivery_card(conn, &req.path.to_string()).await?;
-    let blocked: Option<i64> = sqlx::query_scalar("SELECT 1 FROM am_blocked WHERE mailbox_id = ? AND sender = ?")
-        .bind(req.path.to_string())
-        .bind(req.packet.sender().to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    let admission = if blocked.is_some() { Admission::Deny } else { Admission::Allow };
+    let packet_id = id.to_string();
+    let mailbox = req.path.to_string();
+    let (accepted_at, card, stored_packets, stored_bytes, blocked): DeliveryFacts = sqlx::query_as(
+        "SELECT (SELECT accepted_at FROM am_packets WHERE packet_id = ?1), m.card, m.stored_packets, m.stored_bytes, \
+         EXISTS (SELECT 1 FROM am_blocked WHERE mailbox_id = ?2 AND sender = ?3) \
+         FROM (SELECT 1) LEFT JOIN am_mailboxes AS m ON m.mailbox_id = ?2",
+    )
+    .bind(&packet_id)
+    .bind(&mailbox)
+    .bind(req.packet.sender().to_string())
+    .fetch_one(&mut *conn)
+    .await?;
+    let seen = accepted_at.map(|accepted_at| DeliveryResult { packet_id: id, accepted_at });
+    let current = card.map(|bytes| verified_card(&mailbox, bytes)).transpose()?;
+    let admission = if blocked { Admission::Deny } else { Admission::Allow };
     // The card must list one of this relay's names (any of them); the primary when none does,
     // which check_delivery then refuses.
     let origin = current
@@ -306,31 +305,23 @@ async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<D
         Err(e) => Ok(Err(e.into())),
         Ok(Delivery::Resubmission(result)) => Ok(Ok(result)),
         Ok(Delivery::Accept) => {
-            let mailbox = req.path.to_string();
             let size = i64::try_from(req.packet.size()).unwrap_or(i64::MAX);
-            if !within_quota(conn, &mailbox, size, req.quota, req.now).await? {
+            let counters = (stored_packets.unwrap_or(0), stored_bytes.unwrap_or(0));
+            if !within_quota(conn, &mailbox, counters, size, req.quota, req.now).await? {
                 return Ok(Err(Refusal::Quota));
             }
-            let seq: i64 = sqlx::query_scalar(
-                "UPDATE am_mailboxes SET next_seq = next_seq + 1, stored_packets = stored_packets + 1, \
-                 stored_bytes = stored_bytes + ? WHERE mailbox_id = ? RETURNING next_seq - 1",
-            )
-            .bind(size)
-            .bind(&mailbox)
-            .fetch_one(&mut *conn)
-            .await?;
-            sqlx::query(
+            sqlx::query_scalar::<_, i64>(
                 "INSERT INTO am_packets (packet_id, mailbox_id, seq, accepted_at, expires_at, size, body) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+                 SELECT ?1, mailbox_id, next_seq, ?3, ?4, ?5, ?6 FROM am_mailboxes WHERE mailbox_id = ?2 \
+                 RETURNING seq",
             )
-            .bind(id.to_string())
+            .bind(&packet_id)
             .bind(&mailbox)
-            .bind(seq)
             .bind(req.now)
             .bind(req.packet.header().expires_at)
             .bind(size)
-            .bind(req.packet.to_jcs())
-            .execute(&mut *conn)
+            .bind(&req.body)
+            .fetch_one(&mut *conn)
             .await?;
             Ok(Ok(DeliveryResult { packet_id: id, accepted_at: req.now }))
         }
@@ -495,7 +486,7 @@ impl AgentMailStore for SqliteStore {
         quota: Quota,
         now: i64,
     ) -> Result<Decided<DeliveryResult>, StoreError> {
-        self.submit(Deliver { packet, path, origins, quota, now }).await
+        self.submit(Deliver::new(packet, path, origins, quota, now)).await
     }
 
     async fn delete(&self, mailbox: Id16, packet_id: Hash32) -> Result<(), StoreError> {

@@ -694,54 +694,59 @@ async fn rotate(conn: &mut SqliteConnection, r: &Rotate) -> Result<bool, sqlx::E
     Ok(changed == 1)
 }
 
-/// Pending messages and bytes in `recipient`'s inbox, from `sender` only if given.
-async fn pending(
-    conn: &mut SqliteConnection,
-    recipient: &str,
-    sender: Option<&str>,
-) -> Result<(u64, u64), sqlx::Error> {
-    let (n, bytes): (i64, i64) = match sender {
-        Some(sender) => {
-            sqlx::query_as("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM sc_message WHERE recipient = ? AND sender = ?")
-                .bind(recipient)
-                .bind(sender)
-                .fetch_one(&mut *conn)
-                .await?
-        }
-        None => {
-            sqlx::query_as("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM sc_message WHERE recipient = ?")
-                .bind(recipient)
-                .fetch_one(&mut *conn)
-                .await?
-        }
-    };
-    Ok((count(n), count(bytes)))
+/// What waits in one inbox, from the counters of migration 0008: the sender's share (messages,
+/// bytes) and the whole inbox's (messages, bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pending {
+    pub(crate) sender_messages: u64,
+    pub(crate) sender_bytes: u64,
+    pub(crate) inbox_messages: u64,
+    pub(crate) inbox_bytes: u64,
 }
 
-/// The first pending limit `size` more bytes would break; the sender's share is checked first
-/// because it is the binding limit and the one a sender can act on.
-async fn over_limit(
-    conn: &mut SqliteConnection,
-    recipient: &str,
-    sender: &str,
-    size: u64,
-    caps: PendingCaps,
-) -> Result<Option<PendingLimit>, sqlx::Error> {
-    let (n, bytes) = pending(conn, recipient, Some(sender)).await?;
-    if n >= caps.sender_messages {
-        return Ok(Some(PendingLimit::SenderMessages(caps.sender_messages)));
+impl Pending {
+    /// From the counter columns as stored.
+    pub(crate) fn from_row((sender_messages, sender_bytes, inbox_messages, inbox_bytes): (i64, i64, i64, i64)) -> Self {
+        Self {
+            sender_messages: count(sender_messages),
+            sender_bytes: count(sender_bytes),
+            inbox_messages: count(inbox_messages),
+            inbox_bytes: count(inbox_bytes),
+        }
     }
-    if bytes.saturating_add(size) > caps.sender_bytes {
-        return Ok(Some(PendingLimit::SenderBytes(caps.sender_bytes)));
+
+    /// The first pending limit `size` more bytes would break; the sender's share is checked
+    /// first because it is the binding limit and the one a sender can act on.
+    pub(crate) fn over_limit(&self, size: u64, caps: PendingCaps) -> Option<PendingLimit> {
+        if self.sender_messages >= caps.sender_messages {
+            return Some(PendingLimit::SenderMessages(caps.sender_messages));
+        }
+        if self.sender_bytes.saturating_add(size) > caps.sender_bytes {
+            return Some(PendingLimit::SenderBytes(caps.sender_bytes));
+        }
+        if self.inbox_messages >= caps.inbox_messages {
+            return Some(PendingLimit::InboxMessages(caps.inbox_messages));
+        }
+        if self.inbox_bytes.saturating_add(size) > caps.inbox_bytes {
+            return Some(PendingLimit::InboxBytes(caps.inbox_bytes));
+        }
+        None
     }
-    let (n, bytes) = pending(conn, recipient, None).await?;
-    if n >= caps.inbox_messages {
-        return Ok(Some(PendingLimit::InboxMessages(caps.inbox_messages)));
-    }
-    if bytes.saturating_add(size) > caps.inbox_bytes {
-        return Ok(Some(PendingLimit::InboxBytes(caps.inbox_bytes)));
-    }
-    Ok(None)
+}
+
+/// What waits in `recipient`'s inbox, from `sender` and in all (the counters of migration
+/// 0008: two rows, whatever the backlog), or `None` if there is no such identity.
+async fn pending(conn: &mut SqliteConnection, recipient: &str, sender: &str) -> Result<Option<Pending>, sqlx::Error> {
+    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT COALESCE(s.messages, 0), COALESCE(s.bytes, 0), i.pending_messages, i.pending_bytes \
+         FROM sc_identity AS i LEFT JOIN sc_pending_share AS s ON s.recipient = i.id AND s.sender = ?2 \
+         WHERE i.id = ?1",
+    )
+    .bind(recipient)
+    .bind(sender)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(Pending::from_row))
 }
 
 async fn store_one(
@@ -751,31 +756,41 @@ async fn store_one(
     caps: PendingCaps,
     now: i64,
 ) -> Result<SendOutcome, sqlx::Error> {
-    if !exists(conn, &m.recipient).await? {
+    let pending = pending(conn, &m.recipient, sender).await?;
+    store_checked(conn, sender, m, pending, caps, now).await
+}
+
+/// Stores `m` given what waits in its recipient's inbox (`None`: no such recipient), read
+/// earlier in the same transaction: two statements. The insert takes the recipient's next
+/// number in the statement itself, and its trigger (migration 0008) advances that number,
+/// counts the message in the inbox's pending counters and in the lifetime `messages_stored`.
+async fn store_checked(
+    conn: &mut SqliteConnection,
+    sender: &str,
+    m: &NewMessage,
+    pending: Option<Pending>,
+    caps: PendingCaps,
+    now: i64,
+) -> Result<SendOutcome, sqlx::Error> {
+    let Some(pending) = pending else {
         return Ok(SendOutcome::NoRecipient);
-    }
+    };
     let size = u64::try_from(m.size()).unwrap_or(u64::MAX);
-    if let Some(limit) = over_limit(conn, &m.recipient, sender, size, caps).await? {
+    if let Some(limit) = pending.over_limit(size, caps) {
         return Ok(SendOutcome::Full(limit));
     }
-    let inbox_id: i64 = sqlx::query_scalar(
-        "UPDATE sc_identity SET next_inbox_id = next_inbox_id + 1 WHERE id = ? RETURNING next_inbox_id - 1",
-    )
-    .bind(&m.recipient)
-    .fetch_one(&mut *conn)
-    .await?;
     let sent_seq: i64 = sqlx::query_scalar(
         "UPDATE sc_identity SET next_sent_seq = next_sent_seq + 1 WHERE id = ? RETURNING next_sent_seq - 1",
     )
     .bind(sender)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query(
+    let inbox_id: i64 = sqlx::query_scalar(
         "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, header_extra, ciphertext, size, \
-         created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         created_ms) SELECT id, next_inbox_id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM sc_identity WHERE id = ?1 \
+         RETURNING id",
     )
     .bind(&m.recipient)
-    .bind(inbox_id)
     .bind(sender)
     .bind(sent_seq)
     .bind(&m.ephemeral_pub)
@@ -784,37 +799,65 @@ async fn store_one(
     .bind(&m.ciphertext)
     .bind(i64::try_from(size).unwrap_or(i64::MAX))
     .bind(now)
-    .execute(&mut *conn)
+    .fetch_one(&mut *conn)
     .await?;
-    sqlx::query("UPDATE sc_counter SET value = value + 1 WHERE name = 'messages_stored'").execute(&mut *conn).await?;
     Ok(SendOutcome::Stored { sent_seq, inbox_id })
 }
 
+/// Whether `sender` exists, and what waits in `recipient`'s inbox (see [`pending`]), in one
+/// statement.
+async fn sender_and_pending(
+    conn: &mut SqliteConnection,
+    sender: &str,
+    recipient: &str,
+) -> Result<(bool, Option<Pending>), sqlx::Error> {
+    let (sender_exists, recipient_exists, share_n, share_bytes, inbox_n, inbox_bytes): (
+        bool,
+        bool,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM sc_identity WHERE id = ?1), i.id IS NOT NULL, \
+             COALESCE(s.messages, 0), COALESCE(s.bytes, 0), COALESCE(i.pending_messages, 0), \
+             COALESCE(i.pending_bytes, 0) \
+             FROM (SELECT 1) LEFT JOIN sc_identity AS i ON i.id = ?2 \
+             LEFT JOIN sc_pending_share AS s ON s.recipient = i.id AND s.sender = ?1",
+    )
+    .bind(sender)
+    .bind(recipient)
+    .fetch_one(&mut *conn)
+    .await?;
+    let pending = recipient_exists.then(|| Pending::from_row((share_n, share_bytes, inbox_n, inbox_bytes)));
+    Ok((sender_exists, pending))
+}
+
 async fn send(conn: &mut SqliteConnection, s: &SendRequest) -> Result<Vec<SendOutcome>, sqlx::Error> {
-    if !exists(conn, &s.sender).await? {
-        return Ok(vec![SendOutcome::NoSender; s.messages.len()]);
-    }
     let key = match (&s.idempotency_key, s.messages.as_slice()) {
         (Some(key), [message]) => Some((key, message)),
         _ => None,
     };
     if let Some((key, message)) = key {
-        sqlx::query("DELETE FROM sc_idempotency WHERE sender = ? AND key = ? AND created_ms < ?")
-            .bind(&s.sender)
-            .bind(key)
-            .bind(s.idempotency_expired_before)
-            .execute(&mut *conn)
-            .await?;
+        // The recipient's inbox is read before the reservation, in the statement that checks the
+        // sender; nothing in between touches it (one writer, one transaction).
+        let (sender_exists, pending) = sender_and_pending(conn, &s.sender, &message.recipient).await?;
+        if !sender_exists {
+            return Ok(vec![SendOutcome::NoSender]);
+        }
         // The reservation: the primary key admits one row per (sender, key), so of any number
-        // of concurrent retries exactly one gets past this line.
+        // of concurrent retries exactly one gets past this line. A key past its lifetime is
+        // taken over in the same statement (the upsert's `WHERE`); a live one is left alone.
         let reserved = sqlx::query(
-            "INSERT INTO sc_idempotency (sender, key, recipient, sent_seq, created_ms) VALUES (?, ?, ?, 0, ?) \
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO sc_idempotency (sender, key, recipient, sent_seq, created_ms) VALUES (?1, ?2, ?3, 0, ?4) \
+             ON CONFLICT (sender, key) DO UPDATE SET recipient = excluded.recipient, sent_seq = 0, \
+             created_ms = excluded.created_ms WHERE sc_idempotency.created_ms < ?5",
         )
         .bind(&s.sender)
         .bind(key)
         .bind(&message.recipient)
         .bind(s.now)
+        .bind(s.idempotency_expired_before)
         .execute(&mut *conn)
         .await?
         .rows_affected();
@@ -829,7 +872,7 @@ async fn send(conn: &mut SqliteConnection, s: &SendRequest) -> Result<Vec<SendOu
                 if recipient == message.recipient { SendOutcome::Replay { sent_seq } } else { SendOutcome::KeyReused };
             return Ok(vec![outcome]);
         }
-        let outcome = store_one(conn, &s.sender, message, s.caps, s.now).await?;
+        let outcome = store_checked(conn, &s.sender, message, pending, s.caps, s.now).await?;
         match outcome {
             SendOutcome::Stored { sent_seq, .. } => {
                 sqlx::query("UPDATE sc_idempotency SET sent_seq = ? WHERE sender = ? AND key = ?")
@@ -849,6 +892,9 @@ async fn send(conn: &mut SqliteConnection, s: &SendRequest) -> Result<Vec<SendOu
             }
         }
         return Ok(vec![outcome]);
+    }
+    if !exists(conn, &s.sender).await? {
+        return Ok(vec![SendOutcome::NoSender; s.messages.len()]);
     }
     let mut out = Vec::with_capacity(s.messages.len());
     for message in &s.messages {

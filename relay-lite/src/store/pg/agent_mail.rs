@@ -175,7 +175,7 @@ async fn deliver(conn: &mut PgConnection, req: &Deliver) -> Result<Decided<Deliv
             .bind(req.now)
             .bind(req.packet.header().expires_at)
             .bind(size)
-            .bind(req.packet.to_jcs())
+            .bind(&req.body)
             .execute(&mut *conn)
             .await?;
             Ok(Ok(DeliveryResult { packet_id: id, accepted_at: req.now }))
@@ -325,7 +325,7 @@ impl AgentMailStore for PgStore {
         quota: Quota,
         now: i64,
     ) -> Result<Decided<DeliveryResult>, StoreError> {
-        self.submit(Deliver { packet, path, origins, quota, now }).await
+        self.submit(Deliver::new(packet, path, origins, quota, now)).await
     }
 
     async fn delete(&self, mailbox: Id16, packet_id: Hash32) -> Result<(), StoreError> {

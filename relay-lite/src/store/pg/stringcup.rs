@@ -22,10 +22,10 @@ use super::{PgStore, sweep_lock, try_sweep_lock};
 use crate::store::StoreError;
 use crate::store::stringcup::{
     Ack, AckOutcome, AddMembers, AddOutcome, Counts, CreateTopic, DeleteOutcome, DeleteTopic, IdentityRow,
-    InitialMembers, JoinOutcome, JoinRendezvous, NewMessage, OpenRendezvous, Opened, PendingCaps, PendingLimit,
-    Register, ReleaseRendezvous, Released, RemoveMember, RemoveOutcome, RendezvousRow, Role, Rotate, ScSweepReport,
-    SendOutcome, SendRequest, StoredMessage, StringcupStore, Sweep, TokenRow, TopicCreated, TopicRow, Touch, Update,
-    Updated, count, is_topic_id, rendezvous_key,
+    InitialMembers, JoinOutcome, JoinRendezvous, NewMessage, OpenRendezvous, Opened, Pending, PendingCaps, Register,
+    ReleaseRendezvous, Released, RemoveMember, RemoveOutcome, RendezvousRow, Role, Rotate, ScSweepReport, SendOutcome,
+    SendRequest, StoredMessage, StringcupStore, Sweep, TokenRow, TopicCreated, TopicRow, Touch, Update, Updated, count,
+    is_topic_id, rendezvous_key,
 };
 use crate::store::writer::request;
 
@@ -110,40 +110,6 @@ async fn rotate(conn: &mut PgConnection, r: &Rotate) -> Result<bool, sqlx::Error
     Ok(changed == 1)
 }
 
-/// The first pending limit `size` more bytes would break (the sender's share first, as on
-/// SQLite). Runs after the recipient's row is locked, so it sees every committed message.
-async fn over_limit(
-    conn: &mut PgConnection,
-    recipient: &str,
-    sender: &str,
-    size: u64,
-    caps: PendingCaps,
-) -> Result<Option<PendingLimit>, sqlx::Error> {
-    let (sender_n, sender_bytes, inbox_n, inbox_bytes): (i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*) FILTER (WHERE sender = $2), COALESCE(SUM(size) FILTER (WHERE sender = $2), 0)::BIGINT, \
-         COUNT(*), COALESCE(SUM(size), 0)::BIGINT FROM sc_message WHERE recipient = $1",
-    )
-    .bind(recipient)
-    .bind(sender)
-    .fetch_one(&mut *conn)
-    .await?;
-    let (sender_n, sender_bytes, inbox_n, inbox_bytes) =
-        (count(sender_n), count(sender_bytes), count(inbox_n), count(inbox_bytes));
-    if sender_n >= caps.sender_messages {
-        return Ok(Some(PendingLimit::SenderMessages(caps.sender_messages)));
-    }
-    if sender_bytes.saturating_add(size) > caps.sender_bytes {
-        return Ok(Some(PendingLimit::SenderBytes(caps.sender_bytes)));
-    }
-    if inbox_n >= caps.inbox_messages {
-        return Ok(Some(PendingLimit::InboxMessages(caps.inbox_messages)));
-    }
-    if inbox_bytes.saturating_add(size) > caps.inbox_bytes {
-        return Ok(Some(PendingLimit::InboxBytes(caps.inbox_bytes)));
-    }
-    Ok(None)
-}
-
 async fn store_one(
     conn: &mut PgConnection,
     sender: &str,
@@ -151,16 +117,22 @@ async fn store_one(
     caps: PendingCaps,
     now: i64,
 ) -> Result<SendOutcome, sqlx::Error> {
-    // The lock that makes the limits and the number one step across instances.
-    let next: Option<i64> = sqlx::query_scalar("SELECT next_inbox_id FROM sc_identity WHERE id = $1 FOR UPDATE")
-        .bind(&m.recipient)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(inbox_id) = next else {
+    // The lock that makes the limits and the number one step across instances; the pending
+    // counters (migration 0005) are read under it.
+    let next: Option<(i64, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT i.next_inbox_id, COALESCE(s.messages, 0), COALESCE(s.bytes, 0), i.pending_messages, i.pending_bytes \
+         FROM sc_identity AS i LEFT JOIN sc_pending_share AS s ON s.recipient = i.id AND s.sender = $2 \
+         WHERE i.id = $1 FOR UPDATE OF i",
+    )
+    .bind(&m.recipient)
+    .bind(sender)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((inbox_id, sender_n, sender_bytes, inbox_n, inbox_bytes)) = next else {
         return Ok(SendOutcome::NoRecipient);
     };
     let size = u64::try_from(m.size()).unwrap_or(u64::MAX);
-    if let Some(limit) = over_limit(conn, &m.recipient, sender, size, caps).await? {
+    if let Some(limit) = Pending::from_row((sender_n, sender_bytes, inbox_n, inbox_bytes)).over_limit(size, caps) {
         return Ok(SendOutcome::Full(limit));
     }
     sqlx::query("UPDATE sc_identity SET next_inbox_id = $1 WHERE id = $2")
