@@ -236,7 +236,9 @@ impl Runtime {
     pub(super) async fn process_entry(&self, s: &mut Session, gid: &str, seq: i64, data: &[u8]) -> Result<bool> {
         let handle = s.handle.clone();
         let id = message_id(data);
-        let mut tx = self.store().write_tx().await?;
+        // Replayable: lost to a power cut, the cursor and the MLS state go back together and the
+        // entry is read and processed again from the relay's log.
+        let mut tx = self.store().replayable_tx().await?;
         db::set_group_cursor(&mut tx, &handle, gid, seq).await?;
         let own = db::group_row_state(&mut tx, &handle, gid, &id).await?;
         let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
