@@ -377,22 +377,59 @@ impl Runtime {
         Ok(removed_us)
     }
 
-    /// Alerts for `after` references that never arrived, once each.
+    /// Alerts for `after` references that never arrived, once each. Judges only the rows after
+    /// the group's gap mark (see `Groups::gap_marks`), or the whole log when there is none.
     pub(super) async fn report_gaps(&self, handle: &str, gid: &str) -> Result<()> {
-        let rows = self.store().group_message_links(handle, gid).await?;
-        let mut known: BTreeSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
-        // A message whose content was deleted after the group TTL arrived all the same.
-        known.extend(self.store().expired_group_ids(handle, gid).await?);
-        let mut missing: BTreeMap<String, String> = BTreeMap::new();
-        for (id, after) in &rows {
-            let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
-            for a in after {
-                if !known.contains(&a) {
-                    missing.entry(a).or_insert_with(|| id.clone());
-                }
-            }
+        let key = (handle.to_owned(), gid.to_owned());
+        let mut mark = self.inner.groups.gap_marks.lock().map(|m| m.get(&key).copied()).unwrap_or(None);
+        // Rows deleted since (the group TTL, a deleted session) may have freed rowids below the
+        // mark (SQLite reuses them only when the newest rows are gone).
+        if let Some(m) = mark
+            && self.store().group_newest_rowid().await? < m
+        {
+            mark = None;
         }
+        let (mut missing, judged) = match mark {
+            Some(mark) => {
+                let rows = self.store().group_message_links_after(handle, gid, mark).await?;
+                let Some(newest) = rows.last().map(|(rowid, _, _)| *rowid) else { return Ok(()) };
+                let mut missing: BTreeMap<String, String> = BTreeMap::new();
+                for (_, id, after) in &rows {
+                    let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
+                    for a in after {
+                        if !missing.contains_key(&a) && !self.store().group_message_known(handle, gid, &a).await? {
+                            missing.insert(a, id.clone());
+                        }
+                    }
+                }
+                (missing, newest)
+            }
+            None => {
+                // Taken first: a row added during the scan is judged (again) next time.
+                let newest = self.store().group_newest_rowid().await?;
+                let rows = self.store().group_message_links(handle, gid).await?;
+                let mut known: BTreeSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+                // A message whose content was deleted after the group TTL arrived all the same.
+                known.extend(self.store().expired_group_ids(handle, gid).await?);
+                let mut missing: BTreeMap<String, String> = BTreeMap::new();
+                for (id, after) in &rows {
+                    let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
+                    for a in after {
+                        if !known.contains(&a) {
+                            missing.entry(a).or_insert_with(|| id.clone());
+                        }
+                    }
+                }
+                (missing, newest)
+            }
+        };
+        let judged_up_to = |rt: &Self| {
+            if let Ok(mut m) = rt.inner.groups.gap_marks.lock() {
+                m.insert(key.clone(), judged);
+            }
+        };
         if missing.is_empty() {
+            judged_up_to(self);
             return Ok(());
         }
         // A member's frontier may name messages from before this session joined: those were
@@ -400,12 +437,17 @@ impl Runtime {
         match self.pre_join_ids(handle, gid).await {
             Ok(before) => missing.retain(|gap, _| !before.contains(gap)),
             Err(e) => {
-                // Without the log we cannot tell a pre-join reference from a gap: decide next time.
+                // Without the log we cannot tell a pre-join reference from a gap: decide next
+                // time (no mark: the whole log is judged again).
                 tracing::debug!(error = %e, group = gid, "reading the log before our join");
+                if let Ok(mut m) = self.inner.groups.gap_marks.lock() {
+                    m.remove(&key);
+                }
                 return Ok(());
             }
         }
         if missing.is_empty() {
+            judged_up_to(self);
             return Ok(());
         }
         let mut tx = self.store().write_tx().await?;
@@ -417,6 +459,7 @@ impl Runtime {
             alert(&mut tx, handle, gid, &format!("gap:{gap}"), text).await?;
         }
         tx.commit().await?;
+        judged_up_to(self);
         Ok(())
     }
 
