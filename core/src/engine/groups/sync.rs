@@ -73,13 +73,17 @@ impl Runtime {
                 if state != "active" {
                     return Ok(false);
                 }
+                let mut prefetched = None;
                 if !first {
                     let client = self.lmk_client(&relay).await?;
-                    if client.read(gid, u64::try_from(cursor).unwrap_or(0), MAX_WAIT_SECS).await?.is_empty() {
+                    let entries = client.read(gid, u64::try_from(cursor).unwrap_or(0), MAX_WAIT_SECS).await?;
+                    if entries.is_empty() {
                         return Ok(true);
                     }
+                    // Processed as read (no second read), unless the cursor moved meanwhile.
+                    prefetched = Some((cursor, entries));
                 }
-                self.lmk_sync(handle, gid, 0).await?;
+                self.lmk_sync_from(handle, gid, 0, prefetched).await?;
                 Ok::<bool, Error>(true)
             };
             let result = tokio::select! {
