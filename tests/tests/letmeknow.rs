@@ -618,6 +618,40 @@ async fn two_members_committing_at_the_same_epoch_one_wins_and_the_other_rebases
 }
 
 #[tokio::test]
+async fn a_send_from_a_stale_epoch_is_refused_by_the_relay_and_rebased_once_not_read_first() {
+    let relay = TestRelay::start().await;
+    let (alice, bob, carol) =
+        (Agent::new("alice", &relay).await, Agent::new("bob", &relay).await, Agent::new("carol", &relay).await);
+    let g = admit(&alice, None, &bob).await;
+    bob.sync(&g).await;
+    // Up to date, bob's send does not read the log first and lands at once.
+    bob.send(&g, "first").await;
+    assert_eq!(bob.rt().lmk_rebases(), 0);
+    // Alice adds carol: a commit bob has not read, so his next send is at a stale epoch.
+    admit(&alice, Some(&g), &carol).await;
+    let epoch = alice.rt().lmk_members(&alice.handle, &g).await.unwrap()["epoch"].as_u64().unwrap();
+    bob.send(&g, "after carol joined").await;
+    assert_eq!(bob.rt().lmk_rebases(), 1, "the relay refused the stale epoch once; bob read the commit and resent");
+    assert_eq!(bob.rt().lmk_members(&bob.handle, &g).await.unwrap()["epoch"].as_u64(), Some(epoch));
+    // Everyone reads it once, carol included (it was encrypted at the epoch she joined).
+    alice.sync(&g).await;
+    carol.sync(&g).await;
+    let got = carol.contents().await;
+    assert_eq!(got.iter().filter(|c| *c == "after carol joined").count(), 1, "{got:?}");
+    let got = alice.contents().await;
+    assert_eq!(got.iter().filter(|c| *c == "after carol joined").count(), 1, "{got:?}");
+    assert!(got.iter().any(|c| c == "first"), "{got:?}");
+    // Bob's row is posted, with the log position the relay gave it.
+    let states: Vec<(String, String)> =
+        sqlx::query_as("SELECT content, state FROM lmk_messages WHERE outgoing = 1 AND kind = 'message'")
+            .fetch_all(&bob.rt().store().pool)
+            .await
+            .unwrap();
+    assert_eq!(states.len(), 2, "the refused attempt's row is gone: {states:?}");
+    assert!(states.iter().all(|(_, s)| s == "done"), "{states:?}");
+}
+
+#[tokio::test]
 async fn a_relay_that_withholds_a_message_is_reported_as_a_gap() {
     let relay = TestRelay::start().await;
     let (alice, bob, carol) =

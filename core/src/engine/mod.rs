@@ -660,6 +660,8 @@ impl Runtime {
             if let Err(e) = self.store().expire_group_log(now_ms() - ttl_ms).await {
                 tracing::warn!("deleting the group log past its TTL: {e}");
             }
+            // Deleted rows free their rowids for reuse: the gap check reads whole logs again.
+            self.inner.groups.forget_gap_marks();
             for p in Protocol::ALL {
                 self.channel(p).housekeeping(&self).await;
             }

@@ -83,6 +83,45 @@ impl From<sqlx::Error> for StoreError {
 /// SQLite leaves autocommit off for good and every later "commit" on the connection only
 /// releases a savepoint: reported saved, never written. Such a connection is closed instead, and
 /// the pool opens a fresh one.
+/// See [`Store::replayable_tx`]. Dropped without [`commit`](Self::commit), its connection is
+/// closed (which rolls the transaction back) rather than returned to the pool with
+/// `synchronous=NORMAL`.
+pub struct ReplayableTx {
+    conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
+    done: bool,
+}
+
+impl ReplayableTx {
+    /// Commits, then puts the connection back to `synchronous=FULL`.
+    pub async fn commit(mut self) -> Result<()> {
+        sqlx::query("COMMIT").execute(&mut *self).await?;
+        sqlx::query("PRAGMA synchronous = FULL").execute(&mut *self).await?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for ReplayableTx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for ReplayableTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.conn
+    }
+}
+
+impl Drop for ReplayableTx {
+    fn drop(&mut self) {
+        if !self.done {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
 fn keep_after_release(
     conn: &mut SqliteConnection,
     _: sqlx::pool::PoolConnectionMetadata,
@@ -390,6 +429,23 @@ impl Store {
     /// runtime's receive loops and requests would hit.
     pub async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// A write transaction (`BEGIN IMMEDIATE`) whose commit does not wait for the disk
+    /// (`synchronous=NORMAL` for this one commit; the others stay FULL). Only for writes that
+    /// may be lost to an OS crash or power cut and then simply happen again: it is atomic and
+    /// survives a crash of the process like any other (SQLite's WAL: a commit is in the WAL file
+    /// when it returns), and the next FULL commit on any connection syncs it with its own.
+    /// Uses: a group log entry processed (the relay keeps the log, so a lost commit reads and
+    /// decrypts it again from the same rolled-back MLS state), a lease handed out or acked (lost:
+    /// handed out again, as when a lease runs out), a sent row marked posted (lost: the next sync
+    /// marks it from the log).
+    pub async fn replayable_tx(&self) -> Result<ReplayableTx> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+        let mut tx = ReplayableTx { conn, done: false };
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *tx).await?;
+        Ok(tx)
     }
 
     /// Reads a meta value.
@@ -777,4 +833,53 @@ pub async fn set_outgoing_state(
         .await?
         .rows_affected();
     Ok(n > 0)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod replayable_tests {
+    use super::*;
+
+    async fn synchronous_levels(store: &Store) -> Vec<i64> {
+        // Every connection the pool holds (max 4), each asked while the others are held.
+        let mut held = Vec::new();
+        let mut levels = Vec::new();
+        for _ in 0..4 {
+            let mut conn = store.pool.acquire().await.unwrap();
+            levels.push(sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *conn).await.unwrap());
+            held.push(conn);
+        }
+        levels
+    }
+
+    #[tokio::test]
+    async fn a_replayable_commit_is_kept_and_its_connection_goes_back_to_full_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        let mut tx = store.replayable_tx().await.unwrap();
+        let inside: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(inside, 1, "NORMAL for this transaction's commit");
+        set_meta(&mut tx, "k", "committed").await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(store.meta("k").await.unwrap().as_deref(), Some("committed"));
+        assert_eq!(synchronous_levels(&store).await, vec![2; 4], "every pooled connection is FULL again");
+    }
+
+    #[tokio::test]
+    async fn a_replayable_transaction_dropped_uncommitted_leaves_nothing_and_no_relaxed_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        {
+            let mut tx = store.replayable_tx().await.unwrap();
+            set_meta(&mut tx, "k", "half done").await.unwrap();
+            // Dropped here, as when a `?` returns early.
+        }
+        assert_eq!(store.meta("k").await.unwrap(), None, "rolled back");
+        assert_eq!(synchronous_levels(&store).await, vec![2; 4], "the relaxed connection was closed, not pooled");
+        // The write lock was released with it.
+        let mut tx = store.write_tx().await.unwrap();
+        set_meta(&mut tx, "k", "later").await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(store.meta("k").await.unwrap().as_deref(), Some("later"));
+    }
 }

@@ -90,7 +90,8 @@ impl Runtime {
             let pending = self.lmk_pending(handle).await?;
             let now_i = tokio::time::Instant::now();
             if !pending.due.is_empty() || now_i >= deadline {
-                return self.lmk_deliveries(handle).await;
+                // The policy's look just made is the one handed out (no second look).
+                return self.lmk_hand_out(handle, pending).await;
             }
             let mut until = deadline;
             // The next thing to hand out: a digest tick, or a lease running out unacked.
@@ -227,7 +228,8 @@ impl Runtime {
             .unwrap_or_default();
         // The loop guard's hops: every group message, in or out, after the group's last operator
         // input, by rowid; a row is paused when more than the limit precede it (itself included).
-        let counted = self.store().group_hop_rows(handle).await?;
+        // (Nothing unread, nothing to weigh: the scan of every hop is skipped.)
+        let counted = if rows.is_empty() { Vec::new() } else { self.store().group_hop_rows(handle).await? };
         let mut hops: BTreeMap<String, Vec<i64>> = BTreeMap::new();
         for (gid, rowid) in counted {
             hops.entry(gid).or_default().push(rowid);
@@ -276,6 +278,12 @@ impl Runtime {
     /// outside the read frontier, and is counted under `held`.
     pub async fn lmk_deliveries(&self, handle: &str) -> Result<Value> {
         let pending = self.lmk_pending(handle).await?;
+        self.lmk_hand_out(handle, pending).await
+    }
+
+    /// [`Self::lmk_deliveries`] of a policy look already made: rows leased or acked since are
+    /// skipped by the lease's own check.
+    async fn lmk_hand_out(&self, handle: &str, pending: Pending) -> Result<Value> {
         // Once something is due the session is woken anyway: waiting digest rows ride along (as
         // in the 1:1 queue), in log order.
         let waiting = pending.early.len();
@@ -288,7 +296,8 @@ impl Runtime {
         let now = now_ms();
         let mut taken = Vec::with_capacity(batch.len());
         // IMMEDIATE: two concurrent callers for one session must not hand out the same rows.
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        // Replayable: a lease lost to a power cut hands its rows out again, as one running out.
+        let mut tx = self.store().replayable_tx().await?;
         for (r, mode) in batch {
             // A concurrent caller may have taken it (or it was acked meanwhile): each row is
             // handed over once per lease.
@@ -334,7 +343,8 @@ impl Runtime {
     /// session (`None` for the owner); a lease handed to another session is refused. Acking
     /// twice, or after the rows were handed out again under a new lease, acks nothing.
     pub async fn lmk_ack(&self, agent: Option<&str>, lease: &str, ids: Option<&[String]>) -> Result<Value> {
-        let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
+        // Replayable: an ack lost to a power cut hands the rows out again (at least once).
+        let mut tx = self.store().replayable_tx().await?;
         let owners = db::group_lease_holders(&mut tx, lease).await?;
         if let Some(me) = agent
             && owners.iter().any(|o| o != me)

@@ -160,12 +160,26 @@ pub(crate) struct Groups {
     /// Per (session, group, log position of its join): ids of the log entries before the join,
     /// fetched once from the relay (see `pre_join_ids`).
     pre_join: Mutex<HashMap<PreJoinKey, Arc<BTreeSet<String>>>>,
+    /// Per (session, group): the newest log row whose `after` the gap check has judged. Rows
+    /// up to it need no second look (an `after` names earlier log entries, so only a new row
+    /// can open a gap); absent, the next check reads the whole log (once per runtime, and after
+    /// a check that could not decide).
+    gap_marks: std::sync::Mutex<HashMap<(String, String), i64>>,
     /// A session became an active member of a group: the daemon loop follows it at once.
     joined: tokio::sync::Notify,
     /// The invites this runtime opened, by invite id, and what became of them.
     invites: std::sync::Mutex<BTreeMap<String, InviteRecord>>,
     /// Held while the owner's default session is looked up or created (made once).
     owner: Mutex<()>,
+}
+
+impl Groups {
+    /// Drops every gap mark (see `gap_marks`): the next checks read whole logs.
+    pub(crate) fn forget_gap_marks(&self) {
+        if let Ok(mut m) = self.gap_marks.lock() {
+            m.clear();
+        }
+    }
 }
 
 /// An invite this runtime opened.

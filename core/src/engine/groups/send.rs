@@ -43,8 +43,19 @@ impl Runtime {
         let (relay, _, state) = self.lmk_group_row(handle, gid).await?;
         Self::require_active(&state, gid)?;
         let client = self.lmk_client(&relay).await?;
+        // Optimistic: the first attempt encrypts at the epoch this session already has (its
+        // follower keeps it current) and lets the relay's compare-and-set judge it; only after
+        // losing the epoch race, or when the send names a member or a message this session may
+        // not have read yet, is the log read first. A lost race costs one message key, never a
+        // message: the row is deleted and the send retried at the new epoch.
+        let mut read_first = to.is_some() || reply_to.is_some();
         for _ in 0..MAX_REBASES {
-            self.sync_locked(&mut s, gid, 0).await?;
+            if read_first {
+                self.sync_locked(&mut s, gid, 0).await?;
+                let (_, _, state) = self.lmk_group_row(handle, gid).await?;
+                Self::require_active(&state, gid)?;
+            }
+            read_first = true;
             let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
             let to = match to {
                 Some(fp) => {
@@ -105,7 +116,10 @@ impl Runtime {
             match client.post(gid, bytes).await? {
                 Posted::Stored(seq) => {
                     let seq_i = i64::try_from(seq).unwrap_or(i64::MAX);
-                    db::mark_group_row_posted(&self.store().pool, handle, gid, &id, seq_i).await?;
+                    // Replayable: lost to a power cut, the next sync marks it from the log.
+                    let mut tx = self.store().replayable_tx().await?;
+                    db::mark_group_row_posted(&mut *tx, handle, gid, &id, seq_i).await?;
+                    tx.commit().await?;
                     return Ok(json!({"group": gid, "id": id, "seq": seq}));
                 }
                 Posted::WrongEpoch(_) => {

@@ -73,13 +73,17 @@ impl Runtime {
                 if state != "active" {
                     return Ok(false);
                 }
+                let mut prefetched = None;
                 if !first {
                     let client = self.lmk_client(&relay).await?;
-                    if client.read(gid, u64::try_from(cursor).unwrap_or(0), MAX_WAIT_SECS).await?.is_empty() {
+                    let entries = client.read(gid, u64::try_from(cursor).unwrap_or(0), MAX_WAIT_SECS).await?;
+                    if entries.is_empty() {
                         return Ok(true);
                     }
+                    // Processed as read (no second read), unless the cursor moved meanwhile.
+                    prefetched = Some((cursor, entries));
                 }
-                self.lmk_sync(handle, gid, 0).await?;
+                self.lmk_sync_from(handle, gid, 0, prefetched).await?;
                 Ok::<bool, Error>(true)
             };
             let result = tokio::select! {
@@ -236,7 +240,9 @@ impl Runtime {
     pub(super) async fn process_entry(&self, s: &mut Session, gid: &str, seq: i64, data: &[u8]) -> Result<bool> {
         let handle = s.handle.clone();
         let id = message_id(data);
-        let mut tx = self.store().write_tx().await?;
+        // Replayable: lost to a power cut, the cursor and the MLS state go back together and the
+        // entry is read and processed again from the relay's log.
+        let mut tx = self.store().replayable_tx().await?;
         db::set_group_cursor(&mut tx, &handle, gid, seq).await?;
         let own = db::group_row_state(&mut tx, &handle, gid, &id).await?;
         let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
@@ -375,22 +381,59 @@ impl Runtime {
         Ok(removed_us)
     }
 
-    /// Alerts for `after` references that never arrived, once each.
+    /// Alerts for `after` references that never arrived, once each. Judges only the rows after
+    /// the group's gap mark (see `Groups::gap_marks`), or the whole log when there is none.
     pub(super) async fn report_gaps(&self, handle: &str, gid: &str) -> Result<()> {
-        let rows = self.store().group_message_links(handle, gid).await?;
-        let mut known: BTreeSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
-        // A message whose content was deleted after the group TTL arrived all the same.
-        known.extend(self.store().expired_group_ids(handle, gid).await?);
-        let mut missing: BTreeMap<String, String> = BTreeMap::new();
-        for (id, after) in &rows {
-            let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
-            for a in after {
-                if !known.contains(&a) {
-                    missing.entry(a).or_insert_with(|| id.clone());
-                }
-            }
+        let key = (handle.to_owned(), gid.to_owned());
+        let mut mark = self.inner.groups.gap_marks.lock().map(|m| m.get(&key).copied()).unwrap_or(None);
+        // Rows deleted since (the group TTL, a deleted session) may have freed rowids below the
+        // mark (SQLite reuses them only when the newest rows are gone).
+        if let Some(m) = mark
+            && self.store().group_newest_rowid().await? < m
+        {
+            mark = None;
         }
+        let (mut missing, judged) = match mark {
+            Some(mark) => {
+                let rows = self.store().group_message_links_after(handle, gid, mark).await?;
+                let Some(newest) = rows.last().map(|(rowid, _, _)| *rowid) else { return Ok(()) };
+                let mut missing: BTreeMap<String, String> = BTreeMap::new();
+                for (_, id, after) in &rows {
+                    let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
+                    for a in after {
+                        if !missing.contains_key(&a) && !self.store().group_message_known(handle, gid, &a).await? {
+                            missing.insert(a, id.clone());
+                        }
+                    }
+                }
+                (missing, newest)
+            }
+            None => {
+                // Taken first: a row added during the scan is judged (again) next time.
+                let newest = self.store().group_newest_rowid().await?;
+                let rows = self.store().group_message_links(handle, gid).await?;
+                let mut known: BTreeSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+                // A message whose content was deleted after the group TTL arrived all the same.
+                known.extend(self.store().expired_group_ids(handle, gid).await?);
+                let mut missing: BTreeMap<String, String> = BTreeMap::new();
+                for (id, after) in &rows {
+                    let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
+                    for a in after {
+                        if !known.contains(&a) {
+                            missing.entry(a).or_insert_with(|| id.clone());
+                        }
+                    }
+                }
+                (missing, newest)
+            }
+        };
+        let judged_up_to = |rt: &Self| {
+            if let Ok(mut m) = rt.inner.groups.gap_marks.lock() {
+                m.insert(key.clone(), judged);
+            }
+        };
         if missing.is_empty() {
+            judged_up_to(self);
             return Ok(());
         }
         // A member's frontier may name messages from before this session joined: those were
@@ -398,12 +441,17 @@ impl Runtime {
         match self.pre_join_ids(handle, gid).await {
             Ok(before) => missing.retain(|gap, _| !before.contains(gap)),
             Err(e) => {
-                // Without the log we cannot tell a pre-join reference from a gap: decide next time.
+                // Without the log we cannot tell a pre-join reference from a gap: decide next
+                // time (no mark: the whole log is judged again).
                 tracing::debug!(error = %e, group = gid, "reading the log before our join");
+                if let Ok(mut m) = self.inner.groups.gap_marks.lock() {
+                    m.remove(&key);
+                }
                 return Ok(());
             }
         }
         if missing.is_empty() {
+            judged_up_to(self);
             return Ok(());
         }
         let mut tx = self.store().write_tx().await?;
@@ -415,6 +463,7 @@ impl Runtime {
             alert(&mut tx, handle, gid, &format!("gap:{gap}"), text).await?;
         }
         tx.commit().await?;
+        judged_up_to(self);
         Ok(())
     }
 

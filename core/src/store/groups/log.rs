@@ -254,6 +254,45 @@ impl Store {
         .await?)
     }
 
+    /// The newest row of every group log (0 when empty; one step down the rowid tree).
+    pub async fn group_newest_rowid(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages").fetch_one(&self.pool).await?)
+    }
+
+    /// (rowid, id, after) of the messages and leave requests in `handle`'s log of `gid` after
+    /// row `rowid`. (The `+` keeps SQLite on the rowid range instead of the group's whole index.)
+    pub async fn group_message_links_after(
+        &self,
+        handle: &str,
+        gid: &str,
+        rowid: i64,
+    ) -> Result<Vec<(i64, String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT rowid_, id, after FROM lmk_messages WHERE rowid_ > ?1 AND +handle = ?2 AND +group_id = ?3 \
+             AND kind IN ('message', 'leave') ORDER BY rowid_",
+        )
+        .bind(rowid)
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Whether message `id` of `gid` arrived in `handle`'s log (kept, or deleted after the
+    /// group TTL).
+    pub async fn group_message_known(&self, handle: &str, gid: &str, id: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND id = ?3 \
+             AND kind IN ('message', 'leave')) OR EXISTS (SELECT 1 FROM lmk_expired WHERE handle = ?1 \
+             AND group_id = ?2 AND id = ?3)",
+        )
+        .bind(handle)
+        .bind(gid)
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// (id, after) of every message and leave request in `handle`'s log of `gid`.
     pub async fn group_message_links(&self, handle: &str, gid: &str) -> Result<Vec<(String, String)>> {
         Ok(sqlx::query_as(
