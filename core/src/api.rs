@@ -676,6 +676,13 @@ pub struct ApiError {
     pub data: Option<serde_json::Value>,
 }
 
+impl ApiError {
+    /// An error with `code` and `message`, and no data.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code: code.into(), message: message.into(), data: None }
+    }
+}
+
 /// A secret in a request (a password): serialized as given, never printed by `Debug`.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(transparent)]

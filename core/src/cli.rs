@@ -676,7 +676,7 @@ pub enum GroupCmd {
 
 /// A file to attach: its base name (inert), media type from the extension, bytes as base64url.
 fn read_attachment(path: &std::path::Path) -> Result<crate::api::AttachmentIn, ApiError> {
-    let bad = |m: String| ApiError { data: None, code: "invalid_input".into(), message: m };
+    let bad = |m: String| ApiError::new("invalid_input", m);
     let data = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
     let name = path
         .file_name()
@@ -712,11 +712,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         Command::Send(a) => {
             let text = if a.text == "-" {
                 let mut s = String::new();
-                std::io::stdin().read_to_string(&mut s).map_err(|e| ApiError {
-                    data: None,
-                    code: "invalid_input".into(),
-                    message: e.to_string(),
-                })?;
+                std::io::stdin().read_to_string(&mut s).map_err(|e| ApiError::new("invalid_input", e.to_string()))?;
                 s
             } else {
                 a.text
@@ -755,9 +751,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
             let to = if to.is_absolute() {
                 to
             } else {
-                std::env::current_dir()
-                    .map_err(|e| ApiError { data: None, code: "invalid_input".into(), message: e.to_string() })?
-                    .join(to)
+                std::env::current_dir().map_err(|e| ApiError::new("invalid_input", e.to_string()))?.join(to)
             };
             Request::MailSave { id, part, to: to.to_string_lossy().into_owned() }
         }
@@ -814,11 +808,9 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
                     Ok(p) if !p.is_empty() => p,
                     _ => {
                         let mut s = String::new();
-                        std::io::stdin().read_to_string(&mut s).map_err(|e| ApiError {
-                            data: None,
-                            code: "invalid_input".into(),
-                            message: e.to_string(),
-                        })?;
+                        std::io::stdin()
+                            .read_to_string(&mut s)
+                            .map_err(|e| ApiError::new("invalid_input", e.to_string()))?;
                         s.trim_end_matches(['\r', '\n']).to_owned()
                     }
                 };
@@ -865,7 +857,7 @@ fn to_request(cmd: Command) -> Result<Request, ApiError> {
         | Command::Invite { .. }
         | Command::Codex { .. }
         | Command::Hook { .. } => {
-            return Err(ApiError { data: None, code: "internal".into(), message: "not a runtime request".into() });
+            return Err(ApiError::new("internal", "not a runtime request"));
         }
     })
 }
@@ -1100,20 +1092,14 @@ fn fail(json: bool, e: &ApiError) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), ApiError> {
-    let profile = Profile::resolve(cli.home.clone()).map_err(|e| ApiError {
-        data: None,
-        code: "profile".into(),
-        message: e.to_string(),
-    })?;
-    let perr =
-        |e: crate::profile::ProfileError| ApiError { data: None, code: "profile".into(), message: e.to_string() };
+    let profile = Profile::resolve(cli.home.clone()).map_err(|e| ApiError::new("profile", e.to_string()))?;
+    let perr = |e: crate::profile::ProfileError| ApiError::new("profile", e.to_string());
     match cli.command {
         Command::Init { name, relay, relay_cert_sha256, keystore } => {
-            let _lock = profile.try_lock().map_err(perr)?.ok_or_else(|| ApiError {
-                data: None,
-                code: "runtime_busy".into(),
-                message: "a runtime is using this profile".into(),
-            })?;
+            let _lock = profile
+                .try_lock()
+                .map_err(perr)?
+                .ok_or_else(|| ApiError::new("runtime_busy", "a runtime is using this profile"))?;
             let rt = Runtime::init(&profile, InitOptions { name, relay, relay_cert_sha256, keystore })
                 .await
                 .map_err(|e| e.to_api())?;
@@ -1340,11 +1326,10 @@ async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError
             (Request::Read { agent: Some(agent.into()), id: None, ancestors: None }, "UserPromptSubmit")
         }
         other => {
-            return Err(ApiError {
-                data: None,
-                code: "invalid_input".into(),
-                message: format!("unknown hook event `{other}` (post-tool-use, user-prompt-submit)"),
-            });
+            return Err(ApiError::new(
+                "invalid_input",
+                format!("unknown hook event `{other}` (post-tool-use, user-prompt-submit)"),
+            ));
         }
     };
     let conn = Conn::open(&profile).await?;
@@ -1364,11 +1349,7 @@ async fn hook(profile: Profile, agent: &str, event: &str) -> Result<(), ApiError
     drop(out);
     // Printed and flushed: Claude Code has the messages. Not printed, they come again after the
     // lease timeout.
-    printed.map_err(|e| ApiError {
-        data: None,
-        code: "io".into(),
-        message: format!("cannot write the hook output: {e}"),
-    })?;
+    printed.map_err(|e| ApiError::new("io", format!("cannot write the hook output: {e}")))?;
     if let Some(lease) = v["lease"].as_str() {
         conn.call(Request::Ack { lease: lease.to_owned(), ids: None }).await?;
     }
@@ -1382,13 +1363,11 @@ const DAEMON_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30)
 /// Takes the profile for the daemon. A runtime that serves a bridge (another daemon, the app)
 /// refuses it at once; a one-shot command is waited for, up to [`DAEMON_LOCK_WAIT`].
 async fn lock_for_daemon(profile: &Profile) -> Result<crate::profile::ProfileLock, ApiError> {
-    let busy = |m: String| ApiError { data: None, code: "runtime_busy".into(), message: m };
+    let busy = |m: String| ApiError::new("runtime_busy", m);
     let deadline = std::time::Instant::now() + DAEMON_LOCK_WAIT;
     let mut told = false;
     loop {
-        if let Some(lock) =
-            profile.try_lock().map_err(|x| ApiError { data: None, code: "profile".into(), message: x.to_string() })?
-        {
+        if let Some(lock) = profile.try_lock().map_err(|x| ApiError::new("profile", x.to_string()))? {
             return Ok(lock);
         }
         let holder = profile.lock_holder().map(|p| format!(" (pid {p})")).unwrap_or_default();
@@ -1413,7 +1392,7 @@ async fn lock_for_daemon(profile: &Profile) -> Result<crate::profile::ProfileLoc
 }
 
 async fn daemon(profile: Profile, ui: Option<PathBuf>) -> Result<(), ApiError> {
-    let e = |code: &str, m: String| ApiError { data: None, code: code.into(), message: m };
+    let e = |code: &str, m: String| ApiError::new(code, m);
     let _lock = lock_for_daemon(&profile).await?;
     let rt = Runtime::open(&profile).await.map_err(|x| x.to_api())?;
     // Listen for SIGTERM before the bridge files announce us: a client may signal at once.
@@ -1457,7 +1436,7 @@ pub fn main() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            return fail(json, &ApiError { data: None, code: "internal".into(), message: e.to_string() });
+            return fail(json, &ApiError::new("internal", e.to_string()));
         }
     };
     match rt.block_on(run(cli)) {

@@ -70,7 +70,7 @@ pub struct AppState {
 }
 
 fn api(code: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError { data: None, code: code.into(), message: message.to_string() }
+    ApiError::new(code, message.to_string())
 }
 
 impl AppState {

@@ -39,7 +39,7 @@ impl std::fmt::Debug for Conn {
 }
 
 fn api_error(code: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError { data: None, code: code.into(), message: message.to_string() }
+    ApiError::new(code, message.to_string())
 }
 
 impl Conn {

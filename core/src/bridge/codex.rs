@@ -59,7 +59,7 @@ pub struct CodexOptions {
 }
 
 fn err(code: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError { data: None, code: code.into(), message: message.to_string() }
+    ApiError::new(code, message.to_string())
 }
 
 /// Prints one event line on stdout.

@@ -202,8 +202,7 @@ pub fn tools() -> Vec<Tool> {
 
 /// The `scopes` argument of the ASNET tools: an array of scope names.
 fn scopes(args: &JsonObject) -> Result<Vec<String>, ApiError> {
-    let invalid =
-        || ApiError { data: None, code: "invalid_input".into(), message: "`scopes` is an array of scope names".into() };
+    let invalid = || ApiError::new("invalid_input", "`scopes` is an array of scope names");
     let list = args.get("scopes").and_then(Value::as_array).ok_or_else(invalid)?;
     list.iter().map(|s| s.as_str().map(str::to_owned).ok_or_else(invalid)).collect()
 }
@@ -213,11 +212,7 @@ fn arg_str(args: &JsonObject, k: &str) -> Option<String> {
 }
 
 fn required(args: &JsonObject, k: &str) -> Result<String, ApiError> {
-    arg_str(args, k).ok_or_else(|| ApiError {
-        data: None,
-        code: "invalid_input".into(),
-        message: format!("`{k}` is required"),
-    })
+    arg_str(args, k).ok_or_else(|| ApiError::new("invalid_input", format!("`{k}` is required")))
 }
 
 /// The MCP server for one agent session.
@@ -328,10 +323,11 @@ impl McpServer {
                             .and_then(|m| m.last())
                             .and_then(|m| m["contact"].as_str())
                             .map(str::to_owned)
-                            .ok_or_else(|| ApiError {
-                                data: None,
-                                code: "invalid_input".into(),
-                                message: "cannot tell whom that message came from: pass `contact`".into(),
+                            .ok_or_else(|| {
+                                ApiError::new(
+                                    "invalid_input",
+                                    "cannot tell whom that message came from: pass `contact`",
+                                )
                             })?
                     }
                 };
@@ -344,11 +340,10 @@ impl McpServer {
             },
             "read_attachment" => Request::MailAttachment {
                 id: required(args, "id")?,
-                part: args.get("part").and_then(Value::as_i64).ok_or_else(|| ApiError {
-                    data: None,
-                    code: "invalid_input".into(),
-                    message: "`part` is the attachment's index, a number".into(),
-                })?,
+                part: args
+                    .get("part")
+                    .and_then(Value::as_i64)
+                    .ok_or_else(|| ApiError::new("invalid_input", "`part` is the attachment's index, a number"))?,
             },
             "wait" => Request::Wait {
                 agent: None,
@@ -385,11 +380,7 @@ impl McpServer {
             "asnet_connections" => Request::AsnetConnections,
             "asnet_status" => Request::AsnetStatus,
             other => {
-                return Err(ApiError {
-                    data: None,
-                    code: "unknown_tool".into(),
-                    message: format!("no tool named `{other}`"),
-                });
+                return Err(ApiError::new("unknown_tool", format!("no tool named `{other}`")));
             }
         };
         self.session.call(req).await
@@ -459,12 +450,8 @@ pub async fn serve_stdio(profile: Profile, agent: &str, harness: &str) -> Result
     let session = Arc::new(AgentSession::open(profile, agent, harness).await?);
     let server = McpServer::new(session.clone());
     let result = match server.serve(rmcp::transport::stdio()).await {
-        Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| ApiError {
-            data: None,
-            code: "mcp".into(),
-            message: e.to_string(),
-        }),
-        Err(e) => Err(ApiError { data: None, code: "mcp".into(), message: e.to_string() }),
+        Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| ApiError::new("mcp", e.to_string())),
+        Err(e) => Err(ApiError::new("mcp", e.to_string())),
     };
     session.close().await;
     result

@@ -63,7 +63,7 @@ impl Bridge {
 }
 
 fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(ApiError { data: None, code: code.into(), message: message.into() })).into_response()
+    (status, Json(ApiError::new(code, message))).into_response()
 }
 
 /// Constant-time comparison of two tokens.

@@ -58,7 +58,7 @@ impl std::fmt::Debug for AgentSession {
 }
 
 fn err(code: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError { data: None, code: code.into(), message: message.to_string() }
+    ApiError::new(code, message.to_string())
 }
 
 /// A handle on the current connection, usable without holding the lock.

@@ -164,7 +164,7 @@ pub fn session_cookie(headers: &HeaderMap, port: u16) -> Option<String> {
 
 /// A refusal as JSON `{code, message}`.
 pub fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(ApiError { data: None, code: code.into(), message: message.into() })).into_response()
+    (status, Json(ApiError::new(code, message))).into_response()
 }
 
 fn security_headers(h: &mut HeaderMap) {
@@ -325,7 +325,7 @@ pub struct UiOptions {
 }
 
 fn api_error(code: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError { data: None, code: code.into(), message: message.to_string() }
+    ApiError::new(code, message.to_string())
 }
 
 fn announce(json_out: bool, url: &str, note: &str) {

@@ -127,11 +127,16 @@ impl Runtime {
         // Each protocol's first contact with the new relay, then the receive loops start again
         // there (after letagents' login here: two logins at once could reach the relay out of
         // order, and it refuses the older one as a replay).
-        self.channel(Protocol::Letagents).init(self).await?;
-        self.inner.stringcup.stringcup_register_moved(self).await;
-        self.inner.agent_mail.agent_mail_publish_moved(self).await?;
+        // The loops move whatever these say: the new relay is already the profile's.
+        let first_contact = async {
+            self.channel(Protocol::Letagents).init(self).await?;
+            self.inner.stringcup.stringcup_register_moved(self).await;
+            self.inner.agent_mail.agent_mail_publish_moved(self).await
+        }
+        .await;
         self.inner.relay_generation.send_modify(|g| *g = g.wrapping_add(1));
         self.inner.outbox_wake.notify_one();
+        first_contact?;
         self.whoami().await
     }
 

@@ -73,17 +73,8 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// Keeps a pooled connection only if it is back in autocommit mode.
-///
-/// When `COMMIT` fails on a full disk, SQLite rolls the transaction back by itself; the
-/// `ROLLBACK` sqlx then sends fails ("no transaction is active"), and sqlx, which counts
-/// transaction depth itself and only decrements it when `COMMIT` or `ROLLBACK` succeeds, still
-/// believes the connection is inside a transaction. Returned to the pool like that, its next
-/// `begin()` would issue `SAVEPOINT` and its `commit()` `RELEASE`; after one more failed commit
-/// SQLite leaves autocommit off for good and every later "commit" on the connection only
-/// releases a savepoint: reported saved, never written. Such a connection is closed instead, and
-/// the pool opens a fresh one.
-/// See [`Store::replayable_tx`]. Dropped without [`commit`](Self::commit), its connection is
+/// A write transaction whose commit does not wait for the disk ([`Store::replayable_tx`]: only
+/// for writes that happen again when lost). Dropped without [`commit`](Self::commit), its connection is
 /// closed (which rolls the transaction back) rather than returned to the pool with
 /// `synchronous=NORMAL`.
 pub struct ReplayableTx {
@@ -122,6 +113,16 @@ impl Drop for ReplayableTx {
     }
 }
 
+/// Keeps a pooled connection only if it is back in autocommit mode.
+///
+/// When `COMMIT` fails on a full disk, SQLite rolls the transaction back by itself; the
+/// `ROLLBACK` sqlx then sends fails ("no transaction is active"), and sqlx, which counts
+/// transaction depth itself and only decrements it when `COMMIT` or `ROLLBACK` succeeds, still
+/// believes the connection is inside a transaction. Returned to the pool like that, its next
+/// `begin()` would issue `SAVEPOINT` and its `commit()` `RELEASE`; after one more failed commit
+/// SQLite leaves autocommit off for good and every later "commit" on the connection only
+/// releases a savepoint: reported saved, never written. Such a connection is closed instead, and
+/// the pool opens a fresh one.
 fn keep_after_release(
     conn: &mut SqliteConnection,
     _: sqlx::pool::PoolConnectionMetadata,
