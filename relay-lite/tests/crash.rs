@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::{Api, BinRelay, Owner, decode, http_client, start_binary};
-use crash_common::{Delivered, Senders};
+use crash_common::{Delivered, Senders, UNLIMITED};
 
 const SENDERS: usize = 32;
 const ENVELOPES: usize = 2_000;
@@ -23,21 +23,7 @@ const MAILBOXES: usize = 4;
 const KILL_AT: [usize; 4] = [300, 700, 1_100, 1_500];
 
 fn relay_args(data: &str, listen: &str) -> Vec<String> {
-    [
-        "--listen",
-        listen,
-        "--data",
-        data,
-        "--sends-per-minute",
-        "0",
-        "--ip-requests-per-minute",
-        "0",
-        "--mailbox-capacity",
-        "100000",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect()
+    ["--listen", listen, "--data", data].iter().chain(&UNLIMITED).map(|s| (*s).to_owned()).collect()
 }
 
 async fn start(args: &[String]) -> BinRelay {

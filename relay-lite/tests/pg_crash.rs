@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::{Api, BinRelay, Owner, decode, http_client, start_binary};
-use crash_common::{Delivered, Senders};
+use crash_common::{Delivered, Senders, UNLIMITED};
 use switchboard_core::protocol::letagents::relay_auth;
 use switchboard_core::protocol::letagents::wire::InboxResponse;
 
@@ -33,22 +33,8 @@ const MAILBOXES: usize = 4;
 const KILL_AT: [usize; 3] = [250, 550, 850];
 
 async fn instance(url: &str, data: &str, listen: &str) -> BinRelay {
-    let args = [
-        "--listen",
-        listen,
-        "--data",
-        data,
-        "--database",
-        url,
-        "--public-url",
-        PUBLIC,
-        "--sends-per-minute",
-        "0",
-        "--ip-requests-per-minute",
-        "0",
-        "--mailbox-capacity",
-        "100000",
-    ];
+    let args = ["--listen", listen, "--data", data, "--database", url, "--public-url", PUBLIC];
+    let args: Vec<&str> = args.iter().chain(&UNLIMITED).copied().collect();
     start_binary(&args, http_client()).await
 }
 
