@@ -1,5 +1,5 @@
-//! Relays other than the profile's own, trusted by certificate pin (issue 17: groups on a LAN
-//! without internet).
+//! The profile's own relay, which the owner may move ([`Runtime::relay_move`]), and relays other
+//! than its own, trusted by certificate pin (issue 17: groups on a LAN without internet).
 //!
 //! - A connection to a relay URL that is not the profile's own (a group's, a contact's letagents
 //!   relay) uses the pin stored for that URL
