@@ -232,6 +232,7 @@ function focusKey(active: HTMLElement | null): string {
 
 async function render(background = false) {
   const token = ++rendering;
+  const hash = location.hash;
   const route = parseRoute();
   if (!background) shell(route);
   let view: Node;
@@ -334,13 +335,23 @@ async function render(background = false) {
   scrollToNewest = true;
   restoreScrolls(new Map(), route);
   updateChrome();
+  // Only a render of the screen it was meant for takes it: a render of the screen being left
+  // that finishes after the navigation began would otherwise run it where its target is absent.
   const after = afterRender;
-  afterRender = null;
-  after?.();
+  if (after && after.hash === hash) {
+    afterRender = null;
+    after.run();
+  }
 }
 
-/** Runs once after the next full render (e.g. focus a field on the screen navigated to). */
-let afterRender: (() => void) | null = null;
+/** Runs once after the next full render of `hash` (e.g. focus a field on the screen navigated to). */
+let afterRender: { hash: string; run: () => void } | null = null;
+
+/** Navigates to `hash`, then runs `run` once that screen is on the page. */
+function goThen(hash: string, run: () => void) {
+  afterRender = { hash, run };
+  go(hash);
+}
 
 /**
  * Whether the open conversation is kept at its newest message: set where the pane scrolls (by
@@ -798,16 +809,14 @@ document.addEventListener('keydown', (e: KeyboardEvent) => {
       say(S.chats.noUnread);
       return;
     }
-    afterRender = toCompose;
-    go(next.href);
+    goThen(next.href, toCompose);
     return;
   }
   if (rows.length === 0) return;
   const i = here < 0 ? (e.key === 'ArrowDown' ? 0 : rows.length - 1) : (here + (e.key === 'ArrowDown' ? 1 : -1) + rows.length) % rows.length;
   const target = rows[i];
   if (target) {
-    afterRender = toCompose;
-    go(target.href);
+    goThen(target.href, toCompose);
   }
 });
 
@@ -1014,8 +1023,7 @@ document.addEventListener('keydown', (e: KeyboardEvent) => {
   const r = parseRoute().name;
   if (r === 'contacts' || r === 'conversation' || r === 'group') focus();
   else {
-    go('#/contacts');
-    afterRender = focus;
+    goThen('#/contacts', focus);
   }
 });
 
