@@ -866,13 +866,14 @@ async fn a_session_offline_past_retention_is_re_invited_reads_and_sends_with_one
 /// `agent`'s MLS member, restored from its store: a test then writes payloads as that member
 /// would, with the library's encryption and whatever content it likes.
 async fn own_member(agent: &Agent) -> switchboard_core::mls::Member {
-    let (name, key, state): (String, Vec<u8>, Vec<u8>) =
-        sqlx::query_as("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
+    let (name, key): (String, Vec<u8>) =
+        sqlx::query_as("SELECT name, signature_key FROM lmk_sessions WHERE handle = ?")
             .bind(&agent.handle)
             .fetch_one(&agent.rt().store().pool)
             .await
             .unwrap();
-    switchboard_core::mls::Member::restore(&state, &key, &name).unwrap()
+    let rows = agent.rt().store().group_mls_rows(&agent.handle).await.unwrap();
+    switchboard_core::mls::Member::from_rows(rows, &key, &name).unwrap()
 }
 
 #[tokio::test]
@@ -1061,7 +1062,7 @@ async fn deleting_a_group_session_leaves_its_groups_and_erases_its_keys_and_log(
     assert_eq!(out["deleted"], true, "{out}");
     assert_eq!(out["left"], serde_json::json!([g]), "{out}");
     let pool = &bob.rt().store().pool;
-    for table in ["lmk_sessions", "lmk_groups", "lmk_messages", "lmk_epoch_auth", "lmk_expired"] {
+    for table in ["lmk_sessions", "lmk_mls_rows", "lmk_groups", "lmk_messages", "lmk_epoch_auth", "lmk_expired"] {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table} WHERE handle = ?")))
             .bind(&bob.handle)
             .fetch_one(pool)

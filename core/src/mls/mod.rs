@@ -1,7 +1,8 @@
 //! The OpenMLS adapter: one [`Member`] per agent session, holding its signing key, its
 //! credential (the display name, an unverified claim) and its OpenMLS state for every group it
-//! is in. Everything is synchronous and does no I/O; the engine persists [`Member::snapshot`]
-//! in the same transaction as the rows an operation produced (see [`storage`]).
+//! is in. Everything is synchronous and does no I/O; the engine persists [`Member::changes`] (the
+//! OpenMLS entries the operation wrote or deleted) in the same transaction as the rows an
+//! operation produced (see [`storage`]).
 //!
 //! - ciphersuite `MLS_128_DHKEMX25519_AES128GCM_SHA256_Ed25519`;
 //! - every group message is a PrivateMessage (pure-ciphertext wire format policy), so the relay
@@ -15,7 +16,6 @@ pub mod storage;
 use openmls::prelude::tls_codec::{Deserialize as _, Serialize as _};
 use openmls::prelude::*;
 use openmls_basic_credential::SignatureKeyPair;
-use openmls_memory_storage::MemoryStorage;
 use openmls_rust_crypto::RustCrypto;
 use openmls_traits::OpenMlsProvider;
 
@@ -50,19 +50,19 @@ fn peer(e: impl std::fmt::Display) -> MlsError {
     MlsError::Peer(e.to_string())
 }
 
-/// RustCrypto with an in-memory store that [`storage`] snapshots.
+/// RustCrypto with the in-memory store whose changed rows the engine persists.
 #[derive(Default)]
 pub struct Provider {
     crypto: RustCrypto,
-    storage: MemoryStorage,
+    storage: storage::RowStorage,
 }
 
 impl OpenMlsProvider for Provider {
     type CryptoProvider = RustCrypto;
     type RandProvider = RustCrypto;
-    type StorageProvider = MemoryStorage;
+    type StorageProvider = storage::RowStorage;
 
-    fn storage(&self) -> &MemoryStorage {
+    fn storage(&self) -> &storage::RowStorage {
         &self.storage
     }
 
@@ -191,18 +191,41 @@ impl Member {
         Self { provider, signer, credential, name: name.to_owned() }
     }
 
-    /// Restores a member from its [`snapshot`](Self::snapshot), its signature public key and
-    /// name.
-    pub fn restore(snapshot: &[u8], public_key: &[u8], name: &str) -> Result<Self, MlsError> {
-        let provider = Provider { crypto: RustCrypto::default(), storage: storage::restore(snapshot)? };
+    /// Restores a member from its stored rows (every OpenMLS entry), its signature public key
+    /// and name; nothing is dirty.
+    pub fn from_rows(
+        rows: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        public_key: &[u8],
+        name: &str,
+    ) -> Result<Self, MlsError> {
+        let provider = Provider { crypto: RustCrypto::default(), storage: storage::RowStorage::from_rows(rows) };
         let signer = SignatureKeyPair::read(provider.storage(), public_key, CIPHERSUITE.signature_algorithm())
             .ok_or_else(|| MlsError::Corrupt("the signing key is missing from the MLS state".into()))?;
         Ok(Self::assemble(provider, signer, name))
     }
 
-    /// The whole OpenMLS state, to persist with the rows an operation produced.
-    pub fn snapshot(&self) -> Vec<u8> {
-        storage::snapshot(&self.provider.storage)
+    /// Restores a member from a legacy [`storage::snapshot`] (a profile made before migration
+    /// 0018); every entry is dirty, so the next save writes them all as rows.
+    pub fn restore(snapshot: &[u8], public_key: &[u8], name: &str) -> Result<Self, MlsError> {
+        let member = Self::from_rows(storage::restore(snapshot)?, public_key, name)?;
+        member.provider.storage.mark_all_dirty();
+        Ok(member)
+    }
+
+    /// The OpenMLS entries written or deleted since the last [`saved`](Self::saved): what to
+    /// persist with the rows an operation produced.
+    pub fn changes(&self) -> Vec<storage::Change> {
+        self.provider.storage.changes()
+    }
+
+    /// Marks `changes` persisted, once the transaction that wrote them committed.
+    pub fn saved(&self, changes: &[storage::Change]) {
+        self.provider.storage.saved(changes);
+    }
+
+    /// Every OpenMLS entry of this member, in key order (a new session's first rows; tests).
+    pub fn rows(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.provider.storage.rows()
     }
 
     /// The signature public key.
@@ -410,6 +433,105 @@ mod tests {
 
     const G: &str = "0123456789abcdef0123456789abcdef";
 
+    /// Applies `m`'s changes to `db` as the engine applies them to its rows, then marks them
+    /// saved; `db` must then hold exactly the member's whole state.
+    fn persist(m: &Member, db: &mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>) {
+        let changes = m.changes();
+        for c in &changes {
+            match &c.value {
+                Some(v) => db.insert(c.key.clone(), v.clone()),
+                None => db.remove(&c.key),
+            };
+        }
+        m.saved(&changes);
+        assert!(m.changes().is_empty());
+        let rows: Vec<_> = db.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(rows, m.rows(), "the persisted rows are the whole state");
+    }
+
+    #[test]
+    fn changed_rows_alone_rebuild_the_whole_state_after_every_operation() {
+        let alice = Member::generate("alice's agent").unwrap();
+        let bob = Member::generate("bob's agent").unwrap();
+        let (mut da, mut db) = (Default::default(), Default::default());
+        persist(&alice, &mut da);
+        persist(&bob, &mut db);
+        let mut ga = alice.create_group(G).unwrap();
+        persist(&alice, &mut da);
+        let kp = bob.key_package().unwrap();
+        persist(&bob, &mut db);
+        let (kp, _) = alice.inspect_key_package(&kp).unwrap();
+        let (_, welcome) = alice.add(&mut ga, kp).unwrap();
+        persist(&alice, &mut da);
+        alice.merge_pending(&mut ga).unwrap();
+        persist(&alice, &mut da);
+        let mut gb = bob.join(&welcome).unwrap();
+        persist(&bob, &mut db);
+        for i in 0..3 {
+            let m = alice.encrypt(&mut ga, format!("hello {i}").as_bytes()).unwrap();
+            persist(&alice, &mut da);
+            assert!(matches!(bob.process(&mut gb, &m).unwrap(), Processed::Application { .. }));
+            persist(&bob, &mut db);
+        }
+        // A commit bob stages and drops (lost the epoch race), then one he makes.
+        let carol = Member::generate("carol's agent").unwrap();
+        let (kp, _) = bob.inspect_key_package(&carol.key_package().unwrap()).unwrap();
+        bob.add(&mut gb, kp.clone()).unwrap();
+        persist(&bob, &mut db);
+        bob.discard_pending(&mut gb).unwrap();
+        persist(&bob, &mut db);
+        let (commit, _) = bob.add(&mut gb, kp).unwrap();
+        bob.merge_pending(&mut gb).unwrap();
+        persist(&bob, &mut db);
+        alice.process(&mut ga, &commit).unwrap();
+        persist(&alice, &mut da);
+        // Restored from its rows, each carries on.
+        let alice = Member::from_rows(da.clone(), alice.signature_key(), alice.name()).unwrap();
+        let bob = Member::from_rows(db.clone(), bob.signature_key(), bob.name()).unwrap();
+        let (mut ga, mut gb) = (alice.load_group(G).unwrap().unwrap(), bob.load_group(G).unwrap().unwrap());
+        let m = bob.encrypt(&mut gb, b"after the restore").unwrap();
+        match alice.process(&mut ga, &m).unwrap() {
+            Processed::Application { data, .. } => assert_eq!(data, b"after the restore"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(epoch_authenticator(&ga), epoch_authenticator(&gb));
+    }
+
+    #[test]
+    fn state_kept_by_openmls_memory_storage_loads_from_a_legacy_snapshot() {
+        use openmls_rust_crypto::OpenMlsRustCrypto;
+        // Bob as the code before migration 0018 kept him: OpenMLS's MemoryStorage, snapshotted.
+        let provider = OpenMlsRustCrypto::default();
+        let signer = SignatureKeyPair::new(CIPHERSUITE.signature_algorithm()).unwrap();
+        signer.store(provider.storage()).unwrap();
+        let credential = CredentialWithKey {
+            credential: BasicCredential::new(b"bob's agent".to_vec()).into(),
+            signature_key: signer.public().into(),
+        };
+        let kp = KeyPackage::builder().build(CIPHERSUITE, &provider, &signer, credential).unwrap();
+        let kp = MlsMessageOut::from(kp.key_package().clone()).to_bytes().unwrap();
+        let alice = Member::generate("alice's agent").unwrap();
+        let mut ga = alice.create_group(G).unwrap();
+        let (kp, _) = alice.inspect_key_package(&kp).unwrap();
+        let (_, welcome) = alice.add(&mut ga, kp).unwrap();
+        alice.merge_pending(&mut ga).unwrap();
+        let MlsMessageBodyIn::Welcome(w) = MlsMessageIn::tls_deserialize_exact(&welcome).unwrap().extract() else {
+            panic!("not a welcome")
+        };
+        StagedWelcome::new_from_welcome(&provider, &join_config(), w, None).unwrap().into_group(&provider).unwrap();
+        let rows: Vec<_> = provider.storage().values.read().unwrap().clone().into_iter().collect();
+        let legacy = storage::snapshot(&rows);
+
+        let bob = Member::restore(&legacy, signer.public(), "bob's agent").unwrap();
+        assert_eq!(bob.changes().len(), rows.len(), "every legacy entry is to be written as a row");
+        let mut gb = bob.load_group(G).unwrap().unwrap();
+        assert_eq!(epoch_authenticator(&gb), epoch_authenticator(&ga));
+        let m = alice.encrypt(&mut ga, b"to the migrated bob").unwrap();
+        assert!(matches!(bob.process(&mut gb, &m).unwrap(), Processed::Application { .. }));
+        let back = bob.encrypt(&mut gb, b"from the migrated bob").unwrap();
+        assert!(matches!(alice.process(&mut ga, &back).unwrap(), Processed::Application { .. }));
+    }
+
     #[test]
     fn two_members_join_talk_and_a_removed_member_cannot_read_on() {
         let alice = Member::generate("alice's agent").unwrap();
@@ -444,8 +566,8 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        // Restored from a snapshot, bob carries on.
-        let bob = Member::restore(&bob.snapshot(), bob.signature_key(), bob.name()).unwrap();
+        // Restored from the rows his changes wrote, bob carries on.
+        let bob = Member::from_rows(bob.rows(), bob.signature_key(), bob.name()).unwrap();
         let mut gb = bob.load_group(G).unwrap().unwrap();
         let carol_leaf = members(&ga).iter().find(|m| m.fingerprint == carol.fingerprint()).unwrap().leaf;
         let remove = bob.remove(&mut gb, &[carol_leaf]).unwrap();
@@ -513,7 +635,7 @@ mod tests {
         let back = bob.encrypt(&mut gb, b"glad to be back").unwrap();
         assert!(matches!(carol.process(&mut gc, &back).unwrap(), Processed::Application { .. }));
         // What persists is the new state only: restored, bob is at the new epoch.
-        let bob = Member::restore(&bob.snapshot(), bob.signature_key(), bob.name()).unwrap();
+        let bob = Member::from_rows(bob.rows(), bob.signature_key(), bob.name()).unwrap();
         assert_eq!(bob.load_group(G).unwrap().unwrap().epoch(), ga.epoch());
         assert!(alice.readd(&mut ga, 0, alice.inspect_key_package(&alice.key_package().unwrap()).unwrap().0).is_err());
     }

@@ -70,8 +70,9 @@ impl Runtime {
         s.member.discard_pending(group)?;
         let mut tx = self.store().write_tx().await?;
         db::delete_group_row(&mut *tx, &s.handle, gid, id).await?;
-        save_state(&mut tx, &s.handle, &s.member).await?;
+        let saved = save_state(&mut tx, &s.handle, &s.member).await?;
         tx.commit().await?;
+        s.member.saved(&saved);
         Ok(())
     }
 
@@ -103,8 +104,9 @@ impl Runtime {
                 ..Default::default()
             };
             db::insert_group_row(&mut tx, &s.handle, gid, row, now_ms()).await?;
-            save_state(&mut tx, &s.handle, &s.member).await?;
+            let saved = save_state(&mut tx, &s.handle, &s.member).await?;
             tx.commit().await?;
+            s.member.saved(&saved);
             match client.post(gid, commit).await {
                 Ok(Posted::Stored(seq)) => {
                     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
@@ -136,8 +138,9 @@ impl Runtime {
                     };
                     commit_rows(&mut tx, &s.handle, gid, ev).await?;
                     record_epoch(&mut tx, &s.handle, gid, &group).await?;
-                    save_state(&mut tx, &s.handle, &s.member).await?;
+                    let saved = save_state(&mut tx, &s.handle, &s.member).await?;
                     tx.commit().await?;
+                    s.member.saved(&saved);
                     return Ok((seq, welcome));
                 }
                 Ok(Posted::WrongEpoch(_)) => {
@@ -214,8 +217,9 @@ impl Runtime {
         let me = mls::MemberInfo { name: s.member.name().to_owned(), fingerprint: s.member.fingerprint(), leaf: 0 };
         note_member(&mut tx, handle, &gid, &me, "").await?;
         record_epoch(&mut tx, handle, &gid, &g).await?;
-        save_state(&mut tx, handle, &s.member).await?;
+        let saved = save_state(&mut tx, handle, &s.member).await?;
         tx.commit().await?;
+        s.member.saved(&saved);
         self.inner.groups.joined.notify_one();
         Ok((gid, relay))
     }
@@ -330,8 +334,9 @@ impl Runtime {
             let kp = s.member.key_package()?;
             // The KeyPackage's private keys must be durable before anyone can use it.
             let mut tx = self.store().write_tx().await?;
-            save_state(&mut tx, handle, &s.member).await?;
+            let saved = save_state(&mut tx, handle, &s.member).await?;
             tx.commit().await?;
+            s.member.saved(&saved);
             let blob = JoinBlob { key_package: b64u(&kp), name: s.member.name().to_owned() };
             key.seal(Role::Join, &serde_json::to_vec(&blob).map_err(|e| Error::Bug(e.to_string()))?, &mut OsRng)
                 .map_err(|e| Error::Bug(e.to_string()))?
@@ -406,8 +411,9 @@ impl Runtime {
                 name_group_if_unnamed(&mut tx, &blob.group, &name, now_ms()).await?;
             }
             record_epoch(&mut tx, handle, &blob.group, &group).await?;
-            save_state(&mut tx, handle, &s.member).await?;
+            let saved = save_state(&mut tx, handle, &s.member).await?;
             tx.commit().await?;
+            s.member.saved(&saved);
             self.inner.groups.joined.notify_one();
         }
         self.lmk_sync(handle, &blob.group, 0).await?;

@@ -270,8 +270,18 @@ async fn alert(conn: &mut sqlx::SqliteConnection, handle: &str, gid: &str, key: 
     Ok(db::insert_group_row(conn, handle, gid, row, now_ms()).await?)
 }
 
-async fn save_state(conn: &mut sqlx::SqliteConnection, handle: &str, member: &Member) -> Result<()> {
-    Ok(db::save_group_state(conn, handle, member.snapshot()).await?)
+/// Writes the OpenMLS rows `member` changed since its last save into `conn`'s transaction and
+/// returns them: the caller marks them [`Member::saved`] once that transaction committed. Until
+/// then they stay dirty, so a transaction that rolls back has them written again by the next save.
+async fn save_state(
+    conn: &mut sqlx::SqliteConnection,
+    handle: &str,
+    member: &Member,
+) -> Result<Vec<mls::storage::Change>> {
+    let changes = member.changes();
+    let rows: Vec<(&[u8], Option<&[u8]>)> = changes.iter().map(|c| (c.key.as_slice(), c.value.as_deref())).collect();
+    db::save_group_state(conn, handle, &rows).await?;
+    Ok(changes)
 }
 
 async fn record_epoch(
@@ -486,9 +496,7 @@ impl Runtime {
                 return Err(Error::Invalid("a display name has at most 200 bytes".into()));
             }
             let member = Member::generate(&name)?;
-            self.store()
-                .insert_group_session(&handle, &name, member.signature_key(), member.snapshot(), now_ms())
-                .await?;
+            self.store().insert_group_session(&handle, &name, member.signature_key(), &member.rows(), now_ms()).await?;
         }
         let session = self.lmk_load(&handle).await?;
         let s = session.lock().await;
@@ -504,7 +512,15 @@ impl Runtime {
             self.store().group_session(handle).await?.ok_or_else(|| {
                 Error::Invalid(format!("no group session `{handle}`: start one with `listen --handle`"))
             })?;
-        let member = Member::restore(&row.mls_state, &row.signature_key, &row.name)?;
+        let member = if row.mls_state.is_empty() {
+            Member::from_rows(self.store().group_mls_rows(handle).await?, &row.signature_key, &row.name)?
+        } else {
+            // A profile made before migration 0018: its snapshot becomes rows, once.
+            let member = Member::restore(&row.mls_state, &row.signature_key, &row.name)?;
+            self.store().move_group_state_to_rows(handle, &member.rows()).await?;
+            member.saved(&member.changes());
+            member
+        };
         let s = Arc::new(Mutex::new(Session { handle: handle.to_owned(), member }));
         sessions.insert(handle.to_owned(), s.clone());
         Ok(s)

@@ -111,8 +111,9 @@ impl Runtime {
                 seq: 0,
             };
             db::insert_group_row(&mut tx, handle, gid, row, now_ms()).await?;
-            save_state(&mut tx, handle, &s.member).await?;
+            let saved = save_state(&mut tx, handle, &s.member).await?;
             tx.commit().await?;
+            s.member.saved(&saved);
             match client.post(gid, bytes).await? {
                 Posted::Stored(seq) => {
                     let seq_i = i64::try_from(seq).unwrap_or(i64::MAX);

@@ -249,13 +249,15 @@ impl Runtime {
         if let Some(state) = own {
             // Our own message (we cannot decrypt it): a commit we posted but had not merged
             // (the runtime stopped between the relay's answer and the merge) is merged now.
+            let mut saved = Vec::new();
             if state == "commit_pending" {
                 s.member.merge_pending(&mut group)?;
                 record_epoch(&mut tx, &handle, gid, &group).await?;
-                save_state(&mut tx, &handle, &s.member).await?;
+                saved = save_state(&mut tx, &handle, &s.member).await?;
             }
             db::mark_group_row_posted(&mut *tx, &handle, gid, &id, seq).await?;
             tx.commit().await?;
+            s.member.saved(&saved);
             return Ok(false);
         }
         let our_epoch = group.epoch().as_u64();
@@ -287,8 +289,9 @@ impl Runtime {
                                 ),
                             )
                             .await?;
-                            save_state(&mut tx, &handle, &s.member).await?;
+                            let saved = save_state(&mut tx, &handle, &s.member).await?;
                             tx.commit().await?;
+                            s.member.saved(&saved);
                             return Ok(false);
                         }
                         // A reply must be to something in the sender's declared context: a
@@ -376,8 +379,9 @@ impl Runtime {
                 alert(&mut tx, &handle, gid, &format!("undecryptable:{id}"), why).await?;
             }
         }
-        save_state(&mut tx, &handle, &s.member).await?;
+        let saved = save_state(&mut tx, &handle, &s.member).await?;
         tx.commit().await?;
+        s.member.saved(&saved);
         Ok(removed_us)
     }
 

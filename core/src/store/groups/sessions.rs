@@ -1,4 +1,5 @@
-//! letmeknow sessions and memberships: `lmk_sessions` (each session's MLS state),
+//! letmeknow sessions and memberships: `lmk_sessions` and `lmk_mls_rows` (each session's MLS
+//! state, one row per OpenMLS entry),
 //! `lmk_groups` (which groups it is in and how far it read), member notes, epoch
 //! authenticators, the per-group policy and held group sends.
 
@@ -13,7 +14,8 @@ pub struct GroupSessionRow {
     pub name: String,
     /// Its signature key.
     pub signature_key: Vec<u8>,
-    /// The whole OpenMLS state.
+    /// The legacy snapshot of the whole OpenMLS state (profiles made before migration 0018);
+    /// empty once the state lives in `lmk_mls_rows`.
     pub mls_state: Vec<u8>,
 }
 
@@ -32,13 +34,35 @@ pub struct GroupMembership {
     pub joined_at: i64,
 }
 
-/// Replaces `handle`'s MLS state with `snapshot`.
-pub async fn save_group_state(conn: &mut SqliteConnection, handle: &str, snapshot: Vec<u8>) -> Result<()> {
-    sqlx::query("UPDATE lmk_sessions SET mls_state = ? WHERE handle = ?")
-        .bind(snapshot)
-        .bind(handle)
-        .execute(&mut *conn)
-        .await?;
+/// Writes the OpenMLS entries an operation changed: each `(key, Some(value))` is upserted,
+/// each `(key, None)` deleted.
+pub async fn save_group_state(
+    conn: &mut SqliteConnection,
+    handle: &str,
+    changes: &[(&[u8], Option<&[u8]>)],
+) -> Result<()> {
+    for &(key, value) in changes {
+        match value {
+            Some(value) => {
+                sqlx::query(
+                    "INSERT INTO lmk_mls_rows (handle, key, value) VALUES (?, ?, ?) \
+                     ON CONFLICT (handle, key) DO UPDATE SET value = excluded.value",
+                )
+                .bind(handle)
+                .bind(key)
+                .bind(value)
+                .execute(&mut *conn)
+                .await?;
+            }
+            None => {
+                sqlx::query("DELETE FROM lmk_mls_rows WHERE handle = ? AND key = ?")
+                    .bind(handle)
+                    .bind(key)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -179,34 +203,59 @@ impl Store {
         Ok(found.is_some())
     }
 
-    /// Stores a new group session.
+    /// Stores a new group session with its first OpenMLS entries, in one transaction.
     pub async fn insert_group_session(
         &self,
         handle: &str,
         name: &str,
         signature_key: &[u8],
-        mls_state: Vec<u8>,
+        rows: &[(Vec<u8>, Vec<u8>)],
         now: i64,
     ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
         sqlx::query(
-            "INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) VALUES (?, ?, ?, x'', ?)",
         )
         .bind(handle)
         .bind(name)
         .bind(signature_key)
-        .bind(mls_state)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        let changes: Vec<(&[u8], Option<&[u8]>)> =
+            rows.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))).collect();
+        save_group_state(&mut tx, handle, &changes).await?;
+        tx.commit().await?;
         Ok(())
     }
 
-    /// Group session `handle`, state and all.
+    /// Group session `handle`: its identity and its legacy snapshot, if it still has one.
     pub async fn group_session(&self, handle: &str) -> Result<Option<GroupSessionRow>> {
         Ok(sqlx::query_as("SELECT name, signature_key, mls_state FROM lmk_sessions WHERE handle = ?")
             .bind(handle)
             .fetch_optional(&self.pool)
             .await?)
+    }
+
+    /// Every OpenMLS entry of group session `handle`, as (key, value).
+    pub async fn group_mls_rows(&self, handle: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Ok(sqlx::query_as("SELECT key, value FROM lmk_mls_rows WHERE handle = ?")
+            .bind(handle)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Moves a legacy snapshot into rows: replaces `handle`'s rows with `rows` (the snapshot's
+    /// entries) and empties the snapshot, in one transaction.
+    pub async fn move_group_state_to_rows(&self, handle: &str, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query("DELETE FROM lmk_mls_rows WHERE handle = ?").bind(handle).execute(&mut *tx).await?;
+        let changes: Vec<(&[u8], Option<&[u8]>)> =
+            rows.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))).collect();
+        save_group_state(&mut tx, handle, &changes).await?;
+        sqlx::query("UPDATE lmk_sessions SET mls_state = x'' WHERE handle = ?").bind(handle).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// (signature key, display name) of group session `handle`.
