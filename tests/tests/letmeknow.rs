@@ -863,6 +863,60 @@ async fn a_session_offline_past_retention_is_re_invited_reads_and_sends_with_one
     running.shutdown().await.unwrap();
 }
 
+/// A profile made before migration 0018 holds a session's whole OpenMLS state as one snapshot in
+/// `lmk_sessions.mls_state` and no rows. Opened by this code, the session carries on in its group
+/// both ways, and its state has moved into `lmk_mls_rows` (the snapshot emptied).
+#[tokio::test]
+async fn a_session_stored_as_a_legacy_snapshot_moves_into_rows_and_carries_on() {
+    let relay = TestRelay::start().await;
+    let (alice, bob) = (Agent::new("alice", &relay).await, Agent::new("bob", &relay).await);
+    let g = admit(&alice, None, &bob).await;
+    alice.send(&g, "before the upgrade").await;
+    bob.sync(&g).await;
+    assert!(bob.contents().await.contains(&"before the upgrade".to_owned()));
+    // Bob's profile as the old code left it: the same entries, as one snapshot, no rows.
+    let rows = bob.rt().store().group_mls_rows(&bob.handle).await.unwrap();
+    assert!(rows.len() > 5, "a member of a group has its state in rows: {}", rows.len());
+    let pool = &bob.rt().store().pool;
+    sqlx::query("UPDATE lmk_sessions SET mls_state = ? WHERE handle = ?")
+        .bind(switchboard_core::mls::storage::snapshot(&rows))
+        .bind(&bob.handle)
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM lmk_mls_rows WHERE handle = ?").bind(&bob.handle).execute(pool).await.unwrap();
+    let Agent { peer, handle, fp } = bob;
+    let (profile, dir) = peer.close();
+    let bob = Agent { peer: Peer::reopen("bob", profile, dir).await, handle, fp };
+
+    alice.send(&g, "after the upgrade").await;
+    bob.sync(&g).await;
+    assert_eq!(bob.contents().await, vec!["after the upgrade".to_owned()]);
+    bob.send(&g, "bob, upgraded").await;
+    alice.sync(&g).await;
+    assert!(alice.contents().await.contains(&"bob, upgraded".to_owned()));
+    let pool = &bob.rt().store().pool;
+    let legacy: Vec<u8> = sqlx::query_scalar("SELECT mls_state FROM lmk_sessions WHERE handle = ?")
+        .bind(&bob.handle)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(legacy.is_empty(), "the snapshot became rows");
+    // The rows alone are bob's state: restored from them, he reads what alice sends next.
+    alice.send(&g, "read from rows").await;
+    let member = own_member(&bob).await;
+    let mut group = member.load_group(&g).unwrap().unwrap();
+    let upstream = LetmeknowClient::new(&RelayClient::new(&relay.url(), None).unwrap());
+    let last = upstream.read(&g, 0, 0).await.unwrap().pop().unwrap();
+    match member.process(&mut group, &last.data).unwrap() {
+        switchboard_core::mls::Processed::Application { data, .. } => {
+            let payload: Value = serde_json::from_slice(&data).unwrap();
+            assert_eq!(payload["content"], "read from rows");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// `agent`'s MLS member, restored from its store: a test then writes payloads as that member
 /// would, with the library's encryption and whatever content it likes.
 async fn own_member(agent: &Agent) -> switchboard_core::mls::Member {
