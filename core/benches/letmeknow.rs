@@ -13,7 +13,7 @@ use openmls::prelude::tls_codec::Deserialize as _;
 use openmls::prelude::*;
 use openmls_basic_credential::SignatureKeyPair;
 use openmls_rust_crypto::OpenMlsRustCrypto;
-use switchboard_core::mls::{CIPHERSUITE, Member};
+use switchboard_core::mls::{CIPHERSUITE, Member, PAST_EPOCHS};
 
 const G: &str = "0123456789abcdef0123456789abcdef";
 
@@ -50,6 +50,7 @@ impl Bare {
             .ciphersuite(CIPHERSUITE)
             .use_ratchet_tree_extension(true)
             .wire_format_policy(PURE_CIPHERTEXT_WIRE_FORMAT_POLICY)
+            .max_past_epochs(PAST_EPOCHS)
             .build();
         MlsGroup::new_with_group_id(
             &self.provider,
@@ -68,6 +69,7 @@ impl Bare {
         let config = MlsGroupJoinConfig::builder()
             .use_ratchet_tree_extension(true)
             .wire_format_policy(PURE_CIPHERTEXT_WIRE_FORMAT_POLICY)
+            .max_past_epochs(PAST_EPOCHS)
             .build();
         StagedWelcome::new_from_welcome(&self.provider, &config, w, None).unwrap().into_group(&self.provider).unwrap()
     }
@@ -85,8 +87,8 @@ impl Bare {
     }
 }
 
-/// A bare creator whose group has `n - 1` members, and the second member's state; both as
-/// storage copies so every iteration starts from the same state.
+/// A bare creator whose group has `n - 1` members, and the second member's state (the same
+/// configuration as the adapter's: ratchet tree in the Welcome, pure ciphertext, past epochs kept).
 fn bare_group(n: usize) -> (Bare, Bare) {
     let creator = Bare::new("creator");
     let second = Bare::new("second");
@@ -94,9 +96,11 @@ fn bare_group(n: usize) -> (Bare, Bare) {
     let (_, welcome, _) = g.add_members(&creator.provider, &creator.signer, &[second.key_package()]).unwrap();
     g.merge_pending_commit(&creator.provider).unwrap();
     second.join(&welcome.to_bytes().unwrap());
-    let others: Vec<KeyPackage> = (2..n.saturating_sub(1)).map(|i| Bare::new(&format!("m{i}")).key_package()).collect();
-    if !others.is_empty() {
-        let (commit, _, _) = g.add_members(&creator.provider, &creator.signer, &others).unwrap();
+    // One commit per member, as the adapter's group is built: both states then hold the same
+    // epochs (and past epochs' secrets).
+    for i in 2..n.saturating_sub(1) {
+        let kp = Bare::new(&format!("m{i}")).key_package();
+        let (commit, _, _) = g.add_members(&creator.provider, &creator.signer, &[kp]).unwrap();
         g.merge_pending_commit(&creator.provider).unwrap();
         let mut g2 = MlsGroup::load(second.provider.storage(), g.group_id()).unwrap().unwrap();
         second.process(&mut g2, &commit.to_bytes().unwrap());
@@ -145,6 +149,45 @@ fn persist(m: &Member) {
     m.saved(&changes);
 }
 
+fn bytes(rows: &[(Vec<u8>, Vec<u8>)]) -> usize {
+    rows.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+fn changed_bytes(m: &Member) -> (usize, usize) {
+    let changes = m.changes();
+    let n = changes.iter().map(|c| c.key.len() + c.value.as_ref().map_or(0, Vec::len)).sum();
+    m.saved(&changes);
+    (changes.len(), n)
+}
+
+/// What one operation writes, for BENCHMARKS.md: the changed rows against the whole state
+/// (what the snapshot wrote).
+fn report_sizes(n: usize, creator: &Member, second: &Member) {
+    let (creator, second) = (copy_member(creator), copy_member(second));
+    let mut g = creator.load_group(G).unwrap().unwrap();
+    let j = Member::generate("joiner").unwrap();
+    let (kp, _) = creator.inspect_key_package(&j.key_package().unwrap()).unwrap();
+    let (commit, _) = creator.add(&mut g, kp).unwrap();
+    creator.merge_pending(&mut g).unwrap();
+    let (rows, written) = changed_bytes(&creator);
+    let mut g2 = second.load_group(G).unwrap().unwrap();
+    second.process(&mut g2, &commit).unwrap();
+    let (rows2, written2) = changed_bytes(&second);
+    let m = creator.encrypt(&mut g, &[b'x'; 1000]).unwrap();
+    let (rows3, written3) = changed_bytes(&creator);
+    second.process(&mut g2, &m).unwrap();
+    let (rows4, written4) = changed_bytes(&second);
+    eprintln!(
+        "group of {n}: whole state {} rows / {} B (creator), {} rows / {} B (member); written: add commit {rows} rows / \
+         {written} B, its processing {rows2} / {written2} B, a 1 KB message sent {rows3} / {written3} B, received \
+         {rows4} / {written4} B",
+        creator.rows().len(),
+        bytes(&creator.rows()),
+        second.rows().len(),
+        bytes(&second.rows()),
+    );
+}
+
 fn bench_groups(c: &mut Criterion) {
     let mut add = c.benchmark_group("letmeknow_add_welcome_join");
     add.sample_size(10);
@@ -152,6 +195,7 @@ fn bench_groups(c: &mut Criterion) {
     for n in [2usize, 5, 10, 50, 100] {
         let (ac, asec) = adapter_group(n);
         let (bc, bsec) = bare_group(n);
+        report_sizes(n, &ac, &asec);
         add.bench_with_input(BenchmarkId::new("switchboard", n), &n, |b, _| {
             b.iter_batched(
                 || {
@@ -236,6 +280,22 @@ fn bench_groups(c: &mut Criterion) {
         });
     }
     cp.finish();
+
+    // What the code before migration 0018 added to every operation instead: the whole state's
+    // snapshot (same encoder), of the creator after the Add and of the member who processed it.
+    let mut snap = c.benchmark_group("letmeknow_state_snapshot_before_0018");
+    snap.sample_size(10);
+    for (n, ac, asec, _, _) in &commit {
+        let rows = ac.rows();
+        let rows2 = asec.rows();
+        snap.bench_with_input(BenchmarkId::new("both_snapshots", n), n, |b, _| {
+            b.iter(|| {
+                black_box(switchboard_core::mls::storage::snapshot(&rows));
+                black_box(switchboard_core::mls::storage::snapshot(&rows2));
+            })
+        });
+    }
+    snap.finish();
 
     // Application messages in a group of 2 (encrypt by one member, decrypt by the other).
     let (_, ac, asec, bc, bsec) = commit.swap_remove(0);
