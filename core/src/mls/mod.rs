@@ -194,7 +194,7 @@ impl Member {
     /// Restores a member from its stored rows (every OpenMLS entry), its signature public key
     /// and name; nothing is dirty.
     pub fn from_rows(
-        rows: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        rows: impl IntoIterator<Item = storage::Row>,
         public_key: &[u8],
         name: &str,
     ) -> Result<Self, MlsError> {
@@ -224,7 +224,7 @@ impl Member {
     }
 
     /// Every OpenMLS entry of this member, in key order (a new session's first rows; tests).
-    pub fn rows(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub fn rows(&self) -> Vec<storage::Row> {
         self.provider.storage.rows()
     }
 

@@ -29,6 +29,9 @@ use serde::de::DeserializeOwned;
 
 use super::MlsError;
 
+/// One stored entry: (key, value).
+pub type Row = (Vec<u8>, Vec<u8>);
+
 /// One changed entry: its key and its value now, `None` when it was deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -103,7 +106,7 @@ const MESSAGE_SECRETS_LABEL: &[u8] = b"MessageSecrets";
 
 impl RowStorage {
     /// A storage holding `rows` (as loaded from SQLite), nothing dirty.
-    pub fn from_rows(rows: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Self {
+    pub fn from_rows(rows: impl IntoIterator<Item = Row>) -> Self {
         let values = rows.into_iter().collect();
         Self { entries: RwLock::new(Entries { values, dirty: BTreeSet::new() }) }
     }
@@ -117,9 +120,9 @@ impl RowStorage {
     }
 
     /// Every entry, in key order.
-    pub fn rows(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub fn rows(&self) -> Vec<Row> {
         let e = self.read_lock();
-        let mut rows: Vec<(Vec<u8>, Vec<u8>)> = e.values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut rows: Vec<Row> = e.values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         rows.sort();
         rows
     }
@@ -688,8 +691,8 @@ impl StorageProvider<CURRENT_VERSION> for RowStorage {
 
 /// Serializes `rows` in the legacy snapshot format, in key order. Only to write what profiles
 /// made before migration 0018 hold (their tests) and to compare states.
-pub fn snapshot(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
-    let mut entries: Vec<&(Vec<u8>, Vec<u8>)> = rows.iter().collect();
+pub fn snapshot(rows: &[Row]) -> Vec<u8> {
+    let mut entries: Vec<&Row> = rows.iter().collect();
     entries.sort();
     let total: usize = entries.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
     let mut out = Vec::with_capacity(4 + total);
@@ -722,7 +725,7 @@ fn u32_at(rest: &mut &[u8]) -> Result<usize, MlsError> {
 }
 
 /// The entries of a legacy [`snapshot`].
-pub fn restore(bytes: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, MlsError> {
+pub fn restore(bytes: &[u8]) -> Result<Vec<Row>, MlsError> {
     let mut rest = bytes;
     let count = u32_at(&mut rest)?;
     let mut rows = Vec::with_capacity(count.min(1 << 16));
