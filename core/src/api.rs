@@ -677,7 +677,7 @@ pub struct ApiError {
     /// Human-readable message.
     pub message: String,
     /// What a client acts on, for the codes that carry more than words: `untrusted_relay`
-    /// `{url, cert_sha256}`; `relay_in_use` `{url, contacts, groups}`. Absent otherwise.
+    /// `{url, cert_sha256}`; `relay_in_use` `{url, protocol, contacts}`. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
 }
