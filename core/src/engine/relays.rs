@@ -6,14 +6,19 @@
 //!   (`trusted_relays`), else the web PKI. Either way its verifier remembers a refused
 //!   certificate, so a failure becomes [`Error::UntrustedRelay`] naming the URL and the SHA-256
 //!   the relay presented: the UI asks "trust it?", the CLI prints `switchboard relay trust`.
-//! - Pins come from two places only: a pinned contact's signed LAN announcement of its own relay
-//!   (verified by the LAN node against the keys that contact proved; stored with the contact,
-//!   and gone with it), or the owner (`relay trust URL SHA256`, after comparing the fingerprint).
+//! - Pins come from three places only: a pinned contact's signed LAN announcement of its own
+//!   relay (verified by the LAN node against the keys that contact proved; stored with the
+//!   contact, and gone with it), an accepted contact's signed move notice naming its new relay
+//!   (the same rules, `channels::letagents`), or the owner (`relay trust URL SHA256`, after
+//!   comparing the fingerprint; a move carries the old relay's own pin here as the owner's).
 //!   A contact may replace only its own vouch (a new certificate for its relay); the owner's
 //!   acceptance replaces anything.
 //!   The profile's own relay is never re-pinned this way: its pin is set at `init`.
 //! - A profile whose own relay is pinned (the relay the desktop app hosts) announces it to bound
 //!   contacts: [`Runtime::lan_relay_announcement`].
+//! - A move ([`Runtime::relay_move`], `docs/relay-move.md`) tells letagents and Agent Mail
+//!   contacts, leaves groups where their log lives, and reads the old relay for 48 h
+//!   ([`Runtime::drain_old_relays`], `old_relays`).
 
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -459,17 +459,17 @@ impl Store {
         set_meta(&mut *self.pool.acquire().await?, key, value).await
     }
 
-    /// What reaches this profile through its own relay at `relay_url`: its contacts by
-    /// protocol (active or pending), and the active groups whose log it carries.
+    /// What reaches this profile through its own relay at `relay_url`: its accepted, unblocked
+    /// letagents and Agent Mail contacts (the ones a move tells), every Stringcup contact (any
+    /// would be cut off), and the active groups whose log it carries.
     pub async fn own_relay_dependents(&self, relay_url: &str) -> Result<RelayDependents> {
-        let count = |protocol: &'static str| {
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM contacts WHERE protocol = ?")
-                .bind(protocol)
-                .fetch_one(&self.pool)
+        let count = |protocol: Protocol, sql: &'static str| {
+            sqlx::query_scalar::<_, i64>(sql).bind(protocol.as_str()).fetch_one(&self.pool)
         };
-        let letagents = count(Protocol::Letagents.as_str()).await?;
-        let agent_mail = count(Protocol::AgentMail.as_str()).await?;
-        let stringcup = count(Protocol::Stringcup.as_str()).await?;
+        let told = "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND state = 'active' AND blocked = 0";
+        let letagents = count(Protocol::Letagents, told).await?;
+        let agent_mail = count(Protocol::AgentMail, told).await?;
+        let stringcup = count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ?").await?;
         let groups = sqlx::query_scalar(
             "SELECT COUNT(DISTINCT group_id) FROM lmk_groups WHERE state = 'active' AND rtrim(relay, '/') = rtrim(?, '/')",
         )
@@ -722,11 +722,11 @@ impl Store {
 /// What depends on the profile's own relay ([`Store::own_relay_dependents`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayDependents {
-    /// letagents contacts, active or pending.
+    /// letagents contacts, accepted and not blocked.
     pub letagents: i64,
-    /// Agent Mail contacts, active or pending.
+    /// Agent Mail contacts, accepted and not blocked.
     pub agent_mail: i64,
-    /// Stringcup contacts, active or pending.
+    /// Stringcup contacts, any state.
     pub stringcup: i64,
     /// Active groups whose log the relay carries.
     pub groups: i64,

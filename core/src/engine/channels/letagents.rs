@@ -9,6 +9,10 @@
 //!   it.
 //! - A running runtime keeps the websocket (ping every 20 s, reconnect with backoff, catch-up from
 //!   the waiting backlog); a one-shot one syncs over HTTP.
+//! - A relay move: each accepted contact is sent a signed `hello` carrying `moved_to`; one received
+//!   from an accepted contact changes that contact's route (and pin, for that URL only) and shows
+//!   a line, from anyone else it is dropped (`docs/relay-move.md`). The old relay is read with
+//!   [`Letagents::drain_old`] while it drains.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
