@@ -472,10 +472,16 @@ pub enum Request {
         /// The relay's URL.
         url: String,
     },
+    /// What `relay_move` would do now (owner only): `{from, letagents, agent_mail, stringcup,
+    /// groups, drain_hours, summary, refused}`: contacts told, groups that stay on the current
+    /// relay, how long it is still read, and why the move is refused (Stringcup contacts), if it is.
+    RelayMovePlan,
     /// Moves the profile to another relay (owner only) once that relay answers: re-registers
     /// what lives on a relay (letagents mailbox, a new Stringcup identity, an Agent Mail card
-    /// routing there) and answers `whoami`. Refused with `relay_in_use` while contacts or active
-    /// groups reach the profile through its current relay: they would be cut off.
+    /// routing there), tells letagents contacts (a signed notice) and Agent Mail contacts (a new
+    /// card on both relays), keeps groups on the relay their log lives on, reads the old relay
+    /// for 48 h, and answers `whoami` with `move` (what was done). Refused with `relay_in_use`
+    /// while Stringcup contacts exist: a Stringcup identity belongs to one relay.
     RelayMove {
         /// The new relay's URL.
         url: String,
@@ -671,7 +677,7 @@ pub struct ApiError {
     /// Human-readable message.
     pub message: String,
     /// What a client acts on, for the codes that carry more than words: `untrusted_relay`
-    /// `{url, cert_sha256}`; `relay_in_use` `{url, contacts, groups}`. Absent otherwise.
+    /// `{url, cert_sha256}`; `relay_in_use` `{url, protocol, contacts}`. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
 }

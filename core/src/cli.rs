@@ -293,8 +293,9 @@ pub enum RelayCmd {
         /// The relay's URL.
         url: String,
     },
-    /// Move this profile to another relay (it must answer first). Refused while contacts or
-    /// groups reach you through the current one.
+    /// Move this profile to another relay (it must answer first): letagents and Agent Mail
+    /// contacts are told, groups stay on the current relay, which is read for 48 h more. Refused
+    /// while Stringcup contacts exist (their identities belong to the current relay).
     Move {
         /// The new relay's URL.
         url: String,
@@ -877,6 +878,11 @@ fn sender_auth_text(v: &Value) -> Option<&'static str> {
 
 fn print_text(kind: &str, v: &Value) {
     match kind {
+        "relay_move" => {
+            let m = &v["move"];
+            println!("moved from {} to {}: {}", s(m, "from"), s(m, "to"), s(m, "summary"));
+            print_text("whoami", v);
+        }
         "whoami" => {
             println!("name:      {}", s(v, "name"));
             println!("profile:   {}", s(v, "profile"));
@@ -1061,7 +1067,8 @@ fn print_text(kind: &str, v: &Value) {
 
 fn output_kind(cmd: &Command) -> &'static str {
     match cmd {
-        Command::Whoami | Command::Relay(RelayCmd::Move { .. }) => "whoami",
+        Command::Whoami => "whoami",
+        Command::Relay(RelayCmd::Move { .. }) => "relay_move",
         Command::Contact(ContactCmd::List | ContactCmd::Requests) => "contacts",
         Command::Contact(
             ContactCmd::Add { .. }
@@ -1184,6 +1191,14 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
             let kind = output_kind(&cmd);
             let req = to_request(cmd)?;
             let conn = Conn::open(&profile).await?;
+            if kind == "relay_move" && !cli.json {
+                // What the move will do, before it does it (the UI asks; a command says).
+                let plan = conn.call(Request::RelayMovePlan).await?;
+                match plan["refused"].as_str() {
+                    Some(why) => println!("this move is refused: {why}"),
+                    None => println!("moving: {}", s(&plan, "summary")),
+                }
+            }
             let v = conn.call(req).await?;
             if cli.json {
                 println!("{v}")

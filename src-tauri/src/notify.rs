@@ -95,10 +95,16 @@ pub fn decide(settings: &Settings, m: &Value, focused: bool) -> Decision {
         return Decision::Skip(why);
     }
     let summary = m.get("from").and_then(Value::as_str).unwrap_or("someone").to_owned();
-    let body = match m.get("body") {
+    let body: String = match m.get("body") {
         Some(Value::String(s)) => s.chars().take(200).collect(),
         Some(other) => other.to_string().chars().take(200).collect(),
         None => String::new(),
+    };
+    // A contact's move to another relay is a line, not words of theirs (the body is the URL).
+    let body = if m.get("kind").and_then(Value::as_str) == Some("moved") {
+        format!("moved to the relay at {body}")
+    } else {
+        body
     };
     Decision::Show(Pending { conversation, summary, body })
 }
@@ -395,6 +401,16 @@ mod tests {
 
     fn incoming(from: &str, body: &str) -> Value {
         json!({"direction": "in", "from": from, "to": "me", "body": body, "kind": "send"})
+    }
+
+    #[test]
+    fn a_contacts_move_notifies_as_a_line_not_as_their_words() {
+        let mut m = incoming("bob", "https://relay-b.example");
+        m["kind"] = "moved".into();
+        match decide(&Settings::default(), &m, false) {
+            Decision::Show(p) => assert_eq!(p.body, "moved to the relay at https://relay-b.example"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

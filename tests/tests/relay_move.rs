@@ -1,13 +1,21 @@
 //! Moving a profile to another relay (`relay move`, Settings → Relay): two real relay-lite
 //! instances over HTTP and real runtimes. A profile that nobody reaches yet moves, and is then
 //! reachable on the new relay on every 1:1 channel, live (its receive loops start again there)
-//! and after a restart; the old relay is left behind. A move that would cut contacts off, or to a
-//! relay that does not answer, is refused and changes nothing.
+//! and after a restart. A profile with a letagents contact, an Agent Mail contact and a group
+//! moves: the contacts learn the new relay (a signed notice; a newer card), what was sent to the
+//! old relay before still arrives (the drain), the group stays on the old relay, and with the old
+//! relay gone both contacts still reach it. Forged notices change nothing; Stringcup contacts,
+//! which cannot follow, refuse the move; so does a relay that does not answer.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use switchboard_core::api::Request;
+use switchboard_core::identity::DeviceIdentity;
+use switchboard_core::protocol::letagents::inner::MovedTo;
+use switchboard_core::protocol::letagents::{self as la, Inner, Kind, PeerKeys};
+use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
+use switchboard_core::util::{OsRng, now_ms};
 use switchboard_tests::{Peer, TestRelay, befriend};
 
 fn move_to(url: &str) -> Request {
@@ -94,26 +102,222 @@ async fn a_profile_nobody_reaches_yet_moves_and_is_reached_on_the_new_relay_on_e
     assert_eq!(again["agent_mail"]["address"], who["agent_mail"]["address"]);
 }
 
+/// A contact's entry in `p`'s contact list.
+async fn contact(p: &Peer, name: &str) -> Value {
+    let all = p.call(Request::ContactList).await;
+    all.as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap_or_else(|| panic!("no {name}: {all}"))
+}
+
+/// Polls `p`'s inbox until a message with `body` arrives; every message seen meanwhile.
+async fn arrives(p: &Peer, body: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen.extend(p.inbox(0).await);
+        if seen.iter().any(|m| m["body"] == body) {
+            return seen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{} never got {body:?}; saw {seen:?}", p.name)
+}
+
+/// The name of the pending request from `id` (a protocol id), once it arrived.
+async fn request_from(p: &Peer, id: &str) -> String {
+    for _ in 0..100 {
+        let reqs = p.call(Request::ContactRequests).await;
+        if let Some(r) = reqs.as_array().unwrap().iter().find(|r| r["id"] == id) {
+            return r["name"].as_str().unwrap().to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{} never saw a request from {id}", p.name)
+}
+
+fn group_say(group: &str, text: &str) -> Request {
+    Request::GroupSend { handle: None, group: group.into(), text: text.into(), to: None, reply_to: None }
+}
+
+/// The texts of `group`'s history in `p`, after reading its log.
+async fn group_texts(p: &Peer, group: &str) -> Vec<String> {
+    let list = p.call(Request::GroupList { handle: None }).await;
+    let handle =
+        list.as_array().unwrap().iter().find(|g| g["group"] == group).unwrap()["handle"].as_str().unwrap().to_owned();
+    p.rt.lmk_sync(&handle, group, 0).await.unwrap();
+    let page = p
+        .call(Request::GroupHistory { handle: None, group: group.into(), before: None, limit: None, mark_read: false })
+        .await;
+    page["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str().map(str::to_owned)).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_move_that_would_cut_contacts_off_is_refused_and_changes_nothing() {
+async fn a_profile_with_contacts_and_a_group_moves_and_everyone_still_reaches_it() {
+    let mut old = TestRelay::start().await;
+    let new = TestRelay::start().await;
+    let old_url = old.url().trim_end_matches('/').to_owned();
+    let new_url = new.url().trim_end_matches('/').to_owned();
+    let alice = Peer::offline("alice", &old.url()).await;
+    let bob = Peer::offline("bob", &old.url()).await;
+    let carol = Peer::offline("carol", &old.url()).await;
+    let dave = Peer::offline("dave", &old.url()).await;
+
+    // bob: letagents, both ways. carol: Agent Mail (she wrote first, alice accepted). dave: a
+    // group alice made on the old relay.
+    befriend(&alice, &bob).await;
+    bob.inbox(0).await;
+    let who = alice.call(Request::Whoami).await;
+    carol.add_contact(who["agent_mail"]["address"].as_str().unwrap(), "alice").await;
+    carol.send("alice", "hi over mail").await;
+    let carol_id = carol.call(Request::Whoami).await["agent_mail"]["agent_id"].as_str().unwrap().to_owned();
+    let name = request_from(&alice, &carol_id).await;
+    alice.call(Request::ContactAccept { name, new_name: Some("carol".into()) }).await;
+    let made = alice.call(Request::GroupCreate { name: "Team".into() }).await;
+    let group = made["group"].as_str().unwrap().to_owned();
+    let inv = alice.call(Request::GroupInvite { handle: None, group: Some(group.clone()), ttl_secs: None }).await;
+    let link = inv["link"].as_str().unwrap().to_owned();
+    dave.call(Request::GroupJoin { handle: None, link, timeout_secs: Some(30) }).await;
+    alice.inbox(0).await;
+
+    // What the move will do, before it does it.
+    let plan = alice.call(Request::RelayMovePlan).await;
+    assert_eq!(
+        (&plan["letagents"], &plan["agent_mail"], &plan["stringcup"], &plan["groups"], &plan["drain_hours"]),
+        (&1.into(), &1.into(), &0.into(), &1.into(), &48.into()),
+        "{plan}"
+    );
+    assert_eq!(plan["refused"], Value::Null);
+    assert_eq!(
+        plan["summary"],
+        "2 contacts will be told; 1 group stays on the old relay; the old relay is read for 48 h"
+    );
+
+    let moved = alice.call(move_to(&new.url())).await;
+    assert_eq!(moved["letagents"]["relay"], new_url.as_str(), "{moved}");
+    assert_eq!(
+        (&moved["move"]["from"], &moved["move"]["letagents_told"], &moved["move"]["groups_on_old_relay"]),
+        (&old_url.clone().into(), &1.into(), &1.into()),
+        "{moved}"
+    );
+    // bob still lives on the old relay: alice's route to him says so now.
+    assert_eq!(contact(&alice, "bob").await["relay"], old_url.as_str());
+
+    // Drain: bob has not read the notice yet and sends to the old relay; it still arrives.
+    bob.send("alice", "sent before I knew").await;
+    arrives(&alice, "sent before I knew").await;
+
+    // The group stays on the old relay and works both ways.
+    dave.call(group_say(&group, "the group is still here")).await;
+    assert!(group_texts(&alice, &group).await.contains(&"the group is still here".to_owned()));
+    alice.call(group_say(&group, "so am I")).await;
+    assert!(group_texts(&dave, &group).await.contains(&"so am I".to_owned()));
+
+    // bob reads the notice: his route to alice is the new relay, and his conversation says so.
+    let got = arrives(&bob, &new_url).await;
+    let line = got.iter().find(|m| m["body"] == new_url.as_str()).unwrap();
+    assert_eq!((&line["kind"], &line["from"]), (&"moved".into(), &"alice".into()), "{line}");
+    assert_eq!(contact(&bob, "alice").await["relay"], new_url.as_str());
+    // alice still reaches bob where he lives.
+    alice.send("bob", "I moved").await;
+    arrives(&bob, "I moved").await;
+
+    // carol's next send fetches alice's newer card (from the old route, which she knows) and
+    // goes to the new relay; bob's goes there too. With the old relay gone, both still arrive.
+    carol.send("alice", "mail after the move").await;
+    bob.send("alice", "found you on the new relay").await;
+    old.stop().await;
+    let got = arrives(&alice, "mail after the move").await;
+    if !got.iter().any(|m| m["body"] == "found you on the new relay") {
+        arrives(&alice, "found you on the new relay").await;
+    }
+}
+
+/// A raw letagents device the test controls, to craft move notices a real client would not send.
+struct Forger {
+    id: DeviceIdentity,
+    relay: RelayClient,
+}
+
+impl Forger {
+    fn new(relay: &TestRelay) -> Self {
+        Self { id: DeviceIdentity::generate(&mut OsRng), relay: RelayClient::new(&relay.url(), None).unwrap() }
+    }
+
+    /// A signed hello to `to` claiming a move to `url`, `from` the address it says it comes from.
+    fn notice(&self, to: &PeerKeys, from: &str, url: &str) -> Vec<u8> {
+        let mut inner =
+            Inner::new(&self.id.keys(), &to.mailbox_id(), now_ms(), uuid::Uuid::new_v4(), Kind::Hello, json!("x"));
+        inner.from = from.to_owned();
+        inner.moved_to = Some(MovedTo { url: url.into(), cert_sha256: Some("ab".repeat(32)) });
+        la::seal(&self.id.sig, to, &serde_json::to_string(&inner).unwrap(), &mut OsRng).unwrap()
+    }
+
+    async fn post(&self, to: &Peer, envelope: Vec<u8>) {
+        let drop = la::Address::parse(&to.address().await).unwrap().drop.unwrap();
+        assert_eq!(self.relay.send(&to.rt.keys().mailbox_id(), &drop, envelope).await, SendOutcome::Accepted);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_move_notice_is_refused_and_changes_nothing() {
+    let relay = TestRelay::start().await;
+    let alice = Peer::offline("alice", &relay.url()).await;
+    let bob = Peer::offline("bob", &relay.url()).await;
+    befriend(&alice, &bob).await;
+    alice.inbox(0).await;
+    let before = contact(&alice, "bob").await;
+    let evil = "https://evil.example";
+    let f = Forger::new(&relay);
+
+    // A stranger's notice (its own address, validly signed): not a contact, not even a request.
+    f.post(&alice, f.notice(&alice.rt.keys(), &f.id.address().to_string(), evil)).await;
+    // bob's address, signed by someone else's key: the signature does not verify.
+    f.post(&alice, f.notice(&alice.rt.keys(), &bob.address().await, evil)).await;
+    alice.inbox(0).await;
+
+    assert_eq!(contact(&alice, "bob").await, before);
+    assert_eq!(alice.call(Request::ContactRequests).await, json!([]));
+    assert_eq!(alice.call(Request::ContactList).await.as_array().unwrap().len(), 1);
+    assert_eq!(alice.call(Request::RelayTrusted).await, json!([]), "no pin taken from a forger");
+    let drops: Vec<String> = alice
+        .log()
+        .await
+        .iter()
+        .filter(|r| r["direction"] == "in" && r["state"] == "dropped")
+        .map(|r| r["detail"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(drops.iter().any(|d| d == "unknown_sender"), "{drops:?}");
+    assert!(drops.iter().any(|d| d.contains("signature")), "{drops:?}");
+    // The real bob still reaches alice where he always did.
+    bob.send("alice", "still me").await;
+    arrives(&alice, "still me").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_that_would_cut_stringcup_contacts_off_is_refused_and_changes_nothing() {
     let old = TestRelay::start().await;
     let new = TestRelay::start().await;
     let alice = Peer::offline("alice", &old.url()).await;
     let carol = Peer::offline("carol", &old.url()).await;
-    befriend(&carol, &alice).await;
+    carol.add_contact(&alice.stringcup_id().await, "alice").await;
+    carol.send("alice", "hi over stringcup").await;
+    let name = request_from(&alice, &carol.stringcup_id().await).await;
+    alice.call(Request::ContactAccept { name, new_name: Some("carol".into()) }).await;
     let before = alice.call(Request::Whoami).await;
 
+    let plan = alice.call(Request::RelayMovePlan).await;
+    assert_eq!(plan["stringcup"], 1);
+    assert!(plan["refused"].as_str().unwrap().starts_with("1 Stringcup contact cannot follow"), "{plan}");
     assert_eq!(alice.try_call(move_to(&new.url())).await.unwrap_err(), "relay_in_use");
     let err = alice.rt.handle(move_to(&new.url()), true).await.unwrap_err();
-    assert!(err.to_string().starts_with("1 contact reaches you through the relay at"), "{err}");
-    // Clients get the counts as data, not only as words.
+    assert!(err.to_string().starts_with("1 Stringcup contact reaches you through the relay at"), "{err}");
     let old_url = old.url().trim_end_matches('/').to_owned();
-    assert_eq!(err.to_api().data, Some(serde_json::json!({"url": old_url, "contacts": 1, "groups": 0})));
+    assert_eq!(
+        err.to_api().data,
+        Some(json!({"url": old_url, "protocol": "stringcup", "contacts": 1})),
+        "clients get the counts as data, not only as words"
+    );
     assert_eq!(alice.call(Request::Whoami).await, before);
-    // Still reachable where carol sends.
     carol.send("alice", "still here?").await;
-    let ok = alice.eventually(10, || async { alice.inbox(0).await.iter().any(|m| m["body"] == "still here?") }).await;
-    assert!(ok, "alice lost carol after a refused move");
+    arrives(&alice, "still here?").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

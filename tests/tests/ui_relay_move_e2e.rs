@@ -1,10 +1,13 @@
 //! Moving to another relay from Settings, end to end in headless Chromium: `switchboard ui` runs
-//! alice (her profile on one relay-lite, nobody reaching her yet); `ui/e2e/relay_move.e2e.mjs`
-//! tries a relay that is down and a self-signed one without its fingerprint (both refused in
-//! plain words, nothing changed), then moves with the certificate's SHA-256; bob, whose profile
-//! lives only on that new relay, then says hello, alice approves in the UI and his message
-//! arrives. This test plays bob. Nothing is built here: scripts/install-deps.sh installs
-//! chromium, runs `npm ci` and builds ui/dist.
+//! alice (her profile on one relay-lite, where carol, a letagents contact, reaches her);
+//! `ui/e2e/relay_move.e2e.mjs` has her approve carol, then tries a relay that is down and a
+//! self-signed one without its fingerprint (each confirmed, then refused in plain words, nothing
+//! changed), then moves with the certificate's SHA-256 after a confirmation that says carol will be
+//! told. Carol gets the signed notice (with the new relay's pin) through the old relay and her
+//! next message reaches alice on the new one; bob, whose profile lives only on the new relay,
+//! says hello, alice approves in the UI and his message arrives. This test plays carol and bob.
+//! Nothing is built here: scripts/install-deps.sh installs chromium, runs `npm ci` and builds
+//! ui/dist.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::path::PathBuf;
@@ -19,8 +22,9 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
 }
 
-/// Bob, on the relay alice moves to.
+/// Carol, on alice's old relay; bob, on the relay alice moves to.
 struct World {
+    carol: Peer,
     bob: Peer,
 }
 
@@ -39,6 +43,35 @@ impl Driver for World {
                 self.bob.request(add).await
             }
             "bob_say" => self.bob.request(send_request("alice", &s("text"))).await,
+            "carol_hello" => {
+                let add = Request::ContactAdd {
+                    address: s("to"),
+                    name: Some("alice".into()),
+                    allow: None,
+                    relay: None,
+                    no_hello: false,
+                };
+                self.carol.request(add).await
+            }
+            // What carol's runtime now knows of alice: the move line, once it arrived, and her route.
+            "carol_sees_move" => {
+                for _ in 0..100 {
+                    let got = self.carol.request(Request::Inbox { all: true, wait_secs: 0 }).await?;
+                    if let Some(line) = got.as_array().into_iter().flatten().find(|m| m["kind"] == "moved") {
+                        let contacts = self.carol.request(Request::ContactList).await?;
+                        let alice = contacts.as_array().into_iter().flatten().find(|c| c["name"] == "alice");
+                        let trusted = self.carol.request(Request::RelayTrusted).await?;
+                        return Ok(serde_json::json!({
+                            "line": line,
+                            "relay": alice.map(|c| c["relay"].clone()),
+                            "trusted": trusted,
+                        }));
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err("carol never got alice's move notice".into())
+            }
+            "carol_say" => self.carol.request(send_request("alice", &s("text"))).await,
             other => Err(format!("unknown driver op {other}")),
         }
     }
@@ -54,6 +87,7 @@ async fn moving_to_another_relay_in_settings_refuses_what_does_not_answer_then_m
     let down_url = down.url();
     down.stop().await;
     let old_relay = TestRelay::start().await;
+    let carol = Peer::offline("Carol", &old_relay.url()).await;
     let home = tempfile::tempdir().unwrap();
     let alice_home = home.path().join("alice");
     switchboard_ok(
@@ -62,7 +96,7 @@ async fn moving_to_another_relay_in_settings_refuses_what_does_not_answer_then_m
         &["init", "--name", "Alice", "--relay", &old_relay.url(), "--keystore", "file"],
     );
     let (mut ui_proc, url) = serve_ui(&bin(), &alice_home).await;
-    let mut world = World { bob };
+    let mut world = World { carol, bob };
     let env = [
         ("NEW_RELAY_URL", new_relay.url().trim_end_matches('/').to_owned()),
         ("NEW_RELAY_CERT", cert),

@@ -1,9 +1,12 @@
-// End-to-end: moving to another relay from Settings. A relay that does not answer, and a
+// End-to-end: moving to another relay from Settings. Carol, on alice's relay, is approved first.
+// Every move is confirmed first ("1 contact will be told; 0 groups stay on the old relay; the old
+// relay is read for 48 h"); Cancel changes nothing. A relay that does not answer, and a
 // self-signed one without its fingerprint, are refused in plain words and change nothing; with
-// the certificate's SHA-256 the profile moves, Settings shows the new relay, and a person who
-// lives only on the new relay reaches alice there: his request shows, she approves it, his message
-// arrives. Driven by tests/tests/ui_relay_move_e2e.rs, which plays bob (his profile on the new
-// relay).
+// the certificate's SHA-256 the profile moves, Settings shows the new relay, carol is told (a
+// signed notice carrying the new relay's pin) and her next message arrives through the new relay,
+// and a person who lives only on the new relay reaches alice there: his request shows, she
+// approves it, his message arrives. Driven by tests/tests/ui_relay_move_e2e.rs, which plays carol
+// (old relay) and bob (new relay).
 //
 // Environment: UI_URL (the single-use sign-in link), NEW_RELAY_URL, NEW_RELAY_CERT (hex),
 // DOWN_RELAY_URL, SHOT_DIR, CHROMIUM.
@@ -26,12 +29,37 @@ await scenario(async ({ page }) => {
   await page.goto(UI_URL);
   const before = await rpc(page, { op: 'whoami' });
 
-  step('a relay that does not answer: refused in plain words, nothing changes');
+  step('carol, on the same relay, asks; alice approves her');
+  await driver({ op: 'carol_hello', to: before.letagents.address });
+  await nav(page, 'Chats').click();
+  const approveCarol = page.getByRole('button', { name: 'Approve Carol' });
+  await approveCarol.waitFor({ timeout: 30_000 });
+  await approveCarol.click();
+  await page.getByRole('link', { name: 'Open conversation with Carol' }).waitFor();
+
+  step('the move is confirmed first: what happens, and Cancel changes nothing');
   await nav(page, 'Settings').click();
   const form = page.locator('#relay-move');
   await form.getByRole('heading', { name: 'Move to another relay' }).waitFor();
+  const confirmBox = form.locator('#set-move-confirm');
+  const expected = '1 contact will be told; 0 groups stay on the old relay; the old relay is read for 48 h.';
+  async function submitAndConfirm(url) {
+    await form.getByLabel('New relay URL').fill(url);
+    await form.getByRole('button', { name: 'Move', exact: true }).click();
+    await confirmBox.getByText(expected).waitFor({ timeout: 30_000 });
+    await form.getByRole('button', { name: 'Move now' }).click();
+  }
   await form.getByLabel('New relay URL').fill(DOWN_RELAY_URL);
-  await form.getByRole('button', { name: 'Move' }).click();
+  await form.getByRole('button', { name: 'Move', exact: true }).click();
+  await confirmBox.getByText(expected).waitFor({ timeout: 30_000 });
+  assert(await confirmBox.getByText(`Move to ${DOWN_RELAY_URL}?`).isVisible(), 'the confirmation names the relay');
+  await shot(page, 'move-confirm');
+  await form.getByRole('button', { name: 'Cancel' }).click();
+  assert(await confirmBox.isHidden(), 'Cancel closes the confirmation');
+  assert(JSON.stringify(await rpc(page, { op: 'whoami' })) === JSON.stringify(before), 'Cancel changes nothing');
+
+  step('a relay that does not answer: refused in plain words, nothing changes');
+  await submitAndConfirm(DOWN_RELAY_URL);
   const out = form.locator('#set-move-out.error');
   await out.waitFor({ timeout: 30_000 });
   const said = await out.textContent();
@@ -39,8 +67,7 @@ await scenario(async ({ page }) => {
   await shot(page, 'move-refused-down');
 
   step('a self-signed relay without its fingerprint: refused too');
-  await form.getByLabel('New relay URL').fill(NEW_RELAY_URL);
-  await form.getByRole('button', { name: 'Move' }).click();
+  await submitAndConfirm(NEW_RELAY_URL);
   await page.waitForFunction(
     (old) => {
       const el = document.querySelector('#set-move-out.error');
@@ -54,13 +81,26 @@ await scenario(async ({ page }) => {
 
   step('with the certificate SHA-256 the profile moves');
   await form.getByLabel('Certificate SHA-256 (only for a self-signed relay)').fill(NEW_RELAY_CERT);
-  await form.getByRole('button', { name: 'Move' }).click();
+  await submitAndConfirm(NEW_RELAY_URL);
   await page.getByRole('status').filter({ hasText: `Moved to ${NEW_RELAY_URL}` }).waitFor({ timeout: 30_000 });
   await page.locator('table code', { hasText: NEW_RELAY_URL }).first().waitFor();
   await shot(page, 'moved');
   const after = await rpc(page, { op: 'whoami' });
   assert(after.letagents.relay === NEW_RELAY_URL, `whoami's relay: ${after.letagents.relay}`);
   assert(after.stringcup.id && after.stringcup.id !== before.stringcup.id, 'a Stringcup identity from the new relay');
+
+  step('carol is told through the old relay, with the new relay and its pin');
+  const seen = await driver({ op: 'carol_sees_move' });
+  assert(seen.line.body === NEW_RELAY_URL, `carol's line: ${JSON.stringify(seen.line)}`);
+  assert(seen.relay === NEW_RELAY_URL, `carol's route to alice: ${seen.relay}`);
+  const pin = seen.trusted.find((t) => t.url === NEW_RELAY_URL);
+  assert(pin && pin.cert_sha256 === NEW_RELAY_CERT.replace(/:/g, '').toLowerCase() && pin.source === 'contact', `carol's pin: ${JSON.stringify(seen.trusted)}`);
+  await nav(page, 'Chats').click();
+  await page.getByRole('link', { name: 'Open conversation with Carol' }).click();
+  await page.locator('.msg.system', { hasText: `You told them you moved to ${NEW_RELAY_URL}` }).waitFor({ timeout: 30_000 });
+  await driver({ op: 'carol_say', text: 'Got your move' });
+  await page.locator('.msg.in', { hasText: 'Got your move' }).waitFor({ timeout: 30_000 });
+  await shot(page, 'carol-after-move');
 
   step('bob, who lives only on the new relay, reaches alice there');
   await driver({ op: 'bob_hello', to: after.letagents.address });

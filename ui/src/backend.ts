@@ -28,6 +28,19 @@ export interface Identity {
   relay?: string;
 }
 
+/** What a relay move would do now (`relay_move_plan`). */
+export interface MovePlan {
+  from: string;
+  letagents: number;
+  agent_mail: number;
+  stringcup: number;
+  groups: number;
+  drain_hours: number;
+  summary: string;
+  /** Why the move is refused (Stringcup contacts), if it is. */
+  refused: string | null;
+}
+
 export interface Whoami {
   name: string;
   profile: string;
@@ -367,6 +380,7 @@ export interface Backend {
   /** Trusts the relay at `url` with the certificate whose SHA-256 is `certSha256` (hex). */
   relayTrust(url: string, certSha256: string): Promise<void>;
   /** Moves the profile to the relay at `url` (pinning `certSha256` for a self-signed one). */
+  relayMovePlan(): Promise<MovePlan>;
   relayMove(url: string, certSha256?: string): Promise<Whoami>;
   /** A new group with a local name, made by the owner's default session. */
   groupCreate(name: string): Promise<{ group: string; name: string }>;
@@ -529,6 +543,9 @@ abstract class RequestBackend implements Backend {
   }
   async relayTrust(url: string, certSha256: string) {
     await this.rpc({ op: 'relay_trust', url, cert_sha256: certSha256 });
+  }
+  relayMovePlan() {
+    return this.rpc<MovePlan>({ op: 'relay_move_plan' });
   }
   relayMove(url: string, certSha256?: string) {
     return this.rpc<Whoami>({ op: 'relay_move', url, cert_sha256: certSha256 ?? null });

@@ -18,6 +18,7 @@ import {
   type HostedRelay,
   type Identity,
   type Message,
+  type MovePlan,
   type OutboundMode,
   type ReviewItem,
   type Status,
@@ -661,6 +662,7 @@ function updateChrome() {
 function preview(m: Message | undefined): string {
   if (!m) return S.chats.noMessages;
   if (m.kind === 'hello') return m.direction === 'out' ? S.conversation.helloOut : S.conversation.helloIn(m.from);
+  if (m.kind === 'moved') return m.direction === 'out' ? S.conversation.movedOut(String(m.body)) : S.conversation.movedIn(m.from, String(m.body));
   const text = messageText(m).replace(/\s+/g, ' ');
   return m.direction === 'out' ? S.chats.you(text) : text;
 }
@@ -1525,13 +1527,22 @@ function messageList(c: Contact, msgs: Message[], blocked: boolean, onReply: (m:
   for (const m of msgs) {
     if (!prev || !sameLocalDay(prev.ts, m.ts)) items.push(h('li', { class: 'day' }, h('span', null, dayLabel(m.ts))));
     prev = m;
-    if (m.kind === 'hello') {
-      // The contact request that opened the conversation: a line, not a bubble.
+    if (m.kind === 'hello' || m.kind === 'moved') {
+      // The contact request that opened the conversation, or a move to another relay: a line,
+      // not a bubble (a move notice is a route change, never a message to act on).
+      const line =
+        m.kind === 'moved'
+          ? m.direction === 'out'
+            ? S.conversation.movedOut(String(m.body))
+            : S.conversation.movedIn(c.name, String(m.body))
+          : m.direction === 'out'
+            ? S.conversation.helloOut
+            : S.conversation.helloIn(c.name);
       items.push(
         h(
           'li',
           { class: `msg system ${m.direction}`, 'data-id': m.id, 'data-state': m.state, id: `msg-${m.id}` },
-          m.direction === 'out' ? S.conversation.helloOut : S.conversation.helloIn(c.name),
+          line,
           ' \u00b7 ',
           h('time', { datetime: new Date(m.ts).toISOString() }, clock(m.ts)),
         ),
@@ -2756,8 +2767,20 @@ async function settingsView() {
   );
 }
 
-/** Settings → Move to another relay: the runtime checks the relay answers and refuses a move
- * that would cut contacts off; its answer (or refusal) is shown under the form. */
+/** The move form's state: kept outside the form, so a background refresh of Settings (a
+ * message arriving, the relay's health changing) redraws the confirmation and the answer rather
+ * than dropping them. */
+const moveForm: {
+  confirm: { to: string; pin: string | undefined; plan: MovePlan } | null;
+  out: { cls: string; text: string };
+  busy: boolean;
+  /** Redraws the form now on screen from this state. */
+  paint: () => void;
+} = { confirm: null, out: { cls: '', text: '' }, busy: false, paint: () => {} };
+
+/** Settings → Move to another relay: the runtime says what the move will do (contacts told,
+ * groups that stay, how long the old relay is read), the person confirms, then the runtime checks
+ * the relay answers and moves; its answer (or refusal) is shown under the form. */
 function relayMoveBox(current: string) {
   const url = h('input', { type: 'url', id: 'set-move-url', placeholder: 'https://relay.example', required: true });
   const cert = h('input', {
@@ -2768,7 +2791,67 @@ function relayMoveBox(current: string) {
     pattern: '[0-9a-fA-F:]{64,95}',
   });
   const out = h('p', { id: 'set-move-out', role: 'status', 'aria-live': 'polite' });
+  const confirmBox = h('div', { id: 'set-move-confirm', role: 'group', 'aria-labelledby': 'set-move-confirm-title' });
   const button = h('button', { type: 'submit' }, S.settings.moveButton) as HTMLButtonElement;
+  const answer = (cls: string, text: string) => {
+    moveForm.out = { cls, text };
+    moveForm.paint();
+  };
+  const fail = (x: unknown) =>
+    answer('error', x instanceof BackendError && x.code === 'relay' ? S.settings.moveDown(x.message) : errorText(x));
+  const move = async (to: string, pin: string | undefined) => {
+    moveForm.confirm = null;
+    moveForm.busy = true;
+    answer('muted', S.settings.moveChecking);
+    try {
+      await backend.relayMove(to, pin);
+      for (const id of ['set-move-url', 'set-move-cert']) {
+        const el = document.getElementById(id);
+        if (el instanceof HTMLInputElement) el.value = '';
+      }
+      moveForm.busy = false;
+      answer('', '');
+      say(S.settings.moved(to.replace(/\/+$/, '')));
+      await render(true);
+    } catch (x) {
+      moveForm.busy = false;
+      fail(x);
+    }
+  };
+  const paint = () => {
+    button.disabled = moveForm.busy;
+    out.className = moveForm.out.cls;
+    out.textContent = moveForm.out.text;
+    const c = moveForm.confirm;
+    confirmBox.hidden = c === null;
+    if (c === null) {
+      confirmBox.replaceChildren();
+      return;
+    }
+    const yes = h('button', { type: 'button', id: 'set-move-yes', onclick: () => move(c.to, c.pin) }, S.settings.moveConfirmButton);
+    const no = h(
+      'button',
+      {
+        type: 'button',
+        class: 'secondary',
+        onclick: () => {
+          moveForm.confirm = null;
+          moveForm.paint();
+          document.querySelector<HTMLButtonElement>('#relay-move button[type=submit]')?.focus();
+        },
+      },
+      S.settings.moveCancel,
+    );
+    confirmBox.replaceChildren(
+      h('p', { id: 'set-move-confirm-title' }, h('strong', null, S.settings.moveConfirmTitle(c.to.replace(/\/+$/, '')))),
+      h('p', { id: 'set-move-confirm-text' }, S.settings.moveConfirm(c.plan)),
+      yes,
+      ' ',
+      no,
+    );
+  };
+  moveForm.paint = paint;
+  paint();
   return h(
     'form',
     {
@@ -2776,23 +2859,22 @@ function relayMoveBox(current: string) {
       id: 'relay-move',
       onsubmit: async (e: Event) => {
         e.preventDefault();
-        button.disabled = true;
-        out.className = 'muted';
-        out.textContent = S.settings.moveChecking;
+        const to = url.value.trim();
+        const pin = cert.value.trim() || undefined;
+        moveForm.confirm = null;
+        answer('muted', '');
         try {
-          const to = url.value.trim();
-          await backend.relayMove(to, cert.value.trim() || undefined);
-          out.textContent = '';
-          url.value = '';
-          cert.value = '';
-          say(S.settings.moved(to.replace(/\/+$/, '')));
-          await render(true);
+          const plan = await backend.relayMovePlan();
+          if (plan.refused) {
+            answer('error', S.settings.moveRefused(plan.refused));
+            return;
+          }
+          // Say what will happen, and move only on the person's word.
+          moveForm.confirm = { to, pin, plan };
+          moveForm.paint();
+          document.getElementById('set-move-yes')?.focus();
         } catch (x) {
-          out.className = 'error';
-          out.textContent =
-            x instanceof BackendError && x.code === 'relay' ? S.settings.moveDown(x.message) : errorText(x);
-        } finally {
-          button.disabled = false;
+          fail(x);
         }
       },
     },
@@ -2801,6 +2883,7 @@ function relayMoveBox(current: string) {
     field(S.settings.moveUrl, url),
     field(S.settings.moveCert, cert),
     button,
+    confirmBox,
     out,
   );
 }

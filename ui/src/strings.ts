@@ -153,6 +153,8 @@ export const S = {
     me: 'me',
     helloOut: 'You asked to be contacts',
     helloIn: (name: string) => `${name} asked to be contacts`,
+    movedIn: (name: string, url: string) => `${name} moved to the relay at ${url}`,
+    movedOut: (url: string) => `You told them you moved to ${url}`,
     fromAgent: (agent: string) => `from ${agent}`,
     toAgent: (agent: string) => `to ${agent}`,
     /** An incoming message addressed to one of the owner's agents. */
@@ -378,12 +380,23 @@ export const S = {
     relays: 'Relays',
     moveTitle: 'Move to another relay',
     moveNote: (current: string) =>
-      `Your addresses live on ${current}. Moving gives you addresses on the new relay; it works while nobody reaches you through this one yet (contacts and groups would not learn where you went).`,
+      `Your addresses live on ${current}. Moving gives you addresses on the new relay; your contacts are told where you went, groups stay where they are, and this relay is still read for 48 hours.`,
+    moveConfirm: (p: { letagents: number; agent_mail: number; groups: number; drain_hours: number }) => {
+      const told = p.letagents + p.agent_mail;
+      const contacts = `${told} ${told === 1 ? 'contact' : 'contacts'} will be told`;
+      const groups = `${p.groups} ${p.groups === 1 ? 'group stays' : 'groups stay'} on the old relay`;
+      return `${contacts}; ${groups}; the old relay is read for ${p.drain_hours} h.`;
+    },
+    moveConfirmTitle: (url: string) => `Move to ${url}?`,
+    moveConfirmButton: 'Move now',
+    moveCancel: 'Cancel',
+    moveRefused: (why: string) => `This profile cannot move yet: ${why}.`,
     moveUrl: 'New relay URL',
     moveCert: 'Certificate SHA-256 (only for a self-signed relay)',
     moveButton: 'Move',
     moveChecking: 'Checking the new relay…',
     moved: (url: string) => `Moved to ${url}. Share your new addresses from My addresses.`,
+
     moveDown: (why: string) =>
       `Nothing changed: Switchboard could not reach that relay. ${why.replace(/^relay unreachable: /, '').replace(/^./, (c) => c.toUpperCase())}.`,
     health: 'Health',

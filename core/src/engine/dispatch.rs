@@ -250,6 +250,15 @@ impl Runtime {
             Request::RelayTrusted => self.relays_trusted().await,
             Request::RelayTrust { url, cert_sha256 } => self.relay_trust(&url, &cert_sha256).await,
             Request::RelayUntrust { url } => self.relay_untrust(&url).await,
+            Request::RelayMovePlan => {
+                let plan = self.relay_move_plan().await?;
+                let mut v = serde_json::to_value(&plan).map_err(|e| Error::Bug(e.to_string()))?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("summary".into(), plan.summary().into());
+                    o.insert("refused".into(), plan.refused().into());
+                }
+                Ok(v)
+            }
             Request::RelayMove { url, cert_sha256 } => self.relay_move(&url, cert_sha256.as_deref()).await,
         }
     }

@@ -166,16 +166,15 @@ pub enum Error {
         cert_sha256: String,
     },
 
-    /// The owner asked to move to another relay while peers reach the profile through the
-    /// current one: moving now would cut them off.
-    #[error("{}", relay_in_use(url, *contacts, *groups))]
+    /// The owner asked to move to another relay while Stringcup contacts reach the profile
+    /// through the current one: a Stringcup identity belongs to the relay that assigned it, so
+    /// they would be cut off (every other protocol follows a move).
+    #[error("{}", relay_in_use(url, *stringcup))]
     RelayInUse {
         /// The current relay.
         url: String,
-        /// Contacts of any protocol.
-        contacts: i64,
-        /// Active groups on that relay.
-        groups: i64,
+        /// Stringcup contacts.
+        stringcup: i64,
     },
 
     /// The contact's protocol has no place for part of the message, which would silently be lost.
@@ -183,15 +182,15 @@ pub enum Error {
     NotCarried { protocol: &'static str, what: &'static str },
 }
 
-fn relay_in_use(url: &str, contacts: i64, groups: i64) -> String {
-    let count = |n: i64, one: &str, many: &str| if n == 1 { format!("1 {one}") } else { format!("{n} {many}") };
-    let who = match (contacts, groups) {
-        (c, 0) => count(c, "contact reaches", "contacts reach"),
-        (0, g) => count(g, "group reaches", "groups reach"),
-        (c, g) => format!("{} and {}", count(c, "contact", "contacts"), count(g, "group reach", "groups reach")),
+fn relay_in_use(url: &str, stringcup: i64) -> String {
+    let who = if stringcup == 1 {
+        "1 Stringcup contact reaches".to_owned()
+    } else {
+        format!("{stringcup} Stringcup contacts reach")
     };
     format!(
-        "{who} you through the relay at {url}, and none of them would learn where you moved: this profile stays on that relay"
+        "{who} you through the relay at {url}: a Stringcup identity belongs to the relay that assigned it, so they \
+         cannot follow a move (letagents and Agent Mail contacts and groups can); this profile stays on that relay"
     )
 }
 
@@ -294,8 +293,8 @@ impl Error {
             Error::UntrustedRelay { url, cert_sha256 } => {
                 Some(serde_json::json!({"url": url, "cert_sha256": cert_sha256}))
             }
-            Error::RelayInUse { url, contacts, groups } => {
-                Some(serde_json::json!({"url": url, "contacts": contacts, "groups": groups}))
+            Error::RelayInUse { url, stringcup } => {
+                Some(serde_json::json!({"url": url, "protocol": "stringcup", "contacts": stringcup}))
             }
             _ => None,
         };

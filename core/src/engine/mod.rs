@@ -597,6 +597,8 @@ impl Runtime {
         for p in Protocol::ALL {
             n += self.channel(p).sync(self).await?;
         }
+        // Relays moved away from, while they drain.
+        n += self.drain_old_relays().await;
         Ok(n)
     }
 
@@ -725,6 +727,8 @@ impl Runtime {
         }));
         let rt = self.clone();
         loops.push(supervise::supervise("ASNET".into(), stop(), restart, move || rt.clone().asnet_loop()));
+        let rt = self.clone();
+        loops.push(supervise::supervise("old relays".into(), stop(), restart, move || rt.clone().old_relays_loop()));
         loops
     }
 

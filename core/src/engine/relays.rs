@@ -6,26 +6,90 @@
 //!   (`trusted_relays`), else the web PKI. Either way its verifier remembers a refused
 //!   certificate, so a failure becomes [`Error::UntrustedRelay`] naming the URL and the SHA-256
 //!   the relay presented: the UI asks "trust it?", the CLI prints `switchboard relay trust`.
-//! - Pins come from two places only: a pinned contact's signed LAN announcement of its own relay
-//!   (verified by the LAN node against the keys that contact proved; stored with the contact,
-//!   and gone with it), or the owner (`relay trust URL SHA256`, after comparing the fingerprint).
+//! - Pins come from three places only: a pinned contact's signed LAN announcement of its own
+//!   relay (verified by the LAN node against the keys that contact proved; stored with the
+//!   contact, and gone with it), an accepted contact's signed move notice naming its new relay
+//!   (the same rules, `channels::letagents`), or the owner (`relay trust URL SHA256`, after
+//!   comparing the fingerprint; a move carries the old relay's own pin here as the owner's).
 //!   A contact may replace only its own vouch (a new certificate for its relay); the owner's
 //!   acceptance replaces anything.
 //!   The profile's own relay is never re-pinned this way: its pin is set at `init`.
 //! - A profile whose own relay is pinned (the relay the desktop app hosts) announces it to bound
 //!   contacts: [`Runtime::lan_relay_announcement`].
+//! - A move ([`Runtime::relay_move`], `docs/relay-move.md`) tells letagents and Agent Mail
+//!   contacts, leaves groups where their log lives, and reads the old relay for 48 h
+//!   ([`Runtime::drain_old_relays`], `old_relays`).
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::{Error, Protocol, Result, Runtime, parse_pin};
 use crate::protocol::lan::RelayAnnouncement;
+use crate::protocol::letagents::STALE_AFTER_MS;
 use crate::store::{RelayVouch, TrustedRelayRow};
 use crate::transport::TransportError;
 use crate::transport::lan::AnnouncedRelays;
 use crate::transport::letagents::{RelayClient, parse_relay_url};
 use crate::transport::tls::{RefusedCert, client_config_witnessed};
 use crate::util::{hex, now_ms};
+
+/// How often a relay moved away from is read while it drains.
+const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// What a relay move would do ([`Runtime::relay_move_plan`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MovePlan {
+    /// The current relay.
+    pub from: String,
+    /// letagents contacts, each told the new relay.
+    pub letagents: i64,
+    /// Agent Mail contacts, who find the new card on either relay.
+    pub agent_mail: i64,
+    /// Stringcup contacts: any refuses the move.
+    pub stringcup: i64,
+    /// Active groups whose log stays on the current relay.
+    pub groups: i64,
+    /// How long the current relay is still read after the move.
+    pub drain_hours: i64,
+}
+
+fn plural(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+impl MovePlan {
+    /// Why the move is refused, if it is.
+    pub fn refused(&self) -> Option<String> {
+        (self.stringcup > 0).then(|| {
+            format!(
+                "{} cannot follow: a Stringcup identity belongs to the relay that assigned it; remove {} first",
+                plural(self.stringcup, "Stringcup contact", "Stringcup contacts"),
+                if self.stringcup == 1 { "it" } else { "them" }
+            )
+        })
+    }
+
+    /// What the move will do, in one sentence.
+    pub fn summary(&self) -> String {
+        let told = self.letagents + self.agent_mail;
+        format!(
+            "{} will be told; {} on the old relay; the old relay is read for {} h",
+            plural(told, "contact", "contacts"),
+            plural(self.groups, "group stays", "groups stay"),
+            self.drain_hours
+        )
+    }
+
+    fn summary_done(&self, letagents_told: usize) -> String {
+        let told = i64::try_from(letagents_told).unwrap_or(i64::MAX).saturating_add(self.agent_mail);
+        format!(
+            "{} told; {} on the old relay; the old relay is read for {} h",
+            plural(told, "contact", "contacts"),
+            plural(self.groups, "group stays", "groups stay"),
+            self.drain_hours
+        )
+    }
+}
 
 /// A relay URL in the form pins are stored under: parsed, no trailing slash.
 pub(super) fn canonical_relay_url(url: &str) -> Result<String> {
@@ -56,7 +120,7 @@ impl ForeignRelay {
 
 /// What to do with a contact's verified announcement, given the pin already stored for its URL.
 #[derive(Debug, PartialEq, Eq)]
-enum Take {
+pub(super) enum Take {
     /// Store it (new, or the same contact's newer word).
     Store,
     /// Already stored as it is, or vouched for by someone else with the same certificate.
@@ -67,7 +131,12 @@ enum Take {
     Conflict,
 }
 
-fn take_announcement(known: Option<&TrustedRelayRow>, contact: i64, vouch: &RelayVouch, cert: &[u8; 32]) -> Take {
+pub(super) fn take_announcement(
+    known: Option<&TrustedRelayRow>,
+    contact: i64,
+    vouch: &RelayVouch,
+    cert: &[u8; 32],
+) -> Take {
     match known {
         None => Take::Store,
         Some(k) if k.cert_sha256 == *cert && k.vouch == *vouch => Take::Known,
@@ -93,30 +162,64 @@ fn view(r: &TrustedRelayRow) -> Value {
 }
 
 impl Runtime {
-    /// Moves the profile to the relay at `url` (pinned by `cert_sha256`, else the web PKI): the
-    /// relay must answer, and nothing may reach the profile through the current relay yet
-    /// ([`Error::RelayInUse`]: contacts and groups there would be cut off, as no protocol here
-    /// tells peers about a move). The new relay is durable first (one transaction, which also
-    /// forgets the old relay's Stringcup identity), then swapped in: receive loops start again
-    /// there, and each protocol makes its first contact (letagents logs in, Stringcup registers
-    /// an identity, Agent Mail publishes a card routing there). Answers `whoami`.
+    /// What a move would do now ([`Runtime::relay_move`] does exactly this): whom it tells, what
+    /// stays on the current relay, how long that relay is still read, and what (if anything)
+    /// refuses it. The UI and the CLI show it before the move.
+    pub(super) async fn relay_move_plan(&self) -> Result<MovePlan> {
+        let from = self.relay_url().trim_end_matches('/').to_owned();
+        let deps = self.store().own_relay_dependents(&from).await?;
+        Ok(MovePlan {
+            from,
+            letagents: deps.letagents,
+            agent_mail: deps.agent_mail,
+            stringcup: deps.stringcup,
+            groups: deps.groups,
+            drain_hours: STALE_AFTER_MS / 3_600_000,
+        })
+    }
+
+    /// Moves the profile to the relay at `url` (pinned by `cert_sha256`, else the web PKI), once
+    /// that relay answers, telling the peers who reach us through the current one
+    /// (`docs/relay-move.md`):
+    /// - letagents contacts stay where they live (a contact "on our own relay" is pinned to the
+    ///   old one) and are each sent a signed `hello` carrying `moved_to`;
+    /// - Agent Mail: a card with the next nonce routing to the new relay first (the old one kept
+    ///   as a second route while it is read), published on both, so a contact's next card fetch
+    ///   from the route it knows finds it;
+    /// - letmeknow groups stay on the relay their log lives on (the old relay's pin becomes the
+    ///   owner's vouch in `trusted_relays`, so connections to it still verify);
+    /// - the old relay is read for 48 h (letagents' retention): what was sent there before peers
+    ///   learned the move still arrives.
+    ///
+    /// Refused with [`Error::RelayInUse`] while Stringcup contacts exist: a Stringcup identity is
+    /// assigned by one relay and this client keeps one identity, so they would be cut off.
+    /// The new relay is durable first (one transaction), then swapped in; each protocol makes its
+    /// first contact there and the receive loops start again there. Answers `whoami` with `move`.
     pub(super) async fn relay_move(&self, url: &str, cert_sha256: Option<&str>) -> Result<Value> {
         let _one_at_a_time = self.inner.moving.lock().await;
         let url = canonical_relay_url(url).map_err(|e| Error::Invalid(e.to_string()))?;
         let pin = parse_pin(cert_sha256)?;
         let pin_hex = pin.map(|p| hex(&p)).unwrap_or_default();
-        let old = self.relay_url();
-        let old_pin = self.store().meta("relay_cert_sha256").await?.unwrap_or_default();
-        if url == old.trim_end_matches('/') && pin_hex == old_pin {
+        let old = self.relay_url().trim_end_matches('/').to_owned();
+        let old_pin_hex = self.store().meta("relay_cert_sha256").await?.unwrap_or_default();
+        if url == old && pin_hex == old_pin_hex {
             return Err(Error::Invalid(format!("this profile already uses the relay at {url}")));
         }
-        let deps = self.store().own_relay_dependents(&old).await?;
-        if deps.contacts > 0 || deps.groups > 0 {
-            return Err(Error::RelayInUse { url: old, contacts: deps.contacts, groups: deps.groups });
+        let plan = self.relay_move_plan().await?;
+        if plan.stringcup > 0 {
+            return Err(Error::RelayInUse { url: old, stringcup: plan.stringcup });
         }
         super::check_relay(&url, cert_sha256).await?;
         let client = RelayClient::new(&url, pin)?;
-        self.store().set_own_relay(&url, &pin_hex).await?;
+        let now = now_ms();
+        let drain_until = now + STALE_AFTER_MS;
+        let old_pin = parse_pin(Some(&old_pin_hex))?;
+        if url != old {
+            self.store().move_own_relay(&old, old_pin, &url, &pin_hex, now, drain_until).await?;
+        } else {
+            // The same relay with another certificate: nothing to tell or drain.
+            self.store().move_own_relay(&old, None, &url, &pin_hex, now, now).await?;
+        }
         // Everything bound to the relay switches before anything talks to the new one.
         *self.inner.own.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             super::OwnRelay { url: url.clone(), client: client.clone() };
@@ -124,20 +227,91 @@ impl Runtime {
         self.inner.agent_mail.agent_mail_switch_relay(self).await?;
         self.set_health("unknown", "");
         tracing::info!("moved from the relay at {old} to {url}");
+        // Queued in one transaction before any network I/O: the outbox sends each to the relay
+        // where that contact lives (the old one, for those who lived with us).
+        let told = if url != old { self.inner.letagents.notify_moved(self, &url, &pin_hex).await? } else { 0 };
         // Each protocol's first contact with the new relay, then the receive loops start again
         // there (after letagents' login here: two logins at once could reach the relay out of
         // order, and it refuses the older one as a replay).
         // The loops move whatever these say: the new relay is already the profile's.
+        let old_client = if url != old { self.foreign_relay(&old).await.ok().map(|f| f.client) } else { None };
         let first_contact = async {
             self.channel(Protocol::Letagents).init(self).await?;
             self.inner.stringcup.stringcup_register_moved(self).await;
-            self.inner.agent_mail.agent_mail_publish_moved(self).await
+            self.inner.agent_mail.agent_mail_publish_moved(self, old_client.as_ref()).await
         }
         .await;
         self.inner.relay_generation.send_modify(|g| *g = g.wrapping_add(1));
         self.inner.outbox_wake.notify_one();
         first_contact?;
-        self.whoami().await
+        let mut who = self.whoami().await?;
+        if let Some(o) = who.as_object_mut() {
+            let summary = plan.summary_done(told);
+            o.insert(
+                "move".into(),
+                json!({
+                    "from": old,
+                    "to": url,
+                    "letagents_told": told,
+                    "agent_mail_contacts": plan.agent_mail,
+                    "groups_on_old_relay": plan.groups,
+                    "drain_until": if url != old { drain_until } else { now },
+                    "summary": summary,
+                }),
+            );
+        }
+        Ok(who)
+    }
+
+    /// Reads each relay moved away from that is still draining: letagents inbox and Agent Mail
+    /// mailbox. Errors are logged per relay (one that is down must not stop the others).
+    pub(super) async fn drain_old_relays(&self) -> usize {
+        let old = match self.store().draining_relays(now_ms()).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!("old relays: {e}");
+                return 0;
+            }
+        };
+        let mut n = 0;
+        for (url, _until) in old {
+            if self.is_own_relay(&url) {
+                continue;
+            }
+            match self.inner.letagents.drain_old(self, &url).await {
+                Ok(k) => n += k,
+                Err(e) => tracing::info!("old relay {url}: letagents: {e}"),
+            }
+            let client = match self.foreign_relay(&url).await {
+                Ok(f) => f.client,
+                Err(e) => {
+                    tracing::info!("old relay {url}: {e}");
+                    continue;
+                }
+            };
+            match self.inner.agent_mail.agent_mail_drain_old(self, &url, &client).await {
+                Ok(k) => n += k,
+                Err(e) => tracing::info!("old relay {url}: Agent Mail: {e}"),
+            }
+        }
+        n
+    }
+
+    /// Drains the old relays every [`DRAIN_EVERY`] (and right after a move) until their grace
+    /// period ends.
+    pub(super) async fn old_relays_loop(self) {
+        let mut stop = self.inner.shutdown.subscribe();
+        let mut moved = self.inner.relay_generation.subscribe();
+        loop {
+            if self.drain_old_relays().await > 0 {
+                self.inner.outbox_wake.notify_one();
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(DRAIN_EVERY) => {}
+                r = moved.changed() => if r.is_err() { return },
+                _ = stop.changed() => return,
+            }
+        }
     }
 
     fn is_own_relay(&self, canonical: &str) -> bool {

@@ -147,39 +147,57 @@ fn trusted_relay_row(t: TrustedRelayTuple) -> Result<TrustedRelayRow> {
     Ok(TrustedRelayRow { url, cert_sha256, vouch, contact_name, updated_at })
 }
 
+/// Records (or replaces) the pin of the relay at `url`, vouched for by `vouch`, inside a
+/// transaction.
+pub async fn trust_relay(
+    conn: &mut SqliteConnection,
+    url: &str,
+    cert_sha256: &[u8; 32],
+    vouch: &RelayVouch,
+    now: i64,
+) -> Result<()> {
+    let (source, contact, expires) = match vouch {
+        RelayVouch::Contact { id, expires_at } => ("contact", Some(*id), *expires_at),
+        RelayVouch::User => ("user", None, 0),
+    };
+    sqlx::query(
+        "INSERT INTO trusted_relays (url, cert_sha256, source, contact_id, expires_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET cert_sha256 = excluded.cert_sha256, \
+         source = excluded.source, contact_id = excluded.contact_id, expires_at = excluded.expires_at, \
+         updated_at = excluded.updated_at",
+    )
+    .bind(url)
+    .bind(cert_sha256.as_slice())
+    .bind(source)
+    .bind(contact)
+    .bind(expires)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The trusted pin for the relay at `url`, if any, inside a transaction.
+pub async fn trusted_relay(conn: &mut SqliteConnection, url: &str) -> Result<Option<TrustedRelayRow>> {
+    let row: Option<TrustedRelayTuple> = sqlx::query_as(
+        "SELECT t.url, t.cert_sha256, t.source, t.contact_id, t.expires_at, t.updated_at, c.name FROM trusted_relays t \
+         LEFT JOIN contacts c ON c.id = t.contact_id WHERE t.url = ?",
+    )
+    .bind(url)
+    .fetch_optional(conn)
+    .await?;
+    row.map(trusted_relay_row).transpose()
+}
+
 impl Store {
     /// Records (or replaces) the pin of the relay at `url`, vouched for by `vouch`.
     pub async fn trust_relay(&self, url: &str, cert_sha256: &[u8; 32], vouch: &RelayVouch, now: i64) -> Result<()> {
-        let (source, contact, expires) = match vouch {
-            RelayVouch::Contact { id, expires_at } => ("contact", Some(*id), *expires_at),
-            RelayVouch::User => ("user", None, 0),
-        };
-        sqlx::query(
-            "INSERT INTO trusted_relays (url, cert_sha256, source, contact_id, expires_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET cert_sha256 = excluded.cert_sha256, \
-             source = excluded.source, contact_id = excluded.contact_id, expires_at = excluded.expires_at, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(url)
-        .bind(cert_sha256.as_slice())
-        .bind(source)
-        .bind(contact)
-        .bind(expires)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        trust_relay(&mut *self.pool.acquire().await?, url, cert_sha256, vouch, now).await
     }
 
     /// The trusted pin for the relay at `url`, if any.
     pub async fn trusted_relay(&self, url: &str) -> Result<Option<TrustedRelayRow>> {
-        let row: Option<TrustedRelayTuple> = sqlx::query_as(
-            "SELECT t.url, t.cert_sha256, t.source, t.contact_id, t.expires_at, t.updated_at, c.name FROM trusted_relays t LEFT JOIN contacts c ON c.id = t.contact_id WHERE t.url = ?",
-        )
-            .bind(url)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(trusted_relay_row).transpose()
+        trusted_relay(&mut *self.pool.acquire().await?, url).await
     }
 
     /// Every trusted relay, by URL.

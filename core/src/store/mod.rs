@@ -33,7 +33,7 @@ pub use contacts::{
     rules_for, set_blocked, update_contact,
 };
 pub use groups::{GroupLogRow, covers as group_context_covers, name_group_if_unnamed};
-pub use lan::{DeliveryPath, RelayVouch, TrustedRelayRow, set_message_path};
+pub use lan::{DeliveryPath, RelayVouch, TrustedRelayRow, set_message_path, trust_relay, trusted_relay};
 pub use people::{
     PersonRow, clear_contact_person, delete_person, insert_person, person_by_key, person_name_taken, record_fallback,
     rename_contact, rename_person, set_contact_person,
@@ -459,29 +459,86 @@ impl Store {
         set_meta(&mut *self.pool.acquire().await?, key, value).await
     }
 
-    /// What reaches this profile through its own relay at `relay_url`: every contact (each
-    /// protocol's peers send to us there) and the active groups whose log it carries.
+    /// What reaches this profile through its own relay at `relay_url`: its accepted, unblocked
+    /// letagents and Agent Mail contacts (the ones a move tells), every Stringcup contact (any
+    /// would be cut off), and the active groups whose log it carries.
     pub async fn own_relay_dependents(&self, relay_url: &str) -> Result<RelayDependents> {
-        let contacts = sqlx::query_scalar("SELECT COUNT(*) FROM contacts").fetch_one(&self.pool).await?;
+        let count = |protocol: Protocol, sql: &'static str| {
+            sqlx::query_scalar::<_, i64>(sql).bind(protocol.as_str()).fetch_one(&self.pool)
+        };
+        let told = "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND state = 'active' AND blocked = 0";
+        let letagents = count(Protocol::Letagents, told).await?;
+        let agent_mail = count(Protocol::AgentMail, told).await?;
+        let stringcup = count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ?").await?;
         let groups = sqlx::query_scalar(
             "SELECT COUNT(DISTINCT group_id) FROM lmk_groups WHERE state = 'active' AND rtrim(relay, '/') = rtrim(?, '/')",
         )
         .bind(relay_url)
         .fetch_one(&self.pool)
         .await?;
-        Ok(RelayDependents { contacts, groups })
+        Ok(RelayDependents { letagents, agent_mail, stringcup, groups })
     }
 
-    /// Makes `url` (certificate pin `pin_hex`, empty for the web PKI) the profile's own relay, in
-    /// one transaction: the relay-assigned Stringcup identity of the old relay is forgotten with
-    /// it (a new one is registered on the new relay).
-    pub async fn set_own_relay(&self, url: &str, pin_hex: &str) -> Result<()> {
+    /// Makes `new` (certificate pin `new_pin_hex`, empty for the web PKI) the profile's own relay
+    /// instead of `old`, in one transaction:
+    /// - the relay-assigned Stringcup identity of the old relay is forgotten (a new one is
+    ///   registered on the new relay);
+    /// - every letagents contact stored as "on our own relay" (`relay_url` NULL) is pinned to
+    ///   `old`, where it still lives;
+    /// - the old relay's certificate pin (`old_pin`, if it had one) becomes the owner's vouch in
+    ///   `trusted_relays`, so groups, contacts and the drain still verify it;
+    /// - `old` is read until `drain_until` (`old_relays`); `new` is no longer an old relay.
+    pub async fn move_own_relay(
+        &self,
+        old: &str,
+        old_pin: Option<[u8; 32]>,
+        new: &str,
+        new_pin_hex: &str,
+        now: i64,
+        drain_until: i64,
+    ) -> Result<()> {
         let mut tx = self.write_tx().await?;
-        set_meta(&mut tx, "relay_url", url).await?;
-        set_meta(&mut tx, "relay_cert_sha256", pin_hex).await?;
+        set_meta(&mut tx, "relay_url", new).await?;
+        set_meta(&mut tx, "relay_cert_sha256", new_pin_hex).await?;
         sqlx::query("DELETE FROM meta WHERE key = 'stringcup_id'").execute(&mut *tx).await?;
+        sqlx::query("UPDATE contacts SET relay_url = ? WHERE protocol = ? AND relay_url IS NULL")
+            .bind(old)
+            .bind(Protocol::Letagents.as_str())
+            .execute(&mut *tx)
+            .await?;
+        if let Some(pin) = old_pin {
+            sqlx::query(
+                "INSERT INTO trusted_relays (url, cert_sha256, source, contact_id, expires_at, updated_at) \
+                 VALUES (?, ?, 'user', NULL, 0, ?) ON CONFLICT (url) DO UPDATE SET cert_sha256 = excluded.cert_sha256, \
+                 source = 'user', contact_id = NULL, expires_at = 0, updated_at = excluded.updated_at",
+            )
+            .bind(old)
+            .bind(pin.as_slice())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO old_relays (url, moved_at, drain_until) VALUES (?, ?, ?) \
+             ON CONFLICT (url) DO UPDATE SET moved_at = excluded.moved_at, drain_until = excluded.drain_until",
+        )
+        .bind(old)
+        .bind(now)
+        .bind(drain_until)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM old_relays WHERE url = ?").bind(new).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The relays moved away from that are still read (`drain_until` after `now`): (url,
+    /// drain_until), oldest move first.
+    pub async fn draining_relays(&self, now: i64) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as("SELECT url, drain_until FROM old_relays WHERE drain_until > ? ORDER BY moved_at")
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// Unshown incoming messages (or all with `all`), oldest first.
@@ -665,10 +722,23 @@ impl Store {
 /// What depends on the profile's own relay ([`Store::own_relay_dependents`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayDependents {
-    /// Contacts of any protocol, active or pending.
-    pub contacts: i64,
+    /// letagents contacts, accepted and not blocked.
+    pub letagents: i64,
+    /// Agent Mail contacts, accepted and not blocked.
+    pub agent_mail: i64,
+    /// Stringcup contacts, any state.
+    pub stringcup: i64,
     /// Active groups whose log the relay carries.
     pub groups: i64,
+}
+
+/// The URLs of the relays moved away from that are still read at `now`, oldest move first,
+/// inside a transaction.
+pub async fn draining_relay_urls(conn: &mut SqliteConnection, now: i64) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar("SELECT url FROM old_relays WHERE drain_until > ? ORDER BY moved_at")
+        .bind(now)
+        .fetch_all(conn)
+        .await?)
 }
 
 /// Writes a meta value inside a transaction.

@@ -9,6 +9,10 @@
 //!   it.
 //! - A running runtime keeps the websocket (ping every 20 s, reconnect with backoff, catch-up from
 //!   the waiting backlog); a one-shot one syncs over HTTP.
+//! - A relay move: each accepted contact is sent a signed `hello` carrying `moved_to`; one received
+//!   from an accepted contact changes that contact's route (and pin, for that URL only) and shows
+//!   a line, from anyone else it is dropped (`docs/relay-move.md`). The old relay is read with
+//!   [`Letagents::drain_old`] while it drains.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -23,14 +27,16 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use super::{Channel, ContactAdd, Outgoing};
 use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed, backoff_ms};
+use crate::engine::relays::{Take, canonical_relay_url, take_announcement};
 use crate::engine::{DEFAULT_ALLOW, Error, Event, MAX_PENDING_REQUESTS, Result, Runtime, kinds_to_string};
 use crate::protocol::lan::ProtocolTag;
+use crate::protocol::letagents::inner::MovedTo;
 use crate::protocol::letagents::inner::{ReceiptBody, ReceiptStatus};
 use crate::protocol::letagents::receive::{AgentRule, ContactView, RuleAction, Verdict, accepted_status, decide};
 use crate::protocol::letagents::wire::{ClientToRelay, RelayToClient};
 use crate::protocol::letagents::{self as la, Address, Inner, Kind, PeerKeys};
 use crate::store::ContactState;
-use crate::store::{self, Audit, ContactRow, DeliveryPath, NewContact, NewMessage, OutboxRow, Protocol};
+use crate::store::{self, Audit, ContactRow, DeliveryPath, NewContact, NewMessage, OutboxRow, Protocol, RelayVouch};
 use crate::transport::TransportError;
 use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::util::{OsRng, now_ms};
@@ -65,6 +71,70 @@ async fn audit_dropped(conn: &mut sqlx::SqliteConnection, now: i64, detail: &str
     };
     Ok(store::audit(conn, now, audit).await?)
 }
+
+/// A verified move notice from accepted contact `c` (its signature named the contact; nothing
+/// else here is trusted): its route becomes the relay it names, that relay's certificate pin is
+/// taken as the contact's vouch for that URL only (as a LAN announcement is: never over another
+/// party's pin), and the conversation shows a line. It is not an instruction for anyone: no agent
+/// sees it. Inside the receiving transaction; `Err` says why the notice changed nothing.
+async fn take_move(
+    rt: &Runtime,
+    tx: &mut sqlx::SqliteConnection,
+    c: &ContactRow,
+    moved: &MovedTo,
+    inner: &Inner,
+    now: i64,
+) -> Result<std::result::Result<String, String>> {
+    let url = match canonical_relay_url(&moved.url) {
+        Ok(u) => u,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let pin = match moved.pin() {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let own = url == rt.relay_url().trim_end_matches('/');
+    let mut note = String::new();
+    if let (Some(pin), false) = (pin, own) {
+        let known = store::trusted_relay(tx, &url).await?;
+        let vouch = RelayVouch::Contact { id: c.id, expires_at: 0 };
+        match take_announcement(known.as_ref(), c.id, &vouch, &pin) {
+            Take::Store => store::trust_relay(tx, &url, &pin, &vouch, now).await?,
+            Take::Known => {}
+            Take::Conflict => {
+                note = " (its certificate differs from the one already trusted for that URL, which stays)".into();
+            }
+        }
+    }
+    let route = store::ContactUpdate { relay_url: Some(Some(&url)), ..Default::default() };
+    store::update_contact(tx, c.id, &route).await?;
+    store::insert_message(
+        tx,
+        &NewMessage {
+            id: &inner.id,
+            direction: "in",
+            protocol: Protocol::Letagents,
+            contact_id: Some(c.id),
+            peer: &c.peer_id,
+            kind: MOVED_KIND,
+            body: &url,
+            reply_to: None,
+            from_agent: None,
+            to_agent: None,
+            ts: inner.ts,
+            state: "received",
+            hidden: false,
+            now,
+        },
+    )
+    .await?;
+    tracing::info!("letagents: contact {} moved to the relay at {url}{note}", c.name);
+    Ok(Ok(url))
+}
+
+/// The stored kind of a move notice (sent or received): a line in the conversation, never a
+/// message an agent is handed.
+pub(in crate::engine) const MOVED_KIND: &str = "moved";
 
 impl Channel for Letagents {
     fn claims_address(&self, address: &str) -> bool {
@@ -260,20 +330,22 @@ impl Letagents {
         inner.to_agent = to_agent.map(str::to_owned);
         inner.validate()?;
         let mut tx = rt.store().write_tx().await?;
-        self.queue_sealed(rt, &mut tx, c, &inner, kind).await?;
+        self.queue_sealed(rt, &mut tx, c, &inner, kind.as_str(), None).await?;
         rt.commit_queued(tx).await?;
         Ok(inner.id)
     }
 
     /// Seals `inner` to contact `c` and records it in `tx`: the message row, the outbox entry with
-    /// the exact envelope bytes every retry will reuse, and the audit row.
+    /// the exact envelope bytes every retry will reuse, and the audit row. The message row keeps
+    /// `stored_kind` and `stored_body` (default: the wire body).
     async fn queue_sealed(
         &self,
         rt: &Runtime,
         tx: &mut sqlx::SqliteConnection,
         c: &ContactRow,
         inner: &Inner,
-        kind: Kind,
+        stored_kind: &str,
+        stored_body: Option<&str>,
     ) -> Result<()> {
         let drop =
             c.drop_code.as_deref().ok_or_else(|| Error::Bug("queued to a contact without a drop code".into()))?;
@@ -281,15 +353,16 @@ impl Letagents {
         let envelope = la::seal(&rt.inner.id.sig, &peer_keys(c)?, &json, &mut OsRng)?;
         let now = now_ms();
         let relay = c.relay_url.clone().unwrap_or_else(|| rt.relay_url());
-        let body = match &inner.body {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+        let body = match (stored_body, &inner.body) {
+            (Some(b), _) => b.to_owned(),
+            (None, Value::String(s)) => s.clone(),
+            (None, other) => other.to_string(),
         };
         let sealed = Sealed {
             id: &inner.id,
             protocol: Protocol::Letagents,
             contact: c,
-            kind: kind.as_str(),
+            kind: stored_kind,
             body: &body,
             reply_to: inner.reply_to.as_deref(),
             from_agent: inner.from_agent.as_deref(),
@@ -392,6 +465,14 @@ impl Letagents {
         };
         let seen = store::was_seen(&mut tx, Protocol::Letagents, &peer, &msg_id).await?;
         let mut verdict = decide(&opened, view.as_ref(), seen, now);
+        // A move notice counts only from an accepted contact: from anyone else it is not a
+        // request either (a real one is a plain hello).
+        if opened.inner.moved_to.is_some() && verdict == Verdict::PendingRequest {
+            verdict = Verdict::Drop(match &contact {
+                Some(_) => la::receive::DropReason::NotAccepted,
+                None => la::receive::DropReason::UnknownSender,
+            });
+        }
         if verdict == Verdict::PendingRequest && contact.is_none() {
             // Strangers cannot grow the request list without bound.
             let pending = store::pending_requests(&mut tx).await?;
@@ -463,7 +544,17 @@ impl Letagents {
                     };
                     store::update_contact(&mut tx, c.id, &refresh).await?;
                 }
-                audit_in("received", "hello from a known contact: address refreshed".into())
+                match (&contact, &opened.inner.moved_to) {
+                    (Some(c), Some(moved)) => match take_move(rt, &mut tx, c, moved, &opened.inner, now).await? {
+                        Ok(url) => {
+                            showable = true;
+                            event = Some(Event::Message { id: msg_id.clone() });
+                            audit_in("received", format!("moved to the relay at {url}"))
+                        }
+                        Err(why) => audit_in("refused", format!("move notice not taken: {why}")),
+                    },
+                    _ => audit_in("received", "hello from a known contact: address refreshed".into()),
+                }
             }
             Verdict::Refuse { reason, receipt } => {
                 store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
@@ -619,15 +710,55 @@ impl Letagents {
         }
         let mut inner = Inner::new(&rt.keys(), &c.peer_id, now_ms(), uuid::Uuid::new_v4(), kind, body);
         inner.reply_to = reply_to.map(str::to_owned);
-        self.queue_sealed(rt, tx, c, &inner, kind).await
+        self.queue_sealed(rt, tx, c, &inner, kind.as_str(), None).await
+    }
+
+    /// Tells every accepted letagents contact that this profile now receives at `url` (pinned by
+    /// `pin_hex` when not empty): a signed `hello` carrying `moved_to`, queued to the relay where
+    /// each contact lives, in one transaction. Answers how many were told.
+    pub(in crate::engine) async fn notify_moved(&self, rt: &Runtime, url: &str, pin_hex: &str) -> Result<usize> {
+        let contacts = rt.store().contacts(Some(ContactState::Active)).await?;
+        let moved_to = MovedTo { url: url.to_owned(), cert_sha256: Some(pin_hex.to_owned()).filter(|p| !p.is_empty()) };
+        let mut tx = rt.store().write_tx().await?;
+        let mut told = 0;
+        for c in contacts.iter().filter(|c| c.protocol == Protocol::Letagents && !c.blocked && c.drop_code.is_some()) {
+            let mut inner = Inner::new(
+                &rt.keys(),
+                &c.peer_id,
+                now_ms(),
+                uuid::Uuid::new_v4(),
+                Kind::Hello,
+                Value::String(rt.inner.name.clone()),
+            );
+            inner.from = rt.inner.id.address().to_string();
+            inner.moved_to = Some(moved_to.clone());
+            inner.validate()?;
+            // The stored row is the conversation's line (the relay); the wire body is our name.
+            self.queue_sealed(rt, &mut tx, c, &inner, MOVED_KIND, Some(url)).await?;
+            told += 1;
+        }
+        rt.commit_queued(tx).await?;
+        Ok(told)
     }
 
     /// Reads everything waiting in the letagents mailbox (plain GET), processes and acks it.
     async fn sync_letagents(&self, rt: &Runtime) -> Result<usize> {
+        let n = self.sync_at(rt, &rt.relay()).await?;
+        rt.set_health("reachable", "");
+        Ok(n)
+    }
+
+    /// Reads our mailbox on the relay at `url`, which the profile moved away from (its pin, if
+    /// it had one, is in `trusted_relays`): what contacts sent there before they learned the move.
+    pub(in crate::engine) async fn drain_old(&self, rt: &Runtime, url: &str) -> Result<usize> {
+        let client = self.client_for(rt, url).await?;
+        self.sync_at(rt, &client).await
+    }
+
+    async fn sync_at(&self, rt: &Runtime, relay: &RelayClient) -> Result<usize> {
         let mut total = 0;
         loop {
-            let msgs = rt.relay().inbox(&rt.inner.id.sig, &rt.inner.id.drop).await?;
-            rt.set_health("reachable", "");
+            let msgs = relay.inbox(&rt.inner.id.sig, &rt.inner.id.drop).await?;
             let n = msgs.len();
             let mut done = Vec::with_capacity(n);
             for m in msgs {
@@ -643,7 +774,7 @@ impl Letagents {
                 done.push(m.seq);
             }
             if !done.is_empty() {
-                rt.relay().ack(&rt.inner.id.sig, &done).await?;
+                relay.ack(&rt.inner.id.sig, &done).await?;
             }
             total += n;
             if n < la::wire::INBOX_PAGE {

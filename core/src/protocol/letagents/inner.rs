@@ -125,6 +125,49 @@ pub struct Inner {
     pub to_agent: Option<String>,
     /// Kind-specific body.
     pub body: Value,
+    /// Only on a `hello` to a known contact: the sender's profile now receives at this relay (a
+    /// Switchboard profile decision, `docs/relay-move.md`; plain letagents clients ignore the
+    /// unknown field and refresh the address as for any hello). Covered by the signature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<MovedTo>,
+}
+
+/// Where a contact's profile moved: its new relay, and that relay's certificate pin when it is
+/// self-signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedTo {
+    /// The relay's URL (`https://…`, or `http://` on loopback).
+    pub url: String,
+    /// SHA-256 of the relay's certificate (64 hex digits), for a self-signed relay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_sha256: Option<String>,
+}
+
+/// Longest relay URL a move notice may carry.
+pub const MAX_MOVED_URL: usize = 512;
+
+impl MovedTo {
+    /// The certificate pin, parsed.
+    pub fn pin(&self) -> Result<Option<[u8; 32]>, InnerError> {
+        let Some(hex) = &self.cert_sha256 else { return Ok(None) };
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(InnerError::MovedTo);
+        }
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            let pair = hex.get(2 * i..2 * i + 2).ok_or(InnerError::MovedTo)?;
+            *byte = u8::from_str_radix(pair, 16).map_err(|_| InnerError::MovedTo)?;
+        }
+        Ok(Some(out))
+    }
+
+    fn check(&self) -> Result<(), InnerError> {
+        let scheme_ok = self.url.starts_with("https://") || self.url.starts_with("http://");
+        if !scheme_ok || self.url.len() > MAX_MOVED_URL || self.url.chars().any(char::is_control) {
+            return Err(InnerError::MovedTo);
+        }
+        self.pin().map(|_| ())
+    }
 }
 
 /// Why an `inner` was refused.
@@ -151,6 +194,9 @@ pub enum InnerError {
     /// An agent name is empty or too long.
     #[error("agent name is empty, too long or has control characters")]
     AgentName,
+    /// `moved_to` on another kind than `hello`, or not a relay URL and certificate hash.
+    #[error("`moved_to` is only a relay URL (and certificate SHA-256) on a hello")]
+    MovedTo,
 }
 
 /// Largest agent name accepted.
@@ -212,6 +258,12 @@ impl Inner {
         if matches!(kind, Kind::Reply | Kind::Receipt) && self.reply_to.is_none() {
             return Err(InnerError::ReplyTo(kind.as_str()));
         }
+        if let Some(m) = &self.moved_to {
+            if kind != Kind::Hello {
+                return Err(InnerError::MovedTo);
+            }
+            m.check()?;
+        }
         Ok((kind, from))
     }
 
@@ -228,6 +280,7 @@ impl Inner {
             from_agent: None,
             to_agent: None,
             body,
+            moved_to: None,
         }
     }
 
@@ -244,6 +297,29 @@ mod tests {
     fn sample(kind: Kind, body: Value) -> Inner {
         let keys = PeerKeys { sig: [1; 32], boxk: [2; 32] };
         Inner::new(&keys, "to", 1, uuid::Uuid::from_bytes([7; 16]), kind, body)
+    }
+
+    #[test]
+    fn a_move_notice_rides_only_on_a_hello_and_names_a_relay() {
+        let moved =
+            |url: &str, cert: Option<&str>| Some(MovedTo { url: url.into(), cert_sha256: cert.map(Into::into) });
+        let mut send = sample(Kind::Send, "hi".into());
+        send.moved_to = moved("https://b.example", None);
+        assert_eq!(send.validate(), Err(InnerError::MovedTo));
+        let keys = PeerKeys { sig: [1; 32], boxk: [2; 32] };
+        let mut hello = sample(Kind::Hello, "alice".into());
+        hello.from = Address { keys, drop: Some([3; 16]) }.to_string();
+        assert!(hello.validate().is_ok());
+        hello.moved_to = moved("https://b.example", Some(&"ab".repeat(32)));
+        assert!(hello.validate().is_ok());
+        assert_eq!(hello.moved_to.as_ref().unwrap().pin(), Ok(Some([0xab; 32])));
+        for (url, cert) in [("ftp://b.example", None), ("https://b.example", Some("abc")), ("https://b\n", None)] {
+            hello.moved_to = moved(url, cert);
+            assert_eq!(hello.validate(), Err(InnerError::MovedTo), "{url}");
+        }
+        // Absent, the field is not serialized: a plain hello's bytes are unchanged.
+        hello.moved_to = None;
+        assert!(!serde_json::to_string(&hello).unwrap().contains("moved_to"));
     }
 
     #[test]

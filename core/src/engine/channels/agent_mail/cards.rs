@@ -76,7 +76,7 @@ pub(super) async fn sign_card(rt: &Runtime, st: &AmState, public: [u8; 32]) -> R
         expires_at: now + MAX_TTL_MS,
         receive_until: now + 2 * MAX_TTL_MS,
         public_key: public,
-        routes: if closed { Vec::new() } else { vec![st.origin.clone()] },
+        routes: if closed { Vec::new() } else { routes(&mut tx, st, now).await? },
         max_packet_bytes: CARD_MAX_PACKET_BYTES,
     };
     let card = MailboxCard::sign(&st.key, now, nonce, payload).map_err(bug)?;
@@ -91,6 +91,21 @@ pub(super) async fn sign_card(rt: &Runtime, st: &AmState, public: [u8; 32]) -> R
     store::am_insert_own_card(&mut tx, &row, now).await?;
     tx.commit().await?;
     Ok(card)
+}
+
+/// Our card's routes: our relay's origin first (senders deliver to the first), then, while they
+/// are read after a move, the relays moved away from (seed 002 §4.3: the old route stays for the
+/// grace period, and a contact whose address still names it fetches the new card there).
+async fn routes(tx: &mut sqlx::SqliteConnection, st: &AmState, now: i64) -> Result<Vec<Origin>> {
+    let mut out = vec![st.origin.clone()];
+    for url in store::draining_relay_urls(tx, now).await? {
+        if let Ok(o) = super::origin_of(&url)
+            && !out.contains(&o)
+        {
+            out.push(o);
+        }
+    }
+    Ok(out)
 }
 
 /// Our current card and whether the relay has accepted it.
@@ -116,6 +131,19 @@ pub(super) async fn retained(rt: &Runtime, st: &AmState) -> Result<Vec<RetainedK
 pub(super) fn mail_client(rt: &Runtime, st: &AmState, origin: &Origin) -> Result<MailClient> {
     if *origin == st.origin {
         return Ok(MailClient::new(&rt.relay_url(), rt.relay().http().clone()));
+    }
+    // A loopback relay names itself by its `https` origin while serving plain http (as
+    // relay-lite does, and as `origin_of` maps our own): reach such an origin over http.
+    let loopback = url::Url::parse(origin.as_str()).ok().is_some_and(|u| match u.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    });
+    if loopback {
+        let plain = origin.as_str().replacen("https://", "http://", 1);
+        let rc = RelayClient::new(&plain, None)?;
+        return Ok(MailClient::new(&plain, rc.http().clone()));
     }
     let rc = RelayClient::new(origin.as_str(), None)?;
     Ok(MailClient::new(origin.as_str(), rc.http().clone()))

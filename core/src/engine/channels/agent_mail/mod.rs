@@ -43,8 +43,8 @@ use crate::protocol::lan::ProtocolTag;
 use crate::protocol::letagents::{Kind, STALE_AFTER_MS};
 use crate::store::{ContactRow, OutboxRow, Protocol};
 use crate::transport::TransportError;
-use crate::transport::agent_mail::Published;
-use crate::transport::letagents::SendOutcome;
+use crate::transport::agent_mail::{MailClient, Published};
+use crate::transport::letagents::{RelayClient, SendOutcome};
 use crate::util::{b64u, b64u_array, b64u_decode, now_ms, random_array};
 
 mod cards;
@@ -327,7 +327,7 @@ impl AgentMail {
         let (mut card, mut published) = cards::current_card(rt).await?;
         // A card routing to another relay than ours (the owner moved relay, and the runtime may
         // have stopped before the new card was signed) is replaced like an expiring one.
-        let routed_elsewhere = !card.payload().routes.is_empty() && card.payload().routes != [st.origin.clone()];
+        let routed_elsewhere = card.payload().routes.first().is_some_and(|first| *first != st.origin);
         if routed_elsewhere {
             cards::sign_card(rt, &st, card.payload().public_key).await?;
             (card, published) = cards::current_card(rt).await?;
@@ -375,17 +375,49 @@ impl AgentMail {
         Ok(())
     }
 
-    /// A card with the next nonce routing to the relay moved to, signed (same key) and published
-    /// there. A relay that does not answer now gets it when it is next reached
-    /// ([`Self::agent_mail_publish`] replaces any card still routing elsewhere).
-    pub(in crate::engine) async fn agent_mail_publish_moved(&self, rt: &Runtime) -> Result<()> {
+    /// A card with the next nonce routing to the relay moved to (and, for the grace period, the
+    /// old one: seed 002 §4.3), signed (same key) and published there, then on `old` (through
+    /// `old_client`), where contacts whose address names the old route fetch it: a contact that
+    /// pinned our old card takes this one (higher nonce) at its next send, and sends to the new
+    /// relay. A relay that does not answer now gets it when it is next reached
+    /// ([`Self::agent_mail_publish`] replaces any card whose first route is elsewhere).
+    pub(in crate::engine) async fn agent_mail_publish_moved(
+        &self,
+        rt: &Runtime,
+        old_client: Option<&RelayClient>,
+    ) -> Result<()> {
         let Some(st) = self.state.lock().await.clone() else { return Ok(()) };
         let (card, _) = cards::current_card(rt).await?;
         cards::sign_card(rt, &st, card.payload().public_key).await?;
         if let Err(e) = self.agent_mail_publish(rt).await {
             tracing::info!("Agent Mail card not published to the new relay yet: {e}");
         }
+        if let Some(old) = old_client {
+            let (card, _) = cards::current_card(rt).await?;
+            let client = MailClient::new(old.base().as_str().trim_end_matches('/'), old.http().clone());
+            match client.publish(card.to_jcs()).await {
+                Ok(Published::Accepted(_)) => {}
+                Ok(Published::NonceTooLow(_)) => {
+                    tracing::info!("Agent Mail: the old relay holds a newer card than the moved one")
+                }
+                Err(e) => tracing::info!("Agent Mail card not published to the old relay: {e}"),
+            }
+        }
         Ok(())
+    }
+
+    /// Reads our mailbox on a relay moved away from (`old`, at `old_url`) and processes what
+    /// peers sent there before they learned the move. Answers how many packets it processed.
+    pub(in crate::engine) async fn agent_mail_drain_old(
+        &self,
+        rt: &Runtime,
+        old_url: &str,
+        old: &RelayClient,
+    ) -> Result<usize> {
+        let Some(mut st) = self.state.lock().await.clone() else { return Ok(0) };
+        st.origin = origin_of(old_url)?;
+        let client = MailClient::new(old.base().as_str().trim_end_matches('/'), old.http().clone());
+        Ok(receive::drain_with(rt, &st, &client).await?.processed)
     }
 
     /// A new card key now: a card with a higher nonce, published; the old key stays retained

@@ -34,7 +34,16 @@ pub(super) struct Drained {
 
 /// Lists our mailbox, processes every packet and deletes each after its commit.
 pub(super) async fn drain(rt: &Runtime, st: &AmState) -> Result<Drained> {
-    let client = mail_client(rt, st, &st.origin)?;
+    drain_with(rt, st, &mail_client(rt, st, &st.origin)?).await
+}
+
+/// [`drain`] through `client`, the relay whose origin is `st.origin` (a relay the profile moved
+/// away from, read until its drain ends).
+pub(super) async fn drain_with(
+    rt: &Runtime,
+    st: &AmState,
+    client: &crate::transport::agent_mail::MailClient,
+) -> Result<Drained> {
     let keys = retained(rt, st).await?;
     let mut cursor: Option<String> = None;
     let mut out = Drained { processed: 0, showable: false, republish: false };
