@@ -86,7 +86,10 @@ fn main() {
         }
         let per = started.elapsed() / u32::try_from(n).unwrap();
         let txs = bob.letagents_receive_transactions() - txs;
-        println!("round {round}: {} {per:?} per envelope, {txs} transactions", if burst_now { "burst" } else { "one each" });
+        println!(
+            "round {round}: {} {per:?} per envelope, {txs} transactions",
+            if burst_now { "burst" } else { "one each" }
+        );
         if burst_now { batched.push(per) } else { one_each.push(per) }
     }
     let mean = |v: &[Duration]| v.iter().sum::<Duration>() / u32::try_from(v.len()).unwrap();

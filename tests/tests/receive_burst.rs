@@ -108,19 +108,21 @@ async fn a_burst_of_1000_arrives_complete_in_order_in_a_few_transactions() {
     // Every per-message rule still ran: each one is seen, audited and owed a receipt.
     let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM seen").fetch_one(&pool).await.unwrap();
     assert!(seen >= i64::try_from(BURST).unwrap());
-    let audited: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM audit WHERE direction = 'in' AND state = 'received' AND kind = 'send'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM audit WHERE direction = 'in' AND state = 'received' AND kind = 'send'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     assert_eq!(audited, i64::try_from(BURST).unwrap());
     // Receipts (queued in the same transactions) reach the sender.
     let got_receipts = bob
         .eventually(30, || async {
             let waiting = sender.relay.inbox(&sender.id.sig, &sender.id.drop).await.unwrap();
-            waiting.iter().filter_map(|m| b64u_decode(&m.ct)).any(|env| {
-                la::open(&env, &sender.id.boxs, &sender.id.keys()).is_ok_and(|o| o.kind == Kind::Receipt)
-            })
+            waiting
+                .iter()
+                .filter_map(|m| b64u_decode(&m.ct))
+                .any(|env| la::open(&env, &sender.id.boxs, &sender.id.keys()).is_ok_and(|o| o.kind == Kind::Receipt))
         })
         .await;
     assert!(got_receipts, "no receipt came back");

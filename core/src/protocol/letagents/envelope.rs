@@ -262,6 +262,39 @@ mod tests {
         assert_eq!(opened.sender(), &alice.keys);
     }
 
+    /// Seal writes into one buffer and encrypts in place; its bytes must stay exactly those of
+    /// the plain construction: JSON of `{inner, sig}`, spaces to a multiple of 1024,
+    /// AES-256-GCM with the tag appended, after `LA1 ‖ eph.pub ‖ nonce`.
+    #[test]
+    fn sealed_bytes_are_those_of_the_plain_construction() {
+        use crate::util::Rng as _;
+        use aes_gcm::aead::{Aead, Payload};
+        let (alice, bob) = (party(1), party(2));
+        for body in ["", "quote \" and backslash \\ and \u{1}", "long ".repeat(1000).as_str()] {
+            let json = message(&alice, &bob, body);
+            let env = seal(&alice.sig, &bob.keys, &json, &mut SeededRng::new([9; 32])).unwrap();
+
+            let mut rng = SeededRng::new([9; 32]);
+            let mut eph = [0u8; 32];
+            rng.fill(&mut eph);
+            let eph = StaticSecret::from(eph);
+            let eph_pub = PublicKey::from(&eph).to_bytes();
+            let sig = alice.sig.sign(&signed_bytes(&eph_pub, json.as_bytes()));
+            let plain = Plain { inner: json.as_str().into(), sig: b64u(&sig.to_bytes()).into() };
+            let mut plain = serde_json::to_vec(&plain).unwrap();
+            plain.resize(plain.len().div_ceil(BLOCK) * BLOCK, b' ');
+            let shared = eph.diffie_hellman(&PublicKey::from(bob.keys.boxk));
+            let key = derive_key(shared.as_bytes(), &eph_pub, &bob.keys.boxk);
+            let mut nonce = [0u8; 12];
+            rng.fill(&mut nonce);
+            let aad = aad(&bob.keys.mailbox_id());
+            let ct = Aes256Gcm::new((&*key).into())
+                .encrypt(&Nonce::from(nonce), Payload { msg: &plain, aad: &aad })
+                .unwrap();
+            assert_eq!(env, [MAGIC.as_slice(), &eph_pub, &nonce, &ct].concat());
+        }
+    }
+
     #[test]
     fn every_flipped_byte_is_refused() {
         let (alice, bob) = (party(1), party(2));
