@@ -158,7 +158,8 @@ async fn a_daemon_killed_mid_burst_loses_nothing_it_acked() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    drop_daemon(daemon);
+    // DaemonProcess's drop is `Child::kill`: SIGKILL, then reap.
+    drop(daemon);
     assert!(at_kill > 0, "nothing arrived before the kill");
     let after_kill = received(&pool).await.len();
     println!("killed with {at_kill} committed (then {after_kill})");
@@ -173,9 +174,4 @@ async fn a_daemon_killed_mid_burst_loses_nothing_it_acked() {
     }
     daemon.stop();
     assert_eq!(received(&pool).await, expected(BURST), "lost, duplicated or reordered across the crash");
-}
-
-/// SIGKILL (the child's `kill`), then reap it.
-fn drop_daemon(daemon: DaemonProcess) {
-    drop(daemon);
 }

@@ -6,7 +6,8 @@
 //!   queued with the message and audit rows before any network I/O.
 //! - Incoming: each envelope is opened and judged; seen id, message, contact change, queued
 //!   receipt or roster and audit row commit together, and only then is the relay told to delete
-//!   it.
+//!   it. A burst (the frames the websocket already holds, an inbox page) commits up to 256
+//!   envelopes per transaction.
 //! - A running runtime keeps the websocket (ping every 20 s, reconnect with backoff, catch-up from
 //!   the waiting backlog); a one-shot one syncs over HTTP.
 
