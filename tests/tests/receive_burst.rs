@@ -143,8 +143,8 @@ async fn a_daemon_killed_mid_burst_loses_nothing_it_acked() {
     let relay = roomy_relay().await;
     let (_dir, home) = home();
     let sender = Sender::new(&relay).await;
-    let (bob, drop) = bob_profile(&home, &relay.url(), &sender);
-    sender.post_burst(&bob, &drop, BURST).await;
+    let (bob, drop_code) = bob_profile(&home, &relay.url(), &sender);
+    sender.post_burst(&bob, &drop_code, BURST).await;
 
     let pool = profile_db(&home).await;
     let daemon = DaemonProcess::start(&bin(), &home);
