@@ -6,7 +6,8 @@
 //!   queued with the message and audit rows before any network I/O.
 //! - Incoming: each envelope is opened and judged; seen id, message, contact change, queued
 //!   receipt or roster and audit row commit together, and only then is the relay told to delete
-//!   it.
+//!   it. A burst (the frames the websocket already holds, an inbox page) commits up to 256
+//!   envelopes per transaction.
 //! - A running runtime keeps the websocket (ping every 20 s, reconnect with backoff, catch-up from
 //!   the waiting backlog); a one-shot one syncs over HTTP.
 //! - A relay move: each accepted contact is sent a signed `hello` carrying `moved_to`; one received
@@ -15,11 +16,11 @@
 //!   [`Letagents::drain_old`] while it drains.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -48,6 +49,33 @@ type PinnedClient = (Option<[u8; 32]>, RelayClient);
 #[derive(Default)]
 pub(in crate::engine) struct Letagents {
     peers: Mutex<BTreeMap<String, PinnedClient>>,
+    /// Receive transactions committed (see [`Letagents::receive_transactions`]).
+    receive_txs: AtomicU64,
+}
+
+/// Most envelopes of a burst committed in one transaction: bounds how long the write lock is
+/// held (other writers wait behind it) and how much one failure sends back to the relay.
+const BURST_TX: usize = 256;
+
+/// What one received envelope leaves to do once its transaction has committed.
+#[derive(Default)]
+struct Received {
+    /// Whether `inbox` will show it.
+    showable: bool,
+    /// The event to emit.
+    event: Option<Event>,
+}
+
+impl Received {
+    /// Emits the event and wakes the outbox (a receipt or roster may be queued); whether
+    /// `inbox` will show it.
+    fn publish(self, rt: &Runtime) -> bool {
+        if let Some(e) = self.event {
+            rt.emit(e);
+        }
+        rt.inner.outbox_wake.notify_one();
+        self.showable
+    }
 }
 
 /// The pinned keys of a letagents contact.
@@ -409,27 +437,71 @@ impl Letagents {
         envelope: &[u8],
         path: DeliveryPath,
     ) -> Result<bool> {
-        let now = now_ms();
+        let opened = la::open(envelope, &rt.inner.id.boxs, &rt.keys());
+        // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
+        // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox) commits between.
+        let mut tx = rt.store().write_tx().await?;
+        let received = self.receive_opened(rt, &mut tx, opened, path).await?;
+        tx.commit().await?;
+        self.receive_txs.fetch_add(1, Ordering::Relaxed);
+        Ok(received.publish(rt))
+    }
+
+    /// Processes a burst of envelopes from the relay (what a websocket or an inbox page hands
+    /// over at once), in order, each by exactly the rules of [`Self::receive`], committing them
+    /// together: one transaction per [`BURST_TX`] envelopes instead of one each. Envelopes are
+    /// opened (the crypto) before the write lock is taken. Returns, per envelope, whether it
+    /// produced something `inbox` will show. On an error nothing of the failing transaction is
+    /// kept and the caller must not ack any envelope of it (those before it committed already
+    /// and their results are lost with the error: the relay delivers them again and the seen
+    /// ids drop them).
+    pub(in crate::engine) async fn receive_burst(&self, rt: &Runtime, envelopes: &[Vec<u8>]) -> Result<Vec<bool>> {
+        let mut showable = Vec::with_capacity(envelopes.len());
         let me = rt.keys();
-        let opened = match la::open(envelope, &rt.inner.id.boxs, &me) {
+        for chunk in envelopes.chunks(BURST_TX) {
+            let opened: Vec<_> = chunk.iter().map(|e| la::open(e, &rt.inner.id.boxs, &me)).collect();
+            let mut tx = rt.store().write_tx().await?;
+            let mut received = Vec::with_capacity(chunk.len());
+            for o in opened {
+                received.push(self.receive_opened(rt, &mut tx, o, DeliveryPath::Relay).await?);
+            }
+            tx.commit().await?;
+            self.receive_txs.fetch_add(1, Ordering::Relaxed);
+            showable.extend(received.into_iter().map(|r| r.publish(rt)));
+        }
+        Ok(showable)
+    }
+
+    /// How many receive transactions have committed (one per envelope, or per burst chunk).
+    pub(in crate::engine) fn receive_transactions(&self) -> u64 {
+        self.receive_txs.load(Ordering::Relaxed)
+    }
+
+    /// The decision on one opened (or refused) envelope and every effect of it, written into
+    /// `tx`; the caller commits and then publishes the result.
+    async fn receive_opened(
+        &self,
+        rt: &Runtime,
+        tx: &mut sqlx::SqliteConnection,
+        opened: std::result::Result<la::Opened, la::OpenError>,
+        path: DeliveryPath,
+    ) -> Result<Received> {
+        let now = now_ms();
+        let opened = match opened {
             Ok(o) => o,
             Err(e) => {
-                let mut conn = rt.store().pool.acquire().await?;
-                audit_dropped(&mut conn, now, &format!("refused envelope: {e}")).await?;
-                return Ok(false);
+                audit_dropped(tx, now, &format!("refused envelope: {e}")).await?;
+                return Ok(Received::default());
             }
         };
         let peer = opened.sender().mailbox_id();
         let msg_id = opened.inner.id.clone();
         let kind = opened.kind;
-        // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
-        // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox) commits between.
-        let mut tx = rt.store().pool.begin_with("BEGIN IMMEDIATE").await?;
-        let contact = store::contact_by_peer(&mut tx, Protocol::Letagents, &peer).await?;
+        let contact = store::contact_by_peer(tx, Protocol::Letagents, &peer).await?;
         // A blocked sender (the signature names it) is dropped here: no request, no receipt, no
         // message; counted and audited.
         if let Some(c) = contact.as_ref().filter(|c| c.blocked) {
-            store::count_blocked_drop(&mut tx, c.id).await?;
+            store::count_blocked_drop(tx, c.id).await?;
             let audit = Audit {
                 direction: "in",
                 protocol: Protocol::Letagents.as_str(),
@@ -439,13 +511,12 @@ impl Letagents {
                 state: "blocked",
                 detail: "sender is blocked",
             };
-            store::audit(&mut tx, now, audit).await?;
-            tx.commit().await?;
-            return Ok(false);
+            store::audit(tx, now, audit).await?;
+            return Ok(Received::default());
         }
         let view = match &contact {
             Some(c) => {
-                let rules = store::rules_for(&mut tx, c.id)
+                let rules = store::rules_for(tx, c.id)
                     .await?
                     .into_iter()
                     .map(|(from, to, action)| AgentRule {
@@ -463,7 +534,7 @@ impl Letagents {
             }
             None => None,
         };
-        let seen = store::was_seen(&mut tx, Protocol::Letagents, &peer, &msg_id).await?;
+        let seen = store::was_seen(tx, Protocol::Letagents, &peer, &msg_id).await?;
         let mut verdict = decide(&opened, view.as_ref(), seen, now);
         // A move notice counts only from an accepted contact: from anyone else it is not a
         // request either (a real one is a plain hello).
@@ -475,7 +546,7 @@ impl Letagents {
         }
         if verdict == Verdict::PendingRequest && contact.is_none() {
             // Strangers cannot grow the request list without bound.
-            let pending = store::pending_requests(&mut tx).await?;
+            let pending = store::pending_requests(tx).await?;
             if pending >= MAX_PENDING_REQUESTS {
                 verdict = Verdict::Drop(la::receive::DropReason::UnknownSender);
             }
@@ -486,7 +557,7 @@ impl Letagents {
         let (state, detail) = match &verdict {
             Verdict::Drop(reason) => audit_in("dropped", reason.as_str().to_owned()),
             Verdict::PendingRequest => {
-                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                store::mark_seen(tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
                 let body = opened.inner.text().chars().take(64).collect::<String>();
                 let full = opened.from.to_string();
                 let drop = opened.from.drop.unwrap_or_default();
@@ -498,7 +569,7 @@ impl Letagents {
                             address: Some(&full),
                             ..Default::default()
                         };
-                        store::update_contact(&mut tx, c.id, &request).await?;
+                        store::update_contact(tx, c.id, &request).await?;
                         event = Some(Event::Request { name: c.name.clone() });
                     }
                     None => {
@@ -506,12 +577,12 @@ impl Letagents {
                         let base = if base.is_empty() { peer.chars().take(8).collect() } else { base };
                         let mut name = base.clone();
                         let mut n = 2;
-                        while store::name_taken(&mut tx, &name).await? {
+                        while store::name_taken(tx, &name).await? {
                             name = format!("{base}-{n}");
                             n += 1;
                         }
                         store::insert_contact(
-                            &mut tx,
+                            tx,
                             &NewContact {
                                 name: &name,
                                 protocol: Protocol::Letagents,
@@ -534,7 +605,7 @@ impl Letagents {
                 audit_in("request", body)
             }
             Verdict::RefreshAddress => {
-                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                store::mark_seen(tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
                 if let (Some(c), Some(drop)) = (&contact, opened.from.drop) {
                     let address = opened.from.to_string();
                     let refresh = store::ContactUpdate {
@@ -542,7 +613,7 @@ impl Letagents {
                         address: Some(&address),
                         ..Default::default()
                     };
-                    store::update_contact(&mut tx, c.id, &refresh).await?;
+                    store::update_contact(tx, c.id, &refresh).await?;
                 }
                 match (&contact, &opened.inner.moved_to) {
                     (Some(c), Some(moved)) => match take_move(rt, &mut tx, c, moved, &opened.inner, now).await? {
@@ -557,23 +628,23 @@ impl Letagents {
                 }
             }
             Verdict::Refuse { reason, receipt } => {
-                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                store::mark_seen(tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
                 if let (la::receive::RefuseReason::KeyChanged, Some(c)) = (reason, &contact) {
                     let changed = store::ContactUpdate {
                         changed_box_pub: Some(Some(opened.from.keys.boxk.as_slice())),
                         key_changed_at: Some(Some(now)),
                         ..Default::default()
                     };
-                    store::update_contact(&mut tx, c.id, &changed).await?;
+                    store::update_contact(tx, c.id, &changed).await?;
                     event = Some(Event::KeyChanged { name: c.name.clone() });
                 }
                 if *receipt && let Some(c) = &contact {
-                    self.queue_receipt(rt, &mut tx, c, &msg_id, ReceiptStatus::Refused, &reason.detail()).await?;
+                    self.queue_receipt(rt, tx, c, &msg_id, ReceiptStatus::Refused, &reason.detail()).await?;
                 }
                 audit_in("refused", reason.detail())
             }
             Verdict::Accept { receipt } => {
-                store::mark_seen(&mut tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
+                store::mark_seen(tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
                 let Some(c) = &contact else {
                     return Err(Error::Bug("accepted without a contact".into()));
                 };
@@ -583,7 +654,7 @@ impl Letagents {
                 };
                 let hidden = matches!(kind, Kind::Receipt | Kind::List);
                 store::insert_message(
-                    &mut tx,
+                    tx,
                     &NewMessage {
                         id: &msg_id,
                         direction: "in",
@@ -602,7 +673,7 @@ impl Letagents {
                     },
                 )
                 .await?;
-                store::set_message_path(&mut tx, "in", Protocol::Letagents, &peer, &msg_id, path).await?;
+                store::set_message_path(tx, "in", Protocol::Letagents, &peer, &msg_id, path).await?;
                 showable = !hidden;
                 match kind {
                     Kind::Receipt => {
@@ -619,9 +690,9 @@ impl Letagents {
                                 if r.detail.is_empty() { "" } else { ": " },
                                 r.detail
                             );
-                            if store::set_outgoing_state(&mut tx, target, &peer, state, &detail).await? {
+                            if store::set_outgoing_state(tx, target, &peer, state, &detail).await? {
                                 store::audit(
-                                    &mut tx,
+                                    tx,
                                     now,
                                     Audit {
                                         direction: "out",
@@ -640,17 +711,17 @@ impl Letagents {
                     }
                     Kind::Roster => {
                         let roster = store::ContactUpdate { roster: Some(&body), ..Default::default() };
-                        store::update_contact(&mut tx, c.id, &roster).await?;
+                        store::update_contact(tx, c.id, &roster).await?;
                     }
                     Kind::List => {
                         let roster = rt.roster().await?;
-                        self.queue_reply(rt, &mut tx, c, Kind::Roster, roster, Some(&msg_id)).await?;
+                        self.queue_reply(rt, tx, c, Kind::Roster, roster, Some(&msg_id)).await?;
                     }
                     _ => {}
                 }
                 if *receipt {
                     let status = accepted_status(rt.inner.listeners.load(Ordering::SeqCst) > 0);
-                    self.queue_receipt(rt, &mut tx, c, &msg_id, status, "").await?;
+                    self.queue_receipt(rt, tx, c, &msg_id, status, "").await?;
                 }
                 if showable {
                     event = Some(Event::Message { id: msg_id.clone() });
@@ -659,7 +730,7 @@ impl Letagents {
             }
         };
         store::audit_via(
-            &mut tx,
+            tx,
             now,
             Audit {
                 direction: "in",
@@ -673,12 +744,7 @@ impl Letagents {
             Some(path),
         )
         .await?;
-        tx.commit().await?;
-        if let Some(e) = event {
-            rt.emit(e);
-        }
-        rt.inner.outbox_wake.notify_one();
-        Ok(showable)
+        Ok(Received { showable, event })
     }
 
     async fn queue_receipt(
@@ -741,6 +807,23 @@ impl Letagents {
         Ok(told)
     }
 
+    /// Receives the base64url envelopes a relay handed over together ([`Self::receive_burst`]);
+    /// one that is not base64url is audited and dropped. True if any produced something `inbox`
+    /// will show.
+    async fn receive_frames(&self, rt: &Runtime, cts: impl IntoIterator<Item = String>) -> Result<bool> {
+        let mut envelopes = Vec::new();
+        for ct in cts {
+            match crate::util::b64u_decode(&ct) {
+                Some(bytes) => envelopes.push(bytes),
+                None => {
+                    let mut conn = rt.store().pool.acquire().await?;
+                    audit_dropped(&mut conn, now_ms(), "relay sent an envelope that is not base64url").await?;
+                }
+            }
+        }
+        Ok(self.receive_burst(rt, &envelopes).await?.into_iter().any(|s| s))
+    }
+
     /// Reads everything waiting in the letagents mailbox (plain GET), processes and acks it.
     async fn sync_letagents(&self, rt: &Runtime) -> Result<usize> {
         let n = self.sync_at(rt, &rt.relay()).await?;
@@ -760,19 +843,8 @@ impl Letagents {
         loop {
             let msgs = relay.inbox(&rt.inner.id.sig, &rt.inner.id.drop).await?;
             let n = msgs.len();
-            let mut done = Vec::with_capacity(n);
-            for m in msgs {
-                match crate::util::b64u_decode(&m.ct) {
-                    Some(bytes) => {
-                        self.receive(rt, &bytes).await?;
-                    }
-                    None => {
-                        let mut conn = rt.store().pool.acquire().await?;
-                        audit_dropped(&mut conn, now_ms(), "relay sent an envelope that is not base64url").await?;
-                    }
-                }
-                done.push(m.seq);
-            }
+            let done: Vec<i64> = msgs.iter().map(|m| m.seq).collect();
+            self.receive_frames(rt, msgs.into_iter().map(|m| m.ct)).await?;
             if !done.is_empty() {
                 relay.ack(&rt.inner.id.sig, &done).await?;
             }
@@ -799,25 +871,46 @@ impl Letagents {
                 frame = rx.next() => {
                     let Some(frame) = frame else { break };
                     let frame = frame.map_err(|e| TransportError::Unreachable(e.to_string()))?;
-                    let WsMessage::Text(text) = frame else { continue };
-                    let Ok(msg) = serde_json::from_str::<RelayToClient>(text.as_str()) else {
-                        tracing::warn!("relay sent an unknown frame");
-                        continue;
-                    };
-                    match msg {
-                        RelayToClient::Msg { seq, ct } => {
-                            let showable = match crate::util::b64u_decode(&ct) {
-                                Some(bytes) => self.receive(rt, &bytes).await?,
-                                None => false,
-                            };
-                            let ack = serde_json::to_string(&ClientToRelay::Ack { seq }).map_err(|e| Error::Bug(e.to_string()))?;
-                            tx.send(WsMessage::text(ack)).await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
-                            if showable && until_showable {
-                                return Ok(());
+                    // The frames the socket already holds join this one's transaction (a
+                    // burst: the backlog on connect, or senders faster than our commits).
+                    let mut frames = vec![frame];
+                    let mut closed = false;
+                    while frames.len() < BURST_TX {
+                        match rx.next().now_or_never() {
+                            Some(Some(f)) => frames.push(f.map_err(|e| TransportError::Unreachable(e.to_string()))?),
+                            Some(None) => {
+                                closed = true;
+                                break;
                             }
+                            None => break,
                         }
-                        RelayToClient::Ready => {}
-                        RelayToClient::Pong => awaiting_pong = false,
+                    }
+                    let mut seqs = Vec::with_capacity(frames.len());
+                    let mut cts = Vec::with_capacity(frames.len());
+                    for frame in frames {
+                        let WsMessage::Text(text) = frame else { continue };
+                        match serde_json::from_str::<RelayToClient>(text.as_str()) {
+                            Ok(RelayToClient::Msg { seq, ct }) => {
+                                seqs.push(seq);
+                                cts.push(ct);
+                            }
+                            Ok(RelayToClient::Ready) => {}
+                            Ok(RelayToClient::Pong) => awaiting_pong = false,
+                            Err(_) => tracing::warn!("relay sent an unknown frame"),
+                        }
+                    }
+                    let showable = self.receive_frames(rt, cts).await?;
+                    // Acks only after the commit: an envelope is deleted once it is ours.
+                    for seq in seqs {
+                        let ack = serde_json::to_string(&ClientToRelay::Ack { seq }).map_err(|e| Error::Bug(e.to_string()))?;
+                        tx.feed(WsMessage::text(ack)).await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
+                    }
+                    tx.flush().await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
+                    if showable && until_showable {
+                        return Ok(());
+                    }
+                    if closed {
+                        break;
                     }
                 }
                 _ = ping.tick() => {

@@ -158,6 +158,19 @@ impl Runtime {
         self.inner.letagents.receive(self, envelope).await
     }
 
+    /// Processes letagents envelopes as if the relay had handed them over in one burst (one
+    /// transaction per 256); per envelope, whether it produced something `inbox` will show. For
+    /// benches (`core/benches/store.rs`).
+    pub async fn receive_letagents_burst(&self, envelopes: &[Vec<u8>]) -> Result<Vec<bool>> {
+        self.inner.letagents.receive_burst(self, envelopes).await
+    }
+
+    /// How many letagents receive transactions this runtime has committed: one per envelope
+    /// received alone, one per chunk of a burst. Tests count them.
+    pub fn letagents_receive_transactions(&self) -> u64 {
+        self.inner.letagents.receive_transactions()
+    }
+
     /// The protocol whose direct LAN deliveries carry `tag`.
     pub(super) fn protocol_of_lan_tag(&self, tag: ProtocolTag) -> Option<Protocol> {
         Protocol::ALL.into_iter().find(|p| self.channel(*p).lan_tag() == Some(tag))

@@ -1,6 +1,6 @@
 //! Sealing and opening letagents envelopes: `"LA1" ‖ eph.pub ‖ nonce ‖ AES-256-GCM(plain)`.
 
-use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::aead::{AeadInOut, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use hkdf::Hkdf;
@@ -133,13 +133,21 @@ pub fn seal(
     let sig = sender.sign(&signed_bytes(&eph_pub, inner_json.as_bytes()));
     let sig_b64 = b64u(&sig.to_bytes());
     let plain = Plain { inner: inner_json.into(), sig: sig_b64.into() };
-    let mut plain = Zeroizing::new(serde_json::to_vec(&plain).map_err(|_| SealError::TooLarge(0))?);
-    let padded = plain.len().div_ceil(BLOCK).max(1) * BLOCK;
+    // One buffer for the whole envelope: the header, the plaintext JSON written right after it
+    // and padded, encrypted in place, then the tag. (The JSON escapes `inner`'s quotes: a little
+    // more than `inner` itself, rarely over the spare block.)
+    let room = HEADER + (inner_json.len() + inner_json.len() / 8 + 128).div_ceil(BLOCK) * BLOCK + TAG;
+    let mut out = Zeroizing::new(Vec::with_capacity(room.min(MAX_ENVELOPE)));
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&eph_pub);
+    out.extend_from_slice(&[0u8; 12]);
+    serde_json::to_writer(&mut *out, &plain).map_err(|_| SealError::TooLarge(0))?;
+    let padded = (out.len() - HEADER).div_ceil(BLOCK).max(1) * BLOCK;
     let total = HEADER + padded + TAG;
     if total > MAX_ENVELOPE {
         return Err(SealError::TooLarge(total));
     }
-    plain.resize(padded, b' ');
+    out.resize(HEADER + padded, b' ');
 
     let shared = eph.diffie_hellman(&PublicKey::from(recipient.boxk));
     if !shared.was_contributory() {
@@ -148,18 +156,16 @@ pub fn seal(
     let key = derive_key(shared.as_bytes(), &eph_pub, &recipient.boxk);
     let mut nonce = [0u8; 12];
     rng.fill(&mut nonce);
+    out.get_mut(3 + 32..HEADER).ok_or(SealError::TooLarge(total))?.copy_from_slice(&nonce);
     let cipher = Aes256Gcm::new((&*key).into());
     let aad = aad(&recipient.mailbox_id());
-    let ct = cipher
-        .encrypt(&Nonce::from(nonce), Payload { msg: &plain, aad: &aad })
+    let body = out.get_mut(HEADER..).ok_or(SealError::TooLarge(total))?;
+    let tag = cipher
+        .encrypt_inout_detached(&Nonce::from(nonce), &aad, body.into())
         .map_err(|_| SealError::TooLarge(total))?;
-
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&eph_pub);
-    out.extend_from_slice(&nonce);
-    out.extend_from_slice(&ct);
-    Ok(out)
+    out.extend_from_slice(&tag);
+    // Only ciphertext is left in the buffer: hand it out without the wipe.
+    Ok(std::mem::take(&mut *out))
 }
 
 /// Checks the framing rules a receiver applies before anything else is read.
@@ -180,7 +186,9 @@ pub fn open(envelope: &[u8], my_box: &StaticSecret, me: &PeerKeys) -> Result<Ope
     check_framing(envelope)?;
     let eph_pub: [u8; 32] = envelope.get(3..35).and_then(|s| s.try_into().ok()).ok_or(OpenError::Framing)?;
     let nonce: [u8; 12] = envelope.get(35..HEADER).and_then(|s| s.try_into().ok()).ok_or(OpenError::Framing)?;
-    let ct = envelope.get(HEADER..).ok_or(OpenError::Framing)?;
+    let ct = envelope.get(HEADER..envelope.len() - TAG).ok_or(OpenError::Framing)?;
+    let tag = envelope.get(envelope.len() - TAG..).ok_or(OpenError::Framing)?;
+    let tag = aes_gcm::Tag::try_from(tag).map_err(|_| OpenError::Framing)?;
 
     let shared = my_box.diffie_hellman(&PublicKey::from(eph_pub));
     if !shared.was_contributory() {
@@ -190,9 +198,10 @@ pub fn open(envelope: &[u8], my_box: &StaticSecret, me: &PeerKeys) -> Result<Ope
     let cipher = Aes256Gcm::new((&*key).into());
     let my_id = me.mailbox_id();
     let aad = aad(&my_id);
-    let plain = Zeroizing::new(
-        cipher.decrypt(&Nonce::from(nonce), Payload { msg: ct, aad: &aad }).map_err(|_| OpenError::Decrypt)?,
-    );
+    let mut plain = Zeroizing::new(ct.to_vec());
+    cipher
+        .decrypt_inout_detached(&Nonce::from(nonce), &aad, plain.as_mut_slice().into(), &tag)
+        .map_err(|_| OpenError::Decrypt)?;
 
     let json_end = plain.iter().rposition(|b| *b != b' ').map_or(0, |i| i + 1);
     let json = plain.get(..json_end).ok_or(OpenError::Plain)?;
@@ -251,6 +260,39 @@ mod tests {
         assert_eq!(opened.inner_json, json);
         assert_eq!(opened.inner.text(), "hello bob");
         assert_eq!(opened.sender(), &alice.keys);
+    }
+
+    /// Seal writes into one buffer and encrypts in place; its bytes must stay exactly those of
+    /// the plain construction: JSON of `{inner, sig}`, spaces to a multiple of 1024,
+    /// AES-256-GCM with the tag appended, after `LA1 ‖ eph.pub ‖ nonce`.
+    #[test]
+    fn sealed_bytes_are_those_of_the_plain_construction() {
+        use crate::util::Rng as _;
+        use aes_gcm::aead::{Aead, Payload};
+        let (alice, bob) = (party(1), party(2));
+        for body in ["", "quote \" and backslash \\ and \u{1}", "long ".repeat(1000).as_str()] {
+            let json = message(&alice, &bob, body);
+            let env = seal(&alice.sig, &bob.keys, &json, &mut SeededRng::new([9; 32])).unwrap();
+
+            let mut rng = SeededRng::new([9; 32]);
+            let mut eph = [0u8; 32];
+            rng.fill(&mut eph);
+            let eph = StaticSecret::from(eph);
+            let eph_pub = PublicKey::from(&eph).to_bytes();
+            let sig = alice.sig.sign(&signed_bytes(&eph_pub, json.as_bytes()));
+            let plain = Plain { inner: json.as_str().into(), sig: b64u(&sig.to_bytes()).into() };
+            let mut plain = serde_json::to_vec(&plain).unwrap();
+            plain.resize(plain.len().div_ceil(BLOCK) * BLOCK, b' ');
+            let shared = eph.diffie_hellman(&PublicKey::from(bob.keys.boxk));
+            let key = derive_key(shared.as_bytes(), &eph_pub, &bob.keys.boxk);
+            let mut nonce = [0u8; 12];
+            rng.fill(&mut nonce);
+            let aad = aad(&bob.keys.mailbox_id());
+            let ct = Aes256Gcm::new((&*key).into())
+                .encrypt(&Nonce::from(nonce), Payload { msg: &plain, aad: &aad })
+                .unwrap();
+            assert_eq!(env, [MAGIC.as_slice(), &eph_pub, &nonce, &ct].concat());
+        }
     }
 
     #[test]
