@@ -616,7 +616,7 @@ impl Letagents {
                     store::update_contact(tx, c.id, &refresh).await?;
                 }
                 match (&contact, &opened.inner.moved_to) {
-                    (Some(c), Some(moved)) => match take_move(rt, &mut tx, c, moved, &opened.inner, now).await? {
+                    (Some(c), Some(moved)) => match take_move(rt, &mut *tx, c, moved, &opened.inner, now).await? {
                         Ok(url) => {
                             showable = true;
                             event = Some(Event::Message { id: msg_id.clone() });
