@@ -6,13 +6,10 @@
 //! `BURST_ROUNDS` the rounds (default 2, i.e. A B B A).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
-use switchboard_core::bridge::api::Request;
-use switchboard_core::engine::{InitOptions, Runtime};
-use switchboard_core::identity::DeviceIdentity;
-use switchboard_core::identity::keystore::KeystorePreference;
-use switchboard_core::profile::Profile;
 use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
 use switchboard_core::util::{OsRng, now_ms};
 
@@ -24,33 +21,7 @@ fn main() {
     let n = env_usize("BURST_N", 1000);
     let rounds = env_usize("BURST_ROUNDS", 2);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let profile = Profile { dir: dir.path().join("bob") };
-    let _lock = profile.try_lock().unwrap().unwrap();
-    let bob = rt
-        .block_on(Runtime::init(
-            &profile,
-            InitOptions {
-                name: "bob".into(),
-                // Nothing listens there: the receive path never touches the network.
-                relay: "http://127.0.0.1:9".into(),
-                relay_cert_sha256: None,
-                keystore: KeystorePreference::File,
-            },
-        ))
-        .unwrap();
-    let alice = DeviceIdentity::generate(&mut OsRng);
-    rt.block_on(bob.handle(
-        Request::ContactAdd {
-            address: alice.address().to_string(),
-            name: Some("alice".into()),
-            allow: None,
-            relay: None,
-            no_hello: true,
-        },
-        false,
-    ))
-    .unwrap();
+    let support::Receiver { bob, alice, .. } = &support::bob_with_contact_alice(&rt);
     let bob_keys = bob.keys();
     let burst = || -> Vec<Vec<u8>> {
         (0..n)

@@ -8,13 +8,14 @@
 //! every wait did before the mark), and against a profile with no history.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::str::FromStr;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use switchboard_core::bridge::api::Request;
 use switchboard_core::engine::{InitOptions, Runtime};
-use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::Profile;
 use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
@@ -22,33 +23,7 @@ use switchboard_core::util::{OsRng, now_ms};
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let profile = Profile { dir: dir.path().join("bob") };
-    let _lock = profile.try_lock().unwrap().unwrap();
-    let bob = rt
-        .block_on(Runtime::init(
-            &profile,
-            InitOptions {
-                name: "bob".into(),
-                // Nothing listens there: the receive path never touches the network.
-                relay: "http://127.0.0.1:9".into(),
-                relay_cert_sha256: None,
-                keystore: KeystorePreference::File,
-            },
-        ))
-        .unwrap();
-    let alice = DeviceIdentity::generate(&mut OsRng);
-    rt.block_on(bob.handle(
-        Request::ContactAdd {
-            address: alice.address().to_string(),
-            name: Some("alice".into()),
-            allow: None,
-            relay: None,
-            no_hello: true,
-        },
-        false,
-    ))
-    .unwrap();
+    let support::Receiver { bob, alice, dir, .. } = &support::bob_with_contact_alice(&rt);
     let bob_keys = bob.keys();
     let envelope = || {
         let inner = Inner::new(
@@ -103,7 +78,7 @@ fn bench(c: &mut Criterion) {
             },
         ))
         .unwrap();
-    for r in [&bob, &fresh] {
+    for r in [bob, &fresh] {
         rt.block_on(r.handle(Request::SessionOpen { agent: "coder".into(), harness: None }, false)).unwrap();
         rt.block_on(r.handle(wait(), false)).unwrap();
     }
