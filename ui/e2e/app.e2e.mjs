@@ -213,6 +213,12 @@ await scenario(async ({ browser, page }) => {
   const newest = page.locator('.msg').last();
   assert(await inViewport(newest), 'the newest message is in view at 480×400');
   assert(await inViewport(page.getByRole('link', { name: 'Back to chats' })), 'a way back to the list');
+  const replyShown = () => page.locator('.msg.in .reply').first().evaluate((b) => getComputedStyle(b).opacity);
+  await page.mouse.move(1, 1);
+  assert((await replyShown()) === '0', 'no Reply button on every bubble in a narrow window');
+  await page.locator('.msg.in').first().hover();
+  assert((await replyShown()) === '1', 'Reply shows on the hovered bubble');
+  await page.mouse.move(1, 1);
   await shot(page, '04c-small-conversation');
   await page.setViewportSize({ width: 1280, height: 800 });
 
@@ -260,8 +266,9 @@ await scenario(async ({ browser, page }) => {
   await daveDialog.waitFor();
   await daveDialog.getByLabel('Name for this contact').fill('dave');
   await daveDialog.getByRole('button', { name: 'Add contact' }).click();
-  await page.getByRole('link', { name: 'Open conversation with dave' }).click();
+  // The new conversation opens by itself, ready to type in.
   await page.getByRole('heading', { name: 'Conversation with dave' }).waitFor();
+  await page.waitForFunction(() => document.activeElement?.id === 'compose');
   const channelsShown = await page.locator('.contact-panel .channel').evaluateAll((l) => l.map((e) => e.dataset.channel));
   assert(channelsShown.join() === 'letagents,agent-mail,stringcup', `dave's channels listed: ${channelsShown}`);
   await driver({ op: 'relay_stop' });
@@ -385,6 +392,13 @@ await scenario(async ({ browser, page }) => {
   step('activity log search');
   await nav(page, 'Activity').click();
   await page.locator('table.log tbody tr').first().waitFor();
+  // A person's channels (dave came by contact link) show under the person's name, never an id.
+  await page.getByRole('cell', { name: 'dave', exact: true }).first().waitFor();
+  const peers = await page.locator('table.log tbody tr td:nth-child(4)').allTextContents();
+  assert(peers.every((p) => !/^[A-Za-z0-9_-]{12}$/.test(p.trim())), `no raw ids for contacts: ${peers.slice(0, 8)}`);
+  const when = await page.locator('table.log tbody time').evaluateAll((l) => l.map((t) => Date.parse(t.getAttribute('datetime'))));
+  // (Rows are in the order they were written; a row's clock may trail its neighbour's by a few ms.)
+  assert(when.length > 10 && when[0] - when[when.length - 1] > 1000, `the newest activity comes first: ${when[0]} … ${when.at(-1)}`);
   await shot(page, '09-log');
   await page.getByLabel('Search the log').fill('no-such-activity-anywhere');
   await page.getByText('No activity matches.').waitFor();
@@ -455,6 +469,15 @@ await scenario(async ({ browser, page }) => {
   await page.getByText('Nothing is waiting for review.').waitFor();
   assert((await nav(page, 'Review').textContent()).trim() === 'Review', 'the badge is gone');
   await driver({ op: 'bob_wait_for', text: 'may I share the plan?' });
+  // For a person (several channels), the item names the person, not the channel it goes on.
+  await driver({ op: 'alice_agent_send', agent: 'coder', to: 'dave', text: 'dave, a question for later' });
+  await nav(page, 'Review (1 waiting)').waitFor({ timeout: 30_000 });
+  await nav(page, 'Review').click();
+  const daveItem = page.getByRole('listitem', { name: /coder → dave,/ });
+  await daveItem.waitFor();
+  assert(!(await daveItem.textContent()).includes('dave.'), `the person's name, not a channel: ${await daveItem.textContent()}`);
+  await daveItem.getByRole('button', { name: /^Reject/ }).click();
+  await page.getByText('Nothing is waiting for review.').waitFor();
   await nav(page, 'Settings').click();
   await page.getByLabel('Hold messages my agents write until I approve them').uncheck();
   await page.getByRole('status').filter({ hasText: 'Review mode is off.' }).waitFor();

@@ -1099,7 +1099,8 @@ function showPreview(rec: Recognised) {
             d.close();
             d.remove();
             say(S.preview.added(c.name));
-            go('#/contacts');
+            // The new conversation opens, ready to type in, as in any messenger.
+            goThen(`#/c/${encodeURIComponent(c.name)}`, () => document.getElementById('compose')?.focus());
           } catch (x) {
             err.textContent = errorText(x);
             err.hidden = false;
@@ -2414,13 +2415,36 @@ async function groupsView() {
   );
 }
 
+/**
+ * Contacts by id and by name, as the person knows them: a person's channel (its own contact row,
+ * named like `Bob.letagents`, with the channel's own id) maps to the person's name, since the
+ * activity log and the review queue name the channel that carried a message.
+ */
+function contactNames(): { byId: Map<string, string>; byName: Map<string, string> } {
+  const byId = new Map<string, string>();
+  const byName = new Map<string, string>();
+  const add = (x: Contact, name: string) => {
+    byId.set(x.id, name);
+    byName.set(x.name, name);
+    // Agent Mail's delivery rows name the recipient's mailbox (`…/mail/MAILBOX?route=…`).
+    const mailbox = /\/mail\/([A-Za-z0-9_-]+)/.exec(x.address ?? '')?.[1];
+    if (mailbox) byId.set(mailbox, name);
+  };
+  for (const c of [...(summary?.chats ?? []).map((x) => x.contact), ...(summary?.requests ?? [])]) {
+    add(c, c.name);
+    for (const ch of c.channels ?? []) add(ch, c.name);
+  }
+  return { byId, byName };
+}
+
 function reviewTarget(it: ReviewItem): string {
   if (it.asnet) return S.review.asnetTarget;
   if (typeof it.group === 'string' && it.group) {
     const g = summary?.groups.find((x) => x.g.group === it.group)?.g;
     return S.review.toGroup(groupName(g), it.to ?? null);
   }
-  return it.contact ?? '?';
+  if (!it.contact) return '?';
+  return contactNames().byName.get(it.contact) ?? it.contact;
 }
 
 /** Review items whose text is open for editing (kept across background refreshes). */
@@ -2583,9 +2607,8 @@ function csv(rows: AuditRow[]): string {
 
 async function logView() {
   const rows = await backend.log(logSearch || undefined);
-  // Peers by their contact names where they are contacts.
-  const names = new Map((summary?.chats ?? []).map((c) => [c.contact.id, c.contact.name] as [string, string]));
-  for (const c of summary?.requests ?? []) names.set(c.id, c.name);
+  // Peers by their contact names where they are contacts (a person's channels by the person's).
+  const names = contactNames().byId;
   const search = h('input', { type: 'search', id: 'log-search', value: logSearch });
   let timer: ReturnType<typeof setTimeout> | undefined;
   search.addEventListener('input', () => {
@@ -2615,7 +2638,8 @@ async function logView() {
           h(
             'tbody',
             null,
-            rows.map((r) =>
+            // Newest first, as a person reads a log (the export keeps the runtime's order).
+            [...rows].reverse().map((r) =>
               h(
                 'tr',
                 null,

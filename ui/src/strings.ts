@@ -265,7 +265,9 @@ export const S = {
     createHint: 'The name is yours: members do not see it, and you can change it. Next you get an invite link to send.',
     created: (name: string) => `Created \u201c${name}\u201d. Send the invite link to the person you want in it.`,
     unnamed: 'New group',
-    withMembers: (names: string[]) => (names.length <= 3 ? names.join(', ') : `${names.slice(0, 3).join(', ')} +${names.length - 3}`),
+    /** An unnamed group, by its other members ("Group with" keeps it apart from a 1:1 chat with one of them). */
+    withMembers: (names: string[]) =>
+      `Group with ${names.length <= 3 ? names.join(', ') : `${names.slice(0, 3).join(', ')} +${names.length - 3}`}`,
     open: (name: string) => `Open group ${name}`,
     titlePrefix: 'Group: ',
     log: (name: string) => `Messages in ${name}`,
