@@ -100,6 +100,11 @@ impl Driver for World {
                     self.bob.request(Request::GroupInvite { handle: None, group: Some(group), ttl_secs: None }).await?;
                 Ok(inv["link"].clone())
             }
+            "bob_invite_unnamed" => {
+                // As `switchboard invite` with no group: a new group that has no name.
+                let inv = self.bob.request(Request::GroupInvite { handle: None, group: None, ttl_secs: None }).await?;
+                Ok(inv["link"].clone())
+            }
             "bob_band" => Ok(Value::from(self.band.clone().ok_or("bob made no group")?)),
             other => Err(format!("unknown driver op {other}")),
         }

@@ -140,7 +140,16 @@ await scenario(async ({ page }) => {
   await page.getByRole('log', { name: 'Messages in Band practice' }).getByText('Welcome to the band').waitFor({ timeout: 15_000 });
   await shot(page, '09-joined-from-link');
 
-  step('the Groups screen lists both groups by name');
+  step('a group nobody named is called by its members, never just "Bob" like a 1:1 chat');
+  const unnamedLink = await driver({ op: 'bob_invite_unnamed' });
+  await nav(page, 'Chats').click();
+  await pasteAnywhere(page, unnamedLink);
+  const joinUnnamed = page.getByRole('dialog', { name: 'Join group?' });
+  await joinUnnamed.getByText('Bob invited you to a group.').waitFor();
+  await joinUnnamed.getByRole('button', { name: 'Join group' }).click();
+  await page.getByRole('heading', { name: 'Group: Group with Bob' }).waitFor({ timeout: 30_000 });
+
+  step('the Groups screen lists the groups by name');
   await nav(page, 'Groups').click();
   const groups = page.getByRole('list', { name: 'Groups' });
   await groups.getByRole('link', { name: /^Open group Band practice/ }).waitFor();
