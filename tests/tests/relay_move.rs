@@ -334,3 +334,64 @@ async fn a_relay_that_does_not_answer_is_refused_and_the_profile_stays() {
     assert_eq!(alice.try_call(move_to(&old.url())).await.unwrap_err(), "invalid_input");
     assert_eq!(alice.call(Request::Whoami).await, before);
 }
+
+/// The live runtime (the daemon, the app) reads the old relay by itself: a contact who has not
+/// read the move notice yet writes to alice's old mailbox after the move, and it arrives with no
+/// command asking for it (the drain loop, every 15 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_runtime_reads_the_old_relay_by_itself_after_a_move() {
+    let old = TestRelay::start().await;
+    let new = TestRelay::start().await;
+    let mut alice = Peer::offline("alice", &old.url()).await;
+    let bob = Peer::offline("bob", &old.url()).await;
+    befriend(&alice, &bob).await;
+    bob.inbox(0).await;
+    alice.go_live();
+    alice.call(move_to(&new.url())).await;
+    // After the drain the move itself runs: what bob sends now waits for the loop's next round.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    bob.send("alice", "to your old mailbox").await;
+    // A live runtime's inbox does not sync: only its own loops bring messages in.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    loop {
+        if alice.inbox(0).await.iter().any(|m| m["body"] == "to your old mailbox") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the drain loop never read the old relay");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// A message queued while the relay was down, before a move, goes out after it, to the relay
+/// where its recipient lives (the old one), ahead of the move notice; the contact then follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_queued_before_a_move_goes_out_after_it_to_where_the_contact_lives() {
+    let mut old = TestRelay::start().await;
+    let new = TestRelay::start().await;
+    let new_url = new.url().trim_end_matches('/').to_owned();
+    let alice = Peer::offline("alice", &old.url()).await;
+    let bob = Peer::offline("bob", &old.url()).await;
+    befriend(&alice, &bob).await;
+    bob.inbox(0).await;
+
+    old.stop().await;
+    let id = alice.send("bob", "written while the relay was down").await;
+    assert_eq!(alice.state_of(&id).await, "queued");
+    // The move needs only the new relay to answer.
+    let moved = alice.call(move_to(&new.url())).await;
+    assert_eq!(moved["move"]["letagents_told"], 1, "{moved}");
+    assert_eq!(alice.state_of(&id).await, "queued", "still waiting for bob's relay");
+
+    old.restart().await;
+    alice.call(Request::Flush).await;
+    let got = arrives(&bob, &new_url).await;
+    let bodies: Vec<&str> = got.iter().filter_map(|m| m["body"].as_str()).collect();
+    let queued = bodies.iter().position(|b| *b == "written while the relay was down");
+    let notice = bodies.iter().position(|b| *b == new_url.as_str());
+    assert!(queued.is_some() && queued < notice, "the queued message first, then the notice: {bodies:?}");
+    assert_eq!(contact(&bob, "alice").await["relay"], new_url.as_str());
+    bob.send("alice", "found you").await;
+    arrives(&alice, "found you").await;
+    // bob's receipt for it came back too (sent before he read the notice: through the drain).
+    assert!(alice.eventually(20, || async { alice.state_of(&id).await == "delivered" }).await, "delivered to bob");
+}
