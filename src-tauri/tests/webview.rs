@@ -10,6 +10,8 @@
 //! message to alice's agent is marked for it, waiting, then handed to it; a group made by name is
 //! a chat; bob's pasted invite link asks "Join group?" naming him, and joining opens the group
 //! with his message; at 480x400 one pane shows with the composer and newest message in view;
+//! Settings → Move to another relay confirms what it will do, moves, bob is told and his next
+//! message reaches the window through the new relay;
 //! two messages arriving while Settings is open are counted in the navigation, the
 //! window title and the tray icon (trayer, a real XEmbed tray), and opening the conversation reads
 //! them everywhere; closing the window (the WM_DELETE_WINDOW a window manager sends) with a tray
@@ -663,6 +665,61 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     .await;
     wd.shot("04i-480x400").await;
     assert!(sized("1024", "760"));
+
+    // ---- Settings → Move to another relay: what it will do first, then the move; bob (who
+    // lives on the old relay) is told and his next message reaches the window from the new one.
+    let relay_b = TestRelay::start().await;
+    let new_url = relay_b.url().trim_end_matches('/').to_owned();
+    wd.click("nav a[href='#/settings']").await;
+    wd.type_into("#set-move-url", &new_url).await;
+    wd.click("#relay-move button[type=submit]").await;
+    let plan = wd
+        .until(
+            "the move's confirmation",
+            30,
+            "const t = document.getElementById('set-move-confirm-text'); return t ? t.textContent : null",
+            json!([]),
+        )
+        .await;
+    let plan = plan.as_str().unwrap_or_default().to_owned();
+    assert!(plan.contains("1 contact will be told") && plan.contains("48 h"), "the plan in words: {plan}");
+    wd.shot("04l-relay-move-confirm").await;
+    wd.click("#set-move-yes").await;
+    wd.until(
+        "the moved notice",
+        60,
+        "return [...document.querySelectorAll('[role=status]')].some(s => s.textContent.includes('Moved to'))",
+        json!([]),
+    )
+    .await;
+    wd.shot("04m-relay-moved").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'told: loop {
+        for m in bob.inbox(1).await {
+            if m["kind"] == "moved" && m["body"] == new_url.as_str() {
+                break 'told;
+            }
+        }
+        assert!(Instant::now() < deadline, "bob was never told about the move");
+    }
+    bob.call(Request::Send {
+        contact: alice_at_bob.clone(),
+        text: "found you on the new relay".into(),
+        kind: None,
+        reply_to: None,
+        from_agent: None,
+        to_agent: None,
+    })
+    .await;
+    wd.click("nav a[href='#/contacts']").await;
+    wd.click("a[href='#/c/bob']").await;
+    wd.until(
+        "bob's message through the new relay",
+        30,
+        "return [...document.querySelectorAll('.msg.in .body')].some(b => b.textContent === 'found you on the new relay')",
+        json!([]),
+    )
+    .await;
 
     // ---- close the window with a tray host on the display: the app keeps running, its window
     // hidden (tests/tray.rs: without a host, closing quits).
