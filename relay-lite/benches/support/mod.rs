@@ -112,6 +112,9 @@ type GroupWrite = (String, Bytes, oneshot::Sender<bool>);
 struct GroupState {
     writes: mpsc::Sender<GroupWrite>,
     committed: broadcast::Sender<(Arc<str>, i64, Bytes)>,
+    /// A check each body must pass before it is queued (on the request's task, as relay-lite
+    /// checks a packet): `400` when it fails.
+    check: Option<fn(&[u8]) -> bool>,
 }
 
 /// The honest baseline: `POST route` (one `{id}` segment) queues the body for one writer task
@@ -120,6 +123,16 @@ struct GroupState {
 /// per batch; WAL, `synchronous=FULL`), then answer every caller `202 {}` and hand each committed
 /// body to the websockets at `GET /ws/{id}`, which send it as `{"t":"msg","seq":…,"ct":b64u}`.
 pub async fn start_group_commit_baseline(dir: &Path, route: &str) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
+    start_group_commit_baseline_checked(dir, route, None).await
+}
+
+/// [`start_group_commit_baseline`], where every body must first pass `check` on the request's
+/// task (e.g. the protocol's stateless checks a relay cannot skip), else `400`.
+pub async fn start_group_commit_baseline_checked(
+    dir: &Path,
+    route: &str,
+    check: Option<fn(&[u8]) -> bool>,
+) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
     let options = SqliteConnectOptions::new()
         .filename(dir.join("group-baseline.sqlite3"))
         .create_if_missing(true)
@@ -160,6 +173,9 @@ pub async fn start_group_commit_baseline(dir: &Path, route: &str) -> (SocketAddr
         UrlPath(id): UrlPath<String>,
         body: Bytes,
     ) -> (StatusCode, &'static str) {
+        if state.check.is_some_and(|check| !check(&body)) {
+            return (StatusCode::BAD_REQUEST, "");
+        }
         let (reply, answer) = oneshot::channel();
         if state.writes.send((id, body, reply)).await.is_err() {
             return (StatusCode::INTERNAL_SERVER_ERROR, "");
@@ -183,10 +199,11 @@ pub async fn start_group_commit_baseline(dir: &Path, route: &str) -> (SocketAddr
             }
         })
     }
-    let router = Router::new()
-        .route(route, post(deposit))
-        .route("/ws/{id}", get(watch))
-        .with_state(GroupState { writes, committed });
+    let router = Router::new().route(route, post(deposit)).route("/ws/{id}", get(watch)).with_state(GroupState {
+        writes,
+        committed,
+        check,
+    });
     let (addr, task) = serve(router).await;
     (addr, task, writer)
 }
