@@ -460,8 +460,9 @@ impl Store {
     }
 
     /// What reaches this profile through its own relay at `relay_url`: its accepted, unblocked
-    /// letagents and Agent Mail contacts (the ones a move tells), every Stringcup contact (any
-    /// would be cut off), and the active groups whose log it carries.
+    /// letagents and Agent Mail contacts (the ones a move tells), every Stringcup contact stored
+    /// as on our own relay (they stay there, reached through the identity it assigned), and the
+    /// active groups whose log it carries.
     pub async fn own_relay_dependents(&self, relay_url: &str) -> Result<RelayDependents> {
         let count = |protocol: Protocol, sql: &'static str| {
             sqlx::query_scalar::<_, i64>(sql).bind(protocol.as_str()).fetch_one(&self.pool)
@@ -469,7 +470,8 @@ impl Store {
         let told = "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND state = 'active' AND blocked = 0";
         let letagents = count(Protocol::Letagents, told).await?;
         let agent_mail = count(Protocol::AgentMail, told).await?;
-        let stringcup = count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ?").await?;
+        let stringcup =
+            count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND relay_url IS NULL").await?;
         let groups = sqlx::query_scalar(
             "SELECT COUNT(DISTINCT group_id) FROM lmk_groups WHERE state = 'active' AND rtrim(relay, '/') = rtrim(?, '/')",
         )
@@ -481,10 +483,10 @@ impl Store {
 
     /// Makes `new` (certificate pin `new_pin_hex`, empty for the web PKI) the profile's own relay
     /// instead of `old`, in one transaction:
-    /// - the relay-assigned Stringcup identity of the old relay is forgotten (a new one is
-    ///   registered on the new relay);
-    /// - every letagents contact stored as "on our own relay" (`relay_url` NULL) is pinned to
-    ///   `old`, where it still lives;
+    /// - every letagents and Stringcup contact stored as "on our own relay" (`relay_url` NULL) is
+    ///   pinned to `old`, where it still lives (a Stringcup contact is reached through the identity
+    ///   `old` assigned, kept in `stringcup_identities`); Stringcup contacts pinned to `new` (a
+    ///   move back) are on our own relay again;
     /// - the old relay's certificate pin (`old_pin`, if it had one) becomes the owner's vouch in
     ///   `trusted_relays`, so groups, contacts and the drain still verify it;
     /// - `old` is read until `drain_until` (`old_relays`); `new` is no longer an old relay.
@@ -500,10 +502,15 @@ impl Store {
         let mut tx = self.write_tx().await?;
         set_meta(&mut tx, "relay_url", new).await?;
         set_meta(&mut tx, "relay_cert_sha256", new_pin_hex).await?;
-        sqlx::query("DELETE FROM meta WHERE key = 'stringcup_id'").execute(&mut *tx).await?;
-        sqlx::query("UPDATE contacts SET relay_url = ? WHERE protocol = ? AND relay_url IS NULL")
+        sqlx::query("UPDATE contacts SET relay_url = ? WHERE protocol IN (?, ?) AND relay_url IS NULL")
             .bind(old)
             .bind(Protocol::Letagents.as_str())
+            .bind(Protocol::Stringcup.as_str())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE contacts SET relay_url = NULL WHERE protocol = ? AND rtrim(relay_url, '/') = rtrim(?, '/')")
+            .bind(Protocol::Stringcup.as_str())
+            .bind(new)
             .execute(&mut *tx)
             .await?;
         if let Some(pin) = old_pin {
@@ -529,6 +536,34 @@ impl Store {
         .await?;
         sqlx::query("DELETE FROM old_relays WHERE url = ?").bind(new).execute(&mut *tx).await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// The Stringcup identities this profile holds, one per relay (`stringcup_identities`), each
+    /// with how many Stringcup contacts are stored with that relay (`contacts.relay_url`; those
+    /// on our own relay have none, so the own relay's identity counts 0 here).
+    pub async fn stringcup_identities(&self) -> Result<Vec<StringcupIdentityRow>> {
+        Ok(sqlx::query_as(
+            "SELECT i.relay_url, i.sc_id, i.slot, (SELECT COUNT(*) FROM contacts c WHERE c.protocol = 'stringcup' \
+             AND rtrim(c.relay_url, '/') = i.relay_url) AS contacts FROM stringcup_identities i ORDER BY i.created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Records the Stringcup identity `sc_id` the relay at `relay_url` (canonical) assigned,
+    /// whose secrets are already in keystore slot `slot`.
+    pub async fn set_stringcup_identity(&self, relay_url: &str, sc_id: &str, slot: &str, now: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO stringcup_identities (relay_url, sc_id, slot, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (relay_url) DO UPDATE SET sc_id = excluded.sc_id, slot = excluded.slot",
+        )
+        .bind(relay_url)
+        .bind(sc_id)
+        .bind(slot)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
@@ -726,10 +761,23 @@ pub struct RelayDependents {
     pub letagents: i64,
     /// Agent Mail contacts, accepted and not blocked.
     pub agent_mail: i64,
-    /// Stringcup contacts, any state.
+    /// Stringcup contacts on our own relay, any state: they stay there.
     pub stringcup: i64,
     /// Active groups whose log the relay carries.
     pub groups: i64,
+}
+
+/// A Stringcup identity this profile holds ([`Store::stringcup_identities`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StringcupIdentityRow {
+    /// The relay that assigned it (canonical URL).
+    pub relay_url: String,
+    /// Its `sc-` id.
+    pub sc_id: String,
+    /// The keystore slot holding its keys and token.
+    pub slot: String,
+    /// Stringcup contacts stored with that relay.
+    pub contacts: i64,
 }
 
 /// The URLs of the relays moved away from that are still read at `now`, oldest move first,
