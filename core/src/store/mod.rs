@@ -1002,3 +1002,94 @@ mod replayable_tests {
         assert_eq!(store.meta("k").await.unwrap().as_deref(), Some("later"));
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod stringcup_identity_tests {
+    use super::*;
+
+    /// Migrations 0001-0018, then a profile with an identity registered the old way
+    /// (`meta.stringcup_id`), then 0019.
+    #[tokio::test]
+    async fn the_identity_registered_before_0019_belongs_to_the_profiles_relay() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SqliteConnectOptions::new().filename(dir.path().join("db.sqlite")).create_if_missing(true);
+        let pool = SqlitePool::connect_with(opts).await.unwrap();
+        let migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<_> = std::fs::read_dir(&migrations).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        let (before, from19): (Vec<_>, Vec<_>) =
+            files.iter().partition(|p| p.file_name().unwrap().to_str().unwrap() < "0019");
+        for f in before {
+            // Our own migration files, read as they are.
+            sqlx::raw_sql(sqlx::AssertSqlSafe(std::fs::read_to_string(f).unwrap())).execute(&pool).await.unwrap();
+        }
+        for (k, v) in [("relay_url", "http://127.0.0.1:9/"), ("stringcup_id", "sc-aaaaaaaaaaaaaaaaaaaaaaaaaa")] {
+            sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?)").bind(k).bind(v).execute(&pool).await.unwrap();
+        }
+        let sql = std::fs::read_to_string(from19[0]).unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+        let rows: Vec<(String, String, String)> =
+            sqlx::query_as("SELECT relay_url, sc_id, slot FROM stringcup_identities").fetch_all(&pool).await.unwrap();
+        assert_eq!(
+            rows,
+            [("http://127.0.0.1:9".to_owned(), "sc-aaaaaaaaaaaaaaaaaaaaaaaaaa".to_owned(), "stringcup".to_owned())]
+        );
+        let left: Option<String> =
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'stringcup_id'").fetch_optional(&pool).await.unwrap();
+        assert_eq!(left, None);
+    }
+
+    async fn add(store: &Store, name: &str, protocol: Protocol, relay: Option<&str>) {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let c = NewContact {
+            name,
+            protocol,
+            peer_id: name,
+            address: name,
+            sig_pub: &[],
+            box_pub: &[7; 32],
+            drop_code: None,
+            relay_url: relay,
+            state: ContactState::Active,
+            allow_kinds: "send",
+            request_body: "",
+            now: 1,
+        };
+        insert_contact(&mut conn, &c).await.unwrap();
+    }
+
+    async fn relay_of(store: &Store, protocol: Protocol, name: &str) -> Option<String> {
+        let mut conn = store.pool.acquire().await.unwrap();
+        contact_by_peer(&mut conn, protocol, name).await.unwrap().unwrap().relay_url
+    }
+
+    #[tokio::test]
+    async fn a_move_leaves_stringcup_contacts_on_the_old_relay_and_a_move_back_brings_them_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        let (a, b) = ("http://127.0.0.1:1", "http://127.0.0.1:2");
+        add(&store, "carol", Protocol::Stringcup, None).await;
+        add(&store, "bob", Protocol::Letagents, None).await;
+        add(&store, "zed", Protocol::Stringcup, Some("http://127.0.0.1:3")).await;
+        store.set_stringcup_identity(a, "sc-a", "stringcup", 1).await.unwrap();
+        assert_eq!(store.own_relay_dependents(a).await.unwrap().stringcup, 1, "zed lives elsewhere already");
+
+        store.move_own_relay(a, None, b, "", 2, 3).await.unwrap();
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "carol").await.as_deref(), Some(a));
+        assert_eq!(relay_of(&store, Protocol::Letagents, "bob").await.as_deref(), Some(a));
+        add(&store, "dave", Protocol::Stringcup, None).await;
+        store.set_stringcup_identity(b, "sc-b", "stringcup@x", 4).await.unwrap();
+        let ids = store.stringcup_identities().await.unwrap();
+        let counts: Vec<(&str, i64)> = ids.iter().map(|r| (r.sc_id.as_str(), r.contacts)).collect();
+        assert_eq!(counts, [("sc-a", 1), ("sc-b", 0)], "the own relay's contacts are stored without one");
+
+        store.move_own_relay(b, None, a, "", 5, 6).await.unwrap();
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "carol").await, None, "home again");
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "dave").await.as_deref(), Some(b));
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "zed").await.as_deref(), Some("http://127.0.0.1:3"));
+        let ids = store.stringcup_identities().await.unwrap();
+        let counts: Vec<(&str, i64)> = ids.iter().map(|r| (r.sc_id.as_str(), r.contacts)).collect();
+        assert_eq!(counts, [("sc-a", 0), ("sc-b", 1)]);
+    }
+}

@@ -912,6 +912,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_relays_identity_has_its_own_keystore_slot() {
+        let a = "https://relay-a.example";
+        assert_eq!(slot_for(a, &[]), "stringcup", "a profile's first identity, where it always was");
+        let h = hex(&sha256(a.as_bytes()));
+        let short = format!("stringcup@{}", &h[..8]);
+        assert_eq!(slot_for(a, &["stringcup"]), short);
+        assert_eq!(slot_for(a, &["stringcup", &short]), format!("stringcup@{h}"), "never one already in use");
+        assert_ne!(slot_for("https://relay-b.example", &["stringcup"]), short);
+    }
+
+    #[test]
     fn only_a_plain_topic_id_goes_into_a_request_path() {
         assert!(topic_path("tp-cucxeqysmwr2a45nzo34h6lz").is_ok());
         assert!(topic_path("legacy_name-2").is_ok());
