@@ -382,7 +382,7 @@ export const S = {
     relays: 'Relays',
     moveTitle: 'Move to another relay',
     moveNote: (current: string) =>
-      `Your addresses live on ${current}. Moving gives you addresses on the new relay; your contacts are told where you went, groups stay where they are, and this relay is still read for 48 hours.`,
+      `Your addresses live on ${current}. Moving gives you addresses on the new relay; your contacts are told where you went, groups and Stringcup contacts stay where they are (still reached through this relay), and this relay is still read for 48 hours.`,
     moveConfirm: (p: { letagents: number; agent_mail: number; stringcup: number; groups: number; drain_hours: number }) => {
       const told = p.letagents + p.agent_mail;
       const contacts = `${told} ${told === 1 ? 'contact' : 'contacts'} will be told`;
