@@ -471,7 +471,8 @@ impl Store {
         let letagents = count(Protocol::Letagents, told).await?;
         let agent_mail = count(Protocol::AgentMail, told).await?;
         let stringcup =
-            count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND relay_url IS NULL").await?;
+            count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND relay_url IS NULL")
+                .await?;
         let groups = sqlx::query_scalar(
             "SELECT COUNT(DISTINCT group_id) FROM lmk_groups WHERE state = 'active' AND rtrim(relay, '/') = rtrim(?, '/')",
         )
@@ -508,11 +509,13 @@ impl Store {
             .bind(Protocol::Stringcup.as_str())
             .execute(&mut *tx)
             .await?;
-        sqlx::query("UPDATE contacts SET relay_url = NULL WHERE protocol = ? AND rtrim(relay_url, '/') = rtrim(?, '/')")
-            .bind(Protocol::Stringcup.as_str())
-            .bind(new)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE contacts SET relay_url = NULL WHERE protocol = ? AND rtrim(relay_url, '/') = rtrim(?, '/')",
+        )
+        .bind(Protocol::Stringcup.as_str())
+        .bind(new)
+        .execute(&mut *tx)
+        .await?;
         if let Some(pin) = old_pin {
             sqlx::query(
                 "INSERT INTO trusted_relays (url, cert_sha256, source, contact_id, expires_at, updated_at) \
@@ -1035,8 +1038,10 @@ mod stringcup_identity_tests {
             rows,
             [("http://127.0.0.1:9".to_owned(), "sc-aaaaaaaaaaaaaaaaaaaaaaaaaa".to_owned(), "stringcup".to_owned())]
         );
-        let left: Option<String> =
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'stringcup_id'").fetch_optional(&pool).await.unwrap();
+        let left: Option<String> = sqlx::query_scalar("SELECT value FROM meta WHERE key = 'stringcup_id'")
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
         assert_eq!(left, None);
     }
 
