@@ -11,7 +11,8 @@ pub use crate::protocol::agent_mail::attachment::AttachmentIn;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    /// Our identities.
+    /// Our identities (`stringcup.other_relays`: the Stringcup identities kept on relays moved
+    /// away from, `{id, relay, contacts}`, present only when there are any).
     Whoami,
     /// Runtime status.
     Status,

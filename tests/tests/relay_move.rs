@@ -345,6 +345,12 @@ async fn stringcup_contacts_stay_on_the_old_relay_and_new_ones_use_the_new_one()
     alice.send("carol", "so am I, for you").await;
     reaches(&carol, "alice", "so am I, for you").await;
 
+    // A topic lives on one relay: carol, on A, cannot be put in one on B.
+    assert_eq!(
+        alice.try_call(Request::TopicCreate { members: vec!["carol".into()] }).await.unwrap_err(),
+        "invalid_input"
+    );
+
     // A stranger on A writing to alice's kept identity becomes a request living on A.
     let erin = Peer::offline("erin", &a.url()).await;
     erin.add_contact(&alice_a, "alice").await;

@@ -570,6 +570,16 @@ impl Store {
         Ok(())
     }
 
+    /// Stores the identity recorded for relay URL `from` under `to` (the same relay, canonical).
+    pub async fn rekey_stringcup_identity(&self, from: &str, to: &str) -> Result<()> {
+        sqlx::query("UPDATE stringcup_identities SET relay_url = ? WHERE relay_url = ?")
+            .bind(to)
+            .bind(from)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// The relays moved away from that are still read (`drain_until` after `now`): (url,
     /// drain_until), oldest move first.
     pub async fn draining_relays(&self, now: i64) -> Result<Vec<(String, i64)>> {

@@ -164,6 +164,11 @@ async fn load_identities(store: &Store, ks: &std::sync::Arc<Keystore>) -> Result
             return Err(Error::Bug(format!("keystore slot {} holds {}, not {}", row.slot, stored.id, row.sc_id)));
         }
         let relay = relay_key(&row.relay_url);
+        if relay != row.relay_url {
+            // Migration 0019 took the URL as `init` stored it: keyed canonical from now on, as the
+            // contacts a move pins to it are.
+            store.rekey_stringcup_identity(&row.relay_url, &relay).await?;
+        }
         out.insert(
             relay.clone(),
             ScIdentity {
