@@ -11,7 +11,8 @@ pub use crate::protocol::agent_mail::attachment::AttachmentIn;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    /// Our identities.
+    /// Our identities (`stringcup.other_relays`: the Stringcup identities kept on relays moved
+    /// away from, `{id, relay, contacts}`, present only when there are any).
     Whoami,
     /// Runtime status.
     Status,
@@ -473,15 +474,15 @@ pub enum Request {
         url: String,
     },
     /// What `relay_move` would do now (owner only): `{from, letagents, agent_mail, stringcup,
-    /// groups, drain_hours, summary, refused}`: contacts told, groups that stay on the current
-    /// relay, how long it is still read, and why the move is refused (Stringcup contacts), if it is.
+    /// groups, drain_hours, summary}`: contacts told, groups and Stringcup contacts that stay on
+    /// the current relay, and how long it is still read.
     RelayMovePlan,
     /// Moves the profile to another relay (owner only) once that relay answers: re-registers
-    /// what lives on a relay (letagents mailbox, a new Stringcup identity, an Agent Mail card
-    /// routing there), tells letagents contacts (a signed notice) and Agent Mail contacts (a new
-    /// card on both relays), keeps groups on the relay their log lives on, reads the old relay
-    /// for 48 h, and answers `whoami` with `move` (what was done). Refused with `relay_in_use`
-    /// while Stringcup contacts exist: a Stringcup identity belongs to one relay.
+    /// what lives on a relay (letagents mailbox, a Stringcup identity, an Agent Mail card routing
+    /// there), tells letagents contacts (a signed notice) and Agent Mail contacts (a new card on
+    /// both relays), keeps groups on the relay their log lives on and Stringcup contacts on the
+    /// relay that assigned their ids (reached through the identity it assigned us, which is
+    /// kept), reads the old relay for 48 h, and answers `whoami` with `move` (what was done).
     RelayMove {
         /// The new relay's URL.
         url: String,
@@ -677,7 +678,7 @@ pub struct ApiError {
     /// Human-readable message.
     pub message: String,
     /// What a client acts on, for the codes that carry more than words: `untrusted_relay`
-    /// `{url, cert_sha256}`; `relay_in_use` `{url, protocol, contacts}`. Absent otherwise.
+    /// `{url, cert_sha256}`. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
 }

@@ -1194,10 +1194,7 @@ async fn run(cli: Cli) -> Result<(), ApiError> {
             if kind == "relay_move" && !cli.json {
                 // What the move will do, before it does it (the UI asks; a command says).
                 let plan = conn.call(Request::RelayMovePlan).await?;
-                match plan["refused"].as_str() {
-                    Some(why) => println!("this move is refused: {why}"),
-                    None => println!("moving: {}", s(&plan, "summary")),
-                }
+                println!("moving: {}", s(&plan, "summary"));
             }
             let v = conn.call(req).await?;
             if cli.json {

@@ -286,8 +286,8 @@ impl AppState {
 
     /// After the profile moved to the relay at `url`: a relay this app hosted for it is no longer
     /// the profile's, so it stops and is not started again, unless `still_used` (contacts or
-    /// groups reached the profile through it: groups keep their log there, and the runtime still
-    /// reads it for 48 h, so it keeps running).
+    /// groups reached the profile through it: groups keep their log there, Stringcup contacts
+    /// live there for good, and the runtime still reads it, so it keeps running).
     pub async fn relay_moved(&self, url: &str, still_used: bool) {
         if still_used {
             tracing::info!("moved to {url}; the relay this app hosts keeps running for the contacts and groups on it");

@@ -271,6 +271,43 @@ fn the_hosted_relay_starts_again_with_the_app() {
     );
 }
 
+/// A Stringcup contact cannot follow a move (its id belongs to the relay that assigned it), so
+/// the relay the app hosts keeps running for it, and it still reaches alice there.
+#[test]
+fn moving_away_from_the_hosted_relay_keeps_it_while_a_stringcup_contact_lives_there() {
+    let (_d, p) = profile();
+    let elsewhere = relay();
+    let (app, w) = app(p.clone());
+    support::invoke(&w, "profile_init", json!({"name": "alice", "relay": null})).unwrap();
+    let hosted = support::invoke(&w, "relay_hosted", json!({})).unwrap();
+    let (hosted_url, pin) = (hosted["url"].as_str().unwrap(), hosted["cert_sha256"].as_str().unwrap());
+    let alice_sc = request(&w, json!({"op": "whoami"})).unwrap()["stringcup"]["id"].as_str().unwrap().to_owned();
+    let (_bd, bob) = bob_on(hosted_url, pin);
+    bob_call(&bob, json!({"op": "contact_add", "address": alice_sc, "name": "alice"}));
+    bob_call(&bob, json!({"op": "send", "contact": "alice", "text": "hi over stringcup"}));
+    let mut name = Value::Null;
+    assert!(eventually(30, || {
+        name = request(&w, json!({"op": "contact_requests"})).unwrap()[0]["name"].clone();
+        !name.is_null()
+    }));
+    request(&w, json!({"op": "contact_accept", "name": name, "new_name": "bob"})).unwrap();
+
+    let who = request(&w, json!({"op": "relay_move", "url": elsewhere.url()})).unwrap();
+    assert_eq!(who["move"]["stringcup_on_old_relay"], 1, "{who}");
+    let still = support::invoke(&w, "relay_hosted", json!({})).unwrap();
+    assert_eq!((&still["url"], &still["running"]), (&hosted["url"], &json!(true)), "{still}");
+    bob_call(&bob, json!({"op": "send", "contact": "alice", "text": "still here"}));
+    assert!(
+        eventually(40, || {
+            let all = request(&w, json!({"op": "inbox", "all": true})).unwrap();
+            all.as_array().unwrap().iter().any(|m| m["body"] == "still here")
+        }),
+        "bob's message through the hosted relay never arrived"
+    );
+    bob.shutdown();
+    tauri::async_runtime::block_on(tauri::Manager::state::<AppState>(&app).shutdown());
+}
+
 #[test]
 fn moving_away_from_the_hosted_relay_stops_it_and_the_next_launch_does_not_host_one() {
     let (_d, p) = profile();

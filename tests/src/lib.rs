@@ -171,7 +171,9 @@ impl Peer {
 
     /// Performs a request, panicking on error.
     pub async fn call(&self, req: Request) -> Value {
-        match self.rt.handle(req, !self.live).await {
+        // Boxed: `handle`'s future is large in a debug build, and a long scenario holding one per
+        // call would not fit a test thread's stack.
+        match Box::pin(self.rt.handle(req, !self.live)).await {
             Ok(v) => v,
             Err(e) => panic!("{}: {e}", self.name),
         }

@@ -4,8 +4,10 @@
 //! and after a restart. A profile with a letagents contact, an Agent Mail contact and a group
 //! moves: the contacts learn the new relay (a signed notice; a newer card), what was sent to the
 //! old relay before still arrives (the drain), the group stays on the old relay, and with the old
-//! relay gone both contacts still reach it. Forged notices change nothing; Stringcup contacts,
-//! which cannot follow, refuse the move; so does a relay that does not answer.
+//! relay gone both contacts still reach it. Stringcup contacts, which cannot follow (an id
+//! belongs to the relay that assigned it), stay on the old relay and are reached through the
+//! identity it assigned, kept for them. Forged notices change nothing; a relay that does not
+//! answer refuses the move.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -291,33 +293,148 @@ async fn a_forged_move_notice_is_refused_and_changes_nothing() {
     arrives(&alice, "still me").await;
 }
 
+/// `to` accepts the pending request from Stringcup id `id` under `name`.
+async fn accept_from(to: &Peer, id: &str, name: &str) {
+    let req = request_from(to, id).await;
+    to.call(Request::ContactAccept { name: req, new_name: Some(name.into()) }).await;
+}
+
+/// A message with `body` reaches `to`, from the contact `from` (as `to` names it).
+async fn reaches(to: &Peer, from: &str, body: &str) {
+    let got = arrives(to, body).await;
+    let m = got.iter().find(|m| m["body"] == body).unwrap();
+    assert_eq!((&m["from"], &m["protocol"]), (&from.into(), &"stringcup".into()), "{m}");
+}
+
+/// Stringcup contacts cannot follow a move (an id belongs to the relay that assigned it): they
+/// stay on the old relay, reached both ways through the identity it assigned alice, which she
+/// keeps (across a restart too) and keeps reading; new contacts use her identity on the new
+/// relay; an old relay that is down holds only its own contacts' mail; moving back reuses the
+/// identity held there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_move_that_would_cut_stringcup_contacts_off_is_refused_and_changes_nothing() {
-    let old = TestRelay::start().await;
-    let new = TestRelay::start().await;
-    let alice = Peer::offline("alice", &old.url()).await;
-    let carol = Peer::offline("carol", &old.url()).await;
-    carol.add_contact(&alice.stringcup_id().await, "alice").await;
+async fn stringcup_contacts_stay_on_the_old_relay_and_new_ones_use_the_new_one() {
+    let mut a = TestRelay::start().await;
+    let b = TestRelay::start().await;
+    let a_url = a.url().trim_end_matches('/').to_owned();
+    let b_url = b.url().trim_end_matches('/').to_owned();
+    let alice = Peer::offline("alice", &a.url()).await;
+    let carol = Peer::offline("carol", &a.url()).await;
+    let alice_a = alice.stringcup_id().await;
+    carol.add_contact(&alice_a, "alice").await;
     carol.send("alice", "hi over stringcup").await;
-    let name = request_from(&alice, &carol.stringcup_id().await).await;
-    alice.call(Request::ContactAccept { name, new_name: Some("carol".into()) }).await;
-    let before = alice.call(Request::Whoami).await;
+    accept_from(&alice, &carol.stringcup_id().await, "carol").await;
+    arrives(&alice, "hi over stringcup").await;
 
     let plan = alice.call(Request::RelayMovePlan).await;
-    assert_eq!(plan["stringcup"], 1);
-    assert!(plan["refused"].as_str().unwrap().starts_with("1 Stringcup contact cannot follow"), "{plan}");
-    assert_eq!(alice.try_call(move_to(&new.url())).await.unwrap_err(), "relay_in_use");
-    let err = alice.rt.handle(move_to(&new.url()), true).await.unwrap_err();
-    assert!(err.to_string().starts_with("1 Stringcup contact reaches you through the relay at"), "{err}");
-    let old_url = old.url().trim_end_matches('/').to_owned();
+    assert_eq!(plan["stringcup"], 1, "{plan}");
     assert_eq!(
-        err.to_api().data,
-        Some(json!({"url": old_url, "protocol": "stringcup", "contacts": 1})),
-        "clients get the counts as data, not only as words"
+        plan["summary"],
+        "0 contacts will be told; 0 groups stay on the old relay, and so does 1 Stringcup contact (a Stringcup id \
+         belongs to the relay that assigned it); the old relay is read for 48 h"
     );
-    assert_eq!(alice.call(Request::Whoami).await, before);
-    carol.send("alice", "still here?").await;
-    arrives(&alice, "still here?").await;
+    let moved = alice.call(move_to(&b.url())).await;
+    assert_eq!(moved["move"]["stringcup_on_old_relay"], 1, "{moved}");
+    let alice_b = moved["stringcup"]["id"].as_str().unwrap().to_owned();
+    assert_ne!(alice_b, alice_a, "a new identity from the new relay");
+    assert_eq!(moved["stringcup"]["other_relays"], json!([{"id": alice_a, "relay": a_url, "contacts": 1}]));
+    assert_eq!(contact(&alice, "carol").await["relay"], a_url.as_str());
+
+    // carol still reaches alice's identity on A, and alice reaches her from it.
+    carol.send("alice", "still on A").await;
+    reaches(&alice, "carol", "still on A").await;
+    alice.send("carol", "so am I, for you").await;
+    reaches(&carol, "alice", "so am I, for you").await;
+
+    // A topic lives on one relay: carol, on A, cannot be put in one on B.
+    assert_eq!(
+        alice.try_call(Request::TopicCreate { members: vec!["carol".into()] }).await.unwrap_err(),
+        "invalid_input"
+    );
+
+    // A stranger on A writing to alice's kept identity becomes a request living on A.
+    let erin = Peer::offline("erin", &a.url()).await;
+    erin.add_contact(&alice_a, "alice").await;
+    erin.send("alice", "found your old id").await;
+    accept_from(&alice, &erin.stringcup_id().await, "erin").await;
+    reaches(&alice, "erin", "found your old id").await;
+    assert_eq!(contact(&alice, "erin").await["relay"], a_url.as_str());
+
+    // dave lives on B: alice adds him there, through her identity on B.
+    let dave = Peer::offline("dave", &b.url()).await;
+    alice.add_contact(&dave.stringcup_id().await, "dave").await;
+    assert_eq!(contact(&alice, "dave").await["relay"], Value::Null, "on alice's own relay");
+    alice.send("dave", "hello from B").await;
+    accept_from(&dave, &alice_b, "alice").await;
+    reaches(&dave, "alice", "hello from B").await;
+    dave.send("alice", "hi on B").await;
+    reaches(&alice, "dave", "hi on B").await;
+
+    // A is down: what alice writes to carol waits, dave is not held up, and nothing fails.
+    a.stop().await;
+    let waiting = alice.send("carol", "while A is down").await;
+    assert_eq!(alice.state_of(&waiting).await, "queued");
+    dave.send("alice", "B works without A").await;
+    reaches(&alice, "dave", "B works without A").await;
+    alice.send("dave", "so it does").await;
+    reaches(&dave, "alice", "so it does").await;
+    a.restart().await;
+    alice.call(Request::Flush).await;
+    reaches(&carol, "alice", "while A is down").await;
+
+    // Opened again, alice holds both identities (the keys come from the keystore).
+    let (profile, dir) = alice.close();
+    let alice = Peer::reopen("alice", profile, dir).await;
+    assert_eq!(alice.stringcup_id().await, alice_b);
+    carol.send("alice", "after your restart").await;
+    reaches(&alice, "carol", "after your restart").await;
+    dave.send("alice", "me too").await;
+    reaches(&alice, "dave", "me too").await;
+    alice.send("carol", "back again").await;
+    reaches(&carol, "alice", "back again").await;
+
+    // Moving back to A reuses the identity A assigned (no new registration): carol and erin are
+    // on alice's own relay again, and dave is now the one on another relay.
+    let back = alice.call(move_to(&a.url())).await;
+    assert_eq!(back["stringcup"]["id"], alice_a.as_str(), "{back}");
+    assert_eq!(back["move"]["stringcup_on_old_relay"], 1, "{back}");
+    assert_eq!(back["stringcup"]["other_relays"], json!([{"id": alice_b, "relay": b_url, "contacts": 1}]));
+    assert_eq!(contact(&alice, "carol").await["relay"], Value::Null);
+    assert_eq!(contact(&alice, "erin").await["relay"], Value::Null);
+    assert_eq!(contact(&alice, "dave").await["relay"], b_url.as_str());
+    carol.send("alice", "welcome back").await;
+    reaches(&alice, "carol", "welcome back").await;
+    alice.send("carol", "thanks").await;
+    reaches(&carol, "alice", "thanks").await;
+    dave.send("alice", "still here on B").await;
+    reaches(&alice, "dave", "still here on B").await;
+    alice.send("dave", "and I reach you there").await;
+    reaches(&dave, "alice", "and I reach you there").await;
+}
+
+/// The live runtime (the app, the daemon) reads a kept identity's inbox by itself, with no
+/// command asking, after the 48 h drain has nothing to do with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_runtime_reads_the_kept_stringcup_identity_by_itself() {
+    let a = TestRelay::start().await;
+    let b = TestRelay::start().await;
+    let mut alice = Peer::offline("alice", &a.url()).await;
+    let carol = Peer::offline("carol", &a.url()).await;
+    carol.add_contact(&alice.stringcup_id().await, "alice").await;
+    carol.send("alice", "hello").await;
+    accept_from(&alice, &carol.stringcup_id().await, "carol").await;
+    alice.inbox(0).await;
+    alice.go_live();
+    alice.call(move_to(&b.url())).await;
+    carol.send("alice", "to your old id").await;
+    // A live runtime's inbox does not sync: only its loops bring messages in (every 12 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    loop {
+        if alice.inbox(0).await.iter().any(|m| m["body"] == "to your old id") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the kept identity was never read");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

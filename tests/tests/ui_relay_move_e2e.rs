@@ -1,11 +1,14 @@
 //! Moving to another relay from Settings, end to end in headless Chromium: `switchboard ui` runs
 //! alice (her profile on one relay-lite, where carol, a letagents contact, reaches her);
-//! `ui/e2e/relay_move.e2e.mjs` has her approve carol, then tries a relay that is down and a
+//! `ui/e2e/relay_move.e2e.mjs` has her approve carol and dave (a Stringcup contact there), then
+//! tries a relay that is down and a
 //! self-signed one without its fingerprint (each confirmed, then refused in plain words, nothing
 //! changed), then moves with the certificate's SHA-256 after a confirmation that says carol will be
 //! told. Carol gets the signed notice (with the new relay's pin) through the old relay and her
 //! next message reaches alice on the new one; bob, whose profile lives only on the new relay,
-//! says hello, alice approves in the UI and his message arrives. This test plays carol and bob.
+//! says hello, alice approves in the UI and his message arrives. Dave, who cannot follow (a
+//! Stringcup id belongs to its relay), stays on the old relay, and he and alice still reach each
+//! other there. This test plays carol, bob and dave.
 //! Nothing is built here: scripts/install-deps.sh installs chromium, runs `npm ci` and builds
 //! ui/dist.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -22,10 +25,12 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
 }
 
-/// Carol, on alice's old relay; bob, on the relay alice moves to.
+/// Carol (letagents) and dave (Stringcup), on alice's old relay; bob, on the relay alice moves
+/// to.
 struct World {
     carol: Peer,
     bob: Peer,
+    dave: Peer,
 }
 
 impl Driver for World {
@@ -72,6 +77,30 @@ impl Driver for World {
                 Err("carol never got alice's move notice".into())
             }
             "carol_say" => self.carol.request(send_request("alice", &s("text"))).await,
+            // Dave adds alice's Stringcup id and writes to it.
+            "dave_hello" => {
+                let add = Request::ContactAdd {
+                    address: s("to"),
+                    name: Some("alice".into()),
+                    allow: None,
+                    relay: None,
+                    no_hello: false,
+                };
+                self.dave.request(add).await?;
+                self.dave.request(send_request("alice", &s("text"))).await
+            }
+            "dave_say" => self.dave.request(send_request("alice", &s("text"))).await,
+            // Waits until `text` from alice reaches dave.
+            "dave_wait_for" => {
+                for _ in 0..150 {
+                    let got = self.dave.request(Request::Inbox { all: true, wait_secs: 0 }).await?;
+                    if let Some(m) = got.as_array().into_iter().flatten().find(|m| m["body"] == s("text").as_str()) {
+                        return Ok(m.clone());
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(format!("dave never got {:?}", s("text")))
+            }
             other => Err(format!("unknown driver op {other}")),
         }
     }
@@ -88,6 +117,7 @@ async fn moving_to_another_relay_in_settings_refuses_what_does_not_answer_then_m
     down.stop().await;
     let old_relay = TestRelay::start().await;
     let carol = Peer::offline("Carol", &old_relay.url()).await;
+    let dave = Peer::offline("Dave", &old_relay.url()).await;
     let home = tempfile::tempdir().unwrap();
     let alice_home = home.path().join("alice");
     switchboard_ok(
@@ -96,7 +126,7 @@ async fn moving_to_another_relay_in_settings_refuses_what_does_not_answer_then_m
         &["init", "--name", "Alice", "--relay", &old_relay.url(), "--keystore", "file"],
     );
     let (mut ui_proc, url) = serve_ui(&bin(), &alice_home).await;
-    let mut world = World { carol, bob };
+    let mut world = World { carol, bob, dave };
     let env = [
         ("NEW_RELAY_URL", new_relay.url().trim_end_matches('/').to_owned()),
         ("NEW_RELAY_CERT", cert),

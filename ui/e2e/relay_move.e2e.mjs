@@ -1,12 +1,14 @@
-// End-to-end: moving to another relay from Settings. Carol, on alice's relay, is approved first.
-// Every move is confirmed first ("1 contact will be told; 0 groups stay on the old relay; the old
-// relay is read for 48 h"); Cancel changes nothing. A relay that does not answer, and a
-// self-signed one without its fingerprint, are refused in plain words and change nothing; with
-// the certificate's SHA-256 the profile moves, Settings shows the new relay, carol is told (a
-// signed notice carrying the new relay's pin) and her next message arrives through the new relay,
-// and a person who lives only on the new relay reaches alice there: his request shows, she
-// approves it, his message arrives. Driven by tests/tests/ui_relay_move_e2e.rs, which plays carol
-// (old relay) and bob (new relay).
+// End-to-end: moving to another relay from Settings. Carol (letagents) and dave (Stringcup), on
+// alice's relay, are approved first. Every move is confirmed first ("1 contact will be told; 0
+// groups stay on the old relay, and so does 1 Stringcup contact (…); the old relay is read for
+// 48 h"); Cancel changes nothing. A relay that does not answer, and a self-signed one without its
+// fingerprint, are refused in plain words and change nothing; with the certificate's SHA-256 the
+// profile moves, Settings shows the new relay, carol is told (a signed notice carrying the new
+// relay's pin) and her next message arrives through the new relay, and a person who lives only on
+// the new relay reaches alice there: his request shows, she approves it, his message arrives.
+// Dave cannot follow (a Stringcup id belongs to its relay): he and alice still reach each other
+// through the identity the old relay assigned her. Driven by tests/tests/ui_relay_move_e2e.rs,
+// which plays carol and dave (old relay) and bob (new relay).
 //
 // Environment: UI_URL (the single-use sign-in link), NEW_RELAY_URL, NEW_RELAY_CERT (hex),
 // DOWN_RELAY_URL, SHOT_DIR, CHROMIUM.
@@ -37,12 +39,21 @@ await scenario(async ({ page }) => {
   await approveCarol.click();
   await page.getByRole('link', { name: 'Open conversation with Carol' }).waitFor();
 
+  step('dave, a Stringcup contact on the same relay, writes; alice approves him');
+  await driver({ op: 'dave_hello', to: before.stringcup.id, text: 'Dave here, over Stringcup' });
+  const approveDave = page.getByRole('button', { name: 'Approve Dave' });
+  await approveDave.waitFor({ timeout: 30_000 });
+  await approveDave.click();
+  await page.getByRole('link', { name: 'Open conversation with Dave' }).waitFor();
+  const before2 = await rpc(page, { op: 'whoami' });
+
   step('the move is confirmed first: what happens, and Cancel changes nothing');
   await nav(page, 'Settings').click();
   const form = page.locator('#relay-move');
   await form.getByRole('heading', { name: 'Move to another relay' }).waitFor();
   const confirmBox = form.locator('#set-move-confirm');
-  const expected = '1 contact will be told; 0 groups stay on the old relay; the old relay is read for 48 h.';
+  const expected =
+    '1 contact will be told; 0 groups stay on the old relay, and so does 1 Stringcup contact (a Stringcup id belongs to the relay that assigned it); the old relay is read for 48 h.';
   async function submitAndConfirm(url) {
     await form.getByLabel('New relay URL').fill(url);
     await form.getByRole('button', { name: 'Move', exact: true }).click();
@@ -56,7 +67,7 @@ await scenario(async ({ page }) => {
   await shot(page, 'move-confirm');
   await form.getByRole('button', { name: 'Cancel' }).click();
   assert(await confirmBox.isHidden(), 'Cancel closes the confirmation');
-  assert(JSON.stringify(await rpc(page, { op: 'whoami' })) === JSON.stringify(before), 'Cancel changes nothing');
+  assert(JSON.stringify(await rpc(page, { op: 'whoami' })) === JSON.stringify(before2), 'Cancel changes nothing');
 
   step('a relay that does not answer: refused in plain words, nothing changes');
   await submitAndConfirm(DOWN_RELAY_URL);
@@ -77,7 +88,7 @@ await scenario(async ({ page }) => {
     { timeout: 30_000 },
   );
   const unchanged = await rpc(page, { op: 'whoami' });
-  assert(JSON.stringify(unchanged) === JSON.stringify(before), 'a refused move changes nothing');
+  assert(JSON.stringify(unchanged) === JSON.stringify(before2), 'a refused move changes nothing');
 
   step('with the certificate SHA-256 the profile moves');
   await form.getByLabel('Certificate SHA-256 (only for a self-signed relay)').fill(NEW_RELAY_CERT);
@@ -88,6 +99,8 @@ await scenario(async ({ page }) => {
   const after = await rpc(page, { op: 'whoami' });
   assert(after.letagents.relay === NEW_RELAY_URL, `whoami's relay: ${after.letagents.relay}`);
   assert(after.stringcup.id && after.stringcup.id !== before.stringcup.id, 'a Stringcup identity from the new relay');
+  const kept = (after.stringcup.other_relays || []).find((k) => k.id === before.stringcup.id);
+  assert(kept && kept.contacts === 1, `the old relay's identity is kept for dave: ${JSON.stringify(after.stringcup)}`);
 
   step('carol is told through the old relay, with the new relay and its pin');
   const seen = await driver({ op: 'carol_sees_move' });
@@ -113,4 +126,15 @@ await scenario(async ({ page }) => {
   await page.getByRole('link', { name: 'Open conversation with Bob' }).click();
   await page.locator('.msg.in', { hasText: 'Found you on the new relay' }).waitFor({ timeout: 30_000 });
   await shot(page, 'reached-on-new-relay');
+
+  step('dave stays on the old relay: he still reaches alice there, and she him');
+  await driver({ op: 'dave_say', text: 'Still on the old relay' });
+  await nav(page, 'Chats').click();
+  await page.getByRole('link', { name: 'Open conversation with Dave' }).click();
+  await page.locator('.msg.in', { hasText: 'Still on the old relay' }).waitFor({ timeout: 30_000 });
+  await page.getByLabel('Message', { exact: true }).fill('I moved, but you reach me here');
+  await page.getByRole('button', { name: 'Send' }).click();
+  const toDave = await driver({ op: 'dave_wait_for', text: 'I moved, but you reach me here' });
+  assert(toDave.from === 'alice', `dave got it from alice: ${JSON.stringify(toDave)}`);
+  await shot(page, 'stringcup-on-old-relay');
 });

@@ -37,8 +37,6 @@ export interface MovePlan {
   groups: number;
   drain_hours: number;
   summary: string;
-  /** Why the move is refused (Stringcup contacts), if it is. */
-  refused: string | null;
 }
 
 export interface Whoami {

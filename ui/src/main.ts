@@ -2889,10 +2889,6 @@ function relayMoveBox(current: string) {
         answer('muted', '');
         try {
           const plan = await backend.relayMovePlan();
-          if (plan.refused) {
-            answer('error', S.settings.moveRefused(plan.refused));
-            return;
-          }
           // Say what will happen, and move only on the person's word.
           moveForm.confirm = { to, pin, plan };
           moveForm.paint();

@@ -382,17 +382,19 @@ export const S = {
     relays: 'Relays',
     moveTitle: 'Move to another relay',
     moveNote: (current: string) =>
-      `Your addresses live on ${current}. Moving gives you addresses on the new relay; your contacts are told where you went, groups stay where they are, and this relay is still read for 48 hours.`,
-    moveConfirm: (p: { letagents: number; agent_mail: number; groups: number; drain_hours: number }) => {
+      `Your addresses live on ${current}. Moving gives you addresses on the new relay; your contacts are told where you went, groups and Stringcup contacts stay where they are (still reached through this relay), and this relay is still read for 48 hours.`,
+    moveConfirm: (p: { letagents: number; agent_mail: number; stringcup: number; groups: number; drain_hours: number }) => {
       const told = p.letagents + p.agent_mail;
       const contacts = `${told} ${told === 1 ? 'contact' : 'contacts'} will be told`;
-      const groups = `${p.groups} ${p.groups === 1 ? 'group stays' : 'groups stay'} on the old relay`;
+      // A Stringcup id belongs to the relay that assigned it: those contacts stay there.
+      const who = p.stringcup === 1 ? 'does 1 Stringcup contact' : `do ${p.stringcup} Stringcup contacts`;
+      const stringcup = p.stringcup > 0 ? `, and so ${who} (a Stringcup id belongs to the relay that assigned it)` : '';
+      const groups = `${p.groups} ${p.groups === 1 ? 'group stays' : 'groups stay'} on the old relay${stringcup}`;
       return `${contacts}; ${groups}; the old relay is read for ${p.drain_hours} h.`;
     },
     moveConfirmTitle: (url: string) => `Move to ${url}?`,
     moveConfirmButton: 'Move now',
     moveCancel: 'Cancel',
-    moveRefused: (why: string) => `This profile cannot move yet: ${why}.`,
     moveUrl: 'New relay URL',
     moveCert: 'Certificate SHA-256 (only for a self-signed relay)',
     moveButton: 'Move',

@@ -255,7 +255,6 @@ impl Runtime {
                 let mut v = serde_json::to_value(&plan).map_err(|e| Error::Bug(e.to_string()))?;
                 if let Some(o) = v.as_object_mut() {
                     o.insert("summary".into(), plan.summary().into());
-                    o.insert("refused".into(), plan.refused().into());
                 }
                 Ok(v)
             }

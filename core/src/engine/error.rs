@@ -166,32 +166,9 @@ pub enum Error {
         cert_sha256: String,
     },
 
-    /// The owner asked to move to another relay while Stringcup contacts reach the profile
-    /// through the current one: a Stringcup identity belongs to the relay that assigned it, so
-    /// they would be cut off (every other protocol follows a move).
-    #[error("{}", relay_in_use(url, *stringcup))]
-    RelayInUse {
-        /// The current relay.
-        url: String,
-        /// Stringcup contacts.
-        stringcup: i64,
-    },
-
     /// The contact's protocol has no place for part of the message, which would silently be lost.
     #[error("{protocol} carries only the text, so {what} would not reach the peer: send it as a plain message")]
     NotCarried { protocol: &'static str, what: &'static str },
-}
-
-fn relay_in_use(url: &str, stringcup: i64) -> String {
-    let who = if stringcup == 1 {
-        "1 Stringcup contact reaches".to_owned()
-    } else {
-        format!("{stringcup} Stringcup contacts reach")
-    };
-    format!(
-        "{who} you through the relay at {url}: a Stringcup identity belongs to the relay that assigned it, so they \
-         cannot follow a move (letagents and Agent Mail contacts and groups can); this profile stays on that relay"
-    )
 }
 
 impl Error {
@@ -238,7 +215,6 @@ impl Error {
             Error::Bug(_) => "internal",
             Error::Forbidden(_) => "forbidden",
             Error::UntrustedRelay { .. } => "untrusted_relay",
-            Error::RelayInUse { .. } => "relay_in_use",
             Error::LoopGuard(_) => "loop_guard",
         }
     }
@@ -268,7 +244,6 @@ impl Error {
             | Error::Forbidden(_)
             | Error::LoopGuard(_)
             | Error::NotCarried { .. }
-            | Error::RelayInUse { .. }
             | Error::AsnetNotSetUp => Fault::Caller,
             // The key we seal to is the one the peer published.
             Error::StringcupSeal(_) | Error::CardRefused(_) | Error::Peer(_) => Fault::Peer,
@@ -292,9 +267,6 @@ impl Error {
         let data = match self {
             Error::UntrustedRelay { url, cert_sha256 } => {
                 Some(serde_json::json!({"url": url, "cert_sha256": cert_sha256}))
-            }
-            Error::RelayInUse { url, stringcup } => {
-                Some(serde_json::json!({"url": url, "protocol": "stringcup", "contacts": stringcup}))
             }
             _ => None,
         };

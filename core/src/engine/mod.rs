@@ -729,6 +729,11 @@ impl Runtime {
         loops.push(supervise::supervise("ASNET".into(), stop(), restart, move || rt.clone().asnet_loop()));
         let rt = self.clone();
         loops.push(supervise::supervise("old relays".into(), stop(), restart, move || rt.clone().old_relays_loop()));
+        let rt = self.clone();
+        loops.push(supervise::supervise("stringcup on old relays".into(), stop(), restart, move || {
+            let rt = rt.clone();
+            async move { rt.inner.stringcup.stringcup_kept_loop(&rt).await }
+        }));
         loops
     }
 

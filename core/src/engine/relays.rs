@@ -17,8 +17,9 @@
 //! - A profile whose own relay is pinned (the relay the desktop app hosts) announces it to bound
 //!   contacts: [`Runtime::lan_relay_announcement`].
 //! - A move ([`Runtime::relay_move`], `docs/relay-move.md`) tells letagents and Agent Mail
-//!   contacts, leaves groups where their log lives, and reads the old relay for 48 h
-//!   ([`Runtime::drain_old_relays`], `old_relays`).
+//!   contacts, leaves groups where their log lives and Stringcup contacts on the relay that
+//!   assigned their ids (reached through the identity it assigned us, which is kept), and reads
+//!   the old relay for 48 h ([`Runtime::drain_old_relays`], `old_relays`).
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -45,7 +46,8 @@ pub struct MovePlan {
     pub letagents: i64,
     /// Agent Mail contacts, who find the new card on either relay.
     pub agent_mail: i64,
-    /// Stringcup contacts: any refuses the move.
+    /// Stringcup contacts, who stay on the current relay (a Stringcup id belongs to the relay
+    /// that assigned it), reached through the identity it assigned us.
     pub stringcup: i64,
     /// Active groups whose log stays on the current relay.
     pub groups: i64,
@@ -58,24 +60,14 @@ fn plural(n: i64, one: &str, many: &str) -> String {
 }
 
 impl MovePlan {
-    /// Why the move is refused, if it is.
-    pub fn refused(&self) -> Option<String> {
-        (self.stringcup > 0).then(|| {
-            format!(
-                "{} cannot follow: a Stringcup identity belongs to the relay that assigned it; remove {} first",
-                plural(self.stringcup, "Stringcup contact", "Stringcup contacts"),
-                if self.stringcup == 1 { "it" } else { "them" }
-            )
-        })
-    }
-
     /// What the move will do, in one sentence.
     pub fn summary(&self) -> String {
         let told = self.letagents + self.agent_mail;
         format!(
-            "{} will be told; {} on the old relay; the old relay is read for {} h",
+            "{} will be told; {} on the old relay{}; the old relay is read for {} h",
             plural(told, "contact", "contacts"),
             plural(self.groups, "group stays", "groups stay"),
+            self.stringcup_stay(),
             self.drain_hours
         )
     }
@@ -83,11 +75,22 @@ impl MovePlan {
     fn summary_done(&self, letagents_told: usize) -> String {
         let told = i64::try_from(letagents_told).unwrap_or(i64::MAX).saturating_add(self.agent_mail);
         format!(
-            "{} told; {} on the old relay; the old relay is read for {} h",
+            "{} told; {} on the old relay{}; the old relay is read for {} h",
             plural(told, "contact", "contacts"),
             plural(self.groups, "group stays", "groups stay"),
+            self.stringcup_stay(),
             self.drain_hours
         )
+    }
+
+    /// The Stringcup part of the summary: nothing when there are none.
+    fn stringcup_stay(&self) -> String {
+        if self.stringcup == 0 {
+            return String::new();
+        }
+        let n = self.stringcup;
+        let who = if n == 1 { "does 1 Stringcup contact".to_owned() } else { format!("do {n} Stringcup contacts") };
+        format!(", and so {who} (a Stringcup id belongs to the relay that assigned it)")
     }
 }
 
@@ -163,8 +166,8 @@ fn view(r: &TrustedRelayRow) -> Value {
 
 impl Runtime {
     /// What a move would do now ([`Runtime::relay_move`] does exactly this): whom it tells, what
-    /// stays on the current relay, how long that relay is still read, and what (if anything)
-    /// refuses it. The UI and the CLI show it before the move.
+    /// stays on the current relay, and how long that relay is still read. The UI and the CLI show
+    /// it before the move.
     pub(super) async fn relay_move_plan(&self) -> Result<MovePlan> {
         let from = self.relay_url().trim_end_matches('/').to_owned();
         let deps = self.store().own_relay_dependents(&from).await?;
@@ -188,11 +191,14 @@ impl Runtime {
     ///   from the route it knows finds it;
     /// - letmeknow groups stay on the relay their log lives on (the old relay's pin becomes the
     ///   owner's vouch in `trusted_relays`, so connections to it still verify);
+    /// - Stringcup contacts stay too (a Stringcup id belongs to the relay that assigned it): they
+    ///   are pinned to the old relay, and sent to and read through the identity it assigned us,
+    ///   which is kept (`stringcup_identities`) and read for as long as they are there; new
+    ///   Stringcup contacts use an identity on the new relay (the one held from an earlier stay
+    ///   there, else a new registration);
     /// - the old relay is read for 48 h (letagents' retention): what was sent there before peers
     ///   learned the move still arrives.
     ///
-    /// Refused with [`Error::RelayInUse`] while Stringcup contacts exist: a Stringcup identity is
-    /// assigned by one relay and this client keeps one identity, so they would be cut off.
     /// The new relay is durable first (one transaction), then swapped in; each protocol makes its
     /// first contact there and the receive loops start again there. Answers `whoami` with `move`.
     pub(super) async fn relay_move(&self, url: &str, cert_sha256: Option<&str>) -> Result<Value> {
@@ -201,14 +207,13 @@ impl Runtime {
         let pin = parse_pin(cert_sha256)?;
         let pin_hex = pin.map(|p| hex(&p)).unwrap_or_default();
         let old = self.relay_url().trim_end_matches('/').to_owned();
+        // Contacts and identities left on the old relay are keyed by its canonical URL.
+        let old = canonical_relay_url(&old).unwrap_or(old);
         let old_pin_hex = self.store().meta("relay_cert_sha256").await?.unwrap_or_default();
         if url == old && pin_hex == old_pin_hex {
             return Err(Error::Invalid(format!("this profile already uses the relay at {url}")));
         }
         let plan = self.relay_move_plan().await?;
-        if plan.stringcup > 0 {
-            return Err(Error::RelayInUse { url: old, stringcup: plan.stringcup });
-        }
         super::check_relay(&url, cert_sha256).await?;
         let client = RelayClient::new(&url, pin)?;
         let now = now_ms();
@@ -223,7 +228,7 @@ impl Runtime {
         // Everything bound to the relay switches before anything talks to the new one.
         *self.inner.own.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             super::OwnRelay { url: url.clone(), client: client.clone() };
-        self.inner.stringcup.stringcup_switch_relay(&client).await;
+        self.inner.stringcup.stringcup_switch_relay(&client);
         self.inner.agent_mail.agent_mail_switch_relay(self).await?;
         self.set_health("unknown", "");
         tracing::info!("moved from the relay at {old} to {url}");
@@ -255,6 +260,7 @@ impl Runtime {
                     "letagents_told": told,
                     "agent_mail_contacts": plan.agent_mail,
                     "groups_on_old_relay": plan.groups,
+                    "stringcup_on_old_relay": if url != old { plan.stringcup } else { 0 },
                     "drain_until": if url != old { drain_until } else { now },
                     "summary": summary,
                 }),

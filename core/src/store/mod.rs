@@ -460,8 +460,9 @@ impl Store {
     }
 
     /// What reaches this profile through its own relay at `relay_url`: its accepted, unblocked
-    /// letagents and Agent Mail contacts (the ones a move tells), every Stringcup contact (any
-    /// would be cut off), and the active groups whose log it carries.
+    /// letagents and Agent Mail contacts (the ones a move tells), every Stringcup contact stored
+    /// as on our own relay (they stay there, reached through the identity it assigned), and the
+    /// active groups whose log it carries.
     pub async fn own_relay_dependents(&self, relay_url: &str) -> Result<RelayDependents> {
         let count = |protocol: Protocol, sql: &'static str| {
             sqlx::query_scalar::<_, i64>(sql).bind(protocol.as_str()).fetch_one(&self.pool)
@@ -469,7 +470,9 @@ impl Store {
         let told = "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND state = 'active' AND blocked = 0";
         let letagents = count(Protocol::Letagents, told).await?;
         let agent_mail = count(Protocol::AgentMail, told).await?;
-        let stringcup = count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ?").await?;
+        let stringcup =
+            count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND relay_url IS NULL")
+                .await?;
         let groups = sqlx::query_scalar(
             "SELECT COUNT(DISTINCT group_id) FROM lmk_groups WHERE state = 'active' AND rtrim(relay, '/') = rtrim(?, '/')",
         )
@@ -481,10 +484,10 @@ impl Store {
 
     /// Makes `new` (certificate pin `new_pin_hex`, empty for the web PKI) the profile's own relay
     /// instead of `old`, in one transaction:
-    /// - the relay-assigned Stringcup identity of the old relay is forgotten (a new one is
-    ///   registered on the new relay);
-    /// - every letagents contact stored as "on our own relay" (`relay_url` NULL) is pinned to
-    ///   `old`, where it still lives;
+    /// - every letagents and Stringcup contact stored as "on our own relay" (`relay_url` NULL) is
+    ///   pinned to `old`, where it still lives (a Stringcup contact is reached through the identity
+    ///   `old` assigned, kept in `stringcup_identities`); Stringcup contacts pinned to `new` (a
+    ///   move back) are on our own relay again;
     /// - the old relay's certificate pin (`old_pin`, if it had one) becomes the owner's vouch in
     ///   `trusted_relays`, so groups, contacts and the drain still verify it;
     /// - `old` is read until `drain_until` (`old_relays`); `new` is no longer an old relay.
@@ -500,12 +503,19 @@ impl Store {
         let mut tx = self.write_tx().await?;
         set_meta(&mut tx, "relay_url", new).await?;
         set_meta(&mut tx, "relay_cert_sha256", new_pin_hex).await?;
-        sqlx::query("DELETE FROM meta WHERE key = 'stringcup_id'").execute(&mut *tx).await?;
-        sqlx::query("UPDATE contacts SET relay_url = ? WHERE protocol = ? AND relay_url IS NULL")
+        sqlx::query("UPDATE contacts SET relay_url = ? WHERE protocol IN (?, ?) AND relay_url IS NULL")
             .bind(old)
             .bind(Protocol::Letagents.as_str())
+            .bind(Protocol::Stringcup.as_str())
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "UPDATE contacts SET relay_url = NULL WHERE protocol = ? AND rtrim(relay_url, '/') = rtrim(?, '/')",
+        )
+        .bind(Protocol::Stringcup.as_str())
+        .bind(new)
+        .execute(&mut *tx)
+        .await?;
         if let Some(pin) = old_pin {
             sqlx::query(
                 "INSERT INTO trusted_relays (url, cert_sha256, source, contact_id, expires_at, updated_at) \
@@ -529,6 +539,44 @@ impl Store {
         .await?;
         sqlx::query("DELETE FROM old_relays WHERE url = ?").bind(new).execute(&mut *tx).await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// The Stringcup identities this profile holds, one per relay (`stringcup_identities`), each
+    /// with how many Stringcup contacts are stored with that relay (`contacts.relay_url`; those
+    /// on our own relay have none, so the own relay's identity counts 0 here).
+    pub async fn stringcup_identities(&self) -> Result<Vec<StringcupIdentityRow>> {
+        Ok(sqlx::query_as(
+            "SELECT i.relay_url, i.sc_id, i.slot, (SELECT COUNT(*) FROM contacts c WHERE c.protocol = 'stringcup' \
+             AND rtrim(c.relay_url, '/') = i.relay_url) AS contacts FROM stringcup_identities i ORDER BY i.created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Records the Stringcup identity `sc_id` the relay at `relay_url` (canonical) assigned,
+    /// whose secrets are already in keystore slot `slot`.
+    pub async fn set_stringcup_identity(&self, relay_url: &str, sc_id: &str, slot: &str, now: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO stringcup_identities (relay_url, sc_id, slot, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (relay_url) DO UPDATE SET sc_id = excluded.sc_id, slot = excluded.slot",
+        )
+        .bind(relay_url)
+        .bind(sc_id)
+        .bind(slot)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Stores the identity recorded for relay URL `from` under `to` (the same relay, canonical).
+    pub async fn rekey_stringcup_identity(&self, from: &str, to: &str) -> Result<()> {
+        sqlx::query("UPDATE stringcup_identities SET relay_url = ? WHERE relay_url = ?")
+            .bind(to)
+            .bind(from)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -726,10 +774,23 @@ pub struct RelayDependents {
     pub letagents: i64,
     /// Agent Mail contacts, accepted and not blocked.
     pub agent_mail: i64,
-    /// Stringcup contacts, any state.
+    /// Stringcup contacts on our own relay, any state: they stay there.
     pub stringcup: i64,
     /// Active groups whose log the relay carries.
     pub groups: i64,
+}
+
+/// A Stringcup identity this profile holds ([`Store::stringcup_identities`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StringcupIdentityRow {
+    /// The relay that assigned it (canonical URL).
+    pub relay_url: String,
+    /// Its `sc-` id.
+    pub sc_id: String,
+    /// The keystore slot holding its keys and token.
+    pub slot: String,
+    /// Stringcup contacts stored with that relay.
+    pub contacts: i64,
 }
 
 /// The URLs of the relays moved away from that are still read at `now`, oldest move first,
@@ -952,5 +1013,98 @@ mod replayable_tests {
         set_meta(&mut tx, "k", "later").await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(store.meta("k").await.unwrap().as_deref(), Some("later"));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod stringcup_identity_tests {
+    use super::*;
+
+    /// Migrations 0001-0018, then a profile with an identity registered the old way
+    /// (`meta.stringcup_id`), then 0019.
+    #[tokio::test]
+    async fn the_identity_registered_before_0019_belongs_to_the_profiles_relay() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SqliteConnectOptions::new().filename(dir.path().join("db.sqlite")).create_if_missing(true);
+        let pool = SqlitePool::connect_with(opts).await.unwrap();
+        let migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<_> = std::fs::read_dir(&migrations).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        let (before, from19): (Vec<_>, Vec<_>) =
+            files.iter().partition(|p| p.file_name().unwrap().to_str().unwrap() < "0019");
+        for f in before {
+            // Our own migration files, read as they are.
+            sqlx::raw_sql(sqlx::AssertSqlSafe(std::fs::read_to_string(f).unwrap())).execute(&pool).await.unwrap();
+        }
+        for (k, v) in [("relay_url", "http://127.0.0.1:9/"), ("stringcup_id", "sc-aaaaaaaaaaaaaaaaaaaaaaaaaa")] {
+            sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?)").bind(k).bind(v).execute(&pool).await.unwrap();
+        }
+        let sql = std::fs::read_to_string(from19[0]).unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+        let rows: Vec<(String, String, String)> =
+            sqlx::query_as("SELECT relay_url, sc_id, slot FROM stringcup_identities").fetch_all(&pool).await.unwrap();
+        assert_eq!(
+            rows,
+            [("http://127.0.0.1:9".to_owned(), "sc-aaaaaaaaaaaaaaaaaaaaaaaaaa".to_owned(), "stringcup".to_owned())]
+        );
+        let left: Option<String> = sqlx::query_scalar("SELECT value FROM meta WHERE key = 'stringcup_id'")
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+        assert_eq!(left, None);
+    }
+
+    async fn add(store: &Store, name: &str, protocol: Protocol, relay: Option<&str>) {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let c = NewContact {
+            name,
+            protocol,
+            peer_id: name,
+            address: name,
+            sig_pub: &[],
+            box_pub: &[7; 32],
+            drop_code: None,
+            relay_url: relay,
+            state: ContactState::Active,
+            allow_kinds: "send",
+            request_body: "",
+            now: 1,
+        };
+        insert_contact(&mut conn, &c).await.unwrap();
+    }
+
+    async fn relay_of(store: &Store, protocol: Protocol, name: &str) -> Option<String> {
+        let mut conn = store.pool.acquire().await.unwrap();
+        contact_by_peer(&mut conn, protocol, name).await.unwrap().unwrap().relay_url
+    }
+
+    #[tokio::test]
+    async fn a_move_leaves_stringcup_contacts_on_the_old_relay_and_a_move_back_brings_them_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        let (a, b) = ("http://127.0.0.1:1", "http://127.0.0.1:2");
+        add(&store, "carol", Protocol::Stringcup, None).await;
+        add(&store, "bob", Protocol::Letagents, None).await;
+        add(&store, "zed", Protocol::Stringcup, Some("http://127.0.0.1:3")).await;
+        store.set_stringcup_identity(a, "sc-a", "stringcup", 1).await.unwrap();
+        assert_eq!(store.own_relay_dependents(a).await.unwrap().stringcup, 1, "zed lives elsewhere already");
+
+        store.move_own_relay(a, None, b, "", 2, 3).await.unwrap();
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "carol").await.as_deref(), Some(a));
+        assert_eq!(relay_of(&store, Protocol::Letagents, "bob").await.as_deref(), Some(a));
+        add(&store, "dave", Protocol::Stringcup, None).await;
+        store.set_stringcup_identity(b, "sc-b", "stringcup@x", 4).await.unwrap();
+        let ids = store.stringcup_identities().await.unwrap();
+        let counts: Vec<(&str, i64)> = ids.iter().map(|r| (r.sc_id.as_str(), r.contacts)).collect();
+        assert_eq!(counts, [("sc-a", 1), ("sc-b", 0)], "the own relay's contacts are stored without one");
+
+        store.move_own_relay(b, None, a, "", 5, 6).await.unwrap();
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "carol").await, None, "home again");
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "dave").await.as_deref(), Some(b));
+        assert_eq!(relay_of(&store, Protocol::Stringcup, "zed").await.as_deref(), Some("http://127.0.0.1:3"));
+        let ids = store.stringcup_identities().await.unwrap();
+        let counts: Vec<(&str, i64)> = ids.iter().map(|r| (r.sc_id.as_str(), r.contacts)).collect();
+        assert_eq!(counts, [("sc-a", 0), ("sc-b", 1)]);
     }
 }

@@ -19,7 +19,11 @@ pub async fn runtime_request(state: State<'_, AppState>, request: Value) -> Resu
     let answer = state.request(req).await?;
     if let Some(url) = moved_to {
         let count = |k: &str| answer.get("move").and_then(|m| m.get(k)).and_then(Value::as_i64).unwrap_or(0);
-        let still_used = count("letagents_told") + count("agent_mail_contacts") + count("groups_on_old_relay") > 0;
+        let still_used = count("letagents_told")
+            + count("agent_mail_contacts")
+            + count("groups_on_old_relay")
+            + count("stringcup_on_old_relay")
+            > 0;
         state.relay_moved(&url, still_used).await;
     }
     Ok(answer)

@@ -1,8 +1,12 @@
-//! The engine's Stringcup v2 side: the identity on our relay's `/api/v2`, pinned peer keys,
+//! The engine's Stringcup v2 side: one identity per relay's `/api/v2`, pinned peer keys,
 //! idempotent sends through the outbox, the long-polled inbox, rendezvous pairing, topic fan-out
 //! and token rotation.
 //!
 //! - Registration keeps the token durable (keystore) before any other use of it.
+//! - An identity belongs to the relay that assigned it, and so do its contacts. The identity of
+//!   the profile's own relay is the current one (new contacts, pairing, topics); after a relay
+//!   move the old relay's identity is kept (`stringcup_identities`), and the contacts stored with
+//!   that relay are still sent to and read through it (`docs/relay-move.md`).
 //! - A peer's key is pinned at first sight; the fingerprint is always recomputed locally; a lookup
 //!   that returns another key marks the contact changed and blocks sending until `verify`.
 //! - An inbox message is committed (message, seen id, audit) before it is acknowledged; a
@@ -21,11 +25,13 @@ use x25519_dalek::{PublicKey, StaticSecret};
 use zeroize::Zeroizing;
 
 use futures_util::future::BoxFuture;
+use std::collections::BTreeMap;
 use tokio::sync::Mutex;
 
 use super::{Channel, ContactAdd};
 use crate::engine::delivery::SenderAuth;
 use crate::engine::outbox::{self, Sealed};
+use crate::engine::relays::canonical_relay_url;
 use crate::engine::{Error, Event, Result, Runtime, blocking, kinds_to_string};
 use crate::identity::keystore::Keystore;
 use crate::protocol::letagents::Kind;
@@ -37,24 +43,29 @@ use crate::transport::TransportError;
 use crate::transport::letagents::RelayClient;
 use crate::transport::letagents::SendOutcome;
 use crate::transport::stringcup::{self as sct, LongPoll, StringcupClient};
-use crate::util::{OsRng, b64u, b64u_decode, now_ms, random_array};
+use crate::util::{OsRng, b64u, b64u_decode, hex, now_ms, random_array, sha256};
 
 /// Renew the token when it has less than this left (30-day inactivity TTL).
 const ROTATE_BEFORE_SECS: i64 = 7 * 24 * 3600;
 /// The spec's normal poll interval (300 inbox requests per hour).
 const POLL_INTERVAL_MS: u64 = 12_000;
 
-/// Stringcup's channel: the `/api/v2` client on our relay and our identity there, registered
-/// the first time it is needed.
+/// Stringcup's channel: the `/api/v2` client on our relay and our identities, one per relay
+/// (the own relay's registered the first time it is needed).
 pub(in crate::engine) struct Stringcup {
-    /// The client for the profile's own relay (Stringcup identities live on one relay).
+    /// The client for the profile's own relay.
     client: std::sync::RwLock<StringcupClient>,
-    id: Mutex<Option<ScIdentity>>,
+    /// Our identities by the relay that assigned each (canonical URL).
+    ids: Mutex<BTreeMap<String, ScIdentity>>,
 }
 
-/// Our Stringcup identity.
+/// One of our Stringcup identities.
 #[derive(Clone)]
 struct ScIdentity {
+    /// The relay that assigned it (canonical URL).
+    relay: String,
+    /// The keystore slot holding it.
+    slot: String,
     id: String,
     secret: StaticSecret,
     token: String,
@@ -120,25 +131,58 @@ struct Page {
 /// request runs (longer than any request's timeout; released as soon as the batch answers).
 const TOPIC_BATCH_HOLD_MS: i64 = 120_000;
 
-fn slot(ks: &Keystore) -> std::result::Result<Keystore, crate::identity::keystore::KeystoreError> {
-    ks.slot("stringcup")
+/// The keystore slot of the first identity a profile registers.
+const FIRST_SLOT: &str = "stringcup";
+
+/// The keystore slot for an identity the relay at `relay` (canonical) assigns, when `taken`
+/// slots are in use: the first one's, else one named by the URL's hash.
+fn slot_for(relay: &str, taken: &[&str]) -> String {
+    if taken.is_empty() {
+        return FIRST_SLOT.to_owned();
+    }
+    let h = hex(&sha256(relay.as_bytes()));
+    let short = format!("stringcup@{}", h.get(..8).unwrap_or(&h));
+    if taken.contains(&short.as_str()) { format!("stringcup@{h}") } else { short }
 }
 
-/// Loads the identity if this profile registered one.
-async fn load_identity(store: &Store, ks: &std::sync::Arc<Keystore>) -> Result<Option<ScIdentity>> {
-    if store.meta("stringcup_id").await?.is_none() {
-        return Ok(None);
+/// A relay URL as identities are keyed: canonical, else as given without a trailing slash.
+fn relay_key(url: &str) -> String {
+    canonical_relay_url(url).unwrap_or_else(|_| url.trim_end_matches('/').to_owned())
+}
+
+/// Loads every identity this profile registered, by relay.
+async fn load_identities(store: &Store, ks: &std::sync::Arc<Keystore>) -> Result<BTreeMap<String, ScIdentity>> {
+    let mut out = BTreeMap::new();
+    for row in store.stringcup_identities().await? {
+        let ks = ks.clone();
+        let slot = row.slot.clone();
+        let raw = blocking(move || ks.slot(&slot)?.load())
+            .await??
+            .ok_or_else(|| Error::Bug(format!("stringcup key missing (slot {})", row.slot)))?;
+        let stored: Stored = serde_json::from_slice(&raw).map_err(|e| Error::Bug(format!("stringcup key: {e}")))?;
+        if stored.id != row.sc_id {
+            return Err(Error::Bug(format!("keystore slot {} holds {}, not {}", row.slot, stored.id, row.sc_id)));
+        }
+        let relay = relay_key(&row.relay_url);
+        if relay != row.relay_url {
+            // Migration 0019 took the URL as `init` stored it: keyed canonical from now on, as the
+            // contacts a move pins to it are.
+            store.rekey_stringcup_identity(&row.relay_url, &relay).await?;
+        }
+        out.insert(
+            relay.clone(),
+            ScIdentity {
+                relay,
+                slot: row.slot,
+                id: stored.id,
+                secret: secret_of(&stored.secret)?,
+                token: stored.token,
+                previous: stored.previous.iter().map(|s| secret_of(s)).collect::<Result<_>>()?,
+                pending: stored.pending.as_deref().map(secret_of).transpose()?,
+            },
+        );
     }
-    let ks = ks.clone();
-    let raw = blocking(move || slot(&ks)?.load()).await??.ok_or_else(|| Error::Bug("stringcup key missing".into()))?;
-    let stored: Stored = serde_json::from_slice(&raw).map_err(|e| Error::Bug(format!("stringcup key: {e}")))?;
-    Ok(Some(ScIdentity {
-        id: stored.id,
-        secret: secret_of(&stored.secret)?,
-        token: stored.token,
-        previous: stored.previous.iter().map(|s| secret_of(s)).collect::<Result<_>>()?,
-        pending: stored.pending.as_deref().map(secret_of).transpose()?,
-    }))
+    Ok(out)
 }
 
 fn public_b64(secret: &StaticSecret) -> String {
@@ -218,6 +262,7 @@ impl Channel for Stringcup {
             if let Err(e) = self.stringcup_rotate_if_due(rt, false).await {
                 tracing::warn!("stringcup token: {e}");
             }
+            self.stringcup_rotate_kept(rt).await;
         })
     }
 
@@ -251,7 +296,7 @@ impl Stringcup {
     ) -> Result<Stringcup> {
         Ok(Stringcup {
             client: std::sync::RwLock::new(StringcupClient::new(relay)),
-            id: Mutex::new(load_identity(store, ks).await?),
+            ids: Mutex::new(load_identities(store, ks).await?),
         })
     }
 
@@ -260,16 +305,15 @@ impl Stringcup {
         self.client.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// The owner moved to another relay: Stringcup identities are assigned by one relay, so the
-    /// old one is forgotten here (the caller cleared `stringcup_id` in the move's transaction)
-    /// and the client points at `relay`. Then [`Self::stringcup_register_moved`].
-    pub(in crate::engine) async fn stringcup_switch_relay(&self, relay: &RelayClient) {
+    /// The owner moved to another relay: the client points at `relay`. The old relay's identity
+    /// stays (its contacts live there and are reached through it); the new relay's is the one
+    /// held from an earlier stay there, else [`Self::stringcup_register_moved`] registers one.
+    pub(in crate::engine) fn stringcup_switch_relay(&self, relay: &RelayClient) {
         *self.client.write().unwrap_or_else(std::sync::PoisonError::into_inner) = StringcupClient::new(relay);
-        *self.id.lock().await = None;
     }
 
-    /// Registers an identity on the relay moved to; a relay that does not serve `/api/v2` now is
-    /// asked again when Stringcup is next needed.
+    /// Registers an identity on the relay moved to unless one is held there; a relay that does
+    /// not serve `/api/v2` now is asked again when Stringcup is next needed.
     pub(in crate::engine) async fn stringcup_register_moved(&self, rt: &Runtime) {
         if let Err(e) = self.stringcup_identity(rt).await {
             tracing::info!("no Stringcup identity on the new relay yet: {e}");
@@ -286,14 +330,16 @@ impl Stringcup {
         };
         let bytes = Zeroizing::new(serde_json::to_vec(&stored).map_err(|e| Error::Bug(e.to_string()))?);
         let ks = rt.inner.keys.clone();
-        blocking(move || slot(&ks)?.save(&bytes)).await??;
+        let slot = id.slot.clone();
+        blocking(move || ks.slot(&slot)?.save(&bytes)).await??;
         Ok(())
     }
 
-    /// Our identity, registering one on the relay the first time.
+    /// Our identity on the profile's own relay, registering one there the first time.
     async fn stringcup_identity(&self, rt: &Runtime) -> Result<ScIdentity> {
-        let mut guard = self.id.lock().await;
-        if let Some(id) = guard.as_ref() {
+        let relay = relay_key(&rt.relay_url());
+        let mut guard = self.ids.lock().await;
+        if let Some(id) = guard.get(&relay) {
             return Ok(id.clone());
         }
         let secret = StaticSecret::from(random_array::<32>());
@@ -301,36 +347,99 @@ impl Stringcup {
         if !is_identity_id(&reg.id) {
             return Err(TransportError::Malformed(format!("relay assigned an invalid id `{}`", reg.id)).into());
         }
-        let id = ScIdentity { id: reg.id, secret, token: reg.api_token, previous: Vec::new(), pending: None };
-        // The token is shown once: it is durable before anything else uses it.
+        let taken: Vec<&str> = guard.values().map(|i| i.slot.as_str()).collect();
+        let slot = slot_for(&relay, &taken);
+        let id = ScIdentity {
+            relay: relay.clone(),
+            slot,
+            id: reg.id,
+            secret,
+            token: reg.api_token,
+            previous: Vec::new(),
+            pending: None,
+        };
+        // The token is shown once: it is durable before anything else uses it (the keystore
+        // first, then the row naming its slot).
         self.save_identity(rt, &id).await?;
-        rt.store().set_meta("stringcup_id", &id.id).await?;
-        *guard = Some(id.clone());
+        rt.store().set_stringcup_identity(&relay, &id.id, &id.slot, now_ms()).await?;
+        guard.insert(relay, id.clone());
         Ok(id)
     }
 
-    async fn registered(&self) -> Option<ScIdentity> {
-        self.id.lock().await.clone()
+    /// Our identity on the own relay, if registered.
+    async fn registered(&self, rt: &Runtime) -> Option<ScIdentity> {
+        self.ids.lock().await.get(&relay_key(&rt.relay_url())).cloned()
+    }
+
+    /// A client for the relay at `relay` (canonical): the own relay's, else one verifying the pin
+    /// stored for it.
+    async fn client_for(&self, rt: &Runtime, relay: &str) -> Result<StringcupClient> {
+        if relay == relay_key(&rt.relay_url()) {
+            return Ok(self.client());
+        }
+        Ok(StringcupClient::new(&rt.foreign_relay(relay).await?.client))
+    }
+
+    /// The identity (and a client for its relay) that reaches a contact stored with `relay`
+    /// (`None`: our own relay): the own relay's, or one kept from before a move.
+    async fn identity_at(&self, rt: &Runtime, relay: Option<&str>) -> Result<(StringcupClient, ScIdentity)> {
+        let own = relay_key(&rt.relay_url());
+        let relay = relay.map_or_else(|| own.clone(), relay_key);
+        if relay == own {
+            return Ok((self.client(), self.stringcup_identity(rt).await?));
+        }
+        let me = self.ids.lock().await.get(&relay).cloned().ok_or_else(|| {
+            Error::Invalid(format!("this profile holds no Stringcup identity on the relay at {relay}"))
+        })?;
+        Ok((self.client_for(rt, &relay).await?, me))
+    }
+
+    /// The identities kept from relays moved away from that still have contacts there.
+    async fn kept_in_use(&self, rt: &Runtime) -> Result<Vec<ScIdentity>> {
+        let own = relay_key(&rt.relay_url());
+        let rows = rt.store().stringcup_identities().await?;
+        let ids = self.ids.lock().await;
+        Ok(rows
+            .iter()
+            .map(|r| relay_key(&r.relay_url))
+            .zip(rows.iter().map(|r| r.contacts))
+            .filter(|(relay, contacts)| *relay != own && *contacts > 0)
+            .filter_map(|(relay, _)| ids.get(&relay).cloned())
+            .collect())
     }
 
     pub(in crate::engine) async fn stringcup_whoami(&self, rt: &Runtime) -> Value {
-        match self.registered().await {
+        match self.registered(rt).await {
             Some(me) => {
                 let key = PublicKey::from(&me.secret).to_bytes();
-                json!({
+                let mut v = json!({
                     "id": me.id,
                     "fingerprint": fingerprint(&key),
                     "fingerprint_short": fingerprint_short(&key),
                     "relay": format!("{}/api/v2", rt.relay_url()),
-                })
+                });
+                // Identities kept on relays moved away from, for the contacts that live there.
+                let rows = rt.store().stringcup_identities().await.unwrap_or_default();
+                let kept: Vec<Value> = rows
+                    .iter()
+                    .filter(|r| relay_key(&r.relay_url) != me.relay)
+                    .map(|r| json!({"id": r.sc_id, "relay": r.relay_url, "contacts": r.contacts}))
+                    .collect();
+                if !kept.is_empty()
+                    && let Some(o) = v.as_object_mut()
+                {
+                    o.insert("other_relays".into(), kept.into());
+                }
+                v
             }
             None => Value::Null,
         }
     }
 
-    /// Looks `id` up and returns its key (the fingerprint is recomputed locally by callers).
-    async fn stringcup_lookup(&self, id: &str) -> Result<([u8; 32], Option<String>)> {
-        let rec = self.client().identity(id).await?;
+    /// Looks `id` up at `client`'s relay and returns its key (the fingerprint is recomputed
+    /// locally by callers).
+    async fn stringcup_lookup_at(&self, client: &StringcupClient, id: &str) -> Result<([u8; 32], Option<String>)> {
+        let rec = client.identity(id).await?;
         if rec.id != id {
             return Err(TransportError::Malformed("lookup answered for another identity".into()).into());
         }
@@ -339,6 +448,14 @@ impl Stringcup {
         Ok((key, rec.display_name))
     }
 
+    /// Looks `id` up at the profile's own relay.
+    async fn stringcup_lookup(&self, id: &str) -> Result<([u8; 32], Option<String>)> {
+        self.stringcup_lookup_at(&self.client(), id).await
+    }
+
+    /// Pins `key` for `id`: a new contact (stored with `relay`, `None` for our own relay), a
+    /// pending one accepted, or a key change marked on a known one.
+    #[allow(clippy::too_many_arguments)]
     async fn pin_contact(
         &self,
         rt: &Runtime,
@@ -347,6 +464,7 @@ impl Stringcup {
         key: &[u8; 32],
         allow: &str,
         state: ContactState,
+        relay: Option<&str>,
     ) -> Result<ContactRow> {
         let now = now_ms();
         let mut tx = rt.store().write_tx().await?;
@@ -389,7 +507,7 @@ impl Stringcup {
                         sig_pub: &[],
                         box_pub: key,
                         drop_code: None,
-                        relay_url: None,
+                        relay_url: relay,
                         state,
                         allow_kinds: allow,
                         request_body: "",
@@ -435,7 +553,8 @@ impl Stringcup {
         drop(conn);
         let (key, display) = self.stringcup_lookup(id).await?;
         let default_name = display.filter(|d| !d.trim().is_empty()).unwrap_or_else(|| id.chars().take(11).collect());
-        let c = self.pin_contact(rt, id, name.unwrap_or(&default_name), &key, &allow, ContactState::Active).await?;
+        let c =
+            self.pin_contact(rt, id, name.unwrap_or(&default_name), &key, &allow, ContactState::Active, None).await?;
         Ok(c.name)
     }
 
@@ -450,17 +569,19 @@ impl Stringcup {
         from_agent: Option<&str>,
         to_agent: Option<&str>,
     ) -> Result<String> {
-        let me = self.stringcup_identity(rt).await?;
+        // Through our identity on the relay the contact lives on.
+        let (client, me) = self.identity_at(rt, c.relay_url.as_deref()).await?;
         // Check the pin against a fresh lookup; a relay that cannot be reached now does not stop
         // the send (the pinned key is what we encrypt to).
-        if let Ok((key, _)) = self.stringcup_lookup(&c.peer_id).await
+        if let Ok((key, _)) = self.stringcup_lookup_at(&client, &c.peer_id).await
             && key.as_slice() != c.box_pub.as_slice()
         {
-            self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, ContactState::Active).await?;
+            let relay = c.relay_url.as_deref();
+            self.pin_contact(rt, &c.peer_id, &c.name, &key, &c.allow_kinds, ContactState::Active, relay).await?;
         }
         let now = now_ms();
         let mut tx = rt.store().write_tx().await?;
-        let id = Self::seal_and_queue(rt, &mut tx, &me, c, kind, text, (reply_to, from_agent, to_agent), now).await?;
+        let id = Self::seal_and_queue(&mut tx, &me, c, kind, text, (reply_to, from_agent, to_agent), now).await?;
         rt.commit_queued(tx).await?;
         Ok(id)
     }
@@ -469,7 +590,6 @@ impl Stringcup {
     /// Idempotency-Key every retry reuses.
     #[allow(clippy::too_many_arguments)]
     async fn seal_and_queue(
-        rt: &Runtime,
         tx: &mut sqlx::SqliteConnection,
         me: &ScIdentity,
         c: &ContactRow,
@@ -492,7 +612,8 @@ impl Stringcup {
             from_agent,
             to_agent,
             ts: now,
-            relay_url: &rt.relay_url(),
+            // The relay that assigned `me`, where the contact lives: the attempt sends through it.
+            relay_url: &me.relay,
             target: &c.peer_id,
             drop_code: &[],
             payload: &body,
@@ -503,19 +624,55 @@ impl Stringcup {
 
     /// One delivery attempt of a queued Stringcup message.
     pub(in crate::engine) async fn stringcup_attempt(&self, rt: &Runtime, row: &OutboxRow) -> SendOutcome {
-        let me = match self.stringcup_identity(rt).await {
-            Ok(me) => me,
+        // The identity it was sealed from: the one of the relay it was queued for.
+        let (client, me) = match self.identity_at(rt, Some(&row.relay_url)).await {
+            Ok(at) => at,
             Err(e) => return SendOutcome::Retry { after_ms: None, reason: format!("unreachable: {e}") },
         };
-        match self.client().send(&me.token, &row.payload, &row.message_id).await {
+        match client.send(&me.token, &row.payload, &row.message_id).await {
             sct::SendOutcome::Stored => SendOutcome::Accepted,
             sct::SendOutcome::Retry { after_ms, reason } => SendOutcome::Retry { after_ms, reason },
             sct::SendOutcome::Permanent(reason) => SendOutcome::Permanent(reason),
         }
     }
 
-    /// Processes one inbox message and commits it. Returns whether `inbox` will show it.
-    async fn stringcup_process(&self, rt: &Runtime, me: &ScIdentity, m: &InboxMessageIn) -> Result<bool> {
+    /// Records an inbox message dropped before decryption: from a blocked sender (counted and
+    /// audited as `blocked`, never stored or shown; the relay names the sender), or naming as
+    /// its sender a contact who lives on another relay (one relay cannot speak for another's
+    /// identities).
+    async fn drop_unopened(rt: &Runtime, sender: &str, msg_id: &str, blocked: Option<i64>, now: i64) -> Result<()> {
+        let mut tx = rt.store().write_tx().await?;
+        store::mark_seen(&mut tx, Protocol::Stringcup, sender, msg_id, now).await?;
+        if let Some(id) = blocked {
+            store::count_blocked_drop(&mut tx, id).await?;
+        }
+        let (state, detail) = match blocked {
+            Some(_) => ("blocked", "sender is blocked"),
+            None => ("dropped", "sender_id is a contact on another relay than the one that delivered it"),
+        };
+        let audit = Audit {
+            direction: "in",
+            protocol: Protocol::Stringcup.as_str(),
+            peer: sender,
+            message_id: msg_id,
+            kind: "send",
+            state,
+            detail,
+        };
+        store::audit(&mut tx, now, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Processes one inbox message of identity `me` (read through `client`, its relay's) and
+    /// commits it. Returns whether `inbox` will show it.
+    async fn stringcup_process(
+        &self,
+        rt: &Runtime,
+        client: &StringcupClient,
+        me: &ScIdentity,
+        m: &InboxMessageIn,
+    ) -> Result<bool> {
         let now = now_ms();
         let msg_id = format!("{}/{}", me.id, m.id);
         let sender = m.sender_id.as_str();
@@ -524,23 +681,14 @@ impl Stringcup {
             return Ok(false);
         }
         let mut contact = store::contact_by_peer(&mut conn, Protocol::Stringcup, sender).await?;
-        // A blocked sender (as the relay names it) is dropped before decryption: counted and
-        // audited, never stored or shown.
-        if let Some(c) = contact.as_ref().filter(|c| c.blocked) {
-            let mut tx = rt.store().write_tx().await?;
-            store::mark_seen(&mut tx, Protocol::Stringcup, sender, &msg_id, now).await?;
-            store::count_blocked_drop(&mut tx, c.id).await?;
-            let audit = Audit {
-                direction: "in",
-                protocol: Protocol::Stringcup.as_str(),
-                peer: sender,
-                message_id: &msg_id,
-                kind: "send",
-                state: "blocked",
-                detail: "sender is blocked",
-            };
-            store::audit(&mut tx, now, audit).await?;
-            tx.commit().await?;
+        // The relay names the sender: one relay cannot speak for a contact who lives on another.
+        let own = relay_key(&rt.relay_url());
+        let elsewhere =
+            contact.as_ref().is_some_and(|c| c.relay_url.as_deref().map_or_else(|| own.clone(), relay_key) != me.relay);
+        let blocked = contact.as_ref().filter(|c| c.blocked).map(|c| c.id);
+        if elsewhere || blocked.is_some() {
+            // Boxed: this rare path's futures would otherwise enlarge every call's stack frame.
+            Box::pin(Self::drop_unopened(rt, sender, &msg_id, blocked, now)).await?;
             return Ok(false);
         }
         let pending = store::pending_requests(&mut conn).await?;
@@ -549,14 +697,14 @@ impl Stringcup {
         let room = pending < crate::engine::MAX_PENDING_REQUESTS;
         if contact.is_none() && is_identity_id(sender) && room {
             // A stranger: pin its key now and hold what it sent until the user accepts.
-            let (key, display) = self.stringcup_lookup(sender).await?;
+            let (key, display) = self.stringcup_lookup_at(client, sender).await?;
             let name = display
                 .map(|d| d.chars().filter(|c| c.is_alphanumeric() || "-_.".contains(*c)).take(32).collect::<String>())
                 .filter(|d| !d.is_empty())
                 .unwrap_or_else(|| sender.chars().take(11).collect());
-            contact = Some(
-                self.pin_contact(rt, sender, &name, &key, crate::engine::DEFAULT_ALLOW, ContactState::Pending).await?,
-            );
+            let relay = (me.relay != own).then_some(me.relay.as_str());
+            let allow = crate::engine::DEFAULT_ALLOW;
+            contact = Some(self.pin_contact(rt, sender, &name, &key, allow, ContactState::Pending, relay).await?);
             rt.emit(Event::Request { name });
         }
         // The current key, else one from before a key update (mail sealed before the sender
@@ -625,31 +773,79 @@ impl Stringcup {
 
     /// Reads one inbox page (holding up to `wait` s), commits each message, then acks the page.
     /// Returns (messages processed, any showable, more waiting, long-poll state).
-    async fn stringcup_page(&self, rt: &Runtime, me: &ScIdentity, wait: u64) -> Result<Page> {
-        let (page, long_poll, budget) = self.client().inbox(&me.token, wait).await?;
+    async fn stringcup_page(&self, rt: &Runtime, client: &StringcupClient, me: &ScIdentity, wait: u64) -> Result<Page> {
+        let (page, long_poll, budget) = client.inbox(&me.token, wait).await?;
         let mut showable = false;
         let mut ids = Vec::with_capacity(page.messages.len());
         for m in &page.messages {
-            showable |= self.stringcup_process(rt, me, m).await?;
+            showable |= self.stringcup_process(rt, client, me, m).await?;
             ids.push(m.id);
         }
         if !ids.is_empty() {
-            self.client().ack(&me.token, &ids).await?;
+            client.ack(&me.token, &ids).await?;
         }
         Ok(Page { count: ids.len(), showable, more: page.has_more, long_poll, budget })
     }
 
-    /// Drains the inbox without waiting. Zero when we have no Stringcup identity.
-    pub(in crate::engine) async fn stringcup_sync(&self, rt: &Runtime) -> Result<usize> {
-        let Some(me) = self.registered().await else { return Ok(0) };
+    /// Drains the inbox of `me` (through `client`) without waiting.
+    async fn drain(&self, rt: &Runtime, client: &StringcupClient, me: &ScIdentity) -> Result<usize> {
         let mut total = 0;
         loop {
-            let page = self.stringcup_page(rt, &me, 0).await?;
+            let page = self.stringcup_page(rt, client, me, 0).await?;
             total += page.count;
             if !page.more || page.count == 0 {
                 return Ok(total);
             }
         }
+    }
+
+    /// Drains the inbox of each identity kept on a relay moved away from that still has contacts
+    /// there. A relay that is down is logged and skipped: it must not stop the others.
+    pub(in crate::engine) async fn stringcup_read_kept(&self, rt: &Runtime) -> usize {
+        let kept = match self.kept_in_use(rt).await {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!("stringcup identities: {e}");
+                return 0;
+            }
+        };
+        let mut n = 0;
+        for me in kept {
+            let read = async { self.drain(rt, &self.client_for(rt, &me.relay).await?, &me).await };
+            match read.await {
+                Ok(k) => n += k,
+                Err(e) => tracing::info!("stringcup inbox on the relay at {}: {e}", me.relay),
+            }
+        }
+        n
+    }
+
+    /// Reads the kept identities' inboxes every [`POLL_INTERVAL_MS`] (the spec's normal pace),
+    /// for as long as the runtime runs: their contacts cannot follow a move, so there is no end.
+    pub(in crate::engine) async fn stringcup_kept_loop(&self, rt: &Runtime) {
+        let mut stop = rt.inner.shutdown.subscribe();
+        let mut moved = rt.inner.relay_generation.subscribe();
+        loop {
+            if self.stringcup_read_kept(rt).await > 0 {
+                rt.inner.outbox_wake.notify_one();
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(POLL_INTERVAL_MS)) => {}
+                r = moved.changed() => if r.is_err() { return },
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// Drains the own identity's inbox without waiting (zero when it has none), then the kept
+    /// identities' (their errors are logged, not returned: an old relay that is down must not
+    /// fail a sync).
+    pub(in crate::engine) async fn stringcup_sync(&self, rt: &Runtime) -> Result<usize> {
+        let mut total = 0;
+        if let Some(me) = self.registered(rt).await {
+            total += self.drain(rt, &self.client(), &me).await?;
+        }
+        Ok(total + self.stringcup_read_kept(rt).await)
     }
 
     /// Long-polls the inbox forever (daemon), or until something showable arrives.
@@ -673,8 +869,9 @@ impl Stringcup {
                     continue;
                 }
             };
+            let client = self.client();
             let page = tokio::select! {
-                page = self.stringcup_page(rt, &me, sct::MAX_WAIT_SECS) => page,
+                page = self.stringcup_page(rt, &client, &me, sct::MAX_WAIT_SECS) => page,
                 _ = stop.changed() => return Ok(()),
             };
             match page {
@@ -718,6 +915,17 @@ impl Stringcup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_relays_identity_has_its_own_keystore_slot() {
+        let a = "https://relay-a.example";
+        assert_eq!(slot_for(a, &[]), "stringcup", "a profile's first identity, where it always was");
+        let h = hex(&sha256(a.as_bytes()));
+        let short = format!("stringcup@{}", &h[..8]);
+        assert_eq!(slot_for(a, &["stringcup"]), short);
+        assert_eq!(slot_for(a, &["stringcup", &short]), format!("stringcup@{h}"), "never one already in use");
+        assert_ne!(slot_for("https://relay-b.example", &["stringcup"]), short);
+    }
 
     #[test]
     fn only_a_plain_topic_id_goes_into_a_request_path() {

@@ -78,6 +78,7 @@ impl Stringcup {
                     &key,
                     crate::engine::DEFAULT_ALLOW,
                     crate::store::ContactState::Active,
+                    None,
                 )
                 .await?;
             return Ok(json!({

@@ -1,5 +1,10 @@
 //! Stringcup topics: create, list, add and remove members, delete, and the fan-out send (one
 //! sealed message per member, queued together and posted as a batch).
+//!
+//! A topic lives on one relay, among identities that relay assigned: these operations go through
+//! the identity of the profile's own relay, with contacts on that relay. Topics made on a relay
+//! moved away from are not reached from here (a topic operation names no relay); the error says
+//! so.
 
 use serde_json::{Value, json};
 
@@ -10,6 +15,7 @@ use crate::protocol::stringcup::crypto;
 use crate::protocol::stringcup::wire::Outgoing;
 use crate::store::ContactState;
 use crate::store::{self, Protocol};
+use crate::transport::TransportError;
 use crate::util::now_ms;
 
 impl Stringcup {
@@ -43,7 +49,10 @@ impl Stringcup {
         for m in members {
             ids.push(self.member_id(rt, m).await?);
         }
-        let r = self.client().topic_add(&me.token, topic, &ids).await?;
+        let r = match self.client().topic_add(&me.token, topic, &ids).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.topic_error(rt, topic, e).await),
+        };
         Ok(
             json!({"topic": topic, "added": r.added.len(), "already_member": r.already_member.len(), "unknown": r.unknown}),
         )
@@ -62,7 +71,9 @@ impl Stringcup {
             Some(m) => self.member_id(rt, m).await?,
             None => me.id.clone(),
         };
-        self.client().topic_remove(&me.token, topic, &id).await?;
+        if let Err(e) = self.client().topic_remove(&me.token, topic, &id).await {
+            return Err(self.topic_error(rt, topic, e).await);
+        }
         Ok(json!({"topic": topic, "removed": member.unwrap_or("me")}))
     }
 
@@ -70,17 +81,45 @@ impl Stringcup {
     pub(in crate::engine) async fn topic_delete(&self, rt: &Runtime, topic: &str) -> Result<Value> {
         let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
-        self.client().topic_delete(&me.token, topic).await?;
+        if let Err(e) = self.client().topic_delete(&me.token, topic).await {
+            return Err(self.topic_error(rt, topic, e).await);
+        }
         Ok(json!({"topic": topic, "deleted": true}))
     }
 
-    /// The Stringcup id of contact `name`.
+    /// The Stringcup id of contact `name`, who must live on our own relay (a topic's members are
+    /// identities of the relay it lives on).
     async fn member_id(&self, rt: &Runtime, name: &str) -> Result<String> {
         let c = rt.store().contact_by_name(name).await?.ok_or_else(|| Error::UnknownContact(name.to_owned()))?;
         if c.protocol != Protocol::Stringcup {
             return Err(Error::Invalid(format!("`{name}` is not a Stringcup contact")));
         }
+        if let Some(relay) = &c.relay_url {
+            return Err(Error::Invalid(format!(
+                "`{name}` lives on the relay at {relay}, which this profile moved away from: a topic lives on one \
+                 relay, and topics here are on the relay at {}",
+                rt.relay_url()
+            )));
+        }
         Ok(c.peer_id)
+    }
+
+    /// A topic request's failure: a topic the own relay does not know may be one made on a relay
+    /// moved away from, which these operations do not reach.
+    async fn topic_error(&self, rt: &Runtime, topic: &str, e: TransportError) -> Error {
+        if matches!(e, TransportError::Status { status: 404, .. })
+            && let Ok(kept) = self.kept_in_use(rt).await
+            && !kept.is_empty()
+        {
+            let relays: Vec<&str> = kept.iter().map(|k| k.relay.as_str()).collect();
+            return Error::Invalid(format!(
+                "the relay at {} knows no topic {topic}; a topic made on a relay this profile moved away from ({}) is \
+                 not reached from here",
+                rt.relay_url(),
+                relays.join(", ")
+            ));
+        }
+        e.into()
     }
 
     /// Our contact's name for Stringcup id `id`, else the id.
@@ -94,13 +133,18 @@ impl Stringcup {
     pub(in crate::engine) async fn topic_send(&self, rt: &Runtime, topic: &str, text: &str) -> Result<Value> {
         let topic = topic_path(topic)?;
         let me = self.stringcup_identity(rt).await?;
-        let roster = self.client().topic_roster(&me.token, topic).await?;
+        let roster = match self.client().topic_roster(&me.token, topic).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.topic_error(rt, topic, e).await),
+        };
         let mut skipped = Vec::new();
         let mut targets = Vec::new();
         for m in roster.members.iter().filter(|m| m.id != me.id) {
             let mut conn = rt.store().pool.acquire().await?;
             let c = store::contact_by_peer(&mut conn, Protocol::Stringcup, &m.id).await?;
             let served = crypto::decode_public_key(&m.identity_public_key);
+            // Only a contact of this relay (an id elsewhere is another identity).
+            let c = c.filter(|c| c.relay_url.is_none());
             match c {
                 Some(c) if c.blocked => skipped.push(json!({"id": m.id, "reason": "blocked"})),
                 Some(c)
@@ -127,7 +171,7 @@ impl Stringcup {
         let mut tx = rt.store().write_tx().await?;
         let mut queued = Vec::new();
         for c in &targets {
-            let id = Self::seal_and_queue(rt, &mut tx, &me, c, Kind::Send, text, (None, None, None), now).await?;
+            let id = Self::seal_and_queue(&mut tx, &me, c, Kind::Send, text, (None, None, None), now).await?;
             store::outbox_hold(&mut tx, &id, now + TOPIC_BATCH_HOLD_MS).await?;
             queued.push(id);
         }
