@@ -717,6 +717,12 @@ impl Stringcup {
             plain = Ok(text);
         }
         let mut tx = rt.store().write_tx().await?;
+        // The request was committed on its own (above) and the owner may have accepted it since:
+        // held or shown is decided on the contact as it is now, inside this write (else a message
+        // would be held for an accepted contact and never shown).
+        if contact.is_some() {
+            contact = store::contact_by_peer(&mut tx, Protocol::Stringcup, sender).await?.or(contact);
+        }
         store::mark_seen(&mut tx, Protocol::Stringcup, sender, &msg_id, now).await?;
         let (state, detail, showable) = match (&contact, plain) {
             (_, Err(e)) => ("dropped", format!("undecryptable: {e}"), false),
