@@ -399,6 +399,11 @@ await scenario(async ({ browser, page }) => {
   const when = await page.locator('table.log tbody time').evaluateAll((l) => l.map((t) => Date.parse(t.getAttribute('datetime'))));
   // (Rows are in the order they were written; a row's clock may trail its neighbour's by a few ms.)
   assert(when.length > 10 && when[0] - when[when.length - 1] > 1000, `the newest activity comes first: ${when[0]} … ${when.at(-1)}`);
+  // A long page scrolls under the navigation, which stays in view.
+  await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+  assert(await page.evaluate(() => scrollY > 0), 'the log is long enough to scroll');
+  assert(await inViewport(nav(page, 'Chats')), 'the navigation stays in view on a scrolled page');
+  await page.evaluate(() => window.scrollTo(0, 0));
   await shot(page, '09-log');
   await page.getByLabel('Search the log').fill('no-such-activity-anywhere');
   await page.getByText('No activity matches.').waitFor();
