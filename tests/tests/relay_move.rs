@@ -512,3 +512,25 @@ async fn a_message_queued_before_a_move_goes_out_after_it_to_where_the_contact_l
     // bob's receipt for it came back too (sent before he read the notice: through the drain).
     assert!(alice.eventually(20, || async { alice.state_of(&id).await == "delivered" }).await, "delivered to bob");
 }
+
+/// The plan counts people, not channels: bob added by contact link is one person with a
+/// letagents, an Agent Mail and a Stringcup channel, and the confirmation says one contact is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_counts_a_person_added_by_link_once() {
+    let old = TestRelay::start().await;
+    let alice = Peer::offline("alice", &old.url()).await;
+    let bob = Peer::offline("bob", &old.url()).await;
+    let link = bob.call(Request::Whoami).await["contact_link"]["link"].as_str().unwrap().to_owned();
+    alice.add_contact(&link, "bob").await;
+    let plan = alice.call(Request::RelayMovePlan).await;
+    assert_eq!(
+        (&plan["letagents"], &plan["agent_mail"], &plan["told"], &plan["stringcup"]),
+        (&1.into(), &1.into(), &1.into(), &1.into()),
+        "{plan}"
+    );
+    assert_eq!(
+        plan["summary"],
+        "1 contact will be told; 0 groups stay on the old relay, and so does 1 Stringcup contact (a Stringcup id \
+         belongs to the relay that assigned it); the old relay is read for 48 h"
+    );
+}

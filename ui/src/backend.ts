@@ -33,6 +33,8 @@ export interface MovePlan {
   from: string;
   letagents: number;
   agent_mail: number;
+  /** The people those letagents and Agent Mail contacts are (a person's channels count once). */
+  told: number;
   stringcup: number;
   groups: number;
   drain_hours: number;

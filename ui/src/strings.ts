@@ -383,8 +383,8 @@ export const S = {
     moveTitle: 'Move to another relay',
     moveNote: (current: string) =>
       `Your addresses live on ${current}. Moving gives you addresses on the new relay; your contacts are told where you went, groups and Stringcup contacts stay where they are (still reached through this relay), and this relay is still read for 48 hours.`,
-    moveConfirm: (p: { letagents: number; agent_mail: number; stringcup: number; groups: number; drain_hours: number }) => {
-      const told = p.letagents + p.agent_mail;
+    moveConfirm: (p: { told: number; stringcup: number; groups: number; drain_hours: number }) => {
+      const told = p.told;
       const contacts = `${told} ${told === 1 ? 'contact' : 'contacts'} will be told`;
       // A Stringcup id belongs to the relay that assigned it: those contacts stay there.
       const who = p.stringcup === 1 ? 'does 1 Stringcup contact' : `do ${p.stringcup} Stringcup contacts`;

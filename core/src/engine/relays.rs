@@ -46,6 +46,9 @@ pub struct MovePlan {
     pub letagents: i64,
     /// Agent Mail contacts, who find the new card on either relay.
     pub agent_mail: i64,
+    /// The people those letagents and Agent Mail contacts are (a person added by contact link
+    /// has a channel of each): what the summary counts.
+    pub told: i64,
     /// Stringcup contacts, who stay on the current relay (a Stringcup id belongs to the relay
     /// that assigned it), reached through the identity it assigned us.
     pub stringcup: i64,
@@ -62,10 +65,9 @@ fn plural(n: i64, one: &str, many: &str) -> String {
 impl MovePlan {
     /// What the move will do, in one sentence.
     pub fn summary(&self) -> String {
-        let told = self.letagents + self.agent_mail;
         format!(
             "{} will be told; {} on the old relay{}; the old relay is read for {} h",
-            plural(told, "contact", "contacts"),
+            plural(self.told, "contact", "contacts"),
             plural(self.groups, "group stays", "groups stay"),
             self.stringcup_stay(),
             self.drain_hours
@@ -73,7 +75,10 @@ impl MovePlan {
     }
 
     fn summary_done(&self, letagents_told: usize) -> String {
-        let told = i64::try_from(letagents_told).unwrap_or(i64::MAX).saturating_add(self.agent_mail);
+        let letagents_told = i64::try_from(letagents_told).unwrap_or(i64::MAX);
+        // As planned: the people; else (a contact changed meanwhile) the channels told.
+        let told =
+            if letagents_told == self.letagents { self.told } else { letagents_told.saturating_add(self.agent_mail) };
         format!(
             "{} told; {} on the old relay{}; the old relay is read for {} h",
             plural(told, "contact", "contacts"),
@@ -175,6 +180,7 @@ impl Runtime {
             from,
             letagents: deps.letagents,
             agent_mail: deps.agent_mail,
+            told: deps.people_told,
             stringcup: deps.stringcup,
             groups: deps.groups,
             drain_hours: STALE_AFTER_MS / 3_600_000,

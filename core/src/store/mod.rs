@@ -470,6 +470,15 @@ impl Store {
         let told = "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND state = 'active' AND blocked = 0";
         let letagents = count(Protocol::Letagents, told).await?;
         let agent_mail = count(Protocol::AgentMail, told).await?;
+        // The people those are: a person added by contact link has a channel of each.
+        let people_told = sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT COALESCE('person ' || person_id, 'contact ' || id)) FROM contacts \
+             WHERE protocol IN (?, ?) AND state = 'active' AND blocked = 0",
+        )
+        .bind(Protocol::Letagents.as_str())
+        .bind(Protocol::AgentMail.as_str())
+        .fetch_one(&self.pool)
+        .await?;
         let stringcup =
             count(Protocol::Stringcup, "SELECT COUNT(*) FROM contacts WHERE protocol = ? AND relay_url IS NULL")
                 .await?;
@@ -479,7 +488,7 @@ impl Store {
         .bind(relay_url)
         .fetch_one(&self.pool)
         .await?;
-        Ok(RelayDependents { letagents, agent_mail, stringcup, groups })
+        Ok(RelayDependents { letagents, agent_mail, people_told, stringcup, groups })
     }
 
     /// Makes `new` (certificate pin `new_pin_hex`, empty for the web PKI) the profile's own relay
@@ -774,6 +783,8 @@ pub struct RelayDependents {
     pub letagents: i64,
     /// Agent Mail contacts, accepted and not blocked.
     pub agent_mail: i64,
+    /// The people the letagents and Agent Mail contacts are (a person's channels count once).
+    pub people_told: i64,
     /// Stringcup contacts on our own relay, any state: they stay there.
     pub stringcup: i64,
     /// Active groups whose log the relay carries.
