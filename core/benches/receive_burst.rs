@@ -10,9 +10,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
-use switchboard_core::util::{OsRng, now_ms};
-
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -21,23 +18,9 @@ fn main() {
     let n = env_usize("BURST_N", 1000);
     let rounds = env_usize("BURST_ROUNDS", 2);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let support::Receiver { bob, alice, .. } = &support::bob_with_contact_alice(&rt);
-    let bob_keys = bob.keys();
-    let burst = || -> Vec<Vec<u8>> {
-        (0..n)
-            .map(|_| {
-                let inner = Inner::new(
-                    &alice.keys(),
-                    &bob_keys.mailbox_id(),
-                    now_ms(),
-                    uuid::Uuid::new_v4(),
-                    Kind::Send,
-                    "x".repeat(200).into(),
-                );
-                la::seal(&alice.sig, &bob_keys, &serde_json::to_string(&inner).unwrap(), &mut OsRng).unwrap()
-            })
-            .collect()
-    };
+    let receiver = support::bob_with_contact_alice(&rt);
+    let bob = &receiver.bob;
+    let burst = || -> Vec<Vec<u8>> { (0..n).map(|_| receiver.envelope_from_alice()).collect() };
 
     let mut one_each = Vec::new();
     let mut batched = Vec::new();

@@ -18,24 +18,12 @@ use switchboard_core::bridge::api::Request;
 use switchboard_core::engine::{InitOptions, Runtime};
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::Profile;
-use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
-use switchboard_core::util::{OsRng, now_ms};
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let support::Receiver { bob, alice, dir, .. } = &support::bob_with_contact_alice(&rt);
-    let bob_keys = bob.keys();
-    let envelope = || {
-        let inner = Inner::new(
-            &alice.keys(),
-            &bob_keys.mailbox_id(),
-            now_ms(),
-            uuid::Uuid::new_v4(),
-            Kind::Send,
-            "x".repeat(200).into(),
-        );
-        la::seal(&alice.sig, &bob_keys, &serde_json::to_string(&inner).unwrap(), &mut OsRng).unwrap()
-    };
+    let receiver = support::bob_with_contact_alice(&rt);
+    let (bob, dir) = (&receiver.bob, &receiver.dir);
+    let envelope = || receiver.envelope_from_alice();
 
     let bare = rt.block_on(async {
         let opts = SqliteConnectOptions::from_str("sqlite://")

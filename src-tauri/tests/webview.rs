@@ -381,15 +381,7 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
         .await;
 
     // ---- bob answers; it appears in the open conversation.
-    bob.call(Request::Send {
-        contact: alice_at_bob.clone(),
-        text: "hi alice, bob here".into(),
-        kind: None,
-        reply_to: None,
-        from_agent: None,
-        to_agent: None,
-    })
-    .await;
+    bob.send(&alice_at_bob, "hi alice, bob here").await;
     wd.until(
         "bob's answer in the conversation",
         30,
@@ -417,15 +409,7 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
     wd.element("#set-theme").await;
     let read_icon = tray_icon("04a-tray-read.png");
     for text in ["are you there?", "ping again"] {
-        bob.call(Request::Send {
-            contact: alice_at_bob.clone(),
-            text: text.into(),
-            kind: None,
-            reply_to: None,
-            from_agent: None,
-            to_agent: None,
-        })
-        .await;
+        bob.send(&alice_at_bob, text).await;
     }
     wd.until("two unread in the title", 30, "return document.title === '(2) Switchboard'", json!([])).await;
     wd.until(
@@ -702,15 +686,7 @@ async fn the_real_app_adds_a_pasted_contact_exchanges_messages_closes_to_tray_an
         }
         assert!(Instant::now() < deadline, "bob was never told about the move");
     }
-    bob.call(Request::Send {
-        contact: alice_at_bob.clone(),
-        text: "found you on the new relay".into(),
-        kind: None,
-        reply_to: None,
-        from_agent: None,
-        to_agent: None,
-    })
-    .await;
+    bob.send(&alice_at_bob, "found you on the new relay").await;
     wd.click("nav a[href='#/contacts']").await;
     wd.click("a[href='#/c/bob']").await;
     wd.until(

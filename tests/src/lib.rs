@@ -94,6 +94,11 @@ pub fn send_request(contact: &str, text: &str) -> Request {
     }
 }
 
+/// Adding `address` as a contact named `name`, with a hello, as the owner does.
+pub fn add_request(address: &str, name: &str) -> Request {
+    Request::ContactAdd { address: address.into(), name: Some(name.into()), allow: None, relay: None, no_hello: false }
+}
+
 /// A profile with its runtime in this process.
 pub struct Peer {
     /// The runtime.
@@ -203,14 +208,7 @@ impl Peer {
     /// Adds a contact by `address` (any protocol's) under `name`, saying hello where the protocol
     /// has one; the contact as the runtime returns it.
     pub async fn add_contact(&self, address: &str, name: &str) -> Value {
-        self.call(Request::ContactAdd {
-            address: address.into(),
-            name: Some(name.into()),
-            allow: None,
-            relay: None,
-            no_hello: false,
-        })
-        .await
+        self.call(add_request(address, name)).await
     }
 
     /// Sends text; returns the id.

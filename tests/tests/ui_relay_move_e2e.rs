@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::Value;
 use switchboard_core::bridge::api::Request;
 use switchboard_tests::browser::{Driver, require_browser, run_scenario, serve_ui};
-use switchboard_tests::{Peer, TestRelay, send_request, switchboard_ok};
+use switchboard_tests::{Peer, TestRelay, add_request, send_request, switchboard_ok};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
@@ -37,27 +37,9 @@ impl Driver for World {
     async fn handle(&mut self, req: &Value) -> Result<Value, String> {
         let s = |k: &str| req[k].as_str().unwrap_or_default().to_owned();
         match req["op"].as_str().unwrap_or("") {
-            "bob_hello" => {
-                let add = Request::ContactAdd {
-                    address: s("to"),
-                    name: Some("alice".into()),
-                    allow: None,
-                    relay: None,
-                    no_hello: false,
-                };
-                self.bob.request(add).await
-            }
+            "bob_hello" => self.bob.request(add_request(&s("to"), "alice")).await,
             "bob_say" => self.bob.request(send_request("alice", &s("text"))).await,
-            "carol_hello" => {
-                let add = Request::ContactAdd {
-                    address: s("to"),
-                    name: Some("alice".into()),
-                    allow: None,
-                    relay: None,
-                    no_hello: false,
-                };
-                self.carol.request(add).await
-            }
+            "carol_hello" => self.carol.request(add_request(&s("to"), "alice")).await,
             // What carol's runtime now knows of alice: the move line, once it arrived, and her route.
             "carol_sees_move" => {
                 for _ in 0..100 {
@@ -79,14 +61,7 @@ impl Driver for World {
             "carol_say" => self.carol.request(send_request("alice", &s("text"))).await,
             // Dave adds alice's Stringcup id and writes to it.
             "dave_hello" => {
-                let add = Request::ContactAdd {
-                    address: s("to"),
-                    name: Some("alice".into()),
-                    allow: None,
-                    relay: None,
-                    no_hello: false,
-                };
-                self.dave.request(add).await?;
+                self.dave.request(add_request(&s("to"), "alice")).await?;
                 self.dave.request(send_request("alice", &s("text"))).await
             }
             "dave_say" => self.dave.request(send_request("alice", &s("text"))).await,

@@ -7,7 +7,8 @@ use switchboard_core::engine::{InitOptions, Runtime};
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::{Profile, ProfileLock};
-use switchboard_core::util::OsRng;
+use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
+use switchboard_core::util::{OsRng, now_ms};
 
 /// Bob's runtime and alice's identity; the profile's lock and directory live as long as it
 /// (fields drop in this order: the runtime first, the directory last).
@@ -48,4 +49,20 @@ pub fn bob_with_contact_alice(rt: &tokio::runtime::Runtime) -> Receiver {
     ))
     .unwrap();
     Receiver { bob, alice, _lock: lock, dir }
+}
+
+impl Receiver {
+    /// A fresh envelope from alice to bob: a `send` with 200 characters of text.
+    pub fn envelope_from_alice(&self) -> Vec<u8> {
+        let bob = self.bob.keys();
+        let inner = Inner::new(
+            &self.alice.keys(),
+            &bob.mailbox_id(),
+            now_ms(),
+            uuid::Uuid::new_v4(),
+            Kind::Send,
+            "x".repeat(200).into(),
+        );
+        la::seal(&self.alice.sig, &bob, &serde_json::to_string(&inner).unwrap(), &mut OsRng).unwrap()
+    }
 }
