@@ -6,10 +6,10 @@
 use serde_json::{Value, json};
 use switchboard_core::api::Request;
 use switchboard_core::identity::DeviceIdentity;
-use switchboard_core::protocol::letagents::{self as la, Inner, Kind, PeerKeys};
-use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
-use switchboard_core::util::{OsRng, b64u_decode, now_ms};
-use switchboard_tests::{Peer, TestRelay, befriend};
+use switchboard_core::protocol::letagents::{self as la, Inner, Kind};
+use switchboard_core::transport::letagents::SendOutcome;
+use switchboard_core::util::{OsRng, now_ms};
+use switchboard_tests::{Forger, Peer, TestRelay, befriend};
 
 fn send_req(contact: &str, text: &str, kind: &str, reply_to: Option<&str>) -> Request {
     Request::Send {
@@ -184,44 +184,22 @@ async fn queued_message_survives_a_runtime_restart() {
 
 // ----- rejections: each is crafted by a device whose keys the test holds -------------------
 
-/// A raw letagents device the test controls, to craft envelopes a real client would not.
-struct Forger {
-    id: DeviceIdentity,
-    relay: RelayClient,
-}
-
-impl Forger {
-    fn new(relay: &TestRelay) -> Self {
-        Self { id: DeviceIdentity::generate(&mut OsRng), relay: RelayClient::new(&relay.url(), None).unwrap() }
-    }
-
-    fn address(&self) -> String {
-        self.id.address().to_string()
-    }
-
-    fn inner(&self, to: &PeerKeys, kind: Kind, body: Value) -> Inner {
-        Inner::new(&self.id.keys(), &to.mailbox_id(), now_ms(), uuid::Uuid::new_v4(), kind, body)
-    }
-
-    fn seal(&self, to: &PeerKeys, inner: &Inner) -> Vec<u8> {
-        la::seal(&self.id.sig, to, &serde_json::to_string(inner).unwrap(), &mut OsRng).unwrap()
-    }
-
-    async fn post(&self, to: &Peer, envelope: Vec<u8>) {
-        assert_eq!(self.try_post(to, envelope).await, SendOutcome::Accepted);
-    }
-
-    async fn try_post(&self, to: &Peer, envelope: Vec<u8>) -> SendOutcome {
-        let drop = la::Address::parse(&to.address().await).unwrap().drop.unwrap();
-        self.relay.send(&to.rt.keys().mailbox_id(), &drop, envelope).await
-    }
-
-    /// Reads our own mailbox and opens everything in it.
-    async fn read(&self) -> Vec<la::Opened> {
-        let msgs = self.relay.inbox(&self.id.sig, &self.id.drop).await.unwrap();
-        msgs.iter()
-            .filter_map(|m| la::open(&b64u_decode(&m.ct).unwrap(), &self.id.boxs, &self.id.keys()).ok())
-            .collect()
+/// The relay refuses a login not newer than the last one it accepted; one client's logins signed
+/// at the same moment (an inbox read while the websocket reconnects) must still all get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_signed_concurrently_by_one_client_are_all_accepted() {
+    let relay = TestRelay::start().await;
+    let f = std::sync::Arc::new(Forger::new(&relay));
+    let reads = (0..16).map(|_| {
+        let f = f.clone();
+        tokio::spawn(async move { f.relay.inbox(&f.id.sig, &f.id.drop).await.map(|_| ()) })
+    });
+    let sockets = (0..2).map(|_| {
+        let f = f.clone();
+        tokio::spawn(async move { f.relay.connect(&f.id.sig, &f.id.drop).await.map(drop) })
+    });
+    for task in reads.chain(sockets).collect::<Vec<_>>() {
+        task.await.unwrap().unwrap();
     }
 }
 

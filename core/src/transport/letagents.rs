@@ -1,7 +1,6 @@
 //! The letagents relay client: post envelopes, read and ack the inbox, and the live websocket.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
@@ -44,7 +43,9 @@ pub struct RelayClient {
     host: String,
     http: reqwest::Client,
     tls: Arc<rustls::ClientConfig>,
-    last_login: Arc<AtomicI64>,
+    /// The last login timestamp this client signed; held while a login is on its way (see
+    /// [`RelayClient::login_turn`]).
+    last_login: Arc<tokio::sync::Mutex<i64>>,
 }
 
 impl std::fmt::Debug for RelayClient {
@@ -112,7 +113,7 @@ impl RelayClient {
             .build()
             .map_err(|e| TransportError::Config(e.to_string()))?;
         let host = authority(&base);
-        Ok(Self { base, host, http, tls: Arc::new(tls), last_login: Arc::new(AtomicI64::new(0)) })
+        Ok(Self { base, host, http, tls: Arc::new(tls), last_login: Arc::new(tokio::sync::Mutex::new(0)) })
     }
 
     /// Whether anything answers at the relay's URL: the host resolves, the port accepts, TLS
@@ -157,16 +158,16 @@ impl RelayClient {
         format!("{}{}", self.base.as_str().trim_end_matches('/'), path)
     }
 
-    /// A login timestamp strictly newer than the last one this client used.
-    fn login_ts(&self) -> i64 {
-        let now = now_ms();
-        let prev = self.last_login.fetch_max(now, Ordering::SeqCst);
-        if prev >= now {
-            // Several logins in one millisecond: step past the last one.
-            self.last_login.fetch_add(1, Ordering::SeqCst) + 1
-        } else {
-            now
-        }
+    /// This client's turn to log in, with a timestamp strictly newer than its last login. The
+    /// relay refuses a login not newer than the last one it accepted, so two logins signed
+    /// concurrently (an inbox read while the websocket reconnects) must reach it in the order
+    /// they were signed: the caller holds the turn until the relay has answered the login.
+    async fn login_turn(&self) -> (tokio::sync::MutexGuard<'_, i64>, i64) {
+        let mut last = self.last_login.lock().await;
+        // Several logins in one millisecond (or a clock stepped back) step past the last one.
+        let ts = now_ms().max(*last + 1);
+        *last = ts;
+        (last, ts)
     }
 
     /// `POST /v1/send/<id>`.
@@ -204,13 +205,15 @@ impl RelayClient {
     /// `GET /v1/inbox/<id>` without upgrade: up to 100 waiting envelopes.
     pub async fn inbox(&self, key: &SigningKey, drop: &[u8; 16]) -> Result<Vec<WaitingMsg>, TransportError> {
         let id = b64u(key.verifying_key().as_bytes());
-        let login = Login::sign(key, &self.host, self.login_ts(), drop);
+        let (turn, ts) = self.login_turn().await;
+        let login = Login::sign(key, &self.host, ts, drop);
         let resp = self
             .http
             .get(self.endpoint(&format!("/v1/inbox/{id}?{}", login.query())))
             .send()
             .await
             .map_err(unreachable)?;
+        std::mem::drop(turn);
         if !resp.status().is_success() {
             return Err(status_error(resp).await);
         }
@@ -233,12 +236,6 @@ impl RelayClient {
     /// Opens the inbox websocket.
     pub async fn connect(&self, key: &SigningKey, drop: &[u8; 16]) -> Result<RelaySocket, TransportError> {
         let id = b64u(key.verifying_key().as_bytes());
-        let login = Login::sign(key, &self.host, self.login_ts(), drop);
-        let mut ws_url = self.base.clone();
-        let scheme = if self.base.scheme() == "https" { "wss" } else { "ws" };
-        ws_url.set_scheme(scheme).map_err(|()| TransportError::Config("cannot build websocket URL".into()))?;
-        let ws_url = format!("{}/v1/inbox/{id}?{}", ws_url.as_str().trim_end_matches('/'), login.query());
-
         let host = self.base.host_str().ok_or_else(|| TransportError::Config("relay URL has no host".into()))?;
         let port = self.base.port_or_known_default().unwrap_or(443);
         let tcp =
@@ -256,7 +253,20 @@ impl RelayClient {
         } else {
             Box::new(tcp)
         };
-        let (ws, _resp) = tokio_tungstenite::client_async(ws_url, stream).await.map_err(|e| match e {
+        // The login is signed once the connection stands, and its turn held only through the
+        // handshake (bounded), which is where the relay accepts or refuses it.
+        let (turn, ts) = self.login_turn().await;
+        let login = Login::sign(key, &self.host, ts, drop);
+        let mut ws_url = self.base.clone();
+        let scheme = if self.base.scheme() == "https" { "wss" } else { "ws" };
+        ws_url.set_scheme(scheme).map_err(|()| TransportError::Config("cannot build websocket URL".into()))?;
+        let ws_url = format!("{}/v1/inbox/{id}?{}", ws_url.as_str().trim_end_matches('/'), login.query());
+
+        let handshake = tokio::time::timeout(Duration::from_secs(30), tokio_tungstenite::client_async(ws_url, stream))
+            .await
+            .map_err(|_| TransportError::Unreachable("websocket handshake timed out".into()))?;
+        std::mem::drop(turn);
+        let (ws, _resp) = handshake.map_err(|e| match e {
             tokio_tungstenite::tungstenite::Error::Http(resp) => TransportError::Status {
                 status: resp.status().as_u16(),
                 code: String::new(),
