@@ -111,6 +111,13 @@ async fn mail_by_address_arrives_as_a_request_and_the_reply_keeps_the_thread() {
         .unwrap()
         .to_owned();
     assert_eq!(alice.state_of(&first).await, "relayed");
+    // The log names bob one way for the whole message (his agent id, as the contact list does),
+    // not his mailbox id once the relay took the packet.
+    let log = alice.log().await;
+    let rows: Vec<_> = log.iter().filter(|r| r["message_id"] == first.as_str()).collect();
+    let states: Vec<_> = rows.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert!(states.contains(&"queued") && states.contains(&"relayed"), "{rows:?}");
+    assert!(rows.iter().all(|r| r["peer"] == bob_id.as_str()), "{rows:?}");
 
     // Bob does not know Alice: the message waits behind a pending request.
     let name = request_from(&bob, &alice_id).await;

@@ -52,17 +52,20 @@ impl Store {
     pub async fn outbox_handed_over(&self, row: &OutboxRow, path: DeliveryPath, now: i64) -> Result<()> {
         let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
-        sqlx::query(
-            "UPDATE messages SET state = 'relayed', path = ? WHERE direction = 'out' AND id = ? AND state = 'queued'",
+        // The audit names the peer as the message (and its `queued` audit row) does: for Agent
+        // Mail the contact's agent id, not the mailbox the packet went to.
+        let peer: Option<String> = sqlx::query_scalar(
+            "UPDATE messages SET state = 'relayed', path = ? WHERE direction = 'out' AND id = ? AND state = 'queued' \
+             RETURNING peer",
         )
         .bind(path.as_str())
         .bind(&row.message_id)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
         let audit = Audit {
             direction: "out",
             protocol: row.protocol.as_str(),
-            peer: &row.target,
+            peer: peer.as_deref().unwrap_or(&row.target),
             message_id: &row.message_id,
             kind: &row.kind,
             state: "relayed",
