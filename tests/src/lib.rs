@@ -11,8 +11,12 @@ use relay_lite::{Config, Limits, RunningRelay};
 use serde_json::Value;
 use switchboard_core::api::Request;
 use switchboard_core::engine::{InitOptions, Runtime};
+use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::identity::keystore::KeystorePreference;
 use switchboard_core::profile::{Profile, ProfileLock};
+use switchboard_core::protocol::letagents::{self, Inner, Kind, PeerKeys};
+use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
+use switchboard_core::util::{OsRng, b64u_decode, now_ms};
 use tempfile::TempDir;
 
 pub mod browser;
@@ -79,6 +83,48 @@ impl TestRelay {
         config.limits = self.limits.clone();
         config.tls = self.tls.clone();
         self.relay = Some(relay_lite::spawn(config).await.unwrap());
+    }
+}
+
+/// A raw letagents device a test controls, to craft envelopes a real client would not (forged
+/// signatures, wrong senders, move notices from strangers).
+pub struct Forger {
+    pub id: DeviceIdentity,
+    pub relay: RelayClient,
+}
+
+impl Forger {
+    pub fn new(relay: &TestRelay) -> Self {
+        Self { id: DeviceIdentity::generate(&mut OsRng), relay: RelayClient::new(&relay.url(), None).unwrap() }
+    }
+
+    pub fn address(&self) -> String {
+        self.id.address().to_string()
+    }
+
+    pub fn inner(&self, to: &PeerKeys, kind: Kind, body: Value) -> Inner {
+        Inner::new(&self.id.keys(), &to.mailbox_id(), now_ms(), uuid::Uuid::new_v4(), kind, body)
+    }
+
+    pub fn seal(&self, to: &PeerKeys, inner: &Inner) -> Vec<u8> {
+        letagents::seal(&self.id.sig, to, &serde_json::to_string(inner).unwrap(), &mut OsRng).unwrap()
+    }
+
+    pub async fn post(&self, to: &Peer, envelope: Vec<u8>) {
+        assert_eq!(self.try_post(to, envelope).await, SendOutcome::Accepted);
+    }
+
+    pub async fn try_post(&self, to: &Peer, envelope: Vec<u8>) -> SendOutcome {
+        let drop = letagents::Address::parse(&to.address().await).unwrap().drop.unwrap();
+        self.relay.send(&to.rt.keys().mailbox_id(), &drop, envelope).await
+    }
+
+    /// Reads our own mailbox and opens everything in it.
+    pub async fn read(&self) -> Vec<letagents::Opened> {
+        let msgs = self.relay.inbox(&self.id.sig, &self.id.drop).await.unwrap();
+        msgs.iter()
+            .filter_map(|m| letagents::open(&b64u_decode(&m.ct).unwrap(), &self.id.boxs, &self.id.keys()).ok())
+            .collect()
     }
 }
 

@@ -57,17 +57,50 @@ fn find(hay: &[u8], needle: &[u8]) -> bool {
     needle.len() <= hay.len() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The profile's secrets as the keystore holds them: device keys and the Stringcup key and token.
+/// The profile's secrets as the keystore holds them: every `*.secret` slot file (device keys, each
+/// Stringcup identity's key and token, the Agent Mail and LAN keys, any slot added later). A slot
+/// of raw bytes gives them whole and as 32-byte keys; a JSON slot gives its secret fields, and a
+/// field this test does not know fails it, so a new slot format is classified here, not skipped.
 fn profile_secrets(home: &Path) -> Vec<(String, Vec<u8>)> {
-    let b64u = |s: &str| data_encoding::BASE64URL_NOPAD.decode(s.trim().as_bytes()).unwrap();
-    let keys = b64u(&std::fs::read_to_string(home.join("keys.secret")).unwrap());
-    assert_eq!(keys.len(), 64);
-    let mut out =
-        vec![("ed25519 seed".to_owned(), keys[..32].to_vec()), ("x25519 secret".to_owned(), keys[32..].to_vec())];
-    let sc: Value =
-        serde_json::from_slice(&b64u(&std::fs::read_to_string(home.join("stringcup.secret")).unwrap())).unwrap();
-    out.push(("stringcup secret".into(), b64u(sc["secret"].as_str().unwrap())));
-    out.push(("stringcup token".into(), sc["token"].as_str().unwrap().as_bytes().to_vec()));
+    let b64u = |s: &str| data_encoding::BASE64URL_NOPAD.decode(s.trim().as_bytes()).ok();
+    let mut out = Vec::new();
+    let mut secret = |what: String, text: &str| {
+        if let Some(bytes) = b64u(text).filter(|b| b.len() >= 16) {
+            out.push((what.clone(), bytes));
+        }
+        out.push((what, text.as_bytes().to_vec()));
+    };
+    let mut slots = Vec::new();
+    for entry in std::fs::read_dir(home).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".secret")) else {
+            continue;
+        };
+        slots.push(name.to_owned());
+        let raw = b64u(&std::fs::read_to_string(&path).unwrap()).expect("a keystore file is base64url");
+        let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&raw) else {
+            for (i, key) in raw.chunks(32).enumerate() {
+                secret(format!("{name} key {i}"), &data_encoding::BASE64URL_NOPAD.encode(key));
+            }
+            continue;
+        };
+        for (field, value) in fields {
+            let what = format!("{name} {field}");
+            match (field.as_str(), value) {
+                // Public: the identity's id, the mailbox id, a card key's public half.
+                ("id" | "mailbox", _) | (_, Value::Null) => {}
+                ("secret" | "token" | "seed" | "pending", Value::String(text)) => secret(what, &text),
+                ("previous", Value::Array(items)) => {
+                    items.iter().filter_map(Value::as_str).for_each(|text| secret(what.clone(), text));
+                }
+                ("keys", Value::Object(keys)) => {
+                    keys.values().filter_map(Value::as_str).for_each(|text| secret(what.clone(), text));
+                }
+                (_, value) => panic!("{what} = {value}: is it secret? classify it in profile_secrets"),
+            }
+        }
+    }
+    assert!(slots.iter().any(|s| s == "keys") && slots.iter().any(|s| s.starts_with("stringcup")), "{slots:?}");
     out
 }
 
@@ -149,7 +182,7 @@ async fn two_agents_talk_through_switchboard_mcp_and_leave_no_secret_behind() {
         files(dir, &mut scanned);
     }
     // The keystore files hold the keys by design (the explicit 0600 file store).
-    scanned.retain(|p| !matches!(p.file_name().and_then(|n| n.to_str()), Some("keys.secret" | "stringcup.secret")));
+    scanned.retain(|p| p.extension().is_none_or(|e| e != "secret"));
     assert!(scanned.iter().any(|p| p.ends_with("switchboard.db")), "{scanned:?}");
     let mut blobs: Vec<(String, Vec<u8>)> =
         scanned.iter().map(|p| (p.display().to_string(), std::fs::read(p).unwrap_or_default())).collect();
