@@ -13,12 +13,9 @@
 
 use serde_json::{Value, json};
 use switchboard_core::api::Request;
-use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::inner::MovedTo;
-use switchboard_core::protocol::letagents::{self as la, Inner, Kind, PeerKeys};
-use switchboard_core::transport::letagents::{RelayClient, SendOutcome};
-use switchboard_core::util::{OsRng, now_ms};
-use switchboard_tests::{Peer, TestRelay, befriend};
+use switchboard_core::protocol::letagents::{Kind, PeerKeys};
+use switchboard_tests::{Forger, Peer, TestRelay, befriend};
 
 fn move_to(url: &str) -> Request {
     Request::RelayMove { url: url.into(), cert_sha256: None }
@@ -87,6 +84,15 @@ async fn a_profile_nobody_reaches_yet_moves_and_is_reached_on_the_new_relay_on_e
     assert!(who["agent_mail"]["relay"].as_str().unwrap().ends_with(&new_url.replace("http://", "")), "{who}");
     let status = alice.call(Request::Status).await;
     assert_eq!(status["relays"][0]["url"], new_url);
+    assert_eq!(status["relays"][0]["own"], true);
+    // The old relay is listed as still read (drained for 48 h), with nobody living there.
+    let listed = status["relays"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{status}");
+    assert_eq!(listed[1]["url"], old.url().trim_end_matches('/'));
+    assert_eq!(listed[1]["own"], false);
+    let until = listed[1]["drain_until"].as_i64().expect("a drain end");
+    assert!((47 * 3_600_000..=48 * 3_600_000).contains(&(until - switchboard_core::util::now_ms())), "{status}");
+    assert_eq!((listed[1]["stringcup"].as_i64(), listed[1]["groups"].as_i64()), (Some(0), Some(0)));
 
     // Bob lives on the new relay only; he reaches Alice there on each channel, and she (live,
     // her receivers started again on the new relay) sees each message once.
@@ -232,30 +238,13 @@ async fn a_profile_with_contacts_and_a_group_moves_and_everyone_still_reaches_it
     }
 }
 
-/// A raw letagents device the test controls, to craft move notices a real client would not send.
-struct Forger {
-    id: DeviceIdentity,
-    relay: RelayClient,
-}
-
-impl Forger {
-    fn new(relay: &TestRelay) -> Self {
-        Self { id: DeviceIdentity::generate(&mut OsRng), relay: RelayClient::new(&relay.url(), None).unwrap() }
-    }
-
-    /// A signed hello to `to` claiming a move to `url`, `from` the address it says it comes from.
-    fn notice(&self, to: &PeerKeys, from: &str, url: &str) -> Vec<u8> {
-        let mut inner =
-            Inner::new(&self.id.keys(), &to.mailbox_id(), now_ms(), uuid::Uuid::new_v4(), Kind::Hello, json!("x"));
-        inner.from = from.to_owned();
-        inner.moved_to = Some(MovedTo { url: url.into(), cert_sha256: Some("ab".repeat(32)) });
-        la::seal(&self.id.sig, to, &serde_json::to_string(&inner).unwrap(), &mut OsRng).unwrap()
-    }
-
-    async fn post(&self, to: &Peer, envelope: Vec<u8>) {
-        let drop = la::Address::parse(&to.address().await).unwrap().drop.unwrap();
-        assert_eq!(self.relay.send(&to.rt.keys().mailbox_id(), &drop, envelope).await, SendOutcome::Accepted);
-    }
+/// A signed hello from `f` to `to` claiming a move to `url`, `from` the address it says it comes
+/// from.
+fn notice(f: &Forger, to: &PeerKeys, from: &str, url: &str) -> Vec<u8> {
+    let mut inner = f.inner(to, Kind::Hello, json!("x"));
+    inner.from = from.to_owned();
+    inner.moved_to = Some(MovedTo { url: url.into(), cert_sha256: Some("ab".repeat(32)) });
+    f.seal(to, &inner)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,9 +259,9 @@ async fn a_forged_move_notice_is_refused_and_changes_nothing() {
     let f = Forger::new(&relay);
 
     // A stranger's notice (its own address, validly signed): not a contact, not even a request.
-    f.post(&alice, f.notice(&alice.rt.keys(), &f.id.address().to_string(), evil)).await;
+    f.post(&alice, notice(&f, &alice.rt.keys(), &f.id.address().to_string(), evil)).await;
     // bob's address, signed by someone else's key: the signature does not verify.
-    f.post(&alice, f.notice(&alice.rt.keys(), &bob.address().await, evil)).await;
+    f.post(&alice, notice(&f, &alice.rt.keys(), &bob.address().await, evil)).await;
     alice.inbox(0).await;
 
     assert_eq!(contact(&alice, "bob").await, before);

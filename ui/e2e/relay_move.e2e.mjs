@@ -101,6 +101,20 @@ await scenario(async ({ page }) => {
   assert(after.stringcup.id && after.stringcup.id !== before.stringcup.id, 'a Stringcup identity from the new relay');
   const kept = (after.stringcup.other_relays || []).find((k) => k.id === before.stringcup.id);
   assert(kept && kept.contacts === 1, `the old relay's identity is kept for dave: ${JSON.stringify(after.stringcup)}`);
+  // Settings lists both relays: the new one as the profile's own, the old one with why it is
+  // still read (drained for 48 h, and dave lives there).
+  const oldUrl = before.letagents.relay.replace(/\/$/, '');
+  const rows = page.locator('section[aria-labelledby="relays-title"] tbody tr');
+  await rows.filter({ hasText: oldUrl }).waitFor({ timeout: 30_000 });
+  const ownRow = rows.filter({ hasText: NEW_RELAY_URL });
+  assert((await ownRow.textContent()).includes('Your relay'), `own row: ${await ownRow.textContent()}`);
+  const oldRow = (await rows.filter({ hasText: oldUrl }).textContent()) ?? '';
+  assert(
+    oldRow.includes('Moved away: still read until') && oldRow.includes('1 Stringcup contact') && oldRow.includes('Checked every few seconds'),
+    `old relay row: ${oldRow}`,
+  );
+  await rows.first().scrollIntoViewIfNeeded();
+  await shot(page, 'relays-after-move');
 
   step('carol is told through the old relay, with the new relay and its pin');
   const seen = await driver({ op: 'carol_sees_move' });

@@ -134,10 +134,20 @@ export interface FileToSend {
   data: string;
 }
 
+/** A relay the profile reads: its own first (with the live connection's health), then each
+ * other one it still reads, and why. */
 export interface RelayStatus {
-  protocol: string;
   url: string;
-  health: { state: string; last_error: string; since: number };
+  own: boolean;
+  /** Own relay only: the connection that is live. */
+  protocol?: string;
+  health?: { state: string; last_error: string; since: number };
+  /** Own relay only: the people whose letagents and Agent Mail messages arrive there. */
+  people?: number;
+  /** Other relays: moved away from and read until then (ms). */
+  drain_until?: number | null;
+  stringcup: number;
+  groups: number;
 }
 
 export interface Agent {

@@ -20,6 +20,7 @@ import {
   type Message,
   type MovePlan,
   type OutboundMode,
+  type RelayStatus,
   type ReviewItem,
   type Status,
   type Whoami,
@@ -621,7 +622,7 @@ function totals(s: Summary) {
 const connectionBar = h('div', { class: 'connection', role: 'status', 'aria-live': 'polite' });
 
 function updateConnection(st: Status | null) {
-  const down = (st?.relays ?? []).filter((r) => r.health.state === 'disconnected');
+  const down = (st?.relays ?? []).filter((r) => r.health?.state === 'disconnected');
   let text = '';
   if (down.length > 0) {
     const r = down[0];
@@ -631,7 +632,7 @@ function updateConnection(st: Status | null) {
     } catch {
       /* keep the URL as given */
     }
-    text = `${S.connection.down(host, r?.health.since ? clock(r.health.since) : '')} ${S.connection.queued(st?.outbox ?? 0)}`;
+    text = `${S.connection.down(host, r?.health?.since ? clock(r.health.since) : '')} ${S.connection.queued(st?.outbox ?? 0)}`;
   }
   // Only a change is announced.
   if (connectionBar.textContent !== text) connectionBar.textContent = text;
@@ -2733,24 +2734,11 @@ async function settingsView() {
       h(
         'table',
         null,
-        h('thead', null, h('tr', null, ['Protocol', 'URL', S.settings.health, S.settings.lastError].map((t) => h('th', { scope: 'col' }, t)))),
-        h(
-          'tbody',
-          null,
-          st.relays.map((r) =>
-            h(
-              'tr',
-              null,
-              h('td', null, protocolBadge(r.protocol)),
-              h('td', null, h('code', null, r.url)),
-              h('td', null, badge(r.health.state, `health health-${r.health.state}`)),
-              h('td', null, r.health.last_error || '—'),
-            ),
-          ),
-        ),
+        h('thead', null, h('tr', null, S.settings.relayColumns.map((t) => h('th', { scope: 'col' }, t)))),
+        h('tbody', null, st.relays.map(relayRow)),
       ),
     ),
-    relayMoveBox(st.relays[0]?.url ?? ''),
+    relayMoveBox(st.relays.find((r) => r.own)?.url ?? ''),
     hosted ? hostedRelayBox(hosted) : null,
     h(
       'section',
@@ -2805,6 +2793,33 @@ const moveForm: {
 /** Settings → Move to another relay: the runtime says what the move will do (contacts told,
  * groups that stay, how long the old relay is read), the person confirms, then the runtime checks
  * the relay answers and moves; its answer (or refusal) is shown under the form. */
+/** One relay in Settings: its URL, what the profile uses it for, and the connection (the live
+ * one for its own relay; the others are read on a timer). */
+function relayRow(r: RelayStatus) {
+  const uses: string[] = [];
+  if (r.own) {
+    uses.push(S.settings.relayOwn);
+    if (r.people) uses.push(S.settings.relayPeople(r.people));
+  } else if (r.drain_until) {
+    uses.push(S.settings.relayDraining(new Date(r.drain_until).toLocaleString()));
+  }
+  if (r.stringcup) uses.push(S.settings.relayStringcup(r.stringcup));
+  if (r.groups) uses.push(S.settings.relayGroups(r.groups));
+  const health = r.health;
+  return h(
+    'tr',
+    null,
+    h('td', null, h('code', null, r.url)),
+    h('td', null, uses.join(' · ')),
+    h(
+      'td',
+      null,
+      health ? badge(health.state, `health health-${health.state}`) : h('span', { class: 'muted' }, S.settings.relayPolled),
+      health?.last_error ? h('div', { class: 'muted hint' }, health.last_error) : null,
+    ),
+  );
+}
+
 function relayMoveBox(current: string) {
   const url = h('input', { type: 'url', id: 'set-move-url', placeholder: 'https://relay.example', required: true });
   const cert = h('input', {

@@ -470,13 +470,42 @@ impl Runtime {
             "profile": self.inner.profile.dir.display().to_string(),
             "bridge": self.inner.profile.read_bridge_files().map(|(p, _)| format!("http://127.0.0.1:{p}")),
             "keystore": self.inner.keystore,
-            "relays": [{"protocol": Protocol::Letagents, "url": self.relay_url(), "health": health}],
+            "relays": self.relays_status(health).await?,
             "outbox": self.store().outbox_len().await?,
             "agent_mail": self.inner.agent_mail.agent_mail_whoami(self).await,
             "agents": self.store().agents().await?,
             "dnd": self.dnd().await?,
             "lan": self.lan_status().await?,
         }))
+    }
+
+    /// The relays the profile reads, its own first: its own with the connection's health and
+    /// what lives there, then each other one still read (drained after a move, kept for
+    /// Stringcup contacts, a group's log) with why.
+    async fn relays_status(&self, health: RelayHealth) -> Result<Value> {
+        let own = self.relay_url();
+        let d = self.store().own_relay_dependents(&own).await?;
+        let mut relays = vec![json!({
+            "url": own,
+            "own": true,
+            // The live connection is the letagents inbox's websocket.
+            "protocol": Protocol::Letagents,
+            "health": health,
+            // The people whose letagents and Agent Mail messages reach us here.
+            "people": d.people_told,
+            "stringcup": d.stringcup,
+            "groups": d.groups,
+        })];
+        for r in self.store().other_relays(own.trim_end_matches('/'), now_ms()).await? {
+            relays.push(json!({
+                "url": r.url,
+                "own": false,
+                "drain_until": r.drain_until,
+                "stringcup": r.stringcup,
+                "groups": r.groups,
+            }));
+        }
+        Ok(Value::Array(relays))
     }
 
     async fn agents(&self) -> Result<Value> {

@@ -491,6 +491,33 @@ impl Store {
         Ok(RelayDependents { letagents, agent_mail, people_told, stringcup, groups })
     }
 
+    /// The relays other than `own` (canonical) that this profile still reads at `now`: one moved
+    /// away from that is draining, one holding Stringcup contacts through the identity it
+    /// assigned, one carrying an active group's log; one row per relay, in URL order.
+    pub async fn other_relays(&self, own: &str, now: i64) -> Result<Vec<OtherRelayRow>> {
+        Ok(sqlx::query_as(
+            "WITH urls(url) AS ( \
+               SELECT url FROM old_relays WHERE drain_until > ?2 \
+               UNION SELECT relay_url FROM stringcup_identities \
+               UNION SELECT rtrim(relay, '/') FROM lmk_groups WHERE state = 'active') \
+             SELECT url, \
+               (SELECT MAX(drain_until) FROM old_relays o WHERE o.url = urls.url AND o.drain_until > ?2) \
+                 AS drain_until, \
+               (SELECT COUNT(*) FROM contacts c WHERE c.protocol = 'stringcup' \
+                 AND rtrim(c.relay_url, '/') = urls.url) AS stringcup, \
+               (SELECT COUNT(DISTINCT group_id) FROM lmk_groups g WHERE g.state = 'active' \
+                 AND rtrim(g.relay, '/') = urls.url) AS groups \
+             FROM urls WHERE url <> rtrim(?1, '/') ORDER BY url",
+        )
+        .bind(own)
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .filter(|r: &OtherRelayRow| r.drain_until.is_some() || r.stringcup > 0 || r.groups > 0)
+        .collect())
+    }
+
     /// Makes `new` (certificate pin `new_pin_hex`, empty for the web PKI) the profile's own relay
     /// instead of `old`, in one transaction:
     /// - every letagents and Stringcup contact stored as "on our own relay" (`relay_url` NULL) is
@@ -788,6 +815,19 @@ pub struct RelayDependents {
     /// Stringcup contacts on our own relay, any state: they stay there.
     pub stringcup: i64,
     /// Active groups whose log the relay carries.
+    pub groups: i64,
+}
+
+/// A relay other than its own that the profile still reads ([`Store::other_relays`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct OtherRelayRow {
+    /// Its canonical URL.
+    pub url: String,
+    /// Moved away from and read until then (ms), while that is in the future.
+    pub drain_until: Option<i64>,
+    /// Stringcup contacts living there (reached and read through the identity it assigned).
+    pub stringcup: i64,
+    /// Active groups whose log it carries.
     pub groups: i64,
 }
 
