@@ -1,16 +1,22 @@
 //! Small shared helpers: base64url/base32 codecs, clocks and the randomness source that sans-io
 //! code takes as a parameter.
 
-use data_encoding::{BASE32_NOPAD, BASE64URL_NOPAD};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use data_encoding::BASE32_NOPAD;
 
-/// base64url without padding, the encoding every letagents binary value uses in text.
+/// base64url without padding, the encoding every letagents and Agent Mail binary value uses in
+/// text (the `base64` crate: unlike data-encoding's generic codec it stays fast in the dev
+/// profile's opt-level 1, ~13× on a 22 KB ciphertext; the two are equal when optimised).
 pub fn b64u(bytes: &[u8]) -> String {
-    BASE64URL_NOPAD.encode(bytes)
+    URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// Decodes strict base64url without padding (non-canonical trailing bits are refused).
+/// Decodes canonical base64url without padding: padding, the standard alphabet, a length of 1
+/// mod 4 and non-zero trailing bits are refused, so every accepted text is exactly what [`b64u`]
+/// gives for its bytes (the tests check this exhaustively for short texts).
 pub fn b64u_decode(text: &str) -> Option<Vec<u8>> {
-    BASE64URL_NOPAD.decode(text.as_bytes()).ok()
+    URL_SAFE_NO_PAD.decode(text.as_bytes()).ok()
 }
 
 /// Decodes base64url into exactly `N` bytes.
@@ -116,5 +122,36 @@ mod tests {
         assert!(b64u_decode("_x").is_none(), "non-zero trailing bits must be refused");
         assert_eq!(b64u_array::<1>("_w"), Some([0xff]));
         assert_eq!(b64u_array::<2>("_w"), None);
+    }
+
+    /// Decoding accepts a text exactly when it is the canonical encoding of its bytes: every
+    /// text of up to three characters over the alphabet, padding, `+`, `/` and a space.
+    #[test]
+    fn b64u_decode_accepts_only_canonical_text() {
+        let alphabet: Vec<char> =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/ ".chars().collect();
+        let mut texts = vec![String::new()];
+        let mut all = vec![String::new()];
+        for _ in 0..3 {
+            texts = texts.iter().flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}"))).collect();
+            all.extend(texts.iter().cloned());
+        }
+        let mut accepted = 0;
+        for text in &all {
+            if let Some(bytes) = b64u_decode(text) {
+                assert_eq!(b64u(&bytes), *text, "{text:?} decoded but is not canonical");
+                accepted += 1;
+            }
+        }
+        // Every accepted text is canonical (above), and there are exactly as many accepted as
+        // canonical texts of up to three characters, so nothing canonical is refused either.
+        // The canonical ones: the empty text, 64 × 4 of two characters (one byte: the second
+        // character's low 4 bits zero) and 64 × 64 × 16 of three (two bytes: low 2 bits zero).
+        assert_eq!(accepted, 1 + 64 * 4 + 64 * 64 * 16);
+        // Longer texts: the bytes of every length up to 64 round-trip.
+        for len in 0..=64usize {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(b64u_decode(&b64u(&bytes)), Some(bytes));
+        }
     }
 }

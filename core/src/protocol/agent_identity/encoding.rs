@@ -2,27 +2,13 @@
 
 use std::fmt;
 
-use data_encoding::BASE64URL_NOPAD;
 use sha3::{Digest, Sha3_256};
 
-/// Encodes bytes as unpadded base64url.
-pub fn b64(bytes: &[u8]) -> String {
-    BASE64URL_NOPAD.encode(bytes)
-}
-
-/// Decodes canonical unpadded base64url: padding, other alphabets and non-zero trailing bits are
-/// refused, so decoding then re-encoding always reproduces the input.
-pub fn b64_decode(text: &str) -> Option<Vec<u8>> {
-    let bytes = BASE64URL_NOPAD.decode(text.as_bytes()).ok()?;
-    // data-encoding already refuses non-canonical trailing bits; the round trip makes the
-    // canonicality rule explicit rather than a property of one library.
-    (BASE64URL_NOPAD.encode(&bytes) == text).then_some(bytes)
-}
-
-/// Decodes canonical base64url into exactly `N` bytes.
-pub fn b64_array<const N: usize>(text: &str) -> Option<[u8; N]> {
-    b64_decode(text)?.try_into().ok()
-}
+/// Unpadded base64url (§4.2): [`b64`] encodes; [`b64_decode`] and [`b64_array`] accept only the
+/// canonical text of their bytes (padding, other alphabets and non-zero trailing bits are
+/// refused), so decoding then re-encoding always reproduces the input. One codec with
+/// letagents' (`crate::util`).
+pub use crate::util::{b64u as b64, b64u_array as b64_array, b64u_decode as b64_decode};
 
 /// SHA3-256.
 pub fn sha3_256(data: &[u8]) -> [u8; 32] {
