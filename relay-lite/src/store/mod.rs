@@ -306,7 +306,8 @@ impl SqliteStore {
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
         let read = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options.clone()).await?;
-        let writer = Writer::start(SqliteBackend { options }, conn, hub);
+        let writer = Writer::start_on_thread(SqliteBackend { options }, conn, hub)
+            .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
         Ok(Self { writer, read })
     }
 

@@ -224,6 +224,30 @@ impl<C: Send + 'static> Writer<C> {
         Self { writes, task: std::sync::Mutex::new(Some(task)) }
     }
 
+    /// Starts the writer on a thread of its own (a current-thread runtime), for a backend whose
+    /// connection does its I/O on its own worker thread (SQLite). The writer awaits each
+    /// statement in turn; on the shared runtime each of those wake-ups queued behind the request
+    /// tasks' CPU work (strict parsing, hashing, signature checks, on 2 cores), so every batch
+    /// took longer to apply and commit (BENCHMARKS.md, "the writer on its own thread").
+    pub(crate) fn start_on_thread<B: Backend<Conn = C>>(backend: B, conn: C, hub: Arc<Hub>) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+        let (writes, queue) = mpsc::channel(QUEUE);
+        let (parts, take) = std::sync::mpsc::sync_channel(1);
+        let (done, finished) = oneshot::channel::<()>();
+        std::thread::Builder::new().name("relay-writer".into()).spawn(move || {
+            if let Ok((backend, conn, queue, hub)) = take.recv() {
+                runtime.block_on(run(backend, conn, queue, hub));
+            }
+            let _ = done.send(());
+        })?;
+        // The thread is up: hand it what it writes with.
+        let _ = parts.send((backend, conn, queue, hub));
+        let task = tokio::spawn(async move {
+            let _ = finished.await;
+        });
+        Ok(Self { writes, task: std::sync::Mutex::new(Some(task)) })
+    }
+
     /// Queues the op `make` builds and waits for its answer (after the commit).
     pub(crate) async fn write<T>(&self, make: impl FnOnce(Reply<T>) -> BoxOp<C>) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
