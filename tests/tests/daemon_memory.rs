@@ -17,8 +17,11 @@ const GOAL_KIB: u64 = 16_000_000 / 1024;
 /// The guard on anonymous memory (heap, stacks, SQLite caches), in KiB.
 const ANON_GUARD_KIB: u64 = 8 * 1024;
 
+/// The binary measured: this build's, or another build of it named by
+/// `SWITCHBOARD_MEASURE_BIN` (a release build, to measure what ships; see BENCHMARKS.md).
 fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test"))
+    std::env::var_os("SWITCHBOARD_MEASURE_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_switchboard-under-test")), PathBuf::from)
 }
 
 /// `VmRSS`, `RssAnon` and `RssFile` of process `pid`, in KiB.
@@ -48,6 +51,7 @@ async fn an_idle_daemons_own_memory_stays_small() {
     }
     daemon.stop();
     let [rss, anon, file] = *samples.last().unwrap();
+    println!("binary: {}", bin().display());
     println!(
         "idle daemon, KiB: RSS {rss} (issue 16's goal {GOAL_KIB}), anonymous {anon}, file-backed {file}; \
          samples [RSS, anon, file]: {samples:?}"

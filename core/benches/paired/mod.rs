@@ -36,8 +36,8 @@ fn time(calls: usize, f: &mut impl FnMut()) -> Duration {
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i]
+    let i = ((sorted.len().saturating_sub(1)) as f64 * q).round() as usize;
+    sorted.get(i).copied().unwrap_or(f64::NAN)
 }
 
 /// Times `subject` against `baseline` in alternating batches of about 10 ms each, and prints
