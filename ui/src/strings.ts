@@ -403,7 +403,6 @@ export const S = {
 
     moveDown: (why: string) =>
       `Nothing changed: Switchboard could not reach that relay. ${why.replace(/^relay unreachable: /, '').replace(/^./, (c) => c.toUpperCase())}.`,
-    health: 'Health',
     lastError: 'Last error',
     relayColumns: ['Relay', 'Used for', 'Connection'],
     relayOwn: 'Your relay',
