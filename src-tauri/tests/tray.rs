@@ -80,12 +80,20 @@ fn app_on(display: &Display, profile: &Profile) -> std::process::Command {
 
 /// The one visible app window (waiting up to a minute for it).
 fn window_of(display: &Display, app: &support::Launched) -> String {
+    // The window id is taken from the same query that found it (a second `xdotool search` came
+    // back empty once in CI, between the window mapping and the test reading it again).
+    let mut found = None;
     assert!(
-        support::eventually(60, || display.visible_windows("Switchboard").len() == 1),
+        support::eventually(60, || {
+            let windows = display.visible_windows("Switchboard");
+            let one = windows.len() == 1;
+            found = windows.into_iter().next().filter(|_| one);
+            one
+        }),
         "the window never came up:\n{}",
         app.log()
     );
-    display.visible_windows("Switchboard").remove(0)
+    found.unwrap()
 }
 
 #[test]
