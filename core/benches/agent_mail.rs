@@ -88,16 +88,17 @@ fn bench(c: &mut Criterion) {
             black_box((digest, pt, json::to_jcs(&parsed)))
         };
 
+        // Ours: the whole receive path (strict parse, checks, open, content hash).
+        let open = || {
+            recipient::receive(black_box(&packet_bytes), None, &me, &keys, NOW, |_| SenderPolicy::Allow, |_| None)
+                .unwrap()
+        };
+
         let mut g = c.benchmark_group(format!("agent_mail_{label}"));
         g.throughput(Throughput::Elements(1));
         g.bench_function("seal", |b| b.iter(|| seal(black_box(&req), NOW, &mut OsRng).unwrap()));
         g.bench_function("seal_primitives", |b| b.iter(primitives_seal));
-        g.bench_function("open", |b| {
-            b.iter(|| {
-                recipient::receive(black_box(&packet_bytes), None, &me, &keys, NOW, |_| SenderPolicy::Allow, |_| None)
-                    .unwrap()
-            })
-        });
+        g.bench_function("open", |b| b.iter(open));
         g.bench_function("open_primitives", |b| b.iter(primitives_open));
         g.finish();
 
@@ -113,18 +114,7 @@ fn bench(c: &mut Criterion) {
         paired::paired(
             &format!("agent_mail_{label}/open"),
             || {
-                black_box(
-                    recipient::receive(
-                        black_box(&packet_bytes),
-                        None,
-                        &me,
-                        &keys,
-                        NOW,
-                        |_| SenderPolicy::Allow,
-                        |_| None,
-                    )
-                    .unwrap(),
-                );
+                black_box(open());
             },
             || {
                 black_box(primitives_open());
@@ -136,18 +126,7 @@ fn bench(c: &mut Criterion) {
         paired::paired(
             &format!("agent_mail_{label}/open (baseline + content hash)"),
             || {
-                black_box(
-                    recipient::receive(
-                        black_box(&packet_bytes),
-                        None,
-                        &me,
-                        &keys,
-                        NOW,
-                        |_| SenderPolicy::Allow,
-                        |_| None,
-                    )
-                    .unwrap(),
-                );
+                black_box(open());
             },
             || {
                 black_box((primitives_open(), sha3_256(black_box(&plain_json))));
