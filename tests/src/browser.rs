@@ -4,6 +4,7 @@
 //! is built here: scripts/install-deps.sh installs chromium, runs `npm ci` and builds ui/dist; a
 //! missing piece fails the test.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -88,7 +89,7 @@ pub async fn run_scenario(
         .env("SHOT_DIR", &shots)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
     for (k, v) in env {
         node.env(k, v);
@@ -96,6 +97,22 @@ pub async fn run_scenario(
     let mut node = node.spawn().unwrap();
     let mut to_node = node.stdin.take().unwrap();
     let mut from_node = BufReader::new(node.stdout.take().unwrap()).lines();
+    // The script's stderr is passed through, and its last step and its error kept for the panic
+    // message: a CI log shows the end of a failing test's output, which a stack trace fills.
+    let mut errors = BufReader::new(node.stderr.take().unwrap()).lines();
+    let stderr = tokio::spawn(async move {
+        let (mut last_step, mut failure) = (String::new(), String::new());
+        while let Ok(Some(line)) = errors.next_line().await {
+            // Straight to fd 2, as an inherited stderr was: not held back by the test harness.
+            let _ = writeln!(std::io::stderr(), "{line}");
+            if let Some(s) = line.strip_prefix("e2e: ") {
+                last_step = s.to_owned();
+            } else if let Some(f) = line.strip_prefix("e2e failed: ") {
+                failure = f.to_owned();
+            }
+        }
+        (last_step, failure)
+    });
     let mut passed = false;
     let run = async {
         while let Some(line) = from_node.next_line().await.unwrap() {
@@ -116,6 +133,11 @@ pub async fn run_scenario(
     };
     tokio::time::timeout(limit, run).await.expect("the browser scenario timed out");
     let status = node.wait().await.unwrap();
-    assert!(status.success() && passed, "the browser scenario failed ({status}); screenshots in {}", shots.display());
+    let (last_step, failure) = stderr.await.unwrap();
+    assert!(
+        status.success() && passed,
+        "the browser scenario failed ({status}) in step \"{last_step}\": {failure}; screenshots in {}",
+        shots.display()
+    );
     shots
 }

@@ -72,7 +72,11 @@ impl Driver for World {
                         return Ok(json!(true));
                     }
                     if tokio::time::Instant::now() > deadline {
-                        return Err("no hello from alice reached bob".into());
+                        return Err(format!(
+                            "no hello from alice reached bob; {}; {}",
+                            seen(&self.bob).await,
+                            self.alice_outbox().await
+                        ));
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -86,7 +90,12 @@ impl Driver for World {
                         }
                     }
                     if tokio::time::Instant::now() > deadline {
-                        return Err(format!("bob never got {}", req["text"]));
+                        return Err(format!(
+                            "bob never got {}; {}; {}",
+                            req["text"],
+                            seen(&self.bob).await,
+                            self.alice_outbox().await
+                        ));
                     }
                 }
             }
@@ -152,7 +161,12 @@ impl Driver for World {
                         }
                     }
                     if tokio::time::Instant::now() > deadline {
-                        return Err(format!("dave never got {}", req["text"]));
+                        return Err(format!(
+                            "dave never got {}; {}; {}",
+                            req["text"],
+                            seen(dave).await,
+                            self.alice_outbox().await
+                        ));
                     }
                 }
             }
@@ -204,7 +218,41 @@ impl Driver for World {
     }
 }
 
+/// What a waiting party saw, for a driver's timeout: its relay connection, its pending requests
+/// and its newest messages (a CI log then tells a lost message from a dead connection).
+async fn seen(p: &Peer) -> String {
+    let status = p.request(Request::Status).await.unwrap_or_else(|e| json!(e));
+    let requests = p.request(Request::ContactRequests).await.unwrap_or_else(|e| json!(e));
+    let inbox = p.request(Request::Inbox { all: true, wait_secs: 0 }).await.unwrap_or_else(|e| json!(e));
+    let newest: Vec<Value> = inbox
+        .as_array()
+        .map(|a| a.iter().rev().take(5).map(|m| json!([m["protocol"], m["from"], m["body"]])).collect())
+        .unwrap_or_default();
+    format!(
+        "{} sees its relay as {} ({}), outbox {}, requests {requests}, newest messages {}",
+        p.name,
+        status["relays"][0]["health"]["state"],
+        status["relays"][0]["health"]["last_error"],
+        status["outbox"],
+        Value::from(newest)
+    )
+}
+
 impl World {
+    /// What waits in alice's outbox (protocol, attempts, last error), for a driver's timeout.
+    async fn alice_outbox(&self) -> String {
+        let db = profile_db(&self.alice_home).await;
+        let rows: Vec<(String, String, i64, String)> = sqlx::query_as(
+            "SELECT o.protocol, COALESCE(m.body, ''), o.attempts, o.last_error FROM outbox o \
+             LEFT JOIN messages m ON m.id = o.message_id AND m.direction = 'out' ORDER BY o.id",
+        )
+        .fetch_all(&db)
+        .await
+        .unwrap_or_default();
+        db.close().await;
+        format!("alice's outbox: {rows:?}")
+    }
+
     /// `body` as alice's agent `agent`, through her bridge with the agent's own session.
     async fn alice_agent(&self, agent: &str, body: &Value) -> Result<Value, String> {
         let (url, _, owner) = bridge_of(&self.alice_home);
