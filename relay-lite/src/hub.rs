@@ -7,17 +7,40 @@
 //! subscribes before it reads the backlog, then reads everything above the last seq it sent
 //! whenever the value changes.
 //!
-//! A write that commits a body (a letagents deposit) also hands the committed bytes to the hub
-//! ([`Hub::publish_body`]); for watched keys the hub keeps the newest few as one unbroken run of
-//! seqs, so a live session sends them without reading them back ([`Hub::recent_after`]). Any
-//! wake-up without bytes for a newer seq (another instance's commit, a lost wake-up) breaks the
-//! run, and the session reads the store as before.
+//! A write that commits something a watcher sends on (a letagents deposit's envelope, a Stringcup
+//! message) also hands it to the hub ([`Hub::publish_body`]); for watched keys the hub keeps the
+//! newest few as one unbroken run of seqs, so a live session or a woken long-poll sends them
+//! without reading them back ([`Hub::recent_envelopes_after`], [`Hub::recent_stringcup_after`]).
+//! Any wake-up without its body for a newer seq (another instance's commit, a lost wake-up)
+//! breaks the run, and the watcher reads the store as before.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Bytes;
 use tokio::sync::watch;
+
+use crate::store::stringcup::StoredMessage;
+
+/// What a committed write hands the hub for its watchers. A key only ever carries one kind
+/// (letagents mailbox ids and `stringcup/...` keys cannot collide).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// A letagents envelope, as deposited.
+    Envelope(Bytes),
+    /// A Stringcup message, as a read of the recipient's inbox returns it.
+    Stringcup(Arc<StoredMessage>),
+}
+
+impl Committed {
+    /// Bytes held, for the per-key cap.
+    fn len(&self) -> usize {
+        match self {
+            Self::Envelope(b) => b.len(),
+            Self::Stringcup(m) => m.ciphertext.len() + m.sender.len() + m.header_extra.len() + 64,
+        }
+    }
+}
 
 /// Most committed bodies kept per watched key.
 const RECENT_ENTRIES: usize = 64;
@@ -28,7 +51,7 @@ const RECENT_BYTES: usize = 256 * 1024;
 #[derive(Debug)]
 struct Watched {
     tx: watch::Sender<i64>,
-    recent: VecDeque<(i64, Bytes)>,
+    recent: VecDeque<(i64, Committed)>,
     recent_bytes: usize,
 }
 
@@ -43,7 +66,7 @@ impl Watched {
     }
 
     /// Records `seq` (with its body if known) as committed.
-    fn record(&mut self, seq: i64, body: Option<Bytes>) {
+    fn record(&mut self, seq: i64, body: Option<Committed>) {
         let newest = self.recent.back().map_or(*self.tx.borrow(), |(s, _)| *s);
         match body {
             _ if seq <= newest => {}
@@ -103,12 +126,12 @@ impl Hub {
     }
 
     /// Announces that `seq` committed in `mailbox` holding `body`, which watchers may then send
-    /// without reading it back (see [`Hub::recent_after`]).
-    pub fn publish_body(&self, mailbox: &str, seq: i64, body: Bytes) {
+    /// without reading it back (see [`Hub::recent_envelopes_after`]).
+    pub fn publish_body(&self, mailbox: &str, seq: i64, body: Committed) {
         self.publish_inner(mailbox, seq, Some(body));
     }
 
-    fn publish_inner(&self, mailbox: &str, seq: i64, body: Option<Bytes>) {
+    fn publish_inner(&self, mailbox: &str, seq: i64, body: Option<Committed>) {
         let mut map = self.lock();
         if let Some(w) = map.get_mut(mailbox) {
             w.record(seq, body);
@@ -125,16 +148,34 @@ impl Hub {
 
     /// The committed bodies of `mailbox` with seqs above `after`, oldest first, if the hub holds
     /// every one of them up to the newest published seq; `None` when the caller must read the
-    /// store (the run starts later, was broken, or nothing newer was published with its bytes).
-    pub fn recent_after(&self, mailbox: &str, after: i64) -> Option<Vec<(i64, Bytes)>> {
+    /// store (the run starts later, was broken, or nothing newer was published with its body).
+    fn recent_after<T>(&self, key: &str, after: i64, take: impl Fn(&Committed) -> Option<T>) -> Option<Vec<(i64, T)>> {
         let map = self.lock();
-        let w = map.get(mailbox)?;
+        let w = map.get(key)?;
         let (first, _) = w.recent.front()?;
         let (last, _) = w.recent.back()?;
         if *first > after + 1 || *last <= after || *last != *w.tx.borrow() {
             return None;
         }
-        Some(w.recent.iter().filter(|(seq, _)| *seq > after).cloned().collect())
+        w.recent.iter().filter(|(seq, _)| *seq > after).map(|(seq, c)| Some((*seq, take(c)?))).collect()
+    }
+
+    /// The letagents envelopes committed in `mailbox` above seq `after` (see `recent_after`).
+    pub fn recent_envelopes_after(&self, mailbox: &str, after: i64) -> Option<Vec<(i64, Bytes)>> {
+        self.recent_after(mailbox, after, |c| match c {
+            Committed::Envelope(b) => Some(b.clone()),
+            Committed::Stringcup(_) => None,
+        })
+    }
+
+    /// The Stringcup messages committed under inbox key `key` with ids above `after`, oldest
+    /// first (see `recent_after`).
+    pub fn recent_stringcup_after(&self, key: &str, after: i64) -> Option<Vec<Arc<StoredMessage>>> {
+        let run = self.recent_after(key, after, |c| match c {
+            Committed::Stringcup(m) => Some(m.clone()),
+            Committed::Envelope(_) => None,
+        })?;
+        Some(run.into_iter().map(|(_, m)| m).collect())
     }
 
     /// Whether a websocket session is watching `mailbox` (such a mailbox is not idle).
@@ -181,33 +222,60 @@ mod tests {
     #[tokio::test]
     async fn committed_bodies_are_handed_out_only_as_an_unbroken_run_up_to_the_newest_seq() {
         let hub = Hub::default();
-        hub.publish_body("m", 1, Bytes::from_static(b"unwatched"));
+        let env = |b: &'static [u8]| Committed::Envelope(Bytes::from_static(b));
+        hub.publish_body("m", 1, env(b"unwatched"));
         let _rx = hub.subscribe("m");
-        assert_eq!(hub.recent_after("m", 0), None, "nothing kept while nobody watched");
-        hub.publish_body("m", 1, Bytes::from_static(b"one"));
-        hub.publish_body("m", 2, Bytes::from_static(b"two"));
+        assert_eq!(hub.recent_envelopes_after("m", 0), None, "nothing kept while nobody watched");
+        hub.publish_body("m", 1, env(b"one"));
+        hub.publish_body("m", 2, env(b"two"));
         assert_eq!(
-            hub.recent_after("m", 0),
+            hub.recent_envelopes_after("m", 0),
             Some(vec![(1, Bytes::from_static(b"one")), (2, Bytes::from_static(b"two"))])
         );
-        assert_eq!(hub.recent_after("m", 1), Some(vec![(2, Bytes::from_static(b"two"))]));
-        assert_eq!(hub.recent_after("m", 2), None, "nothing newer");
+        assert_eq!(hub.recent_envelopes_after("m", 1), Some(vec![(2, Bytes::from_static(b"two"))]));
+        assert_eq!(hub.recent_envelopes_after("m", 2), None, "nothing newer");
         // Seq 3 committed elsewhere (no bytes): the run is broken, sessions read the store.
         hub.publish("m", 3);
-        assert_eq!(hub.recent_after("m", 2), None);
-        hub.publish_body("m", 4, Bytes::from_static(b"four"));
-        assert_eq!(hub.recent_after("m", 2), None, "seq 3 is missing");
-        assert_eq!(hub.recent_after("m", 3), Some(vec![(4, Bytes::from_static(b"four"))]));
+        assert_eq!(hub.recent_envelopes_after("m", 2), None);
+        hub.publish_body("m", 4, env(b"four"));
+        assert_eq!(hub.recent_envelopes_after("m", 2), None, "seq 3 is missing");
+        assert_eq!(hub.recent_envelopes_after("m", 3), Some(vec![(4, Bytes::from_static(b"four"))]));
         // A repeated wake-up for a seq already held changes nothing; a lost one breaks the run.
         hub.publish("m", 4);
-        assert_eq!(hub.recent_after("m", 3), Some(vec![(4, Bytes::from_static(b"four"))]));
+        assert_eq!(hub.recent_envelopes_after("m", 3), Some(vec![(4, Bytes::from_static(b"four"))]));
         hub.poke_all();
-        assert_eq!(hub.recent_after("m", 3), None);
+        assert_eq!(hub.recent_envelopes_after("m", 3), None);
         for seq in 5..5 + RECENT_ENTRIES as i64 + 10 {
-            hub.publish_body("m", seq, Bytes::from_static(b"x"));
+            hub.publish_body("m", seq, env(b"x"));
         }
-        assert_eq!(hub.recent_after("m", 5), None, "the oldest fell out of the bounded run");
+        assert_eq!(hub.recent_envelopes_after("m", 5), None, "the oldest fell out of the bounded run");
         let newest = 4 + RECENT_ENTRIES as i64 + 10;
-        assert_eq!(hub.recent_after("m", newest - 2).map(|v| v.len()), Some(2));
+        assert_eq!(hub.recent_envelopes_after("m", newest - 2).map(|v| v.len()), Some(2));
+    }
+
+    #[tokio::test]
+    async fn stringcup_messages_are_handed_out_as_such_and_a_key_of_the_other_kind_reads_the_store() {
+        let hub = Hub::default();
+        let msg = |id: i64| {
+            Arc::new(StoredMessage {
+                id,
+                sender: "s".into(),
+                header_version: 2,
+                header_algo: "a".into(),
+                ephemeral_pub: vec![1; 32],
+                iv: vec![2; 12],
+                header_extra: String::new(),
+                ciphertext: vec![3; 40],
+                created_ms: 7,
+            })
+        };
+        let _rx = hub.subscribe("k");
+        hub.publish_body("k", 1, Committed::Stringcup(msg(1)));
+        hub.publish_body("k", 2, Committed::Stringcup(msg(2)));
+        assert_eq!(hub.recent_stringcup_after("k", 0), Some(vec![msg(1), msg(2)]));
+        assert_eq!(hub.recent_stringcup_after("k", 1), Some(vec![msg(2)]));
+        assert_eq!(hub.recent_envelopes_after("k", 0), None, "not envelopes: read the store");
+        hub.publish_body("k", 3, Committed::Envelope(Bytes::from_static(b"x")));
+        assert_eq!(hub.recent_stringcup_after("k", 1), None, "a run with another kind in it is not handed out");
     }
 }

@@ -655,6 +655,57 @@ async fn a_long_poll_is_woken_the_moment_a_message_is_stored() {
     }
 }
 
+/// A long-poll woken by a commit answers from the messages the writer hands the hub, without
+/// reading them back: its page must be exactly what a read of the inbox returns (ids, sender,
+/// header with its extra fields, ciphertext, time, `has_more` and the cursor), for a batch
+/// waking it with more than a page and for a single send.
+#[tokio::test]
+async fn a_woken_long_poll_answers_exactly_what_a_read_of_the_inbox_returns() {
+    a_woken_long_poll_answers_exactly_what_a_read_of_the_inbox_returns_on(Arc::new(relay().await)).await;
+}
+
+/// The same on a relay whose store is PostgreSQL (its own writer hands the hub the messages too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_woken_long_poll_answers_exactly_what_a_read_of_the_inbox_returns() {
+    let Some(pg) = pg_common::cluster() else { return };
+    let url = pg.fresh_database().await;
+    let relay = relay_config(|c| c.database = Some(url)).await;
+    assert!(relay.relay.state().store().is_postgres());
+    a_woken_long_poll_answers_exactly_what_a_read_of_the_inbox_returns_on(Arc::new(relay)).await;
+}
+
+async fn a_woken_long_poll_answers_exactly_what_a_read_of_the_inbox_returns_on(relay: Arc<sc_common::Relay>) {
+    let (alice, bob) = (relay.register("alice").await, relay.register("bob").await);
+    let park = |query: &'static str| {
+        let (relay, bob) = (relay.clone(), bob.clone());
+        tokio::spawn(async move { relay.get(&bob, &format!("/messages?wait=20&{query}")).await })
+    };
+    // A batch of three wakes a poll that takes two: a full page and `has_more`.
+    let poll = park("limit=2");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let entries: Vec<Value> = (0..3).map(|i| message(&bob.id, &ct(&format!("batch {i}")))).collect();
+    let sent = relay.post(&alice, "/messages/batch", &json!({ "messages": entries })).await;
+    assert_eq!(sent.body["count"], 3, "{:?}", sent.body);
+    let woken = poll.await.unwrap();
+    assert_eq!(woken.header("x-long-poll"), Some("waited"));
+    assert_eq!(woken.body["count"], 2);
+    assert_eq!(woken.body["has_more"], true);
+    assert_eq!(woken.body, relay.get(&bob, "/messages?limit=2").await.body);
+
+    // A single send with extra header fields wakes a poll past the batch.
+    let poll = park("since_id=3");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut one = message(&bob.id, &ct("with extras"));
+    one["header"]["purpose"] = json!("test");
+    one["header"]["chain"] = json!("c-1");
+    assert_eq!(relay.send_with(&alice, &one, Some("single-1")).await.status, 201);
+    let woken = poll.await.unwrap();
+    assert_eq!(woken.header("x-long-poll"), Some("waited"));
+    assert_eq!(woken.body["count"], 1);
+    assert_eq!(woken.body["messages"][0]["header"]["purpose"], "test");
+    assert_eq!(woken.body, relay.get(&bob, "/messages?since_id=3").await.body);
+}
+
 #[tokio::test]
 async fn a_long_poll_with_nothing_arriving_holds_for_the_wait_and_says_so() {
     let relay = relay().await;

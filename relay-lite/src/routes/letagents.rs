@@ -288,7 +288,7 @@ async fn push_waiting(
 ) -> Result<i64, SessionEnd> {
     // Whatever committed before this point is read below; later commits wake us again.
     newest.borrow_and_update();
-    if live && let Some(recent) = state.shared().hub.recent_after(id, sent) {
+    if live && let Some(recent) = state.shared().hub.recent_envelopes_after(id, sent) {
         for (seq, body) in recent {
             send_frame(state, socket, &RelayToClient::Msg { seq, ct: b64u(&body) }).await?;
             sent = seq;

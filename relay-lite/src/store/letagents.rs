@@ -10,7 +10,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 use super::writer::Request;
 use super::{LetagentsStore, SqliteStore, StoreError};
-use crate::hub::Hub;
+use crate::hub::{Committed, Hub};
 
 /// A send to store.
 #[derive(Debug)]
@@ -134,8 +134,8 @@ impl Request<SqliteConnection> for Deposit {
         self.wakeup_for(out)
     }
 
-    fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Bytes> {
-        Some(self.body.clone())
+    fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Committed> {
+        Some(Committed::Envelope(self.body.clone()))
     }
 }
 

@@ -305,7 +305,15 @@ impl SqliteStore {
         let options = connect_options(&path);
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
-        let read = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options.clone()).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(4)
+            .min_connections(1)
+            // sqlx pings an idle connection before handing it out, by default: for SQLite a
+            // round trip to the connection's worker thread on every read, to check a file that
+            // cannot hang up (BENCHMARKS.md, "Stringcup long-poll").
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
         let writer = Writer::start_on_thread(SqliteBackend { options }, conn, hub)
             .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
         Ok(Self { writer, read })

@@ -7,9 +7,12 @@
 //!   serialised by the writer, never by the route. Business outcomes are values, never SQL
 //!   errors: a failing statement would roll back every other caller's write in the batch.
 //! - Once the batch commits, the writer wakes parked long-polls through the hub (an inbox's
-//!   newest id, a rendezvous' version); on PostgreSQL the same wake-ups reach other instances.
+//!   newest id with the message itself, a rendezvous' version); on PostgreSQL the same wake-ups
+//!   reach other instances (without the message: they read it).
 //! - Reads go to the reader pool. Routes see [`StringcupStore`]; the request and outcome types
 //!   here are shared with the PostgreSQL backend ([`super::pg::stringcup`]).
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::{SqliteConnection, SqliteExecutor};
@@ -17,6 +20,7 @@ use switchboard_core::util::hex;
 
 use super::writer::request;
 use super::{SqliteStore, Store, StoreError};
+use crate::hub::Committed;
 
 /// The hub key of an identity's inbox (namespaced apart from letagents mailbox ids).
 pub fn inbox_key(identity: &str) -> String {
@@ -535,15 +539,34 @@ pub struct Counts {
     pub messages_stored: u64,
 }
 
+/// The header version every stored message has (the column's default, both backends).
+pub const STORED_HEADER_VERSION: i64 = 2;
+/// The header algorithm every stored message has (the column's default, both backends).
+pub const STORED_HEADER_ALGO: &str = "x25519+ecies+aes256gcm";
+
 impl SendRequest {
     /// The inboxes to wake once `out` commits: each recipient a message was stored for, with
-    /// its new inbox id.
-    pub(crate) fn wakeups_for(&self, out: &[SendOutcome]) -> Vec<(String, i64)> {
+    /// its new inbox id and the message as a read of that inbox returns it, so a long-poll
+    /// parked there answers without reading it back.
+    pub(crate) fn wakeups_for(&self, out: &[SendOutcome]) -> Vec<(String, i64, Option<Committed>)> {
         self.messages
             .iter()
             .zip(out)
             .filter_map(|(message, outcome)| match outcome {
-                SendOutcome::Stored { inbox_id, .. } => Some((inbox_key(&message.recipient), *inbox_id)),
+                SendOutcome::Stored { inbox_id, .. } => {
+                    let stored = StoredMessage {
+                        id: *inbox_id,
+                        sender: self.sender.clone(),
+                        header_version: STORED_HEADER_VERSION,
+                        header_algo: STORED_HEADER_ALGO.to_owned(),
+                        ephemeral_pub: message.ephemeral_pub.clone(),
+                        iv: message.iv.clone(),
+                        header_extra: message.header_extra.clone(),
+                        ciphertext: message.ciphertext.clone(),
+                        created_ms: self.now,
+                    };
+                    Some((inbox_key(&message.recipient), *inbox_id, Some(Committed::Stringcup(Arc::new(stored)))))
+                }
                 _ => None,
             })
             .collect()
@@ -584,7 +607,7 @@ request!(SqliteConnection, SendRequest => Vec<SendOutcome>, send, {
         self.payload_bytes()
     }
 
-    fn more_wakeups(&self, out: &Vec<SendOutcome>) -> Vec<(String, i64)> {
+    fn more_wakeups(&self, out: &Vec<SendOutcome>) -> Vec<(String, i64, Option<Committed>)> {
         self.wakeups_for(out)
     }
 });
@@ -1246,6 +1269,11 @@ pub trait StringcupStore: Send + Sync {
     /// Up to `limit` messages of `recipient`'s inbox with id above `since`, oldest first.
     async fn inbox(&self, recipient: &str, since: i64, limit: usize) -> Result<Vec<StoredMessage>, StoreError>;
 
+    /// The newest inbox id ever given out in `recipient`'s inbox (0 for none, or no such
+    /// identity): a long-poll that found nothing above its cursor parks knowing that the next
+    /// message takes the id after this one.
+    async fn newest_inbox_id(&self, recipient: &str) -> Result<i64, StoreError>;
+
     /// The topics `identity` belongs to, oldest first.
     async fn topics_of(&self, identity: &str) -> Result<Vec<TopicRow>, StoreError>;
 
@@ -1350,6 +1378,14 @@ impl StringcupStore for SqliteStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.read)
         .await?)
+    }
+
+    async fn newest_inbox_id(&self, recipient: &str) -> Result<i64, StoreError> {
+        let next: Option<i64> = sqlx::query_scalar("SELECT next_inbox_id FROM sc_identity WHERE id = ?")
+            .bind(recipient)
+            .fetch_optional(&self.read)
+            .await?;
+        Ok(next.map_or(0, |n| n - 1))
     }
 
     async fn topics_of(&self, identity: &str) -> Result<Vec<TopicRow>, StoreError> {

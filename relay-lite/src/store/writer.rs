@@ -22,12 +22,11 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
-use crate::hub::Hub;
+use crate::hub::{Committed, Hub};
 
 /// Where a write's result goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -54,14 +53,14 @@ pub(crate) struct BatchCx<'h> {
     pub(crate) hub: &'h Hub,
     wakeups: Vec<(String, i64)>,
     /// The committed body for each wake-up, where the write has one (same index).
-    bodies: Vec<Option<Bytes>>,
+    bodies: Vec<Option<Committed>>,
 }
 
 impl BatchCx<'_> {
     /// Announces, once the batch commits, that `seq` is the newest value of hub key `key`,
     /// handing the hub the committed `body` (if any) so live sessions send it without reading
     /// it back.
-    pub(crate) fn wake_with(&mut self, key: String, seq: i64, body: Option<Bytes>) {
+    pub(crate) fn wake_with(&mut self, key: String, seq: i64, body: Option<Committed>) {
         self.wakeups.push((key, seq));
         self.bodies.push(body);
     }
@@ -144,13 +143,14 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
 
     /// The body `out` committed under its wake-up's seq, if the hub should hand it to live
     /// sessions.
-    fn wakeup_body(&self, _out: &Self::Out) -> Option<Bytes> {
+    fn wakeup_body(&self, _out: &Self::Out) -> Option<Committed> {
         None
     }
 
     /// Further hub keys and values to announce when `out` commits, for a request that wakes
-    /// several (a batch send to several inboxes).
-    fn more_wakeups(&self, _out: &Self::Out) -> Vec<(String, i64)> {
+    /// several (a batch send to several inboxes), each with its committed body if the hub
+    /// should hand it to watchers.
+    fn more_wakeups(&self, _out: &Self::Out) -> Vec<(String, i64, Option<Committed>)> {
         Vec::new()
     }
 
@@ -197,8 +197,8 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
             if let Some((key, seq)) = self.req.wakeup(&out) {
                 cx.wake_with(key, seq, self.req.wakeup_body(&out));
             }
-            for (key, seq) in self.req.more_wakeups(&out) {
-                cx.wake_with(key, seq, None);
+            for (key, seq, body) in self.req.more_wakeups(&out) {
+                cx.wake_with(key, seq, body);
             }
             self.out = Some(out);
             Ok(())
@@ -323,7 +323,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
 }
 
 /// The wake-ups a committed batch publishes, with the committed bodies where known.
-type Wakeups = (Vec<(String, i64)>, Vec<Option<Bytes>>);
+type Wakeups = (Vec<(String, i64)>, Vec<Option<Committed>>);
 
 /// Applies `batch` in the transaction begun on `conn` and commits it; returns the wake-ups to
 /// publish.

@@ -8,6 +8,7 @@
 //! recipient (`404`), pending limits per sender then per inbox (`507`), stored (`201`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -340,11 +341,33 @@ async fn inbox(
     let me = caller.id.as_str();
     let after = since.unwrap_or(0);
     let pool = (&state.shared().stringcup.parking, me);
-    let (mut page, long_poll_state) = long_poll(&state, pool, &inbox_key(me), wait, move || async move {
-        // One extra row says whether more remain.
-        let rows = store.stringcup().inbox(me, after, limit + 1).await?;
-        let ready = !rows.is_empty();
-        Ok((rows, ready))
+    let key = inbox_key(me);
+    let hub = &state.shared().hub;
+    // Where the inbox stood when the first check found nothing above the cursor: the newest id
+    // given out by then (ids are given out in commit order, one after another).
+    let parked_at = AtomicI64::new(-1);
+    let parked_at = &parked_at;
+    let (mut page, long_poll_state) = long_poll(&state, pool, &key, wait, || {
+        // After a wake-up, what committed since parking is the hub's run of the messages the
+        // writer just stored, if it holds every one of them from the id after `parked_at` on;
+        // otherwise (another instance's commit, a broken run) the store is read. A message
+        // acknowledged by another request between its commit and this answer is still handed
+        // out once (delivery is at least once; the repeated ack finds it gone).
+        let from = parked_at.load(Ordering::Relaxed);
+        let run = if from >= 0 { hub.recent_stringcup_after(&key, from) } else { None };
+        async move {
+            if let Some(run) = run {
+                return Ok((run.iter().take(limit + 1).map(|m| StoredMessage::clone(m)).collect(), true));
+            }
+            // One extra row says whether more remain.
+            let rows = store.stringcup().inbox(me, after, limit + 1).await?;
+            if rows.is_empty() && !wait.is_zero() && parked_at.load(Ordering::Relaxed) < 0 {
+                let newest = store.stringcup().newest_inbox_id(me).await?;
+                parked_at.store(newest.max(after), Ordering::Relaxed);
+            }
+            let ready = !rows.is_empty();
+            Ok((rows, ready))
+        }
     })
     .await?;
     let has_more = page.len() > limit;

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use sqlx::{PgConnection, PgPool};
 
 use super::{PgStore, sweep_lock, try_sweep_lock};
-use crate::hub::Hub;
+use crate::hub::{Committed, Hub};
 use crate::store::letagents::{Ack, Deposit, DepositOutcome, Login, LoginOutcome, Sweep, SweepReport, Waiting, same};
 use crate::store::writer::Request;
 use crate::store::{LetagentsStore, StoreError};
@@ -150,8 +150,8 @@ impl Request<PgConnection> for Deposit {
         self.wakeup_for(out)
     }
 
-    fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Bytes> {
-        Some(self.body.clone())
+    fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Committed> {
+        Some(Committed::Envelope(self.body.clone()))
     }
 
     fn locks(&self, keys: &mut Vec<String>) {

@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, PgExecutor};
 
 use super::{PgStore, sweep_lock, try_sweep_lock};
+use crate::hub::Committed;
 use crate::store::StoreError;
 use crate::store::stringcup::{
     Ack, AckOutcome, AddMembers, AddOutcome, Counts, CreateTopic, DeleteOutcome, DeleteTopic, IdentityRow,
@@ -577,7 +578,7 @@ request!(PgConnection, SendRequest => Vec<SendOutcome>, send, {
         keys.extend(self.messages.iter().map(|m| identity_lock(&m.recipient)));
     }
 
-    fn more_wakeups(&self, out: &Vec<SendOutcome>) -> Vec<(String, i64)> {
+    fn more_wakeups(&self, out: &Vec<SendOutcome>) -> Vec<(String, i64, Option<Committed>)> {
         self.wakeups_for(out)
     }
 });
@@ -704,6 +705,14 @@ impl StringcupStore for PgStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.read)
         .await?)
+    }
+
+    async fn newest_inbox_id(&self, recipient: &str) -> Result<i64, StoreError> {
+        let next: Option<i64> = sqlx::query_scalar("SELECT next_inbox_id FROM sc_identity WHERE id = $1")
+            .bind(recipient)
+            .fetch_optional(&self.read)
+            .await?;
+        Ok(next.map_or(0, |n| n - 1))
     }
 
     async fn topics_of(&self, identity: &str) -> Result<Vec<TopicRow>, StoreError> {
