@@ -284,10 +284,7 @@ async function render(background = false) {
   if (token !== rendering) return; // a newer render won
   if (background) {
     // A refresh keeps what the person was typing and where the focus was.
-    const typed = new Map<string, string>();
-    main.querySelectorAll<HTMLInputElement | HTMLTextAreaElement>('input[id], textarea[id]').forEach((el) => {
-      if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
-    });
+    const typed = typedValues();
     const active = main.contains(document.activeElement) ? (document.activeElement as HTMLElement) : null;
     const focused = focusKey(active);
     const caret =
@@ -296,13 +293,8 @@ async function render(background = false) {
         : null;
     const scrolls = saveScrolls();
     mount(main, view);
-    for (const [id, value] of typed) {
-      const el = document.getElementById(id) as HTMLInputElement | HTMLTextAreaElement | null;
-      if (el && !el.disabled) el.value = value;
-    }
-    // The composer grows with what it holds.
-    const compose = document.getElementById('compose');
-    if (compose instanceof HTMLTextAreaElement && compose.value) compose.dispatchEvent(new Event('input'));
+    mountedHash = hash;
+    restoreTyped(typed);
     restoreScrolls(scrolls, route);
     if (focused) {
       const el = main.querySelector<HTMLElement>(focused);
@@ -327,7 +319,12 @@ async function render(background = false) {
   // the same element of the new screen, so a key pressed next is not lost.
   const movedTo =
     document.activeElement !== main && main.contains(document.activeElement) ? focusKey(document.activeElement as HTMLElement) : '';
+  // A render of the screen already shown (the person went away and back before the screen
+  // changed, and typed into it meanwhile) keeps what was typed, as a refresh does.
+  const typed = mountedHash === hash ? typedValues() : null;
   mount(main, view);
+  mountedHash = hash;
+  if (typed) restoreTyped(typed);
   if (movedTo) main.querySelector<HTMLElement>(movedTo)?.focus({ preventScroll: true });
   const pasteField = document.getElementById('paste-field');
   if (pending && pasteField instanceof HTMLInputElement && !pasteField.value) {
@@ -344,6 +341,29 @@ async function render(background = false) {
     afterRender = null;
     after.run();
   }
+}
+
+/** The hash the screen on the page was rendered for. */
+let mountedHash = '';
+
+/** What the text fields of the screen on the page hold, by id. */
+function typedValues(): Map<string, string> {
+  const typed = new Map<string, string>();
+  main.querySelectorAll<HTMLInputElement | HTMLTextAreaElement>('input[id], textarea[id]').forEach((el) => {
+    if (el.type !== 'checkbox' && el.type !== 'radio') typed.set(el.id, el.value);
+  });
+  return typed;
+}
+
+/** Puts `typed` (from [`typedValues`]) back into the fields of the same ids on the new screen. */
+function restoreTyped(typed: Map<string, string>) {
+  for (const [id, value] of typed) {
+    const el = document.getElementById(id) as HTMLInputElement | HTMLTextAreaElement | null;
+    if (el && !el.disabled) el.value = value;
+  }
+  // The composer grows with what it holds.
+  const compose = document.getElementById('compose');
+  if (compose instanceof HTMLTextAreaElement && compose.value) compose.dispatchEvent(new Event('input'));
 }
 
 /** Runs once after the next full render of `hash` (e.g. focus a field on the screen navigated to). */
