@@ -208,6 +208,11 @@ pub enum JsonError {
     /// An object repeats a member name.
     #[error("duplicate member name {0:?}")]
     DuplicateKey(String),
+    /// A member name serde_json reserves for itself: with its `raw_value` feature (on in this
+    /// build, through other crates) it reads such an object as raw JSON text, not as an object,
+    /// so accepting it would let this parser and serde_json see two different values.
+    #[error("reserved member name {0:?}")]
+    ReservedKey(String),
     /// A `\u` escape leaves a surrogate unpaired.
     #[error("unpaired surrogate escape at byte {0}")]
     UnpairedSurrogate(usize),
@@ -224,6 +229,9 @@ pub enum JsonError {
     #[error("trailing data at byte {0}")]
     TrailingData(usize),
 }
+
+/// The prefix of serde_json's private magic member names (`$serde_json::private::RawValue`).
+const SERDE_JSON_PRIVATE: &str = "$serde_json::private::";
 
 /// Parses one strict I-JSON text.
 pub fn parse(bytes: &[u8]) -> Result<Value, JsonError> {
@@ -300,6 +308,9 @@ impl Parser<'_> {
                 return Err(JsonError::Syntax(self.pos));
             }
             let key = self.string()?;
+            if key.starts_with(SERDE_JSON_PRIVATE) {
+                return Err(JsonError::ReservedKey(key));
+            }
             if !seen.insert(key.clone()) {
                 return Err(JsonError::DuplicateKey(key));
             }
@@ -584,6 +595,20 @@ impl serde::Serialize for Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serde_jsons_reserved_member_name_is_refused_even_spelled_with_escapes() {
+        // Found by the fuzzer: serde_json (raw_value on) refuses this object, or with a string
+        // value reads it as that string's JSON; this parser must not accept what it sees as
+        // something else.
+        let key = "$serde_json::private::RawValue";
+        assert_eq!(parse(br#"{"$serde_json::private::RawValue":1}"#), Err(JsonError::ReservedKey(key.into())));
+        assert_eq!(parse(br#"{"a":{"$serde_json::private::RawValue":"1"}}"#), Err(JsonError::ReservedKey(key.into())));
+        assert_eq!(parse(br#"{"\u0024serde_json::private::RawValue":"1"}"#), Err(JsonError::ReservedKey(key.into())));
+        assert!(serde_json::from_slice::<serde_json::Value>(br#"{"$serde_json::private::RawValue":1}"#).is_err());
+        // A name that only resembles it is an ordinary name.
+        assert!(parse(br#"{"$serde_json":1,"serde_json::private::RawValue":2}"#).is_ok());
+    }
 
     #[test]
     fn duplicate_member_names_are_refused_at_any_depth() {
