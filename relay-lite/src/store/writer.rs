@@ -232,16 +232,11 @@ impl<C: Send + 'static> Writer<C> {
     pub(crate) fn start_on_thread<B: Backend<Conn = C>>(backend: B, conn: C, hub: Arc<Hub>) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
         let (writes, queue) = mpsc::channel(QUEUE);
-        let (parts, take) = std::sync::mpsc::sync_channel(1);
         let (done, finished) = oneshot::channel::<()>();
         std::thread::Builder::new().name("relay-writer".into()).spawn(move || {
-            if let Ok((backend, conn, queue, hub)) = take.recv() {
-                runtime.block_on(run(backend, conn, queue, hub));
-            }
+            runtime.block_on(run(backend, conn, queue, hub));
             let _ = done.send(());
         })?;
-        // The thread is up: hand it what it writes with.
-        let _ = parts.send((backend, conn, queue, hub));
         let task = tokio::spawn(async move {
             let _ = finished.await;
         });
