@@ -24,6 +24,7 @@ use switchboard_core::protocol::agent_mail::relay::{
     self, Admission, CurrentCard, Delivery, DeliveryResult, RelayError,
 };
 
+use super::sync::WriterConn;
 use super::writer::request;
 use super::{SqliteStore, Store, StoreError};
 use crate::origin::PublicOrigins;
@@ -125,15 +126,15 @@ impl Deliver {
     }
 }
 
-request!(SqliteConnection, Publish => Decided<Published>, publish);
-request!(SqliteConnection, Deliver => Decided<DeliveryResult>, deliver, {
+request!(WriterConn, Publish => Decided<Published>, publish);
+request!(WriterConn, Deliver => Decided<DeliveryResult>, deliver, {
     fn bytes(&self) -> usize {
         self.payload_bytes()
     }
 });
-request!(SqliteConnection, Delete => (), delete);
-request!(SqliteConnection, Block => (), block);
-request!(SqliteConnection, Sweep => AmSweepReport, sweep);
+request!(WriterConn, Delete => (), delete);
+request!(WriterConn, Block => (), block);
+request!(WriterConn, Sweep => AmSweepReport, sweep);
 
 pub(crate) fn corrupt(what: &str) -> sqlx::Error {
     sqlx::Error::Decode(format!("stored agent mail {what} does not verify").into())

@@ -6,9 +6,12 @@
 use async_trait::async_trait;
 use axum::body::Bytes;
 use futures_util::future::BoxFuture;
+use rusqlite::OptionalExtension as _;
 use sqlx::{SqliteConnection, SqlitePool};
 
-use super::writer::Request;
+use super::sync::WriterConn;
+use super::sync::{SyncDb, raw_error};
+use super::writer::{Request, sync_request};
 use super::{LetagentsStore, SqliteStore, StoreError};
 use crate::hub::{Committed, Hub};
 
@@ -115,19 +118,9 @@ impl Deposit {
     }
 }
 
-impl Request<SqliteConnection> for Deposit {
-    type Out = DepositOutcome;
-
+sync_request!(Deposit => DepositOutcome, deposit, {
     fn bytes(&self) -> usize {
         self.body.len()
-    }
-
-    fn run<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        _: &'a Hub,
-    ) -> BoxFuture<'a, Result<DepositOutcome, sqlx::Error>> {
-        Box::pin(deposit(conn, self))
     }
 
     fn wakeup(&self, out: &DepositOutcome) -> Option<(String, i64)> {
@@ -137,36 +130,28 @@ impl Request<SqliteConnection> for Deposit {
     fn wakeup_body(&self, _out: &DepositOutcome) -> Option<Committed> {
         Some(Committed::Envelope(self.body.clone()))
     }
-}
+});
 
-impl Request<SqliteConnection> for Login {
+impl Request<WriterConn> for Login {
     type Out = LoginOutcome;
 
-    fn run<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        _: &'a Hub,
-    ) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
+    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
         Box::pin(login(conn, self))
     }
 }
 
-impl Request<SqliteConnection> for Ack {
+impl Request<WriterConn> for Ack {
     type Out = Vec<i64>;
 
-    fn run<'a>(&'a self, conn: &'a mut SqliteConnection, _: &'a Hub) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>> {
+    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>> {
         Box::pin(ack(conn, self))
     }
 }
 
-impl Request<SqliteConnection> for Sweep {
+impl Request<WriterConn> for Sweep {
     type Out = SweepReport;
 
-    fn run<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        hub: &'a Hub,
-    ) -> BoxFuture<'a, Result<SweepReport, sqlx::Error>> {
+    fn run<'a>(&'a self, conn: &'a mut WriterConn, hub: &'a Hub) -> BoxFuture<'a, Result<SweepReport, sqlx::Error>> {
         Box::pin(sweep(conn, self, hub))
     }
 }
@@ -236,26 +221,26 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 /// drops, not drops: learning how many leading characters of the stored hash a guess's hash
 /// matches does not help anyone find a drop with that hash. The refusal path compares with
 /// [`same`] like before.
-pub(crate) async fn deposit(conn: &mut SqliteConnection, d: &Deposit) -> Result<DepositOutcome, sqlx::Error> {
-    let stored: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO la_envelope (mailbox, seq, received_ms, body) \
-         SELECT id, next_seq, ?3, ?4 FROM la_mailbox WHERE id = ?1 AND drop_hash = ?2 AND waiting < ?5 \
-         RETURNING seq",
-    )
-    .bind(&d.mailbox)
-    .bind(&d.drop_hash)
-    .bind(d.now)
-    .bind(d.body.as_ref())
-    .bind(d.capacity)
-    .fetch_optional(&mut *conn)
-    .await?;
+pub(crate) fn deposit(db: &SyncDb, d: &Deposit) -> Result<DepositOutcome, sqlx::Error> {
+    deposit_raw(db, d).map_err(raw_error)
+}
+
+fn deposit_raw(db: &SyncDb, d: &Deposit) -> rusqlite::Result<DepositOutcome> {
+    let stored: Option<i64> = db
+        .prepare_cached(
+            "INSERT INTO la_envelope (mailbox, seq, received_ms, body) \
+             SELECT id, next_seq, ?3, ?4 FROM la_mailbox WHERE id = ?1 AND drop_hash = ?2 AND waiting < ?5 \
+             RETURNING seq",
+        )?
+        .query_row((&d.mailbox, &d.drop_hash, d.now, d.body.as_ref(), d.capacity), |row| row.get(0))
+        .optional()?;
     if let Some(seq) = stored {
         return Ok(DepositOutcome::Stored { seq });
     }
-    let drop_hash: Option<String> = sqlx::query_scalar("SELECT drop_hash FROM la_mailbox WHERE id = ?")
-        .bind(&d.mailbox)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let drop_hash: Option<String> = db
+        .prepare_cached("SELECT drop_hash FROM la_mailbox WHERE id = ?")?
+        .query_row([&d.mailbox], |row| row.get(0))
+        .optional()?;
     match drop_hash {
         Some(h) if same(h.as_bytes(), d.drop_hash.as_bytes()) => Ok(DepositOutcome::Full),
         _ => Ok(DepositOutcome::NoMailbox),

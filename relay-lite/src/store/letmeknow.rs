@@ -17,6 +17,7 @@ use sqlx::{Row as _, SqliteConnection};
 use switchboard_core::protocol::letmeknow::header::ContentType;
 use switchboard_core::util::{hex, sha256};
 
+use super::sync::WriterConn;
 use super::writer::Request;
 use super::{LetmeknowStore, SqliteStore, Store, StoreError};
 use crate::hub::Hub;
@@ -137,18 +138,14 @@ impl PutBlob {
     }
 }
 
-impl Request<SqliteConnection> for Post {
+impl Request<WriterConn> for Post {
     type Out = PostOutcome;
 
     fn bytes(&self) -> usize {
         self.data.len()
     }
 
-    fn run<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        _: &'a Hub,
-    ) -> BoxFuture<'a, Result<PostOutcome, sqlx::Error>> {
+    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<PostOutcome, sqlx::Error>> {
         Box::pin(post(conn, self))
     }
 
@@ -157,30 +154,22 @@ impl Request<SqliteConnection> for Post {
     }
 }
 
-impl Request<SqliteConnection> for CreateInvite {
+impl Request<WriterConn> for CreateInvite {
     type Out = InviteOutcome;
 
-    fn run<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        _: &'a Hub,
-    ) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
+    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
         Box::pin(create_invite(conn, self))
     }
 }
 
-impl Request<SqliteConnection> for PutBlob {
+impl Request<WriterConn> for PutBlob {
     type Out = InviteOutcome;
 
     fn bytes(&self) -> usize {
         self.data.len()
     }
 
-    fn run<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        _: &'a Hub,
-    ) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
+    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
         Box::pin(put_blob(conn, self))
     }
 
@@ -189,14 +178,10 @@ impl Request<SqliteConnection> for PutBlob {
     }
 }
 
-impl Request<SqliteConnection> for Sweep {
+impl Request<WriterConn> for Sweep {
     type Out = LmkSweepReport;
 
-    fn run<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        _: &'a Hub,
-    ) -> BoxFuture<'a, Result<LmkSweepReport, sqlx::Error>> {
+    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<LmkSweepReport, sqlx::Error>> {
         Box::pin(sweep(conn, self))
     }
 }

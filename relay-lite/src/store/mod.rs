@@ -20,6 +20,7 @@ pub mod letagents;
 pub mod letmeknow;
 pub mod pg;
 pub mod stringcup;
+pub(crate) mod sync;
 pub(crate) mod writer;
 
 use std::path::Path;
@@ -30,7 +31,7 @@ use async_trait::async_trait;
 use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions as _, Connection as _, SqliteConnection};
+use sqlx::{ConnectOptions as _, Connection as _};
 use switchboard_core::protocol::letmeknow::header::ContentType;
 
 use crate::hub::Hub;
@@ -38,6 +39,7 @@ pub use agent_mail::AgentMailStore;
 pub use letagents::{DepositOutcome, LoginOutcome, SweepReport, Waiting};
 use letmeknow::{InviteOutcome, InviteState, LmkSweepReport, PostOutcome};
 pub use stringcup::StringcupStore;
+use sync::WriterConn;
 use writer::{Backend, Writer};
 
 /// The database file inside the data directory.
@@ -222,7 +224,7 @@ pub trait LetmeknowStore: Send + Sync {
 
 /// The SQLite backend: one file, one writer connection, a pool of readers.
 pub struct SqliteStore {
-    writer: Writer<SqliteConnection>,
+    writer: Writer<WriterConn>,
     pub(crate) read: SqlitePool,
 }
 
@@ -259,26 +261,64 @@ struct SqliteBackend {
 }
 
 impl Backend for SqliteBackend {
-    type Conn = SqliteConnection;
+    type Conn = WriterConn;
 
-    fn connect(&self) -> BoxFuture<'_, Result<SqliteConnection, sqlx::Error>> {
-        Box::pin(self.options.connect())
+    fn connect(&self) -> BoxFuture<'_, Result<WriterConn, sqlx::Error>> {
+        Box::pin(async move { self.options.connect().await.map(WriterConn::new) })
     }
 
-    fn begin<'a>(&'a self, conn: &'a mut SqliteConnection) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move { sqlx::query("BEGIN IMMEDIATE").execute(conn).await.map(drop) })
+    /// Deferred to the batch's first statement ([`WriterConn::begin`]): a batch of synchronous
+    /// writes then begins, applies and commits under one lock of the handle.
+    fn begin<'a>(&'a self, conn: &'a mut WriterConn) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        conn.begin();
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Runs each run of writes that have a synchronous path under one lock of the handle
+    /// ([`sync`]), the others one by one through sqlx, all in order; a batch whose last run is
+    /// synchronous commits under that run's lock.
+    fn apply_and_commit<'a>(
+        &'a self,
+        conn: &'a mut WriterConn,
+        batch: &'a mut [writer::BoxOp<WriterConn>],
+        cx: &'a mut writer::BatchCx<'_>,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let mut rest = batch;
+            while !rest.is_empty() {
+                let run = rest.iter().take_while(|op| op.is_sync()).count();
+                let (now, after) = std::mem::take(&mut rest).split_at_mut(run.max(1));
+                match now {
+                    [op] if run == 0 => {
+                        conn.begin_now().await?;
+                        op.apply(conn, cx).await?;
+                    }
+                    _ => {
+                        let last = after.is_empty();
+                        conn.with_sync(last, |db| now.iter_mut().try_for_each(|op| op.apply_sync(db, cx))).await?;
+                        if last {
+                            return Ok(());
+                        }
+                    }
+                }
+                rest = after;
+            }
+            // SQLite's commit announces nothing (wake-ups are local, published after it).
+            conn.commit().await
+        })
     }
 
     fn commit<'a>(
         &'a self,
-        conn: &'a mut SqliteConnection,
+        conn: &'a mut WriterConn,
         _wakeups: &'a [(String, i64)],
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move { sqlx::query("COMMIT").execute(conn).await.map(drop) })
+        Box::pin(conn.commit())
     }
 
-    fn discard(&self, mut conn: SqliteConnection) -> BoxFuture<'_, ()> {
+    fn discard(&self, conn: WriterConn) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            let mut conn = conn.into_inner().await;
             // SQLite may already have rolled back by itself; then this ROLLBACK fails, harmlessly.
             // Closing the connection ends whatever transaction SQLite may still hold.
             let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
@@ -288,9 +328,9 @@ impl Backend for SqliteBackend {
         })
     }
 
-    fn close(&self, conn: SqliteConnection) -> BoxFuture<'_, ()> {
+    fn close(&self, conn: WriterConn) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Err(e) = conn.close().await {
+            if let Err(e) = conn.into_inner().await.close().await {
                 tracing::warn!(error = %e, "closing the writer connection");
             }
         })
@@ -314,13 +354,13 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
-        let writer = Writer::start_on_thread(SqliteBackend { options }, conn, hub)
+        let writer = Writer::start_on_thread(SqliteBackend { options }, WriterConn::new(conn), hub)
             .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
         Ok(Self { writer, read })
     }
 
     /// Queues `req`; returns its outcome after the commit.
-    pub(crate) async fn submit<R: writer::Request<SqliteConnection>>(&self, req: R) -> Result<R::Out, StoreError> {
+    pub(crate) async fn submit<R: writer::Request<WriterConn>>(&self, req: R) -> Result<R::Out, StoreError> {
         self.writer.submit(req).await
     }
 
@@ -497,5 +537,87 @@ mod tests {
         assert_eq!(store.deposit("m", "wrong", Bytes::new(), 99, 3).await.unwrap(), DepositOutcome::NoMailbox);
         store.close().await;
         assert!(matches!(store.waiting_count("m").await, Err(StoreError::Database(_)) | Err(StoreError::Closed)));
+    }
+
+    /// A write that fails when applied, rolling its batch back.
+    struct Fails;
+
+    impl writer::WriteOp<WriterConn> for Fails {
+        fn apply<'a>(
+            &'a mut self,
+            _: &'a mut WriterConn,
+            _: &'a mut writer::BatchCx<'_>,
+        ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+            Box::pin(async { Err(sqlx::Error::Protocol("refused on purpose".into())) })
+        }
+
+        fn finish(self: Box<Self>, _: &Result<(), StoreError>, _: &Hub) {}
+    }
+
+    /// A queued write whose answer comes on the returned receiver.
+    fn queued<R: writer::Request<WriterConn>>(
+        req: R,
+    ) -> (writer::BoxOp<WriterConn>, tokio::sync::oneshot::Receiver<Result<R::Out, StoreError>>) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        (Box::new(writer::Pending::new(req, reply)), answer)
+    }
+
+    /// Runs `ops` as one batch (all queued before the writer starts, then a close) on the
+    /// database in `dir`.
+    async fn one_batch(dir: &Path, ops: Vec<writer::BoxOp<WriterConn>>) {
+        let options = connect_options(&dir.join(DB_FILE));
+        let conn = WriterConn::new(options.connect().await.unwrap());
+        let (queue, writes) = tokio::sync::mpsc::channel(ops.len() + 1);
+        for op in ops {
+            queue.try_send(writer::Msg::Op(op)).unwrap();
+        }
+        let (done, closed) = tokio::sync::oneshot::channel();
+        queue.try_send(writer::Msg::Close(done)).unwrap();
+        writer::run(SqliteBackend { options }, conn, writes, Arc::new(Hub::default())).await;
+        closed.await.unwrap();
+    }
+
+    fn deposit(mailbox: &str) -> letagents::Deposit {
+        letagents::Deposit::new(mailbox, "h", Bytes::from_static(b"LA1"), 10, 2)
+    }
+
+    fn login(mailbox: &str) -> letagents::Login {
+        letagents::Login { mailbox: mailbox.into(), drop_hash: "h".into(), ts: 1, now: 1 }
+    }
+
+    #[tokio::test]
+    async fn synchronous_writes_run_in_queue_order_with_the_others_in_one_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        SqliteStore::open(dir.path(), Arc::new(Hub::default())).await.unwrap().close().await;
+        // A deposit (synchronous) before the login (through sqlx) that creates its mailbox, then
+        // two after it: each sees exactly the writes queued before it.
+        let (early, early_out) = queued(deposit("m"));
+        let (created, created_out) = queued(login("m"));
+        let (first, first_out) = queued(deposit("m"));
+        let (second, second_out) = queued(deposit("m"));
+        one_batch(dir.path(), vec![early, created, first, second]).await;
+        assert_eq!(early_out.await.unwrap().unwrap(), DepositOutcome::NoMailbox);
+        assert_eq!(created_out.await.unwrap().unwrap(), LoginOutcome::Created);
+        assert_eq!(first_out.await.unwrap().unwrap(), DepositOutcome::Stored { seq: 1 });
+        assert_eq!(second_out.await.unwrap().unwrap(), DepositOutcome::Stored { seq: 2 });
+
+        // A batch that fails after synchronous writes: all of it rolls back, every caller hears.
+        let (created, created_out) = queued(login("n"));
+        let (stored, stored_out) = queued(deposit("n"));
+        let (more, more_out) = queued(deposit("m"));
+        one_batch(dir.path(), vec![created, stored, Box::new(Fails), more]).await;
+        assert!(created_out.await.unwrap().is_err());
+        assert!(stored_out.await.unwrap().is_err());
+        assert!(more_out.await.unwrap().is_err());
+
+        let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
+        assert_eq!(store.waiting_count("m").await.unwrap(), 2);
+        assert_eq!(store.letagents().drop_hash("n").await.unwrap(), None);
+        // The writer that discarded its connection left the database usable.
+        assert_eq!(
+            store.deposit("m", "h", Bytes::from_static(b"LA1"), 10, 3).await.unwrap(),
+            DepositOutcome::Stored { seq: 3 }
+        );
+        store.close().await;
     }
 }

@@ -15,10 +15,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use rusqlite::OptionalExtension as _;
 use sqlx::{SqliteConnection, SqliteExecutor};
 use switchboard_core::util::hex;
 
-use super::writer::request;
+use super::sync::WriterConn;
+use super::sync::{SyncDb, raw_error};
+use super::writer::{request, sync_request};
 use super::{SqliteStore, Store, StoreError};
 use crate::hub::Committed;
 
@@ -598,11 +601,11 @@ impl ReleaseRendezvous {
     }
 }
 
-request!(SqliteConnection, Register => bool, register);
-request!(SqliteConnection, Update => Option<Updated>, update);
-request!(SqliteConnection, Touch => (), touch);
-request!(SqliteConnection, Rotate => bool, rotate);
-request!(SqliteConnection, SendRequest => Vec<SendOutcome>, send, {
+request!(WriterConn, Register => bool, register);
+request!(WriterConn, Update => Option<Updated>, update);
+request!(WriterConn, Touch => (), touch);
+request!(WriterConn, Rotate => bool, rotate);
+sync_request!(SendRequest => Vec<SendOutcome>, send, {
     fn bytes(&self) -> usize {
         self.payload_bytes()
     }
@@ -611,23 +614,23 @@ request!(SqliteConnection, SendRequest => Vec<SendOutcome>, send, {
         self.wakeups_for(out)
     }
 });
-request!(SqliteConnection, Ack => AckOutcome, ack);
-request!(SqliteConnection, CreateTopic => TopicCreated, create_topic);
-request!(SqliteConnection, AddMembers => AddOutcome, add_members);
-request!(SqliteConnection, RemoveMember => RemoveOutcome, remove_member);
-request!(SqliteConnection, DeleteTopic => DeleteOutcome, delete_topic);
-request!(SqliteConnection, OpenRendezvous => Opened, open_rendezvous);
-request!(SqliteConnection, JoinRendezvous => (JoinOutcome, i64), join_rendezvous, {
+request!(WriterConn, Ack => AckOutcome, ack);
+request!(WriterConn, CreateTopic => TopicCreated, create_topic);
+request!(WriterConn, AddMembers => AddOutcome, add_members);
+request!(WriterConn, RemoveMember => RemoveOutcome, remove_member);
+request!(WriterConn, DeleteTopic => DeleteOutcome, delete_topic);
+request!(WriterConn, OpenRendezvous => Opened, open_rendezvous);
+request!(WriterConn, JoinRendezvous => (JoinOutcome, i64), join_rendezvous, {
     fn wakeup(&self, out: &(JoinOutcome, i64)) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
 });
-request!(SqliteConnection, ReleaseRendezvous => (Released, i64), release_rendezvous, {
+request!(WriterConn, ReleaseRendezvous => (Released, i64), release_rendezvous, {
     fn wakeup(&self, out: &(Released, i64)) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
 });
-request!(SqliteConnection, Sweep => ScSweepReport, sweep);
+request!(WriterConn, Sweep => ScSweepReport, sweep);
 
 /// A count from SQL (a negative one, impossible, reads as 0).
 pub(crate) fn count(n: i64) -> u64 {
@@ -759,42 +762,35 @@ impl Pending {
 
 /// What waits in `recipient`'s inbox, from `sender` and in all (the counters of migration
 /// 0008: two rows, whatever the backlog), or `None` if there is no such identity.
-async fn pending(conn: &mut SqliteConnection, recipient: &str, sender: &str) -> Result<Option<Pending>, sqlx::Error> {
-    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
-        "SELECT COALESCE(s.messages, 0), COALESCE(s.bytes, 0), i.pending_messages, i.pending_bytes \
-         FROM sc_identity AS i LEFT JOIN sc_pending_share AS s ON s.recipient = i.id AND s.sender = ?2 \
-         WHERE i.id = ?1",
-    )
-    .bind(recipient)
-    .bind(sender)
-    .fetch_optional(&mut *conn)
-    .await?;
+fn pending(db: &SyncDb, recipient: &str, sender: &str) -> rusqlite::Result<Option<Pending>> {
+    let row = db
+        .prepare_cached(
+            "SELECT COALESCE(s.messages, 0), COALESCE(s.bytes, 0), i.pending_messages, i.pending_bytes \
+             FROM sc_identity AS i LEFT JOIN sc_pending_share AS s ON s.recipient = i.id AND s.sender = ?2 \
+             WHERE i.id = ?1",
+        )?
+        .query_row((recipient, sender), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .optional()?;
     Ok(row.map(Pending::from_row))
 }
 
-async fn store_one(
-    conn: &mut SqliteConnection,
-    sender: &str,
-    m: &NewMessage,
-    caps: PendingCaps,
-    now: i64,
-) -> Result<SendOutcome, sqlx::Error> {
-    let pending = pending(conn, &m.recipient, sender).await?;
-    store_checked(conn, sender, m, pending, caps, now).await
+fn store_one(db: &SyncDb, sender: &str, m: &NewMessage, caps: PendingCaps, now: i64) -> rusqlite::Result<SendOutcome> {
+    let pending = pending(db, &m.recipient, sender)?;
+    store_checked(db, sender, m, pending, caps, now)
 }
 
 /// Stores `m` given what waits in its recipient's inbox (`None`: no such recipient), read
 /// earlier in the same transaction: two statements. The insert takes the recipient's next
 /// number in the statement itself, and its trigger (migration 0008) advances that number,
 /// counts the message in the inbox's pending counters and in the lifetime `messages_stored`.
-async fn store_checked(
-    conn: &mut SqliteConnection,
+fn store_checked(
+    db: &SyncDb,
     sender: &str,
     m: &NewMessage,
     pending: Option<Pending>,
     caps: PendingCaps,
     now: i64,
-) -> Result<SendOutcome, sqlx::Error> {
+) -> rusqlite::Result<SendOutcome> {
     let Some(pending) = pending else {
         return Ok(SendOutcome::NoRecipient);
     };
@@ -802,38 +798,37 @@ async fn store_checked(
     if let Some(limit) = pending.over_limit(size, caps) {
         return Ok(SendOutcome::Full(limit));
     }
-    let sent_seq: i64 = sqlx::query_scalar(
-        "UPDATE sc_identity SET next_sent_seq = next_sent_seq + 1 WHERE id = ? RETURNING next_sent_seq - 1",
-    )
-    .bind(sender)
-    .fetch_one(&mut *conn)
-    .await?;
-    let inbox_id: i64 = sqlx::query_scalar(
-        "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, header_extra, ciphertext, size, \
-         created_ms) SELECT id, next_inbox_id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM sc_identity WHERE id = ?1 \
-         RETURNING id",
-    )
-    .bind(&m.recipient)
-    .bind(sender)
-    .bind(sent_seq)
-    .bind(&m.ephemeral_pub)
-    .bind(&m.iv)
-    .bind(&m.header_extra)
-    .bind(&m.ciphertext)
-    .bind(i64::try_from(size).unwrap_or(i64::MAX))
-    .bind(now)
-    .fetch_one(&mut *conn)
-    .await?;
+    let sent_seq: i64 = db
+        .prepare_cached(
+            "UPDATE sc_identity SET next_sent_seq = next_sent_seq + 1 WHERE id = ? RETURNING next_sent_seq - 1",
+        )?
+        .query_row([sender], |r| r.get(0))?;
+    let inbox_id: i64 = db
+        .prepare_cached(
+            "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, header_extra, ciphertext, \
+             size, created_ms) SELECT id, next_inbox_id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM sc_identity WHERE id = ?1 \
+             RETURNING id",
+        )?
+        .query_row(
+            rusqlite::params![
+                m.recipient,
+                sender,
+                sent_seq,
+                m.ephemeral_pub,
+                m.iv,
+                m.header_extra,
+                m.ciphertext,
+                i64::try_from(size).unwrap_or(i64::MAX),
+                now,
+            ],
+            |r| r.get(0),
+        )?;
     Ok(SendOutcome::Stored { sent_seq, inbox_id })
 }
 
 /// Whether `sender` exists, and what waits in `recipient`'s inbox (see [`pending`]), in one
 /// statement.
-async fn sender_and_pending(
-    conn: &mut SqliteConnection,
-    sender: &str,
-    recipient: &str,
-) -> Result<(bool, Option<Pending>), sqlx::Error> {
+fn sender_and_pending(db: &SyncDb, sender: &str, recipient: &str) -> rusqlite::Result<(bool, Option<Pending>)> {
     let (sender_exists, recipient_exists, share_n, share_bytes, inbox_n, inbox_bytes): (
         bool,
         bool,
@@ -841,22 +836,26 @@ async fn sender_and_pending(
         i64,
         i64,
         i64,
-    ) = sqlx::query_as(
-        "SELECT EXISTS (SELECT 1 FROM sc_identity WHERE id = ?1), i.id IS NOT NULL, \
+    ) = db
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sc_identity WHERE id = ?1), i.id IS NOT NULL, \
              COALESCE(s.messages, 0), COALESCE(s.bytes, 0), COALESCE(i.pending_messages, 0), \
              COALESCE(i.pending_bytes, 0) \
              FROM (SELECT 1) LEFT JOIN sc_identity AS i ON i.id = ?2 \
              LEFT JOIN sc_pending_share AS s ON s.recipient = i.id AND s.sender = ?1",
-    )
-    .bind(sender)
-    .bind(recipient)
-    .fetch_one(&mut *conn)
-    .await?;
+        )?
+        .query_row((sender, recipient), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?;
     let pending = recipient_exists.then(|| Pending::from_row((share_n, share_bytes, inbox_n, inbox_bytes)));
     Ok((sender_exists, pending))
 }
 
-async fn send(conn: &mut SqliteConnection, s: &SendRequest) -> Result<Vec<SendOutcome>, sqlx::Error> {
+/// A send, synchronously on the writer's handle (the relay's hottest Stringcup write, see
+/// [`super::sync`]).
+fn send(db: &SyncDb, s: &SendRequest) -> Result<Vec<SendOutcome>, sqlx::Error> {
+    send_raw(db, s).map_err(raw_error)
+}
+
+fn send_raw(db: &SyncDb, s: &SendRequest) -> rusqlite::Result<Vec<SendOutcome>> {
     let key = match (&s.idempotency_key, s.messages.as_slice()) {
         (Some(key), [message]) => Some((key, message)),
         _ => None,
@@ -864,64 +863,50 @@ async fn send(conn: &mut SqliteConnection, s: &SendRequest) -> Result<Vec<SendOu
     if let Some((key, message)) = key {
         // The recipient's inbox is read before the reservation, in the statement that checks the
         // sender; nothing in between touches it (one writer, one transaction).
-        let (sender_exists, pending) = sender_and_pending(conn, &s.sender, &message.recipient).await?;
+        let (sender_exists, pending) = sender_and_pending(db, &s.sender, &message.recipient)?;
         if !sender_exists {
             return Ok(vec![SendOutcome::NoSender]);
         }
         // The reservation: the primary key admits one row per (sender, key), so of any number
         // of concurrent retries exactly one gets past this line. A key past its lifetime is
         // taken over in the same statement (the upsert's `WHERE`); a live one is left alone.
-        let reserved = sqlx::query(
-            "INSERT INTO sc_idempotency (sender, key, recipient, sent_seq, created_ms) VALUES (?1, ?2, ?3, 0, ?4) \
-             ON CONFLICT (sender, key) DO UPDATE SET recipient = excluded.recipient, sent_seq = 0, \
-             created_ms = excluded.created_ms WHERE sc_idempotency.created_ms < ?5",
-        )
-        .bind(&s.sender)
-        .bind(key)
-        .bind(&message.recipient)
-        .bind(s.now)
-        .bind(s.idempotency_expired_before)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+        let reserved = db
+            .prepare_cached(
+                "INSERT INTO sc_idempotency (sender, key, recipient, sent_seq, created_ms) \
+                 VALUES (?1, ?2, ?3, 0, ?4) \
+                 ON CONFLICT (sender, key) DO UPDATE SET recipient = excluded.recipient, sent_seq = 0, \
+                 created_ms = excluded.created_ms WHERE sc_idempotency.created_ms < ?5",
+            )?
+            .execute((&s.sender, key, &message.recipient, s.now, s.idempotency_expired_before))?;
         if reserved == 0 {
-            let (recipient, sent_seq): (String, i64) =
-                sqlx::query_as("SELECT recipient, sent_seq FROM sc_idempotency WHERE sender = ? AND key = ?")
-                    .bind(&s.sender)
-                    .bind(key)
-                    .fetch_one(&mut *conn)
-                    .await?;
+            let (recipient, sent_seq): (String, i64) = db
+                .prepare_cached("SELECT recipient, sent_seq FROM sc_idempotency WHERE sender = ? AND key = ?")?
+                .query_row((&s.sender, key), |r| Ok((r.get(0)?, r.get(1)?)))?;
             let outcome =
                 if recipient == message.recipient { SendOutcome::Replay { sent_seq } } else { SendOutcome::KeyReused };
             return Ok(vec![outcome]);
         }
-        let outcome = store_checked(conn, &s.sender, message, pending, s.caps, s.now).await?;
+        let outcome = store_checked(db, &s.sender, message, pending, s.caps, s.now)?;
         match outcome {
             SendOutcome::Stored { sent_seq, .. } => {
-                sqlx::query("UPDATE sc_idempotency SET sent_seq = ? WHERE sender = ? AND key = ?")
-                    .bind(sent_seq)
-                    .bind(&s.sender)
-                    .bind(key)
-                    .execute(&mut *conn)
-                    .await?;
+                db.prepare_cached("UPDATE sc_idempotency SET sent_seq = ? WHERE sender = ? AND key = ?")?
+                    .execute((sent_seq, &s.sender, key))?;
             }
             // Only a send that stored a message consumes its key.
             _ => {
-                sqlx::query("DELETE FROM sc_idempotency WHERE sender = ? AND key = ?")
-                    .bind(&s.sender)
-                    .bind(key)
-                    .execute(&mut *conn)
-                    .await?;
+                db.prepare_cached("DELETE FROM sc_idempotency WHERE sender = ? AND key = ?")?
+                    .execute((&s.sender, key))?;
             }
         }
         return Ok(vec![outcome]);
     }
-    if !exists(conn, &s.sender).await? {
+    let sender_exists = db.prepare_cached("SELECT 1 FROM sc_identity WHERE id = ?")?.exists([&s.sender])?;
+    if !sender_exists {
         return Ok(vec![SendOutcome::NoSender; s.messages.len()]);
     }
     let mut out = Vec::with_capacity(s.messages.len());
     for message in &s.messages {
-        out.push(store_one(conn, &s.sender, message, s.caps, s.now).await?);
+        out.push(store_one(db, &s.sender, message, s.caps, s.now)?);
     }
     Ok(out)
 }

@@ -1,10 +1,9 @@
 //! The single writer task: group commit, for any backend.
 //!
-//! - wait for one queued write, then take every write already queued (up to a batch limit);
-//!   when the previous batch was large and this one is still small, linger a little (at most
-//!   [`LINGER`] or until [`LINGER_WRITES`] are queued, yielding to the tasks that are about to
-//!   queue more) so a busy writer does not alternate full and near-empty batches, each paying a
-//!   whole fsync;
+//! - wait for one queued write, then take every write already queued (up to a batch limit),
+//!   without lingering for more: while a batch commits the next one queues, so under load batches
+//!   fill by themselves, and a linger (tried: up to 200 µs after a large batch, yielding) only
+//!   spun the writer's core, which the request tasks need on a small machine (BENCHMARKS.md);
 //! - apply them in order inside one transaction, each seeing the ones before it;
 //! - commit (one fsync for the whole batch; on PostgreSQL also one `NOTIFY` naming every key the
 //!   batch woke, sent inside the transaction so it is delivered only if the batch commits), then
@@ -26,6 +25,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use super::sync::SyncDb;
 use crate::hub::{Committed, Hub};
 
 /// Where a write's result goes.
@@ -35,14 +35,6 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 const MAX_BATCH: usize = 1024;
 /// Most envelope bytes in one transaction, so one batch cannot hold the writer for long.
 const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
-/// The longest a batch waits for more writes, and only after a batch of at least
-/// [`LINGER_AFTER`] writes: under load the next writes are already on their way, while a lone
-/// write (the previous batch small) never waits.
-const LINGER: std::time::Duration = std::time::Duration::from_micros(200);
-/// A lingering batch stops waiting once it holds this many writes.
-const LINGER_WRITES: usize = 32;
-/// The previous batch size from which the next one lingers.
-const LINGER_AFTER: usize = 8;
 /// Times a retryable batch is applied before its callers get the error.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -79,6 +71,17 @@ pub(crate) trait WriteOp<C>: Send {
     /// Runs the write inside the batch transaction and keeps its outcome (applying again, after
     /// a retried batch, replaces it).
     fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+    /// Whether the write can also run synchronously ([`WriteOp::apply_sync`]).
+    fn is_sync(&self) -> bool {
+        false
+    }
+
+    /// Runs the write like [`WriteOp::apply`], synchronously on the SQLite connection's handle
+    /// (only for a write that [`WriteOp::is_sync`]).
+    fn apply_sync(&mut self, _db: &SyncDb, _cx: &mut BatchCx<'_>) -> Result<(), sqlx::Error> {
+        Err(sqlx::Error::Protocol("this write has no synchronous path".into()))
+    }
 
     /// Answers the caller: the applied outcome if the batch committed, else the batch's error.
     fn finish(self: Box<Self>, committed: &Result<(), StoreError>, hub: &Hub);
@@ -136,6 +139,18 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     /// Runs the request inside the batch transaction.
     fn run<'a>(&'a self, conn: &'a mut C, hub: &'a Hub) -> BoxFuture<'a, Result<Self::Out, sqlx::Error>>;
 
+    /// Whether [`Request::run_sync`] can run this request: the SQLite writer then runs a whole run
+    /// of such requests under one lock of its connection's handle ([`super::sync`]).
+    fn sync(&self) -> bool {
+        false
+    }
+
+    /// Runs the request inside the batch transaction, synchronously on the SQLite connection's
+    /// handle (only for a request that [`Request::sync`]).
+    fn run_sync(&self, _db: &SyncDb, _hub: &Hub) -> Result<Self::Out, sqlx::Error> {
+        Err(sqlx::Error::Protocol("this write has no synchronous path".into()))
+    }
+
     /// The hub key and value to announce when `out` commits, if any.
     fn wakeup(&self, _out: &Self::Out) -> Option<(String, i64)> {
         None
@@ -182,6 +197,56 @@ macro_rules! request {
 }
 pub(crate) use request;
 
+/// Implements [`Request`] on the SQLite writer's connection for request type `$req` answering
+/// `$out`, run synchronously by `fn $run(&SyncDb, &$req) -> Result<$out, sqlx::Error>` (see
+/// [`super::sync`]); further trait items go in the optional block.
+macro_rules! sync_request {
+    ($req:ty => $out:ty, $run:path $(, { $($more:tt)* })?) => {
+        impl $crate::store::writer::Request<$crate::store::sync::WriterConn> for $req {
+            type Out = $out;
+
+            fn run<'a>(
+                &'a self,
+                conn: &'a mut $crate::store::sync::WriterConn,
+                _: &'a $crate::hub::Hub,
+            ) -> futures_util::future::BoxFuture<'a, Result<$out, sqlx::Error>> {
+                Box::pin(conn.with_sync(false, move |db| $run(db, self)))
+            }
+
+            fn sync(&self) -> bool {
+                true
+            }
+
+            fn run_sync(
+                &self,
+                db: &$crate::store::sync::SyncDb,
+                _: &$crate::hub::Hub,
+            ) -> Result<$out, sqlx::Error> {
+                $run(db, self)
+            }
+
+            $($($more)*)?
+        }
+    };
+}
+pub(crate) use sync_request;
+
+impl<R, T> Pending<R, T> {
+    /// Keeps the applied outcome and queues its wake-ups.
+    fn applied<C>(&mut self, out: T, cx: &mut BatchCx<'_>)
+    where
+        R: Request<C, Out = T>,
+    {
+        if let Some((key, seq)) = self.req.wakeup(&out) {
+            cx.wake_with(key, seq, self.req.wakeup_body(&out));
+        }
+        for (key, seq, body) in self.req.more_wakeups(&out) {
+            cx.wake_with(key, seq, body);
+        }
+        self.out = Some(out);
+    }
+}
+
 impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
     fn bytes(&self) -> usize {
         self.req.bytes()
@@ -194,15 +259,19 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
     fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let out = self.req.run(conn, cx.hub).await?;
-            if let Some((key, seq)) = self.req.wakeup(&out) {
-                cx.wake_with(key, seq, self.req.wakeup_body(&out));
-            }
-            for (key, seq, body) in self.req.more_wakeups(&out) {
-                cx.wake_with(key, seq, body);
-            }
-            self.out = Some(out);
+            self.applied(out, cx);
             Ok(())
         })
+    }
+
+    fn is_sync(&self) -> bool {
+        self.req.sync()
+    }
+
+    fn apply_sync(&mut self, db: &SyncDb, cx: &mut BatchCx<'_>) -> Result<(), sqlx::Error> {
+        let out = self.req.run_sync(db, cx.hub)?;
+        self.applied(out, cx);
+        Ok(())
     }
 
     fn finish(self: Box<Self>, committed: &Result<(), StoreError>, _hub: &Hub) {
@@ -282,7 +351,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Opens a connection for the writer.
     fn connect(&self) -> BoxFuture<'_, Result<Self::Conn, sqlx::Error>>;
 
-    /// Starts the batch's transaction.
+    /// Starts the batch's transaction (a backend may defer it to the batch's first statement).
     fn begin<'a>(&'a self, conn: &'a mut Self::Conn) -> BoxFuture<'a, Result<(), sqlx::Error>>;
 
     /// Commits it; `wakeups` are the keys the batch woke (a backend shared by several instances
@@ -298,6 +367,22 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Closes the connection when the writer stops.
     fn close(&self, conn: Self::Conn) -> BoxFuture<'_, ()>;
+
+    /// Applies the batch's writes in order, each seeing the ones before it, then commits
+    /// ([`Backend::commit`], with the wake-ups the writes queued).
+    fn apply_and_commit<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        batch: &'a mut [BoxOp<Self::Conn>],
+        cx: &'a mut BatchCx<'_>,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            for op in batch.iter_mut() {
+                op.apply(conn, cx).await?;
+            }
+            self.commit(conn, &cx.wakeups).await
+        })
+    }
 
     /// Whether a batch that failed with `e` may simply be applied again.
     fn retryable(&self, _e: &sqlx::Error) -> bool {
@@ -338,10 +423,7 @@ async fn apply_batch<B: Backend>(
         }
     }
     let mut cx = BatchCx { hub, wakeups: Vec::new(), bodies: Vec::new() };
-    for op in batch.iter_mut() {
-        op.apply(conn, &mut cx).await?;
-    }
-    backend.commit(conn, &cx.wakeups).await?;
+    backend.apply_and_commit(conn, batch, &mut cx).await?;
     Ok((cx.wakeups, cx.bodies))
 }
 
@@ -400,32 +482,13 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
     let mut conn = Some(conn);
     let mut batch: Vec<BoxOp<B::Conn>> = Vec::with_capacity(MAX_BATCH);
     let mut closed: Option<oneshot::Sender<()>> = None;
-    let mut last_batch = 0;
     while closed.is_none() {
         let Some(first) = queue.recv().await else {
             break;
         };
         let mut bytes = 0;
         let mut next = Some(first);
-        let mut lingering: Option<std::time::Instant> = None;
-        loop {
-            let Some(msg) = next.take() else {
-                // Nothing more queued right now: linger after a large batch, else commit.
-                if last_batch < LINGER_AFTER || batch.len() >= LINGER_WRITES {
-                    break;
-                }
-                let since = *lingering.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() >= LINGER {
-                    break;
-                }
-                tokio::task::yield_now().await;
-                match queue.try_recv() {
-                    Ok(msg) => next = Some(msg),
-                    Err(mpsc::error::TryRecvError::Empty) => {}
-                    Err(mpsc::error::TryRecvError::Disconnected) => break,
-                }
-                continue;
-            };
+        while let Some(msg) = next.take() {
             match msg {
                 Msg::Op(op) => {
                     bytes += op.bytes();
@@ -441,7 +504,6 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
             }
             next = queue.try_recv().ok();
         }
-        last_batch = batch.len();
         if batch.is_empty() {
             continue;
         }
