@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use axum::body::Bytes;
 use tokio::sync::watch;
 
-use crate::store::stringcup::StoredMessage;
+use crate::store::stringcup::{StoredMessage, TokenCache};
 
 /// What a committed write hands the hub for its watchers. A key only ever carries one kind
 /// (letagents mailbox ids and `stringcup/...` keys cannot collide).
@@ -87,13 +87,21 @@ impl Watched {
     }
 }
 
-/// Per-mailbox newest-seq channels, only for mailboxes somebody is watching.
+/// Per-mailbox newest-seq channels, only for mailboxes somebody is watching; and, since the hub
+/// hears every committed write, the cache those writes keep exact ([`Hub::stringcup_tokens`]).
 #[derive(Debug, Default)]
 pub struct Hub {
     watched: Mutex<HashMap<String, Watched>>,
+    stringcup_tokens: TokenCache,
 }
 
 impl Hub {
+    /// The Stringcup bearer tokens the SQLite backend looked up, updated by the writes that
+    /// change them as each settles.
+    pub(crate) fn stringcup_tokens(&self) -> &TokenCache {
+        &self.stringcup_tokens
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Watched>> {
         // A panic while holding this lock cannot leave the map inconsistent; keep going.
         self.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

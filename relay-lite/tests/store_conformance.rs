@@ -797,10 +797,15 @@ async fn stringcup_sweep_reclaims_expired_tokens_old_keys_and_expired_rendezvous
     };
     s.stringcup().open_rendezvous(open(b"gone", 500)).await.unwrap();
     s.stringcup().open_rendezvous(open(b"live", 5000)).await.unwrap();
+    // Both tokens authenticate (and a backend that caches them has them cached) before the sweep.
+    assert!(s.stringcup().by_token(b"token-of-sc-old").await.unwrap().is_some());
+    assert!(s.stringcup().by_token(b"token-of-sc-b").await.unwrap().is_some());
     let report =
         s.stringcup().sweep(Sweep { now: 1000, tokens_unused_since: 100, idempotency_before: 100 }).await.unwrap();
     assert_eq!(report, ScSweepReport { identities: 1, idempotency_keys: 1, rendezvous: 1 });
     assert!(s.stringcup().identity("sc-old").await.unwrap().is_none());
+    assert!(s.stringcup().by_token(b"token-of-sc-old").await.unwrap().is_none(), "a reclaimed token is refused");
+    assert_eq!(s.stringcup().by_token(b"token-of-sc-b").await.unwrap().unwrap().token_last_used_ms, 900);
     assert!(s.stringcup().inbox("sc-old", 0, 10).await.unwrap().is_empty());
     let kept: Vec<String> = s.stringcup().inbox("sc-b", 0, 10).await.unwrap().into_iter().map(|m| m.sender).collect();
     assert_eq!(kept, vec!["sc-old", "sc-b"]);

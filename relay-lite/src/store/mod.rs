@@ -226,6 +226,8 @@ pub trait LetmeknowStore: Send + Sync {
 pub struct SqliteStore {
     writer: Writer<WriterConn>,
     pub(crate) read: SqlitePool,
+    /// The writer's hub, for the caches its writes keep exact.
+    pub(crate) hub: Arc<Hub>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -354,9 +356,9 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
-        let writer = Writer::start_on_thread(SqliteBackend { options }, WriterConn::new(conn), hub)
+        let writer = Writer::start_on_thread(SqliteBackend { options }, WriterConn::new(conn), hub.clone())
             .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
-        Ok(Self { writer, read })
+        Ok(Self { writer, read, hub })
     }
 
     /// Queues `req`; returns its outcome after the commit.

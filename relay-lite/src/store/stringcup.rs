@@ -12,7 +12,8 @@
 //! - Reads go to the reader pool. Routes see [`StringcupStore`]; the request and outcome types
 //!   here are shared with the PostgreSQL backend ([`super::pg::stringcup`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rusqlite::OptionalExtension as _;
@@ -91,6 +92,91 @@ pub struct TokenRow {
     pub token_created_ms: i64,
     /// When it was last used, refreshed at most once per touch interval (ms).
     pub token_last_used_ms: i64,
+}
+
+/// Most tokens [`TokenCache`] holds; past this it starts over (~100 bytes an entry).
+const TOKEN_CACHE_ENTRIES: usize = 16_384;
+
+/// The bearer tokens the SQLite backend looked up, so an authenticated request does not read
+/// the database for its token (a read on the reader pool, BENCHMARKS.md "Stringcup long-poll").
+///
+/// Exact, not merely fresh: only this process writes a SQLite database, and every write that
+/// changes what [`StringcupStore::by_token`] returns updates the cache as it settles, before its
+/// caller hears back ([`super::writer::Request::settled`]): a touch raises the cached last use
+/// as its `UPDATE` does, a rotation and a failed touch forget the identity, a sweep forgets
+/// everything. A lookup that missed fills the cache only if nothing was forgotten or changed
+/// since it missed ([`TokenCache::fill`]), so a row read before a write committed is never
+/// cached after that write settled. Unknown tokens are not cached. PostgreSQL, whose rows other
+/// instances change, reads every time.
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    inner: Mutex<TokenCacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct TokenCacheInner {
+    rows: HashMap<Vec<u8>, TokenRow>,
+    /// Each cached identity's token hash (one token per identity).
+    hash_of: HashMap<String, Vec<u8>>,
+    /// Advanced by every change; a fill from before one is dropped.
+    generation: u64,
+}
+
+impl TokenCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TokenCacheInner> {
+        // Every change below leaves both maps consistent before anything can panic.
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The row of `token_hash` if cached, else the generation a fill after reading it must match.
+    pub(crate) fn get(&self, token_hash: &[u8]) -> Result<TokenRow, u64> {
+        let inner = self.lock();
+        inner.rows.get(token_hash).cloned().ok_or(inner.generation)
+    }
+
+    /// Caches `row`, read for `token_hash` after a miss at `generation`, unless anything changed
+    /// since.
+    pub(crate) fn fill(&self, token_hash: &[u8], row: &TokenRow, generation: u64) {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return;
+        }
+        if inner.rows.len() >= TOKEN_CACHE_ENTRIES {
+            inner.rows.clear();
+            inner.hash_of.clear();
+        }
+        if let Some(old) = inner.hash_of.insert(row.identity.clone(), token_hash.to_vec()) {
+            inner.rows.remove(&old);
+        }
+        inner.rows.insert(token_hash.to_vec(), row.clone());
+    }
+
+    /// `identity`'s token was used at `now` (a committed [`Touch`]).
+    pub(crate) fn touched(&self, identity: &str, now: i64) {
+        let mut inner = self.lock();
+        inner.generation += 1;
+        let Some(hash) = inner.hash_of.get(identity).cloned() else { return };
+        if let Some(row) = inner.rows.get_mut(&hash) {
+            row.token_last_used_ms = row.token_last_used_ms.max(now);
+        }
+    }
+
+    /// Drops whatever is cached for `identity`.
+    pub(crate) fn forget(&self, identity: &str) {
+        let mut inner = self.lock();
+        inner.generation += 1;
+        if let Some(hash) = inner.hash_of.remove(identity) {
+            inner.rows.remove(&hash);
+        }
+    }
+
+    /// Drops everything.
+    pub(crate) fn clear(&self) {
+        let mut inner = self.lock();
+        inner.generation += 1;
+        inner.rows.clear();
+        inner.hash_of.clear();
+    }
 }
 
 /// A new identity.
@@ -603,8 +689,19 @@ impl ReleaseRendezvous {
 
 request!(WriterConn, Register => bool, register);
 request!(WriterConn, Update => Option<Updated>, update);
-request!(WriterConn, Touch => (), touch);
-request!(WriterConn, Rotate => bool, rotate);
+request!(WriterConn, Touch => (), touch, {
+    fn settled(&self, out: Option<&()>, hub: &crate::hub::Hub) {
+        match out {
+            Some(()) => hub.stringcup_tokens().touched(&self.identity, self.now),
+            None => hub.stringcup_tokens().forget(&self.identity),
+        }
+    }
+});
+request!(WriterConn, Rotate => bool, rotate, {
+    fn settled(&self, _: Option<&bool>, hub: &crate::hub::Hub) {
+        hub.stringcup_tokens().forget(&self.identity);
+    }
+});
 sync_request!(SendRequest => Vec<SendOutcome>, send, {
     fn bytes(&self) -> usize {
         self.payload_bytes()
@@ -630,7 +727,11 @@ request!(WriterConn, ReleaseRendezvous => (Released, i64), release_rendezvous, {
         self.wakeup_for(out)
     }
 });
-request!(WriterConn, Sweep => ScSweepReport, sweep);
+request!(WriterConn, Sweep => ScSweepReport, sweep, {
+    fn settled(&self, _: Option<&ScSweepReport>, hub: &crate::hub::Hub) {
+        hub.stringcup_tokens().clear();
+    }
+});
 
 /// A count from SQL (a negative one, impossible, reads as 0).
 pub(crate) fn count(n: i64) -> u64 {
@@ -1341,12 +1442,21 @@ impl StringcupStore for SqliteStore {
     }
 
     async fn by_token(&self, token_hash: &[u8]) -> Result<Option<TokenRow>, StoreError> {
-        Ok(sqlx::query_as(
+        let cache = self.hub.stringcup_tokens();
+        let generation = match cache.get(token_hash) {
+            Ok(row) => return Ok(Some(row)),
+            Err(generation) => generation,
+        };
+        let row: Option<TokenRow> = sqlx::query_as(
             "SELECT id AS identity, token_created_ms, token_last_used_ms FROM sc_identity WHERE token_hash = ?",
         )
         .bind(token_hash)
         .fetch_optional(&self.read)
-        .await?)
+        .await?;
+        if let Some(row) = &row {
+            cache.fill(token_hash, row, generation);
+        }
+        Ok(row)
     }
 
     async fn identity(&self, id: &str) -> Result<Option<IdentityRow>, StoreError> {
@@ -1436,6 +1546,53 @@ mod tests {
 
     use super::*;
     use crate::hub::Hub;
+
+    fn token_row(identity: &str, last_used: i64) -> TokenRow {
+        TokenRow { identity: identity.into(), token_created_ms: 1, token_last_used_ms: last_used }
+    }
+
+    #[test]
+    fn a_token_row_read_before_a_change_settled_is_not_cached_after_it() {
+        let cache = TokenCache::default();
+        let missed = cache.get(b"h").unwrap_err();
+        // A touch settles while the lookup that missed is still reading the old row.
+        cache.touched("sc-a", 5);
+        cache.fill(b"h", &token_row("sc-a", 1), missed);
+        assert!(cache.get(b"h").is_err(), "the row read before the touch was dropped");
+        let missed = cache.get(b"h").unwrap_err();
+        cache.fill(b"h", &token_row("sc-a", 5), missed);
+        assert_eq!(cache.get(b"h").unwrap().token_last_used_ms, 5);
+        // A touch moves the cached use forward only, as its UPDATE does.
+        cache.touched("sc-a", 9);
+        cache.touched("sc-a", 7);
+        assert_eq!(cache.get(b"h").unwrap().token_last_used_ms, 9);
+        // A rotation forgets the identity's token; so does a failed touch.
+        cache.forget("sc-a");
+        assert!(cache.get(b"h").is_err());
+        // One token per identity: a fill under a new hash drops the old one.
+        let missed = cache.get(b"h").unwrap_err();
+        cache.fill(b"h", &token_row("sc-a", 9), missed);
+        let missed = cache.get(b"h2").unwrap_err();
+        cache.fill(b"h2", &token_row("sc-a", 10), missed);
+        assert!(cache.get(b"h").is_err());
+        assert_eq!(cache.get(b"h2").unwrap().identity, "sc-a");
+        // A sweep forgets everything.
+        cache.clear();
+        assert!(cache.get(b"h2").is_err());
+    }
+
+    #[test]
+    fn the_token_cache_stays_within_its_bound() {
+        let cache = TokenCache::default();
+        for i in 0..=TOKEN_CACHE_ENTRIES {
+            let hash = i.to_be_bytes();
+            let missed = cache.get(&hash).unwrap_err();
+            cache.fill(&hash, &token_row(&format!("sc-{i}"), 1), missed);
+        }
+        let inner = cache.lock();
+        assert!(inner.rows.len() <= TOKEN_CACHE_ENTRIES && inner.hash_of.len() == inner.rows.len());
+        assert!(inner.rows.contains_key(&TOKEN_CACHE_ENTRIES.to_be_bytes()[..]), "the newest is kept");
+    }
 
     async fn identity(store: &Store, id: &str) {
         let req = Register {

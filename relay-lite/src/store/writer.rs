@@ -169,6 +169,12 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Brings what the hub caches of the database up to date once the batch settled: `out` is
+    /// the applied outcome if the batch committed, `None` if it failed (a failed commit may still
+    /// have reached the disk, so a cache forgets rather than keeps what the write touched).
+    /// Runs before the caller is answered.
+    fn settled(&self, _out: Option<&Self::Out>, _hub: &Hub) {}
+
     /// The keys whose rows this request locks to decide (a mailbox, an inbox, a group): a backend
     /// shared by several instances locks every key of a batch up front, in one global order, so
     /// two instances' batches never deadlock on them (see [`Backend::lock`]).
@@ -274,7 +280,8 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
         Ok(())
     }
 
-    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, _hub: &Hub) {
+    fn finish(self: Box<Self>, committed: &Result<(), StoreError>, hub: &Hub) {
+        self.req.settled(committed.as_ref().ok().and(self.out.as_ref()), hub);
         self.answer(committed);
     }
 }
