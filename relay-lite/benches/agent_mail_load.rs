@@ -196,6 +196,7 @@ async fn main() {
                 bodies: packets,
                 first: 0,
                 cycle: false,
+                stored: StatusCode::ACCEPTED,
             })
         })
         .collect();

@@ -119,6 +119,7 @@ fn client_work(bases: &[String], targets: &[Target], s: &Settings) -> Vec<Arc<Cl
                 bodies: t.bodies.clone(),
                 first: c,
                 cycle: true,
+                stored: StatusCode::ACCEPTED,
             })
         })
         .collect()

@@ -61,6 +61,8 @@ const TEXT_CHARS: usize = 500;
 /// Distinct sealed envelopes per mailbox, cycled by the senders (the relay treats bodies as
 /// opaque, so reuse costs it nothing it would not pay for fresh ones).
 const BODIES_PER_MAILBOX: usize = 128;
+/// Distinct sealed Stringcup messages per client (sealed per run: ids are drawn at registration).
+const STRINGCUP_BODIES_PER_CLIENT: usize = 16;
 
 /// Knobs, from the environment.
 #[derive(Debug, Clone)]
@@ -156,6 +158,7 @@ fn client_work(targets: &[Target], s: &Settings) -> Vec<Arc<ClientWork>> {
                 bodies: t.bodies.clone(),
                 first: c,
                 cycle: true,
+                stored: StatusCode::ACCEPTED,
             })
         })
         .collect()
@@ -183,14 +186,14 @@ async fn group_throughput(targets: &[Target], s: &Settings) -> Load {
     load
 }
 
-/// Work that posts `s.prefill` envelopes once, spread over the clients (and so the mailboxes).
-fn prefill_work(targets: &[Target], s: &Settings) -> Vec<Arc<ClientWork>> {
-    let per_client = s.prefill.div_ceil(s.clients);
-    client_work(targets, s)
-        .into_iter()
+/// Work that posts `s.prefill` of `work`'s bodies once, spread over its clients (and so the
+/// mailboxes).
+fn prefill_work(work: &[Arc<ClientWork>], s: &Settings) -> Vec<Arc<ClientWork>> {
+    let per_client = s.prefill.div_ceil(work.len());
+    work.iter()
         .map(|w| {
             let bodies = (0..per_client).map(|i| w.bodies[(w.first + i) % w.bodies.len()].clone()).collect();
-            Arc::new(ClientWork { path: w.path.clone(), headers: w.headers.clone(), bodies, first: 0, cycle: false })
+            Arc::new(ClientWork { bodies, first: 0, cycle: false, ..ClientWork::clone(w) })
         })
         .collect()
 }
@@ -199,11 +202,121 @@ fn prefill_work(targets: &[Target], s: &Settings) -> Vec<Arc<ClientWork>> {
 /// counted: the measuring clients open fresh connections, and both servers' first second after
 /// the prefill ramps up) and `s.flat` (counted, second by second). More envelopes keep
 /// arriving during both, so at least `s.prefill` wait throughout the counted window.
-async fn prefilled_load(base: &str, targets: &[Target], s: &Settings) -> Load {
-    let filled = post_load(base, &prefill_work(targets, s), Duration::ZERO, Duration::from_secs(600)).await;
+async fn prefilled_load(base: &str, work: &[Arc<ClientWork>], s: &Settings) -> Load {
+    let filled = post_load(base, &prefill_work(work, s), Duration::ZERO, Duration::from_secs(600)).await;
     assert_eq!(filled.failed, 0, "prefill sends failed");
-    assert_eq!(filled.exhausted, s.clients, "the prefill did not finish");
-    post_load(base, &client_work(targets, s), s.flat_warmup, s.flat).await
+    assert_eq!(filled.exhausted, work.len(), "the prefill did not finish");
+    post_load(base, work, s.flat_warmup, s.flat).await
+}
+
+/// relay-lite with the Stringcup rate limits out of the way and room for every message the
+/// load leaves waiting.
+async fn start_stringcup_relay(dir: &Path) -> RunningRelay {
+    let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir);
+    config.limits.ip_requests_per_minute = 0;
+    let sc = &mut config.limits.stringcup;
+    sc.sends_per_hour = 0;
+    sc.inbox_requests_per_hour = 0;
+    sc.other_requests_per_hour = 0;
+    sc.registrations_per_hour_per_ip = 0;
+    sc.inbox_max_pending_messages = u64::MAX / 4;
+    sc.inbox_max_pending_bytes = u64::MAX / 4;
+    sc.inbox_max_pending_per_sender = u64::MAX / 4;
+    sc.inbox_max_pending_bytes_per_sender = u64::MAX / 4;
+    relay_lite::spawn(config).await.unwrap()
+}
+
+/// A Stringcup identity registered on `api` with key `secret`: (id, bearer token, public key).
+async fn stringcup_register(http: &reqwest::Client, api: &str, secret: [u8; 32]) -> (String, String, [u8; 32]) {
+    let public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret)).to_bytes();
+    let v: serde_json::Value = http
+        .post(format!("{api}/identities"))
+        .json(&serde_json::json!({"identity_public_key": data_encoding::BASE64.encode(&public), "algo": "x25519"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (v["id"].as_str().unwrap().to_owned(), v["api_token"].as_str().unwrap().to_owned(), public)
+}
+
+/// Stringcup senders and recipients registered on `relay`, and the sends of the load: client `c`
+/// is a sender of its own and posts to recipient `c % s.mailboxes`, cycling sealed messages of
+/// the letagents load's text (`POST /api/v2/messages`, bearer token, JSON, `201`). Also the same
+/// bodies as the group-commit loop's work (posted to `/v1/send/{recipient}`, `202`).
+async fn stringcup_work(relay: &RunningRelay, s: &Settings) -> (Vec<Arc<ClientWork>>, Vec<Arc<ClientWork>>) {
+    use switchboard_core::protocol::stringcup::crypto;
+    let http = http_client();
+    let api = format!("{}/api/v2", relay.url());
+    let mut recipients = Vec::new();
+    for m in 0..s.mailboxes {
+        recipients.push(stringcup_register(&http, &api, [u8::try_from(m % 200).unwrap() + 1; 32]).await);
+    }
+    let text = "x".repeat(TEXT_CHARS);
+    let (mut relay_work, mut loop_work) = (Vec::new(), Vec::new());
+    for c in 0..s.clients {
+        let (sender, token, _) = stringcup_register(&http, &api, [201; 32]).await;
+        let (recipient, _, key) = &recipients[c % recipients.len()];
+        let bodies: Vec<Bytes> = (0..STRINGCUP_BODIES_PER_CLIENT)
+            .map(|_| {
+                let (header, ciphertext) = crypto::seal(&sender, recipient, key, &text, &mut OsRng).unwrap();
+                let body = serde_json::json!({"recipient_id": recipient, "header": header, "ciphertext": ciphertext});
+                Bytes::from(serde_json::to_vec(&body).unwrap())
+            })
+            .collect();
+        relay_work.push(Arc::new(ClientWork {
+            path: "/api/v2/messages".into(),
+            headers: vec![("authorization", format!("Bearer {token}")), ("content-type", "application/json".into())],
+            bodies: bodies.clone(),
+            first: 0,
+            cycle: true,
+            stored: StatusCode::CREATED,
+        }));
+        loop_work.push(Arc::new(ClientWork {
+            path: format!("/v1/send/{recipient}"),
+            headers: vec![("content-type", "application/json".into())],
+            bodies,
+            first: 0,
+            cycle: true,
+            stored: StatusCode::ACCEPTED,
+        }));
+    }
+    (relay_work, loop_work)
+}
+
+/// Stringcup durable sends against the group-commit loop storing the same bodies, in the order
+/// `loop_first` says; with `prefilled`, after [`prefilled_load`] (flatness). Returns (relay-lite,
+/// loop).
+async fn stringcup_throughput(s: &Settings, loop_first: bool, prefilled: bool) -> (Load, Load) {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start_stringcup_relay(dir.path()).await;
+    let (relay_work, loop_work) = stringcup_work(&relay, s).await;
+    let run_loop = || async {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/send/{id}").await;
+        let base = format!("http://{addr}");
+        let load = if prefilled {
+            prefilled_load(&base, &loop_work, s).await
+        } else {
+            post_load(&base, &loop_work, s.warmup, s.measure).await
+        };
+        task.abort();
+        writer.abort();
+        load
+    };
+    let group = if loop_first { Some(run_loop().await) } else { None };
+    let load = if prefilled {
+        prefilled_load(&relay.url(), &relay_work, s).await
+    } else {
+        post_load(&relay.url(), &relay_work, s.warmup, s.measure).await
+    };
+    relay.shutdown().await.unwrap();
+    let group = match group {
+        Some(g) => g,
+        None => run_loop().await,
+    };
+    (load, group)
 }
 
 async fn relay_flat(owners: &[DeviceIdentity], targets: &[Target], s: &Settings) -> Load {
@@ -213,7 +326,7 @@ async fn relay_flat(owners: &[DeviceIdentity], targets: &[Target], s: &Settings)
     for owner in owners {
         client.inbox(&owner.sig, &owner.drop).await.unwrap();
     }
-    let load = prefilled_load(&relay.url(), targets, s).await;
+    let load = prefilled_load(&relay.url(), &client_work(targets, s), s).await;
     relay.shutdown().await.unwrap();
     load
 }
@@ -221,7 +334,7 @@ async fn relay_flat(owners: &[DeviceIdentity], targets: &[Target], s: &Settings)
 async fn group_flat(targets: &[Target], s: &Settings) -> Load {
     let dir = tempfile::tempdir().unwrap();
     let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/send/{id}").await;
-    let load = prefilled_load(&format!("http://{addr}"), targets, s).await;
+    let load = prefilled_load(&format!("http://{addr}"), &client_work(targets, s), s).await;
     task.abort();
     writer.abort();
     load
@@ -477,6 +590,7 @@ async fn main() {
         let load = match side.as_str() {
             "relay" => relay_throughput(&owners, &targets, &s).await,
             "group" => group_throughput(&targets, &s).await,
+            "stringcup-send" => stringcup_throughput(&s, false, false).await.0,
             "stringcup" => {
                 let (send, delivery) = stringcup_latency(&http_client(), &s).await;
                 println!(
@@ -486,7 +600,7 @@ async fn main() {
                 );
                 return;
             }
-            other => panic!("RELAY_LOAD_PROFILE={other:?}: expected relay, group or stringcup"),
+            other => panic!("RELAY_LOAD_PROFILE={other:?}: expected relay, group, stringcup or stringcup-send"),
         };
         println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
         return;
@@ -521,6 +635,12 @@ async fn main() {
         grouped.push(relay.per_sec, group.per_sec);
     }
 
+    // Of a per-second series: the last three seconds over the first three.
+    let thirds_of = |per_second: &[u64]| {
+        let n = per_second.len().min(3);
+        let sum = |s: &[u64]| s.iter().sum::<u64>() as f64;
+        sum(&per_second[per_second.len() - n..]) / sum(&per_second[..n])
+    };
     let mut first = Pairs::default();
     let mut last = Pairs::default();
     let mut flat_window = Pairs::default();
@@ -546,13 +666,41 @@ async fn main() {
         let (gf, gl) = (group.per_second[0] as f64, *group.per_second.last().unwrap() as f64);
         first.push(rf, gf);
         last.push(rl, gl);
-        let thirds_of = |per_second: &[u64]| {
-            let n = per_second.len().min(3);
-            let sum = |s: &[u64]| s.iter().sum::<u64>() as f64;
-            sum(&per_second[per_second.len() - n..]) / sum(&per_second[..n])
-        };
         thirds.push(thirds_of(&relay.per_second), thirds_of(&group.per_second));
         flat_window.push(relay.per_sec, group.per_sec);
+    }
+
+    let mut sc_grouped = Pairs::default();
+    for round in 0..s.rounds {
+        let (relay, group) = stringcup_throughput(&s, round % 2 == 0, false).await;
+        println!(
+            "  stringcup throughput round {}: relay-lite {:>8.0}/s ({} failed), group-commit loop {:>8.0}/s ({} failed)",
+            round + 1,
+            relay.per_sec,
+            relay.failed,
+            group.per_sec,
+            group.failed
+        );
+        failures.0 += relay.failed;
+        failures.1 += group.failed;
+        sc_grouped.push(relay.per_sec, group.per_sec);
+    }
+    let mut sc_flat = Pairs::default();
+    let mut sc_thirds = Pairs::default();
+    for round in 0..s.rounds {
+        let (relay, group) = stringcup_throughput(&s, round % 2 == 1, true).await;
+        println!(
+            "  stringcup flatness round {} ({} waiting first): relay-lite per second {:?}, group-commit loop per \
+             second {:?}",
+            round + 1,
+            s.prefill,
+            relay.per_second,
+            group.per_second
+        );
+        failures.0 += relay.failed;
+        failures.1 += group.failed;
+        sc_flat.push(relay.per_sec, group.per_sec);
+        sc_thirds.push(thirds_of(&relay.per_second), thirds_of(&group.per_second));
     }
 
     let http = http_client();
@@ -667,6 +815,30 @@ async fn main() {
         "| ... last three seconds / first three (flatness, steadier) | {:.2} | {:.2} | |",
         median(&thirds.relay),
         median(&thirds.baseline)
+    );
+    println!(
+        "| Stringcup durable send, {} clients (a sender each) over {} inboxes, sealed {}-character messages \
+         as JSON (201/s; baseline: the group-commit loop storing the same bodies) | {:.0} | {:.0} | {:.2}x |",
+        s.clients,
+        s.mailboxes,
+        TEXT_CHARS,
+        median(&sc_grouped.relay),
+        median(&sc_grouped.baseline),
+        sc_grouped.ratio()
+    );
+    println!(
+        "| Stringcup durable send over {:?} after {} messages were left waiting (201/s; baseline: the \
+         group-commit loop, same) | {:.0} | {:.0} | {:.2}x |",
+        s.flat,
+        s.prefill,
+        median(&sc_flat.relay),
+        median(&sc_flat.baseline),
+        sc_flat.ratio()
+    );
+    println!(
+        "| ... last three seconds / first three (flatness) | {:.2} | {:.2} | |",
+        median(&sc_thirds.relay),
+        median(&sc_thirds.baseline)
     );
     println!(
         "| send-to-websocket p50, POST start to the `msg` frame (ms; baseline: the group-commit loop's \

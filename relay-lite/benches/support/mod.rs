@@ -323,6 +323,7 @@ async fn commit_pg_group(conn: &mut sqlx::PgConnection, batch: &[PgGroupWrite]) 
 
 /// What one load client posts: to `path` (under the server's base URL), with `headers`, the
 /// bodies in order from `first`, cycling or each once.
+#[derive(Clone)]
 pub struct ClientWork {
     /// Path under the base URL.
     pub path: String,
@@ -334,6 +335,9 @@ pub struct ClientWork {
     pub first: usize,
     /// Whether the bodies repeat; otherwise a client that runs out stops and is counted.
     pub cycle: bool,
+    /// The status of a stored post (`202` for letagents, Agent Mail and the baselines, `201` for a
+    /// Stringcup send); anything else counts as failed.
+    pub stored: StatusCode,
 }
 
 /// Accepted posts per second over the measured window, the failures, and how many clients ran
@@ -351,7 +355,8 @@ pub struct Load {
 }
 
 /// One keep-alive connection per `work` item posting back to back for `warmup + measure`;
-/// only `202`s whose answer completes inside the measured window count.
+/// only stored posts (`ClientWork::stored`) whose answer completes inside the measured window
+/// count.
 pub async fn post_load(base: &str, work: &[Arc<ClientWork>], warmup: Duration, measure: Duration) -> Load {
     let start = Instant::now() + warmup;
     let end = start + measure;
@@ -377,7 +382,7 @@ pub async fn post_load(base: &str, work: &[Arc<ClientWork>], warmup: Duration, m
                     req = req.header(*name, value);
                 }
                 let ok = match req.send().await {
-                    Ok(r) => r.status() == StatusCode::ACCEPTED && r.bytes().await.is_ok(),
+                    Ok(r) => r.status() == w.stored && r.bytes().await.is_ok(),
                     Err(_) => false,
                 };
                 let done = Instant::now();
