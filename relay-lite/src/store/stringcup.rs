@@ -881,9 +881,10 @@ fn store_one(db: &SyncDb, sender: &str, m: &NewMessage, caps: PendingCaps, now: 
 }
 
 /// Stores `m` given what waits in its recipient's inbox (`None`: no such recipient), read
-/// earlier in the same transaction: two statements. The insert takes the recipient's next
-/// number in the statement itself, and its trigger (migration 0008) advances that number,
-/// counts the message in the inbox's pending counters and in the lifetime `messages_stored`.
+/// earlier in the same transaction: one statement. The insert takes the recipient's next inbox
+/// number and the sender's next sent number in the statement itself; its triggers advance both
+/// (migrations 0008 and 0010), count the message in the inbox's pending counters and in the
+/// lifetime `messages_stored`.
 fn store_checked(
     db: &SyncDb,
     sender: &str,
@@ -899,22 +900,16 @@ fn store_checked(
     if let Some(limit) = pending.over_limit(size, caps) {
         return Ok(SendOutcome::Full(limit));
     }
-    let sent_seq: i64 = db
-        .prepare_cached(
-            "UPDATE sc_identity SET next_sent_seq = next_sent_seq + 1 WHERE id = ? RETURNING next_sent_seq - 1",
-        )?
-        .query_row([sender], |r| r.get(0))?;
-    let inbox_id: i64 = db
+    let (inbox_id, sent_seq): (i64, i64) = db
         .prepare_cached(
             "INSERT INTO sc_message (recipient, id, sender, sent_seq, ephemeral_pub, iv, header_extra, ciphertext, \
-             size, created_ms) SELECT id, next_inbox_id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM sc_identity WHERE id = ?1 \
-             RETURNING id",
+             size, created_ms) SELECT r.id, r.next_inbox_id, s.id, s.next_sent_seq, ?3, ?4, ?5, ?6, ?7, ?8 \
+             FROM sc_identity AS r JOIN sc_identity AS s ON s.id = ?2 WHERE r.id = ?1 RETURNING id, sent_seq",
         )?
         .query_row(
             rusqlite::params![
                 m.recipient,
                 sender,
-                sent_seq,
                 m.ephemeral_pub,
                 m.iv,
                 m.header_extra,
@@ -922,7 +917,7 @@ fn store_checked(
                 i64::try_from(size).unwrap_or(i64::MAX),
                 now,
             ],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
     Ok(SendOutcome::Stored { sent_seq, inbox_id })
 }
@@ -1000,6 +995,14 @@ fn send_raw(db: &SyncDb, s: &SendRequest) -> rusqlite::Result<Vec<SendOutcome>> 
             }
         }
         return Ok(vec![outcome]);
+    }
+    if let [message] = s.messages.as_slice() {
+        // One message (the common send): the sender's existence and the inbox in one statement.
+        let (sender_exists, pending) = sender_and_pending(db, &s.sender, &message.recipient)?;
+        if !sender_exists {
+            return Ok(vec![SendOutcome::NoSender]);
+        }
+        return Ok(vec![store_checked(db, &s.sender, message, pending, s.caps, s.now)?]);
     }
     let sender_exists = db.prepare_cached("SELECT 1 FROM sc_identity WHERE id = ?")?.exists([&s.sender])?;
     if !sender_exists {
