@@ -139,8 +139,22 @@ impl Hub {
         self.publish_inner(mailbox, seq, Some(body));
     }
 
-    fn publish_inner(&self, mailbox: &str, seq: i64, body: Option<Committed>) {
+    /// Announces everything one batch committed, under one lock of the hub: a watcher woken by
+    /// the first key's announcement reads the hub only after the whole batch is recorded, so a
+    /// long-poll woken by a send of several messages answers with all of them (published one by
+    /// one, a woken watcher could read the hub between two of them).
+    pub fn publish_batch(&self, committed: impl IntoIterator<Item = (String, i64, Option<Committed>)>) {
         let mut map = self.lock();
+        for (key, seq, body) in committed {
+            Self::publish_locked(&mut map, &key, seq, body);
+        }
+    }
+
+    fn publish_inner(&self, mailbox: &str, seq: i64, body: Option<Committed>) {
+        Self::publish_locked(&mut self.lock(), mailbox, seq, body);
+    }
+
+    fn publish_locked(map: &mut HashMap<String, Watched>, mailbox: &str, seq: i64, body: Option<Committed>) {
         if let Some(w) = map.get_mut(mailbox) {
             w.record(seq, body);
             w.tx.send_if_modified(|newest| {

@@ -266,7 +266,10 @@ impl Backend for SqliteBackend {
     type Conn = WriterConn;
 
     fn connect(&self) -> BoxFuture<'_, Result<WriterConn, sqlx::Error>> {
-        Box::pin(async move { self.options.connect().await.map(WriterConn::new) })
+        Box::pin(async move {
+            let conn = self.options.connect().await?;
+            Ok(WriterConn::new(conn, self.options.get_filename()))
+        })
     }
 
     /// Deferred to the batch's first statement ([`WriterConn::begin`]): a batch of synchronous
@@ -276,9 +279,10 @@ impl Backend for SqliteBackend {
         Box::pin(async { Ok(()) })
     }
 
-    /// Runs each run of writes that have a synchronous path under one lock of the handle
-    /// ([`sync`]), the others one by one through sqlx, all in order; a batch whose last run is
-    /// synchronous commits under that run's lock.
+    /// A batch of only synchronous writes runs on the writer's own connection
+    /// ([`WriterConn::run_own`]). Otherwise each run of synchronous writes runs under one lock of
+    /// sqlx's handle ([`sync`]) and the others one by one through sqlx, all in order, in one
+    /// transaction; a batch whose last run is synchronous commits under that run's lock.
     fn apply_and_commit<'a>(
         &'a self,
         conn: &'a mut WriterConn,
@@ -286,6 +290,9 @@ impl Backend for SqliteBackend {
         cx: &'a mut writer::BatchCx<'_>,
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
+            if batch.iter().all(|op| op.is_sync()) {
+                return conn.run_own(|db| batch.iter_mut().try_for_each(|op| op.apply_sync(db, cx)));
+            }
             let mut rest = batch;
             while !rest.is_empty() {
                 let run = rest.iter().take_while(|op| op.is_sync()).count();
@@ -356,7 +363,7 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
-        let writer = Writer::start_on_thread(SqliteBackend { options }, WriterConn::new(conn), hub.clone())
+        let writer = Writer::start_on_thread(SqliteBackend { options }, WriterConn::new(conn, &path), hub.clone())
             .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
         Ok(Self { writer, read, hub })
     }
@@ -568,7 +575,7 @@ mod tests {
     /// database in `dir`.
     async fn one_batch(dir: &Path, ops: Vec<writer::BoxOp<WriterConn>>) {
         let options = connect_options(&dir.join(DB_FILE));
-        let conn = WriterConn::new(options.connect().await.unwrap());
+        let conn = WriterConn::new(options.connect().await.unwrap(), &dir.join(DB_FILE));
         let (queue, writes) = tokio::sync::mpsc::channel(ops.len() + 1);
         for op in ops {
             queue.try_send(writer::Msg::Op(op)).unwrap();

@@ -9,12 +9,15 @@
 //! the writer's thread, through [`rusqlite`] on that same handle with its cached statements: a
 //! run of them in a batch costs one trip, however many statements it holds. They run inside the
 //! batch's transaction like every other write; a batch that starts with such a run begins its
-//! transaction under that run's lock, and one that ends with one commits under it, so a batch
-//! of only synchronous writes is a single trip where it was one per statement plus two.
+//! transaction under that run's lock, and one that ends with one commits under it. A batch of
+//! only synchronous writes (the common case under load) does not touch sqlx at all: it runs on
+//! a connection of the writer's own to the same file ([`WriterConn::run_own`]), so it never
+//! leaves the writer's thread; where it was one trip per statement plus two.
 //!
 //! [`Request::sync`]: super::writer::Request::sync
 
 use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 
 use sqlx::SqliteConnection;
 use sqlx::error::{DatabaseError, ErrorKind};
@@ -25,6 +28,11 @@ pub(crate) type SyncDb = rusqlite::Connection;
 /// The SQLite writer's connection: sqlx's, and the prepared statements of the synchronous
 /// writes on its handle.
 pub(crate) struct WriterConn {
+    /// A connection of the writer's own to the same file, for batches of synchronous writes
+    /// only ([`WriterConn::run_own`]); opened on first use.
+    own: Option<SyncDb>,
+    /// The database file, for `own`.
+    path: PathBuf,
     /// The statements, on `conn`'s handle; made on first use, and always dropped (their
     /// statements finalized) before `conn` closes: field order, and [`WriterConn::into_inner`].
     sync: Option<SyncDb>,
@@ -34,9 +42,28 @@ pub(crate) struct WriterConn {
 }
 
 impl WriterConn {
-    /// Wraps sqlx's connection.
-    pub(crate) fn new(conn: SqliteConnection) -> Self {
-        Self { sync: None, begin_due: false, conn }
+    /// Wraps sqlx's connection to the database at `path`.
+    pub(crate) fn new(conn: SqliteConnection, path: &Path) -> Self {
+        Self { own: None, path: path.to_owned(), sync: None, begin_due: false, conn }
+    }
+
+    /// Runs a batch whose every write is synchronous on the writer's own connection, in a
+    /// transaction of its own (`BEGIN IMMEDIATE`, `f`, `COMMIT`): the batch never leaves the
+    /// writer's thread, where through sqlx's connection it would wait for the handle's lock
+    /// (a round trip to sqlx's worker thread, which then waits to take the lock back). Both
+    /// connections only ever write from this thread, one transaction at a time, and each
+    /// `BEGIN IMMEDIATE` starts from everything committed before it, on either.
+    pub(crate) fn run_own<T>(&mut self, f: impl FnOnce(&SyncDb) -> Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
+        let db = match &self.own {
+            Some(db) => db,
+            None => self.own.insert(open_own(&self.path).map_err(raw_error)?),
+        };
+        // This batch's deferred begin is this transaction's.
+        self.begin_due = false;
+        db.prepare_cached("BEGIN IMMEDIATE").and_then(|mut s| s.execute([])).map_err(raw_error)?;
+        let out = f(db)?;
+        db.prepare_cached("COMMIT").and_then(|mut s| s.execute([])).map_err(raw_error)?;
+        Ok(out)
     }
 
     /// Starts a batch: its `BEGIN IMMEDIATE` runs before its first statement, under the lock of
@@ -111,6 +138,30 @@ impl WriterConn {
         }
         self.conn
     }
+}
+
+/// The writer's own connection to the database at `path`, configured as sqlx's writer connection
+/// is (`super::connect_options`): WAL (the file's, already set), `synchronous=FULL`, foreign keys
+/// on, a 10 s busy timeout. The durability settings are read back, not assumed.
+fn open_own(path: &Path) -> rusqlite::Result<SyncDb> {
+    use rusqlite::OpenFlags;
+    let db = SyncDb::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    db.busy_timeout(std::time::Duration::from_secs(10))?;
+    db.pragma_update(None, "synchronous", "FULL")?;
+    db.pragma_update(None, "foreign_keys", true)?;
+    let journal: String = db.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
+    let synchronous: i64 = db.pragma_query_value(None, "synchronous", |r| r.get(0))?;
+    let foreign_keys: bool = db.pragma_query_value(None, "foreign_keys", |r| r.get(0))?;
+    if !journal.eq_ignore_ascii_case("wal") || synchronous != 2 || !foreign_keys {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+            Some(format!(
+                "the writer's own connection is not durable as configured: journal_mode={journal}, \
+                 synchronous={synchronous}, foreign_keys={foreign_keys}"
+            )),
+        ));
+    }
+    Ok(db)
 }
 
 impl std::ops::Deref for WriterConn {

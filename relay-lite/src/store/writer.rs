@@ -518,12 +518,7 @@ pub(crate) async fn run<B: Backend>(backend: B, conn: B::Conn, mut queue: mpsc::
         let committed = match committed {
             Ok((wakeups, bodies)) => {
                 tracing::trace!(writes = batch.len(), bytes, "write batch committed");
-                for ((key, seq), body) in wakeups.iter().zip(bodies) {
-                    match body {
-                        Some(body) => hub.publish_body(key, *seq, body),
-                        None => hub.publish(key, *seq),
-                    }
-                }
+                hub.publish_batch(wakeups.into_iter().zip(bodies).map(|((key, seq), body)| (key, seq, body)));
                 Ok(())
             }
             Err(e) => {
