@@ -92,8 +92,9 @@ impl WriterConn {
 
     /// Runs `f` on the connection's handle, holding sqlx's lock on it: no other statement runs
     /// on it meanwhile, and sqlx's worker thread waits until `f` returns. The batch's `BEGIN`
-    /// runs first if it is still due, and with `commit` its `COMMIT` after `f` succeeds: a batch
-    /// of synchronous writes costs one trip to sqlx's worker thread in all.
+    /// runs first if it is still due, and with `commit` its `COMMIT` after `f` succeeds: a run of
+    /// synchronous writes in a batch that also holds others costs one trip to sqlx's worker
+    /// thread.
     pub(crate) async fn with_sync<T>(
         &mut self,
         commit: bool,

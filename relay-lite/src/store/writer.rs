@@ -139,8 +139,9 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     /// Runs the request inside the batch transaction.
     fn run<'a>(&'a self, conn: &'a mut C, hub: &'a Hub) -> BoxFuture<'a, Result<Self::Out, sqlx::Error>>;
 
-    /// Whether [`Request::run_sync`] can run this request: the SQLite writer then runs a whole run
-    /// of such requests under one lock of its connection's handle ([`super::sync`]).
+    /// Whether [`Request::run_sync`] can run this request: the SQLite writer then runs a batch of
+    /// only such requests on a connection of its own, and a run of them among others under one
+    /// lock of its sqlx connection's handle ([`super::sync`]).
     fn sync(&self) -> bool {
         false
     }
