@@ -9,8 +9,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::OptionalExtension as _;
 use sqlx::{SqliteConnection, SqlitePool};
 
-use super::sync::WriterConn;
-use super::sync::{SyncDb, raw_error};
+use super::sync::{SyncDb, WriterConn, raw_error};
 use super::writer::{Request, sync_request};
 use super::{LetagentsStore, SqliteStore, StoreError};
 use crate::hub::{Committed, Hub};

@@ -20,8 +20,7 @@ use rusqlite::OptionalExtension as _;
 use sqlx::{SqliteConnection, SqliteExecutor};
 use switchboard_core::util::hex;
 
-use super::sync::WriterConn;
-use super::sync::{SyncDb, raw_error};
+use super::sync::{SyncDb, WriterConn, raw_error};
 use super::writer::{request, sync_request};
 use super::{SqliteStore, Store, StoreError};
 use crate::hub::Committed;
