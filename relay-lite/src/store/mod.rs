@@ -70,6 +70,12 @@ pub enum StoreError {
     /// The family is not served by this relay's backend (a bug: its routes are not mounted).
     #[error("{0} is not served by this relay's database backend")]
     NotServed(Family),
+    /// Another process holds the SQLite database (a second relay-lite on the same `--data`).
+    #[error(
+        "another process is using the database {0} (a second relay-lite on the same data directory?); \
+         stop it first"
+    )]
+    InUse(std::path::PathBuf),
 }
 
 /// A protocol family of relay APIs, as `--families` names it.
@@ -228,6 +234,24 @@ pub struct SqliteStore {
     pub(crate) read: SqlitePool,
     /// The writer's hub, for the caches its writes keep exact.
     pub(crate) hub: Arc<Hub>,
+    /// This process's claim on the database ([`claim`]), released on close.
+    claim: std::sync::Mutex<Option<std::fs::File>>,
+}
+
+/// Claims the database at `path` for this process: an exclusive lock on `path` + `.lock`, held
+/// until the store closes (or the process ends). One process writes the file, so what its
+/// writer commits is everything that changes (the hub's wake-ups and the token cache rely on
+/// that); a second relay-lite on the same data directory is refused at start.
+fn claim(path: &Path) -> Result<std::fs::File, StoreError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let io = |e: std::io::Error| StoreError::Io(Arc::new(sqlx::Error::Io(e)));
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::InUse(path.to_owned())),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -351,6 +375,7 @@ impl SqliteStore {
     /// `hub` hears about every committed envelope.
     pub async fn open(data_dir: &Path, hub: Arc<Hub>) -> Result<Self, StoreError> {
         let path = data_dir.join(DB_FILE);
+        let claim = claim(&path)?;
         let options = connect_options(&path);
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
@@ -365,7 +390,7 @@ impl SqliteStore {
             .await?;
         let writer = Writer::start_on_thread(SqliteBackend { options }, WriterConn::new(conn, &path), hub.clone())
             .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
-        Ok(Self { writer, read, hub })
+        Ok(Self { writer, read, hub, claim: std::sync::Mutex::new(Some(claim)) })
     }
 
     /// Queues `req`; returns its outcome after the commit.
@@ -376,6 +401,7 @@ impl SqliteStore {
     async fn close(&self) {
         self.writer.close().await;
         self.read.close().await;
+        drop(self.claim.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
     }
 }
 
@@ -592,6 +618,17 @@ mod tests {
 
     fn login(mailbox: &str) -> letagents::Login {
         letagents::Login { mailbox: mailbox.into(), drop_hash: "h".into(), ts: 1, now: 1 }
+    }
+
+    #[tokio::test]
+    async fn a_second_store_on_the_same_database_is_refused_until_the_first_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
+        let second = Store::open(dir.path(), Arc::new(Hub::default())).await;
+        assert!(matches!(second, Err(StoreError::InUse(_))), "{second:?}");
+        first.close().await;
+        let again = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
+        again.close().await;
     }
 
     #[tokio::test]
