@@ -412,8 +412,15 @@ impl Store {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let pool =
-            SqlitePoolOptions::new().max_connections(4).after_release(keep_after_release).connect_with(opts).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .after_release(keep_after_release)
+            // sqlx pings a pooled connection before handing it out, by default: for SQLite a
+            // round trip to the connection's worker thread on every acquire, to check a file that
+            // cannot hang up; a released connection is already checked (`keep_after_release`).
+            .test_before_acquire(false)
+            .connect_with(opts)
+            .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         #[cfg(unix)]
         {
