@@ -466,34 +466,10 @@ async fn relay_latency(http: &reqwest::Client, sender: &DeviceIdentity, s: &Sett
 async fn stringcup_latency(http: &reqwest::Client, s: &Settings) -> (Vec<Duration>, Vec<Duration>) {
     use switchboard_core::protocol::stringcup::crypto;
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new("127.0.0.1:0".parse().unwrap(), dir.path());
-    config.limits.ip_requests_per_minute = 0;
-    config.limits.stringcup.sends_per_hour = u32::MAX;
-    config.limits.stringcup.inbox_requests_per_hour = u32::MAX;
-    config.limits.stringcup.other_requests_per_hour = u32::MAX;
-    let relay = relay_lite::spawn(config).await.unwrap();
+    let relay = start_stringcup_relay(dir.path()).await;
     let api = format!("{}/api/v2", relay.url());
-    let register = |key: [u8; 32]| {
-        let http = http.clone();
-        let api = api.clone();
-        async move {
-            let public = data_encoding::BASE64
-                .encode(x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(key)).as_bytes());
-            let v: serde_json::Value = http
-                .post(format!("{api}/identities"))
-                .json(&serde_json::json!({"identity_public_key": public, "algo": "x25519"}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            (v["id"].as_str().unwrap().to_owned(), v["api_token"].as_str().unwrap().to_owned(), public)
-        }
-    };
-    let (alice, alice_token, _) = register([1; 32]).await;
-    let (bob, bob_token, bob_pub) = register([2; 32]).await;
-    let bob_key = crypto::decode_public_key(&bob_pub).unwrap();
+    let (alice, alice_token, _) = stringcup_register(http, &api, [1; 32]).await;
+    let (bob, bob_token, bob_key) = stringcup_register(http, &api, [2; 32]).await;
     let text = "x".repeat(TEXT_CHARS);
     let send_url = format!("{api}/messages");
     let mut sends = Vec::with_capacity(s.latency_samples);

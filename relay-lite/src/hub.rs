@@ -8,10 +8,11 @@
 //! whenever the value changes.
 //!
 //! A write that commits something a watcher sends on (a letagents deposit's envelope, a Stringcup
-//! message) also hands it to the hub ([`Hub::publish_body`]); for watched keys the hub keeps the
-//! newest few as one unbroken run of seqs, so a live session or a woken long-poll sends them
-//! without reading them back ([`Hub::recent_envelopes_after`], [`Hub::recent_stringcup_after`]).
-//! Any wake-up without its body for a newer seq (another instance's commit, a lost wake-up)
+//! message) also hands it to the hub (the writer publishes each batch at once,
+//! [`Hub::publish_batch`]); for watched keys the hub keeps the newest few as one unbroken run of
+//! seqs, so a live session or a woken long-poll sends them without reading them back
+//! ([`Hub::recent_envelopes_after`], [`Hub::recent_stringcup_after`]). Any wake-up without its
+//! body for a newer seq (another instance's commit, a lost wake-up)
 //! breaks the run, and the watcher reads the store as before.
 
 use std::collections::{HashMap, VecDeque};
