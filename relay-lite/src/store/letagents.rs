@@ -5,12 +5,11 @@
 
 use async_trait::async_trait;
 use axum::body::Bytes;
-use futures_util::future::BoxFuture;
 use rusqlite::OptionalExtension as _;
-use sqlx::{SqliteConnection, SqlitePool};
+use sqlx::SqlitePool;
 
-use super::sync::{SyncDb, WriterConn, raw_error};
-use super::writer::{Request, sync_request};
+use super::sync::SyncDb;
+use super::writer::sync_request;
 use super::{LetagentsStore, SqliteStore, StoreError};
 use crate::hub::{Committed, Hub};
 
@@ -131,29 +130,9 @@ sync_request!(Deposit => DepositOutcome, deposit, {
     }
 });
 
-impl Request<WriterConn> for Login {
-    type Out = LoginOutcome;
-
-    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<LoginOutcome, sqlx::Error>> {
-        Box::pin(login(conn, self))
-    }
-}
-
-impl Request<WriterConn> for Ack {
-    type Out = Vec<i64>;
-
-    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>> {
-        Box::pin(ack(conn, self))
-    }
-}
-
-impl Request<WriterConn> for Sweep {
-    type Out = SweepReport;
-
-    fn run<'a>(&'a self, conn: &'a mut WriterConn, hub: &'a Hub) -> BoxFuture<'a, Result<SweepReport, sqlx::Error>> {
-        Box::pin(sweep(conn, self, hub))
-    }
-}
+sync_request!(Login => LoginOutcome, login);
+sync_request!(Ack => Vec<i64>, ack);
+sync_request!(Sweep => SweepReport, sweep);
 
 #[async_trait]
 impl LetagentsStore for SqliteStore {
@@ -220,11 +199,7 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 /// drops, not drops: learning how many leading characters of the stored hash a guess's hash
 /// matches does not help anyone find a drop with that hash. The refusal path compares with
 /// [`same`] like before.
-pub(crate) fn deposit(db: &SyncDb, d: &Deposit) -> Result<DepositOutcome, sqlx::Error> {
-    deposit_raw(db, d).map_err(raw_error)
-}
-
-fn deposit_raw(db: &SyncDb, d: &Deposit) -> rusqlite::Result<DepositOutcome> {
+pub(crate) fn deposit(db: &SyncDb, d: &Deposit, _: &Hub) -> rusqlite::Result<DepositOutcome> {
     let stored: Option<i64> = db
         .prepare_cached(
             "INSERT INTO la_envelope (mailbox, seq, received_ms, body) \
@@ -246,86 +221,67 @@ fn deposit_raw(db: &SyncDb, d: &Deposit) -> rusqlite::Result<DepositOutcome> {
     }
 }
 
-pub(crate) async fn login(conn: &mut SqliteConnection, l: &Login) -> Result<LoginOutcome, sqlx::Error> {
-    let last: Option<i64> = sqlx::query_scalar("SELECT last_login_ms FROM la_mailbox WHERE id = ?")
-        .bind(&l.mailbox)
-        .fetch_optional(&mut *conn)
-        .await?;
+pub(crate) fn login(db: &SyncDb, l: &Login, _: &Hub) -> rusqlite::Result<LoginOutcome> {
+    let last: Option<i64> = db
+        .prepare_cached("SELECT last_login_ms FROM la_mailbox WHERE id = ?")?
+        .query_row([&l.mailbox], |row| row.get(0))
+        .optional()?;
     match last {
         Some(last) if l.ts <= last => Ok(LoginOutcome::Replay),
         Some(_) => {
-            sqlx::query(
-                "UPDATE la_mailbox SET drop_hash = ?, last_login_ms = ?, last_active_ms = ? \
-                 WHERE id = ?",
-            )
-            .bind(&l.drop_hash)
-            .bind(l.ts)
-            .bind(l.now)
-            .bind(&l.mailbox)
-            .execute(&mut *conn)
-            .await?;
+            db.prepare_cached(
+                "UPDATE la_mailbox SET drop_hash = ?, last_login_ms = ?, last_active_ms = ? WHERE id = ?",
+            )?
+            .execute((&l.drop_hash, l.ts, l.now, &l.mailbox))?;
             Ok(LoginOutcome::Updated)
         }
         None => {
-            sqlx::query(
-                "INSERT INTO la_mailbox \
-                 (id, drop_hash, last_login_ms, last_active_ms, next_seq, created_ms) \
+            db.prepare_cached(
+                "INSERT INTO la_mailbox (id, drop_hash, last_login_ms, last_active_ms, next_seq, created_ms) \
                  VALUES (?, ?, ?, ?, 1, ?)",
-            )
-            .bind(&l.mailbox)
-            .bind(&l.drop_hash)
-            .bind(l.ts)
-            .bind(l.now)
-            .bind(l.now)
-            .execute(&mut *conn)
-            .await?;
+            )?
+            .execute((&l.mailbox, &l.drop_hash, l.ts, l.now, l.now))?;
             Ok(LoginOutcome::Created)
         }
     }
 }
 
-pub(crate) async fn ack(conn: &mut SqliteConnection, a: &Ack) -> Result<Vec<i64>, sqlx::Error> {
+pub(crate) fn ack(db: &SyncDb, a: &Ack, _: &Hub) -> rusqlite::Result<Vec<i64>> {
     let mut acked = Vec::new();
+    let mut delete = db.prepare_cached("DELETE FROM la_envelope WHERE mailbox = ? AND seq = ?")?;
     for &seq in &a.seqs {
-        let deleted = sqlx::query("DELETE FROM la_envelope WHERE mailbox = ? AND seq = ?")
-            .bind(&a.mailbox)
-            .bind(seq)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        if deleted > 0 {
+        if delete.execute((&a.mailbox, seq))? > 0 {
             acked.push(seq);
         }
     }
-    sqlx::query("UPDATE la_mailbox SET last_active_ms = max(last_active_ms, ?) WHERE id = ?")
-        .bind(a.now)
-        .bind(&a.mailbox)
-        .execute(&mut *conn)
-        .await?;
+    db.prepare_cached("UPDATE la_mailbox SET last_active_ms = max(last_active_ms, ?) WHERE id = ?")?
+        .execute((a.now, &a.mailbox))?;
     Ok(acked)
 }
 
-pub(crate) async fn sweep(conn: &mut SqliteConnection, s: &Sweep, hub: &Hub) -> Result<SweepReport, sqlx::Error> {
-    let expired = sqlx::query("DELETE FROM la_envelope WHERE received_ms < ?")
-        .bind(s.expire_before)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    let idle: Vec<String> = sqlx::query_scalar("SELECT id FROM la_mailbox WHERE last_active_ms < ? AND waiting = 0")
-        .bind(s.idle_before)
-        .fetch_all(&mut *conn)
-        .await?;
+pub(crate) fn sweep(db: &SyncDb, s: &Sweep, hub: &Hub) -> rusqlite::Result<SweepReport> {
+    let expired = db.prepare_cached("DELETE FROM la_envelope WHERE received_ms < ?")?.execute([s.expire_before])?;
+    let idle: Vec<String> = db
+        .prepare_cached("SELECT id FROM la_mailbox WHERE last_active_ms < ? AND waiting = 0")?
+        .query_map([s.idle_before], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut erased = 0;
+    let mut delete = db.prepare_cached("DELETE FROM la_mailbox WHERE id = ?")?;
     for id in idle {
         // A mailbox its owner is connected to right now is not idle, whatever the clock says.
         if hub.is_watched(&id) {
             continue;
         }
-        erased +=
-            sqlx::query("DELETE FROM la_mailbox WHERE id = ?").bind(&id).execute(&mut *conn).await?.rows_affected();
+        erased += delete.execute([&id])?;
     }
+    let (expired, erased) = (count(expired), count(erased));
     tracing::debug!(now = s.now, expired, erased, "sweep applied");
     Ok(SweepReport { expired, erased })
+}
+
+/// Rows a statement changed, as the report's count.
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 pub(crate) async fn drop_hash(pool: &SqlitePool, mailbox: &str) -> Result<Option<String>, sqlx::Error> {

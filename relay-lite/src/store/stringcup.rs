@@ -20,10 +20,10 @@ use rusqlite::OptionalExtension as _;
 use sqlx::{SqliteConnection, SqliteExecutor};
 use switchboard_core::util::hex;
 
-use super::sync::{SyncDb, WriterConn, raw_error};
-use super::writer::{request, sync_request};
+use super::sync::SyncDb;
+use super::writer::sync_request;
 use super::{SqliteStore, Store, StoreError};
-use crate::hub::Committed;
+use crate::hub::{Committed, Hub};
 
 /// The hub key of an identity's inbox (namespaced apart from letagents mailbox ids).
 pub fn inbox_key(identity: &str) -> String {
@@ -686,9 +686,9 @@ impl ReleaseRendezvous {
     }
 }
 
-request!(WriterConn, Register => bool, register);
-request!(WriterConn, Update => Option<Updated>, update);
-request!(WriterConn, Touch => (), touch, {
+sync_request!(Register => bool, register);
+sync_request!(Update => Option<Updated>, update);
+sync_request!(Touch => (), touch, {
     fn settled(&self, out: Option<&()>, hub: &crate::hub::Hub) {
         match out {
             Some(()) => hub.stringcup_tokens().touched(&self.identity, self.now),
@@ -696,7 +696,7 @@ request!(WriterConn, Touch => (), touch, {
         }
     }
 });
-request!(WriterConn, Rotate => bool, rotate, {
+sync_request!(Rotate => bool, rotate, {
     fn settled(&self, _: Option<&bool>, hub: &crate::hub::Hub) {
         hub.stringcup_tokens().forget(&self.identity);
     }
@@ -710,23 +710,23 @@ sync_request!(SendRequest => Vec<SendOutcome>, send, {
         self.wakeups_for(out)
     }
 });
-request!(WriterConn, Ack => AckOutcome, ack);
-request!(WriterConn, CreateTopic => TopicCreated, create_topic);
-request!(WriterConn, AddMembers => AddOutcome, add_members);
-request!(WriterConn, RemoveMember => RemoveOutcome, remove_member);
-request!(WriterConn, DeleteTopic => DeleteOutcome, delete_topic);
-request!(WriterConn, OpenRendezvous => Opened, open_rendezvous);
-request!(WriterConn, JoinRendezvous => (JoinOutcome, i64), join_rendezvous, {
+sync_request!(Ack => AckOutcome, ack);
+sync_request!(CreateTopic => TopicCreated, create_topic);
+sync_request!(AddMembers => AddOutcome, add_members);
+sync_request!(RemoveMember => RemoveOutcome, remove_member);
+sync_request!(DeleteTopic => DeleteOutcome, delete_topic);
+sync_request!(OpenRendezvous => Opened, open_rendezvous);
+sync_request!(JoinRendezvous => (JoinOutcome, i64), join_rendezvous, {
     fn wakeup(&self, out: &(JoinOutcome, i64)) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
 });
-request!(WriterConn, ReleaseRendezvous => (Released, i64), release_rendezvous, {
+sync_request!(ReleaseRendezvous => (Released, i64), release_rendezvous, {
     fn wakeup(&self, out: &(Released, i64)) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
 });
-request!(WriterConn, Sweep => ScSweepReport, sweep, {
+sync_request!(Sweep => ScSweepReport, sweep, {
     fn settled(&self, _: Option<&ScSweepReport>, hub: &crate::hub::Hub) {
         hub.stringcup_tokens().clear();
     }
@@ -739,84 +739,82 @@ pub(crate) fn count(n: i64) -> u64 {
 
 // ---- writes -------------------------------------------------------------------------------
 
-async fn exists(conn: &mut SqliteConnection, identity: &str) -> Result<bool, sqlx::Error> {
-    let found: Option<i64> =
-        sqlx::query_scalar("SELECT 1 FROM sc_identity WHERE id = ?").bind(identity).fetch_optional(&mut *conn).await?;
-    Ok(found.is_some())
+fn exists(db: &SyncDb, identity: &str) -> rusqlite::Result<bool> {
+    db.prepare_cached("SELECT 1 FROM sc_identity WHERE id = ?")?.exists([identity])
 }
 
-async fn register(conn: &mut SqliteConnection, r: &Register) -> Result<bool, sqlx::Error> {
-    let inserted = sqlx::query(
-        "INSERT INTO sc_identity (id, public_key, algo, display_name, token_hash, token_created_ms, \
-         token_last_used_ms, key_updated_ms, updated_ms, created_ms) \
-         VALUES (?1, ?2, 'x25519', ?3, ?4, ?5, ?5, ?5, ?5, ?5) ON CONFLICT DO NOTHING",
-    )
-    .bind(&r.id)
-    .bind(&r.public_key)
-    .bind(&r.display_name)
-    .bind(&r.token_hash)
-    .bind(r.now)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+fn register(db: &SyncDb, r: &Register, _: &Hub) -> rusqlite::Result<bool> {
+    let inserted = db
+        .prepare_cached(
+            "INSERT INTO sc_identity (id, public_key, algo, display_name, token_hash, token_created_ms, \
+             token_last_used_ms, key_updated_ms, updated_ms, created_ms) \
+             VALUES (?1, ?2, 'x25519', ?3, ?4, ?5, ?5, ?5, ?5, ?5) ON CONFLICT DO NOTHING",
+        )?
+        .execute((&r.id, &r.public_key, &r.display_name, &r.token_hash, r.now))?;
     Ok(inserted == 1)
 }
 
+/// The columns of an [`IdentityRow`], in its fields' order.
+const IDENTITY_ROW: &str =
+    "SELECT id, public_key, algo, display_name, key_updated_ms, updated_ms, created_ms FROM sc_identity WHERE id = ?";
+
 async fn identity_row(conn: impl SqliteExecutor<'_>, id: &str) -> Result<Option<IdentityRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, public_key, algo, display_name, key_updated_ms, updated_ms, created_ms FROM sc_identity WHERE id = ?",
-    )
-    .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_as(IDENTITY_ROW).bind(id).fetch_optional(conn).await
 }
 
-async fn update(conn: &mut SqliteConnection, u: &Update) -> Result<Option<Updated>, sqlx::Error> {
-    let Some(before) = identity_row(&mut *conn, &u.identity).await? else {
+fn identity_row_sync(db: &SyncDb, id: &str) -> rusqlite::Result<Option<IdentityRow>> {
+    db.prepare_cached(IDENTITY_ROW)?
+        .query_row([id], |r| {
+            Ok(IdentityRow {
+                id: r.get(0)?,
+                public_key: r.get(1)?,
+                algo: r.get(2)?,
+                display_name: r.get(3)?,
+                key_updated_ms: r.get(4)?,
+                updated_ms: r.get(5)?,
+                created_ms: r.get(6)?,
+            })
+        })
+        .optional()
+}
+
+fn update(db: &SyncDb, u: &Update, _: &Hub) -> rusqlite::Result<Option<Updated>> {
+    let Some(before) = identity_row_sync(db, &u.identity)? else {
         return Ok(None);
     };
     let key_changed = u.public_key.as_ref().is_some_and(|k| *k != before.public_key);
     let name_changed = u.display_name.as_ref().is_some_and(|n| *n != before.display_name);
     if key_changed || name_changed {
-        sqlx::query(
+        db.prepare_cached(
             "UPDATE sc_identity SET public_key = ?, display_name = ?, updated_ms = ?, \
              key_updated_ms = CASE WHEN ? THEN ? ELSE key_updated_ms END WHERE id = ?",
-        )
-        .bind(u.public_key.as_ref().unwrap_or(&before.public_key))
-        .bind(u.display_name.as_ref().unwrap_or(&before.display_name))
-        .bind(u.now)
-        .bind(key_changed)
-        .bind(u.now)
-        .bind(&u.identity)
-        .execute(&mut *conn)
-        .await?;
+        )?
+        .execute((
+            u.public_key.as_ref().unwrap_or(&before.public_key),
+            u.display_name.as_ref().unwrap_or(&before.display_name),
+            u.now,
+            key_changed,
+            u.now,
+            &u.identity,
+        ))?;
     }
-    let row = identity_row(&mut *conn, &u.identity).await?;
+    let row = identity_row_sync(db, &u.identity)?;
     Ok(row.map(|row| Updated { row, key_changed }))
 }
 
-async fn touch(conn: &mut SqliteConnection, t: &Touch) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE sc_identity SET token_last_used_ms = max(token_last_used_ms, ?) WHERE id = ?")
-        .bind(t.now)
-        .bind(&t.identity)
-        .execute(&mut *conn)
-        .await?;
+fn touch(db: &SyncDb, t: &Touch, _: &Hub) -> rusqlite::Result<()> {
+    db.prepare_cached("UPDATE sc_identity SET token_last_used_ms = max(token_last_used_ms, ?) WHERE id = ?")?
+        .execute((t.now, &t.identity))?;
     Ok(())
 }
 
-async fn rotate(conn: &mut SqliteConnection, r: &Rotate) -> Result<bool, sqlx::Error> {
-    let changed = sqlx::query(
-        "UPDATE sc_identity SET token_hash = ?, token_created_ms = ?, token_last_used_ms = ? \
-         WHERE id = ? AND token_hash = ?",
-    )
-    .bind(&r.new_hash)
-    .bind(r.now)
-    .bind(r.now)
-    .bind(&r.identity)
-    .bind(&r.old_hash)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+fn rotate(db: &SyncDb, r: &Rotate, _: &Hub) -> rusqlite::Result<bool> {
+    let changed = db
+        .prepare_cached(
+            "UPDATE sc_identity SET token_hash = ?, token_created_ms = ?, token_last_used_ms = ? \
+             WHERE id = ? AND token_hash = ?",
+        )?
+        .execute((&r.new_hash, r.now, r.now, &r.identity, &r.old_hash))?;
     Ok(changed == 1)
 }
 
@@ -944,13 +942,9 @@ fn sender_and_pending(db: &SyncDb, sender: &str, recipient: &str) -> rusqlite::R
     Ok((sender_exists, pending))
 }
 
-/// A send, synchronously on the writer's handle (the relay's hottest Stringcup write, see
+/// A send, synchronously on the writer's connection (the relay's hottest Stringcup write, see
 /// [`super::sync`]).
-fn send(db: &SyncDb, s: &SendRequest) -> Result<Vec<SendOutcome>, sqlx::Error> {
-    send_raw(db, s).map_err(raw_error)
-}
-
-fn send_raw(db: &SyncDb, s: &SendRequest) -> rusqlite::Result<Vec<SendOutcome>> {
+fn send(db: &SyncDb, s: &SendRequest, _: &Hub) -> rusqlite::Result<Vec<SendOutcome>> {
     let key = match (&s.idempotency_key, s.messages.as_slice()) {
         (Some(key), [message]) => Some((key, message)),
         _ => None,
@@ -1014,16 +1008,11 @@ fn send_raw(db: &SyncDb, s: &SendRequest) -> rusqlite::Result<Vec<SendOutcome>> 
     Ok(out)
 }
 
-async fn ack(conn: &mut SqliteConnection, a: &Ack) -> Result<AckOutcome, sqlx::Error> {
+fn ack(db: &SyncDb, a: &Ack, _: &Hub) -> rusqlite::Result<AckOutcome> {
     let mut out = AckOutcome::default();
+    let mut delete = db.prepare_cached("DELETE FROM sc_message WHERE recipient = ? AND id = ?")?;
     for &id in &a.ids {
-        let deleted = sqlx::query("DELETE FROM sc_message WHERE recipient = ? AND id = ?")
-            .bind(&a.identity)
-            .bind(id)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        if deleted > 0 { out.acknowledged.push(id) } else { out.not_found.push(id) }
+        if delete.execute((&a.identity, id))? > 0 { out.acknowledged.push(id) } else { out.not_found.push(id) }
     }
     Ok(out)
 }
@@ -1038,36 +1027,45 @@ pub fn is_base32_lower(b: u8) -> bool {
     b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b)
 }
 
+/// The topic a reference names, if the caller is a member: parameters (caller, by id, reference).
+const TOPIC_FOR_MEMBER: &str = "SELECT t.id, t.owner, t.created_ms, \
+     (SELECT COUNT(*) FROM sc_topic_member AS c WHERE c.topic = t.id) AS member_count \
+     FROM sc_topic AS t JOIN sc_topic_member AS m ON m.topic = t.id AND m.member = ?1 \
+     WHERE (?2 AND t.id = ?3) OR (NOT ?2 AND t.legacy_name <> '' AND t.legacy_name = ?3)";
+
 /// The topic `reference` names (an issued id, or a legacy name) with its owner, if `caller` is
-/// a member. Both forms go through this one function, so they reach the same checks.
+/// a member. Both forms go through this one query, so they reach the same checks.
 async fn topic_for_member(
     conn: impl SqliteExecutor<'_>,
     reference: &str,
     caller: &str,
 ) -> Result<Option<TopicRow>, sqlx::Error> {
-    let by_id = is_topic_id(reference);
-    sqlx::query_as(
-        "SELECT t.id, t.owner, t.created_ms, \
-         (SELECT COUNT(*) FROM sc_topic_member AS c WHERE c.topic = t.id) AS member_count \
-         FROM sc_topic AS t JOIN sc_topic_member AS m ON m.topic = t.id AND m.member = ?1 \
-         WHERE (?2 AND t.id = ?3) OR (NOT ?2 AND t.legacy_name <> '' AND t.legacy_name = ?3)",
-    )
-    .bind(caller)
-    .bind(by_id)
-    .bind(reference)
-    .fetch_optional(conn)
-    .await
+    sqlx::query_as(TOPIC_FOR_MEMBER)
+        .bind(caller)
+        .bind(is_topic_id(reference))
+        .bind(reference)
+        .fetch_optional(conn)
+        .await
 }
 
-async fn create_topic(conn: &mut SqliteConnection, c: &CreateTopic) -> Result<TopicCreated, sqlx::Error> {
-    if !exists(conn, &c.owner).await? {
+/// [`topic_for_member`] inside the writer's transaction.
+fn topic_for_member_sync(db: &SyncDb, reference: &str, caller: &str) -> rusqlite::Result<Option<TopicRow>> {
+    db.prepare_cached(TOPIC_FOR_MEMBER)?
+        .query_row((caller, is_topic_id(reference), reference), |r| {
+            Ok(TopicRow { id: r.get(0)?, owner: r.get(1)?, created_ms: r.get(2)?, member_count: r.get(3)? })
+        })
+        .optional()
+}
+
+fn create_topic(db: &SyncDb, c: &CreateTopic, _: &Hub) -> rusqlite::Result<TopicCreated> {
+    if !exists(db, &c.owner)? {
         return Ok(TopicCreated::NoCaller);
     }
     let mut initial = InitialMembers::default();
     for id in &c.members {
         if *id == c.owner {
             initial.already.push(id.clone());
-        } else if exists(conn, id).await? {
+        } else if exists(db, id)? {
             initial.added.push(id.clone());
         } else {
             initial.unknown.push(id.clone());
@@ -1077,39 +1075,26 @@ async fn create_topic(conn: &mut SqliteConnection, c: &CreateTopic) -> Result<To
     if !initial.added.is_empty() && initial.members > c.max_members {
         return Ok(TopicCreated::Full);
     }
-    let inserted = sqlx::query("INSERT INTO sc_topic (id, owner, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-        .bind(&c.id)
-        .bind(&c.owner)
-        .bind(c.now)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+    let inserted = db
+        .prepare_cached("INSERT INTO sc_topic (id, owner, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")?
+        .execute((&c.id, &c.owner, c.now))?;
     if inserted == 0 {
         return Ok(TopicCreated::IdTaken);
     }
     // The owner first: rosters list members in the order they joined.
+    let mut add = db.prepare_cached("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")?;
     for member in std::iter::once(&c.owner).chain(&initial.added) {
-        sqlx::query("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")
-            .bind(&c.id)
-            .bind(member)
-            .bind(c.now)
-            .execute(&mut *conn)
-            .await?;
+        add.execute((&c.id, member, c.now))?;
     }
     Ok(TopicCreated::Created(initial))
 }
 
-async fn is_member(conn: &mut SqliteConnection, topic: &str, identity: &str) -> Result<bool, sqlx::Error> {
-    let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM sc_topic_member WHERE topic = ? AND member = ?")
-        .bind(topic)
-        .bind(identity)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(found.is_some())
+fn is_member(db: &SyncDb, topic: &str, identity: &str) -> rusqlite::Result<bool> {
+    db.prepare_cached("SELECT 1 FROM sc_topic_member WHERE topic = ? AND member = ?")?.exists((topic, identity))
 }
 
-async fn add_members(conn: &mut SqliteConnection, a: &AddMembers) -> Result<AddOutcome, sqlx::Error> {
-    let Some(topic) = topic_for_member(&mut *conn, &a.topic, &a.caller).await? else {
+fn add_members(db: &SyncDb, a: &AddMembers, _: &Hub) -> rusqlite::Result<AddOutcome> {
+    let Some(topic) = topic_for_member_sync(db, &a.topic, &a.caller)? else {
         return Ok(AddOutcome::NotFound);
     };
     if topic.owner != a.caller {
@@ -1117,9 +1102,9 @@ async fn add_members(conn: &mut SqliteConnection, a: &AddMembers) -> Result<AddO
     }
     let (mut added, mut already, mut unknown) = (Vec::new(), Vec::new(), Vec::new());
     for id in &a.ids {
-        if is_member(conn, &topic.id, id).await? {
+        if is_member(db, &topic.id, id)? {
             already.push(id.clone());
-        } else if exists(conn, id).await? {
+        } else if exists(db, id)? {
             added.push(id.clone());
         } else {
             unknown.push(id.clone());
@@ -1130,19 +1115,15 @@ async fn add_members(conn: &mut SqliteConnection, a: &AddMembers) -> Result<AddO
     if after > a.max_members {
         return Ok(AddOutcome::Full { members });
     }
+    let mut add = db.prepare_cached("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")?;
     for id in &added {
-        sqlx::query("INSERT INTO sc_topic_member (topic, member, added_ms) VALUES (?, ?, ?)")
-            .bind(&topic.id)
-            .bind(id)
-            .bind(a.now)
-            .execute(&mut *conn)
-            .await?;
+        add.execute((&topic.id, id, a.now))?;
     }
     Ok(AddOutcome::Added { topic: topic.id, added, already, unknown, members: after })
 }
 
-async fn remove_member(conn: &mut SqliteConnection, r: &RemoveMember) -> Result<RemoveOutcome, sqlx::Error> {
-    let Some(topic) = topic_for_member(&mut *conn, &r.topic, &r.caller).await? else {
+fn remove_member(db: &SyncDb, r: &RemoveMember, _: &Hub) -> rusqlite::Result<RemoveOutcome> {
+    let Some(topic) = topic_for_member_sync(db, &r.topic, &r.caller)? else {
         return Ok(RemoveOutcome::NotFound);
     };
     if r.member != r.caller && topic.owner != r.caller {
@@ -1151,62 +1132,48 @@ async fn remove_member(conn: &mut SqliteConnection, r: &RemoveMember) -> Result<
     if r.member == topic.owner {
         return Ok(RemoveOutcome::OwnerStays);
     }
-    let removed = sqlx::query("DELETE FROM sc_topic_member WHERE topic = ? AND member = ?")
-        .bind(&topic.id)
-        .bind(&r.member)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+    let removed = db
+        .prepare_cached("DELETE FROM sc_topic_member WHERE topic = ? AND member = ?")?
+        .execute((&topic.id, &r.member))?;
     Ok(if removed == 0 { RemoveOutcome::NotMember } else { RemoveOutcome::Removed(topic.id) })
 }
 
-async fn delete_topic(conn: &mut SqliteConnection, d: &DeleteTopic) -> Result<DeleteOutcome, sqlx::Error> {
-    let Some(topic) = topic_for_member(&mut *conn, &d.topic, &d.caller).await? else {
+fn delete_topic(db: &SyncDb, d: &DeleteTopic, _: &Hub) -> rusqlite::Result<DeleteOutcome> {
+    let Some(topic) = topic_for_member_sync(db, &d.topic, &d.caller)? else {
         return Ok(DeleteOutcome::NotFound);
     };
     if topic.owner != d.caller {
         return Ok(DeleteOutcome::NotOwner);
     }
-    sqlx::query("DELETE FROM sc_topic WHERE id = ?").bind(&topic.id).execute(&mut *conn).await?;
+    db.prepare_cached("DELETE FROM sc_topic WHERE id = ?")?.execute([&topic.id])?;
     Ok(DeleteOutcome::Deleted(topic.id))
 }
 
-async fn open_rendezvous(conn: &mut SqliteConnection, o: &OpenRendezvous) -> Result<Opened, sqlx::Error> {
-    if !exists(conn, &o.identity).await? {
+fn open_rendezvous(db: &SyncDb, o: &OpenRendezvous, _: &Hub) -> rusqlite::Result<Opened> {
+    if !exists(db, &o.identity)? {
         return Ok(Opened::NoCaller);
     }
-    let inserted = sqlx::query(
-        "INSERT INTO sc_rendezvous (token_hash, created_ms, expires_ms, version) VALUES (?, ?, ?, 1) \
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&o.token_hash)
-    .bind(o.now)
-    .bind(o.expires_ms)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    let inserted = db
+        .prepare_cached(
+            "INSERT INTO sc_rendezvous (token_hash, created_ms, expires_ms, version) VALUES (?, ?, ?, 1) \
+             ON CONFLICT DO NOTHING",
+        )?
+        .execute((&o.token_hash, o.now, o.expires_ms))?;
     if inserted == 0 {
         return Ok(Opened::TokenTaken);
     }
-    sqlx::query("INSERT INTO sc_rendezvous_claim (token_hash, role, identity, claimed_ms) VALUES (?, ?, ?, ?)")
-        .bind(&o.token_hash)
-        .bind(Role::Initiator.as_str())
-        .bind(&o.identity)
-        .bind(o.now)
-        .execute(&mut *conn)
-        .await?;
+    db.prepare_cached("INSERT INTO sc_rendezvous_claim (token_hash, role, identity, claimed_ms) VALUES (?, ?, ?, ?)")?
+        .execute((&o.token_hash, Role::Initiator.as_str(), &o.identity, o.now))?;
     Ok(Opened::Opened)
 }
 
-async fn bump(conn: &mut SqliteConnection, token_hash: &[u8]) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("UPDATE sc_rendezvous SET version = version + 1 WHERE token_hash = ? RETURNING version")
-        .bind(token_hash)
-        .fetch_one(&mut *conn)
-        .await
+fn bump(db: &SyncDb, token_hash: &[u8]) -> rusqlite::Result<i64> {
+    db.prepare_cached("UPDATE sc_rendezvous SET version = version + 1 WHERE token_hash = ? RETURNING version")?
+        .query_row([token_hash], |r| r.get(0))
 }
 
-async fn join_rendezvous(conn: &mut SqliteConnection, j: &JoinRendezvous) -> Result<(JoinOutcome, i64), sqlx::Error> {
-    let Some(row) = rendezvous_row(&mut *conn, &j.token_hash, j.now).await? else {
+fn join_rendezvous(db: &SyncDb, j: &JoinRendezvous, _: &Hub) -> rusqlite::Result<(JoinOutcome, i64)> {
+    let Some(row) = rendezvous_row_sync(db, &j.token_hash, j.now)? else {
         return Ok((JoinOutcome::Unknown, 0));
     };
     // 1. A claimant keeps its role (the initiator re-polls with its own token).
@@ -1217,66 +1184,57 @@ async fn join_rendezvous(conn: &mut SqliteConnection, j: &JoinRendezvous) -> Res
     if row.claims.iter().any(|(role, _)| *role == Role::Responder) {
         return Ok((JoinOutcome::RoleTaken, row.version));
     }
-    if !exists(conn, &j.identity).await? {
+    if !exists(db, &j.identity)? {
         return Ok((JoinOutcome::Unknown, 0));
     }
-    sqlx::query("INSERT INTO sc_rendezvous_claim (token_hash, role, identity, claimed_ms) VALUES (?, ?, ?, ?)")
-        .bind(&j.token_hash)
-        .bind(Role::Responder.as_str())
-        .bind(&j.identity)
-        .bind(j.now)
-        .execute(&mut *conn)
-        .await?;
-    let version = bump(conn, &j.token_hash).await?;
+    db.prepare_cached("INSERT INTO sc_rendezvous_claim (token_hash, role, identity, claimed_ms) VALUES (?, ?, ?, ?)")?
+        .execute((&j.token_hash, Role::Responder.as_str(), &j.identity, j.now))?;
+    let version = bump(db, &j.token_hash)?;
     Ok((JoinOutcome::Holds(Role::Responder), version))
 }
 
-async fn release_rendezvous(
-    conn: &mut SqliteConnection,
-    r: &ReleaseRendezvous,
-) -> Result<(Released, i64), sqlx::Error> {
-    let Some(row) = rendezvous_row(&mut *conn, &r.token_hash, r.now).await? else {
+fn release_rendezvous(db: &SyncDb, r: &ReleaseRendezvous, _: &Hub) -> rusqlite::Result<(Released, i64)> {
+    let Some(row) = rendezvous_row_sync(db, &r.token_hash, r.now)? else {
         return Ok((None, 0));
     };
     let Some((role, _)) = row.claims.iter().find(|(_, who)| *who == r.identity) else {
         return Ok((None, row.version));
     };
-    sqlx::query("DELETE FROM sc_rendezvous_claim WHERE token_hash = ? AND identity = ?")
-        .bind(&r.token_hash)
-        .bind(&r.identity)
-        .execute(&mut *conn)
-        .await?;
-    let version = bump(conn, &r.token_hash).await?;
+    db.prepare_cached("DELETE FROM sc_rendezvous_claim WHERE token_hash = ? AND identity = ?")?
+        .execute((&r.token_hash, &r.identity))?;
+    let version = bump(db, &r.token_hash)?;
     if row.claims.len() == 1 {
         // Nobody is left: the meeting is over.
-        sqlx::query("DELETE FROM sc_rendezvous WHERE token_hash = ?").bind(&r.token_hash).execute(&mut *conn).await?;
+        db.prepare_cached("DELETE FROM sc_rendezvous WHERE token_hash = ?")?.execute([&r.token_hash])?;
     }
     Ok((Some(*role), version))
 }
 
-async fn sweep(conn: &mut SqliteConnection, s: &Sweep) -> Result<ScSweepReport, sqlx::Error> {
+fn sweep(db: &SyncDb, s: &Sweep, _: &Hub) -> rusqlite::Result<ScSweepReport> {
     // Reclaiming an identity removes its inbox, memberships, owned topics and claims (cascade):
     // its token can no longer authenticate, so that mail is uncollectable (B.3.6). Mail it
     // sent to others stays.
-    let identities = sqlx::query("DELETE FROM sc_identity WHERE token_last_used_ms < ?")
-        .bind(s.tokens_unused_since)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    let idempotency_keys = sqlx::query("DELETE FROM sc_idempotency WHERE created_ms < ?")
-        .bind(s.idempotency_before)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    let rendezvous = sqlx::query("DELETE FROM sc_rendezvous WHERE expires_ms <= ?")
-        .bind(s.now)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+    let rows = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let identities = rows(
+        db.prepare_cached("DELETE FROM sc_identity WHERE token_last_used_ms < ?")?.execute([s.tokens_unused_since])?,
+    );
+    let idempotency_keys =
+        rows(db.prepare_cached("DELETE FROM sc_idempotency WHERE created_ms < ?")?.execute([s.idempotency_before])?);
+    let rendezvous = rows(db.prepare_cached("DELETE FROM sc_rendezvous WHERE expires_ms <= ?")?.execute([s.now])?);
     Ok(ScSweepReport { identities, idempotency_keys, rendezvous })
 }
 
 // ---- reads --------------------------------------------------------------------------------
+
+/// A rendezvous's head, if unexpired: parameters (token hash, now).
+const RENDEZVOUS_HEAD: &str = "SELECT expires_ms, version FROM sc_rendezvous WHERE token_hash = ? AND expires_ms > ?";
+/// A rendezvous's claims: parameter (token hash).
+const RENDEZVOUS_CLAIMS: &str = "SELECT role, identity FROM sc_rendezvous_claim WHERE token_hash = ? ORDER BY role";
+
+fn rendezvous_of(expires_ms: i64, version: i64, claims: Vec<(String, String)>) -> RendezvousRow {
+    let claims = claims.into_iter().filter_map(|(role, who)| Role::parse(&role).map(|r| (r, who))).collect();
+    RendezvousRow { expires_ms, version, claims }
+}
 
 async fn rendezvous_row(
     conn: &mut SqliteConnection,
@@ -1284,21 +1242,26 @@ async fn rendezvous_row(
     now: i64,
 ) -> Result<Option<RendezvousRow>, sqlx::Error> {
     let head: Option<(i64, i64)> =
-        sqlx::query_as("SELECT expires_ms, version FROM sc_rendezvous WHERE token_hash = ? AND expires_ms > ?")
-            .bind(token_hash)
-            .bind(now)
-            .fetch_optional(&mut *conn)
-            .await?;
+        sqlx::query_as(RENDEZVOUS_HEAD).bind(token_hash).bind(now).fetch_optional(&mut *conn).await?;
     let Some((expires_ms, version)) = head else {
         return Ok(None);
     };
-    let claims: Vec<(String, String)> =
-        sqlx::query_as("SELECT role, identity FROM sc_rendezvous_claim WHERE token_hash = ? ORDER BY role")
-            .bind(token_hash)
-            .fetch_all(&mut *conn)
-            .await?;
-    let claims = claims.into_iter().filter_map(|(role, who)| Role::parse(&role).map(|r| (r, who))).collect();
-    Ok(Some(RendezvousRow { expires_ms, version, claims }))
+    let claims = sqlx::query_as(RENDEZVOUS_CLAIMS).bind(token_hash).fetch_all(&mut *conn).await?;
+    Ok(Some(rendezvous_of(expires_ms, version, claims)))
+}
+
+/// [`rendezvous_row`] inside the writer's transaction.
+fn rendezvous_row_sync(db: &SyncDb, token_hash: &[u8], now: i64) -> rusqlite::Result<Option<RendezvousRow>> {
+    let head: Option<(i64, i64)> =
+        db.prepare_cached(RENDEZVOUS_HEAD)?.query_row((token_hash, now), |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+    let Some((expires_ms, version)) = head else {
+        return Ok(None);
+    };
+    let claims = db
+        .prepare_cached(RENDEZVOUS_CLAIMS)?
+        .query_map([token_hash], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Some(rendezvous_of(expires_ms, version, claims)))
 }
 
 /// Stringcup v2 storage: identities and tokens, inboxes, idempotency keys, topics, rendezvous.

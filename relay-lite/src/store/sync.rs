@@ -195,6 +195,24 @@ pub(crate) fn raw_error(e: rusqlite::Error) -> sqlx::Error {
     }
 }
 
+/// The result of a synchronous write, as the sqlx result the writer handles: a rusqlite error
+/// goes through [`raw_error`]; an sqlx error (a stored value that does not decode) stays as is.
+pub(crate) trait SyncResult<T> {
+    fn into_sqlx(self) -> Result<T, sqlx::Error>;
+}
+
+impl<T> SyncResult<T> for rusqlite::Result<T> {
+    fn into_sqlx(self) -> Result<T, sqlx::Error> {
+        self.map_err(raw_error)
+    }
+}
+
+impl<T> SyncResult<T> for Result<T, sqlx::Error> {
+    fn into_sqlx(self) -> Result<T, sqlx::Error> {
+        self
+    }
+}
+
 /// A failed SQLite call made through [`rusqlite`].
 #[derive(Debug, thiserror::Error)]
 #[error("{message} (SQLite code {extended})")]

@@ -205,7 +205,8 @@ macro_rules! request {
 pub(crate) use request;
 
 /// Implements [`Request`] on the SQLite writer's connection for request type `$req` answering
-/// `$out`, run synchronously by `fn $run(&SyncDb, &$req) -> Result<$out, sqlx::Error>` (see
+/// `$out`, run synchronously by `fn $run(&SyncDb, &$req, &Hub) -> Result<$out, E>` (`E` a rusqlite or
+/// an sqlx error, see [`super::sync::SyncResult`] and
 /// [`super::sync`]); further trait items go in the optional block.
 macro_rules! sync_request {
     ($req:ty => $out:ty, $run:path $(, { $($more:tt)* })?) => {
@@ -215,9 +216,9 @@ macro_rules! sync_request {
             fn run<'a>(
                 &'a self,
                 conn: &'a mut $crate::store::sync::WriterConn,
-                _: &'a $crate::hub::Hub,
+                hub: &'a $crate::hub::Hub,
             ) -> futures_util::future::BoxFuture<'a, Result<$out, sqlx::Error>> {
-                Box::pin(conn.with_sync(false, move |db| $run(db, self)))
+                Box::pin(conn.with_sync(false, move |db| $crate::store::sync::SyncResult::into_sqlx($run(db, self, hub))))
             }
 
             fn sync(&self) -> bool {
@@ -227,9 +228,9 @@ macro_rules! sync_request {
             fn run_sync(
                 &self,
                 db: &$crate::store::sync::SyncDb,
-                _: &$crate::hub::Hub,
+                hub: &$crate::hub::Hub,
             ) -> Result<$out, sqlx::Error> {
-                $run(db, self)
+                $crate::store::sync::SyncResult::into_sqlx($run(db, self, hub))
             }
 
             $($($more)*)?
