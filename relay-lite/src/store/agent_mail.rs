@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use async_trait::async_trait;
-use sqlx::{Row as _, SqliteConnection, SqlitePool};
+use rusqlite::OptionalExtension as _;
+use sqlx::{Row as _, SqlitePool};
 use switchboard_core::protocol::agent_identity::live_write::{DEFAULT_WINDOW_MS, LiveWrite, NonceCacheEntry};
 use switchboard_core::protocol::agent_identity::{AgentId, Hash32, Origin};
 use switchboard_core::protocol::agent_mail::Id16;
@@ -24,8 +25,9 @@ use switchboard_core::protocol::agent_mail::relay::{
     self, Admission, CurrentCard, Delivery, DeliveryResult, RelayError,
 };
 
-use super::sync::WriterConn;
-use super::writer::request;
+use super::sync::{SyncDb, SyncResult as _};
+use super::writer::sync_request;
+use crate::hub::Hub;
 use super::{SqliteStore, Store, StoreError};
 use crate::origin::PublicOrigins;
 
@@ -126,15 +128,15 @@ impl Deliver {
     }
 }
 
-request!(WriterConn, Publish => Decided<Published>, publish);
-request!(WriterConn, Deliver => Decided<DeliveryResult>, deliver, {
+sync_request!(Publish => Decided<Published>, publish);
+sync_request!(Deliver => Decided<DeliveryResult>, deliver, {
     fn bytes(&self) -> usize {
         self.payload_bytes()
     }
 });
-request!(WriterConn, Delete => (), delete);
-request!(WriterConn, Block => (), block);
-request!(WriterConn, Sweep => AmSweepReport, sweep);
+sync_request!(Delete => (), delete);
+sync_request!(Block => (), block);
+sync_request!(Sweep => AmSweepReport, sweep);
 
 pub(crate) fn corrupt(what: &str) -> sqlx::Error {
     sqlx::Error::Decode(format!("stored agent mail {what} does not verify").into())
@@ -144,17 +146,26 @@ pub(crate) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A mailbox's stored current card and its acceptance time: parameter (mailbox id).
+const CURRENT_CARD: &str = "SELECT card, accepted_at FROM am_mailboxes WHERE mailbox_id = ?";
+
 async fn current_card<'e, E>(db: E, mailbox: &Id16) -> Result<Option<CurrentCard>, sqlx::Error>
 where
     E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
 {
-    let row = sqlx::query("SELECT card, accepted_at FROM am_mailboxes WHERE mailbox_id = ?")
-        .bind(mailbox.to_string())
-        .fetch_optional(db)
-        .await?;
+    let row = sqlx::query(CURRENT_CARD).bind(mailbox.to_string()).fetch_optional(db).await?;
     let Some(row) = row else { return Ok(None) };
     let bytes: Vec<u8> = row.try_get("card")?;
     Ok(Some(parse_current(&bytes, row.try_get("accepted_at")?)?))
+}
+
+/// [`current_card`] inside the writer's transaction.
+fn current_card_sync(db: &SyncDb, mailbox: &Id16) -> Result<Option<CurrentCard>, sqlx::Error> {
+    let row: Option<(Vec<u8>, i64)> = db
+        .prepare_cached(CURRENT_CARD)
+        .and_then(|mut s| s.query_row([mailbox.to_string()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .into_sqlx()?;
+    row.map(|(bytes, accepted_at)| parse_current(&bytes, accepted_at)).transpose()
 }
 
 /// A stored current card, parsed and verified again.
@@ -193,19 +204,20 @@ pub(crate) fn verified_card(mailbox: &str, bytes: Vec<u8>) -> Result<MailboxCard
     Ok(card)
 }
 
-async fn publish(conn: &mut SqliteConnection, req: &Publish) -> Result<Decided<Published>, sqlx::Error> {
+fn publish(db: &SyncDb, req: &Publish, _: &Hub) -> Result<Decided<Published>, sqlx::Error> {
     let mailbox = req.card.mailbox_id();
-    let current = current_card(&mut *conn, &mailbox).await?;
+    let current = current_card_sync(db, &mailbox)?;
     let actor = req.card.owner().to_string();
-    let nonces = sqlx::query("SELECT max_nonce, valid_until FROM am_nonces WHERE actor = ?")
-        .bind(&actor)
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(|row| -> Result<_, sqlx::Error> {
-            let max: i64 = row.try_get("max_nonce")?;
-            Ok(NonceCacheEntry { max_nonce: max.max(0).unsigned_abs(), valid_until: row.try_get("valid_until")? })
+    let nonces = db
+        .prepare_cached("SELECT max_nonce, valid_until FROM am_nonces WHERE actor = ?")
+        .and_then(|mut s| {
+            s.query_row([&actor], |r| {
+                let max: i64 = r.get(0)?;
+                Ok(NonceCacheEntry { max_nonce: max.max(0).unsigned_abs(), valid_until: r.get(1)? })
+            })
+            .optional()
         })
-        .transpose()?;
+        .into_sqlx()?;
     let decision =
         relay::check_publish(&req.card, &req.origin, current.as_ref(), nonces.as_ref(), req.now, DEFAULT_WINDOW_MS);
     match decision {
@@ -216,27 +228,21 @@ async fn publish(conn: &mut SqliteConnection, req: &Publish) -> Result<Decided<P
         }
         Ok(LiveWrite::Accept) => {
             let entry = NonceCacheEntry::after_accept(nonces.as_ref(), req.card.nonce(), req.now, DEFAULT_WINDOW_MS);
-            sqlx::query(
-                "INSERT INTO am_nonces (actor, max_nonce, valid_until) VALUES (?, ?, ?) \
-                 ON CONFLICT (actor) DO UPDATE SET max_nonce = excluded.max_nonce, valid_until = excluded.valid_until",
-            )
-            .bind(&actor)
-            .bind(to_i64(entry.max_nonce))
-            .bind(entry.valid_until)
-            .execute(&mut *conn)
-            .await?;
-            sqlx::query(
-                "INSERT INTO am_mailboxes (mailbox_id, owner, card, accepted_at, receive_until) \
-                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (mailbox_id) DO UPDATE SET card = excluded.card, \
-                 accepted_at = excluded.accepted_at, receive_until = excluded.receive_until",
-            )
-            .bind(mailbox.to_string())
-            .bind(&actor)
-            .bind(req.card.to_jcs())
-            .bind(req.now)
-            .bind(req.card.payload().receive_until)
-            .execute(&mut *conn)
-            .await?;
+            let stored = || -> rusqlite::Result<()> {
+                db.prepare_cached(
+                    "INSERT INTO am_nonces (actor, max_nonce, valid_until) VALUES (?, ?, ?) \
+                     ON CONFLICT (actor) DO UPDATE SET max_nonce = excluded.max_nonce, valid_until = excluded.valid_until",
+                )?
+                .execute((&actor, to_i64(entry.max_nonce), entry.valid_until))?;
+                db.prepare_cached(
+                    "INSERT INTO am_mailboxes (mailbox_id, owner, card, accepted_at, receive_until) \
+                     VALUES (?, ?, ?, ?, ?) ON CONFLICT (mailbox_id) DO UPDATE SET card = excluded.card, \
+                     accepted_at = excluded.accepted_at, receive_until = excluded.receive_until",
+                )?
+                .execute((mailbox.to_string(), &actor, req.card.to_jcs(), req.now, req.card.payload().receive_until))?;
+                Ok(())
+            };
+            stored().into_sqlx()?;
             let current = CurrentCard { card: req.card.clone(), accepted_at: req.now };
             Ok(Ok(Published { current, resubmission: false }))
         }
@@ -247,26 +253,24 @@ async fn publish(conn: &mut SqliteConnection, req: &Publish) -> Result<Decided<P
 /// counters (`count`, `bytes`). The counters include expired packets the sweep has not reclaimed
 /// yet, so they bound the exact figures from above: fitting by the counters means fitting
 /// exactly; otherwise count the unexpired packets.
-async fn within_quota(
-    conn: &mut SqliteConnection,
+fn within_quota(
+    db: &SyncDb,
     mailbox: &str,
     (count, bytes): (i64, i64),
     size: i64,
     quota: Quota,
     now: i64,
-) -> Result<bool, sqlx::Error> {
+) -> rusqlite::Result<bool> {
     let fits = |count: i64, bytes: i64| count < quota.packets && bytes.saturating_add(size) <= quota.bytes;
     if fits(count, bytes) {
         return Ok(true);
     }
-    let (count, bytes): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM am_packets \
-         WHERE mailbox_id = ? AND body IS NOT NULL AND expires_at > ?",
-    )
-    .bind(mailbox)
-    .bind(now)
-    .fetch_one(&mut *conn)
-    .await?;
+    let (count, bytes): (i64, i64) = db
+        .prepare_cached(
+            "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM am_packets \
+             WHERE mailbox_id = ? AND body IS NOT NULL AND expires_at > ?",
+        )?
+        .query_row((mailbox, now), |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(fits(count, bytes))
 }
 
@@ -277,20 +281,22 @@ type DeliveryFacts = (Option<i64>, Option<Vec<u8>>, Option<i64>, Option<i64>, bo
 /// Two statements on the common path: one read of everything the decision needs, and one
 /// insert that takes the mailbox's next seq itself (its trigger, migration 0009, advances
 /// `next_seq` and the quota counters).
-async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<DeliveryResult>, sqlx::Error> {
+fn deliver(db: &SyncDb, req: &Deliver, _: &Hub) -> Result<Decided<DeliveryResult>, sqlx::Error> {
     let id = req.packet.id();
     let packet_id = id.to_string();
     let mailbox = req.path.to_string();
-    let (accepted_at, card, stored_packets, stored_bytes, blocked): DeliveryFacts = sqlx::query_as(
-        "SELECT (SELECT accepted_at FROM am_packets WHERE packet_id = ?1), m.card, m.stored_packets, m.stored_bytes, \
-         EXISTS (SELECT 1 FROM am_blocked WHERE mailbox_id = ?2 AND sender = ?3) \
-         FROM (SELECT 1) LEFT JOIN am_mailboxes AS m ON m.mailbox_id = ?2",
-    )
-    .bind(&packet_id)
-    .bind(&mailbox)
-    .bind(req.packet.sender().to_string())
-    .fetch_one(&mut *conn)
-    .await?;
+    let (accepted_at, card, stored_packets, stored_bytes, blocked): DeliveryFacts = db
+        .prepare_cached(
+            "SELECT (SELECT accepted_at FROM am_packets WHERE packet_id = ?1), m.card, m.stored_packets, \
+             m.stored_bytes, EXISTS (SELECT 1 FROM am_blocked WHERE mailbox_id = ?2 AND sender = ?3) \
+             FROM (SELECT 1) LEFT JOIN am_mailboxes AS m ON m.mailbox_id = ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row((&packet_id, &mailbox, req.packet.sender().to_string()), |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+        })
+        .into_sqlx()?;
     let seen = accepted_at.map(|accepted_at| DeliveryResult { packet_id: id, accepted_at });
     let current = card.map(|bytes| verified_card(&mailbox, bytes)).transpose()?;
     let admission = if blocked { Admission::Deny } else { Admission::Allow };
@@ -308,46 +314,42 @@ async fn deliver(conn: &mut SqliteConnection, req: &Deliver) -> Result<Decided<D
         Ok(Delivery::Accept) => {
             let size = i64::try_from(req.packet.size()).unwrap_or(i64::MAX);
             let counters = (stored_packets.unwrap_or(0), stored_bytes.unwrap_or(0));
-            if !within_quota(conn, &mailbox, counters, size, req.quota, req.now).await? {
+            if !within_quota(db, &mailbox, counters, size, req.quota, req.now).into_sqlx()? {
                 return Ok(Err(Refusal::Quota));
             }
-            sqlx::query_scalar::<_, i64>(
+            db.prepare_cached(
                 "INSERT INTO am_packets (packet_id, mailbox_id, seq, accepted_at, expires_at, size, body) \
                  SELECT ?1, mailbox_id, next_seq, ?3, ?4, ?5, ?6 FROM am_mailboxes WHERE mailbox_id = ?2 \
                  RETURNING seq",
             )
-            .bind(&packet_id)
-            .bind(&mailbox)
-            .bind(req.now)
-            .bind(req.packet.header().expires_at)
-            .bind(size)
-            .bind(&req.body)
-            .fetch_one(&mut *conn)
-            .await?;
+            .and_then(|mut s| {
+                s.query_row(
+                    (&packet_id, &mailbox, req.now, req.packet.header().expires_at, size, &req.body),
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .into_sqlx()?;
             Ok(Ok(DeliveryResult { packet_id: id, accepted_at: req.now }))
         }
     }
 }
 
-async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<(), sqlx::Error> {
+fn delete(db: &SyncDb, req: &Delete, _: &Hub) -> rusqlite::Result<()> {
     // The row stays as the acceptance tombstone; only the ciphertext goes.
     let mailbox = req.mailbox.to_string();
-    let freed: Option<i64> = sqlx::query_scalar(
-        "UPDATE am_packets SET body = NULL WHERE packet_id = ? AND mailbox_id = ? AND body IS NOT NULL RETURNING size",
-    )
-    .bind(req.packet_id.to_string())
-    .bind(&mailbox)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let freed: Option<i64> = db
+        .prepare_cached(
+            "UPDATE am_packets SET body = NULL WHERE packet_id = ? AND mailbox_id = ? AND body IS NOT NULL \
+             RETURNING size",
+        )?
+        .query_row((req.packet_id.to_string(), &mailbox), |r| r.get(0))
+        .optional()?;
     if let Some(size) = freed {
-        sqlx::query(
+        db.prepare_cached(
             "UPDATE am_mailboxes SET stored_packets = stored_packets - 1, stored_bytes = stored_bytes - ? \
              WHERE mailbox_id = ?",
-        )
-        .bind(size)
-        .bind(&mailbox)
-        .execute(&mut *conn)
-        .await?;
+        )?
+        .execute((size, &mailbox))?;
     }
     Ok(())
 }
@@ -356,47 +358,38 @@ async fn delete(conn: &mut SqliteConnection, req: &Delete) -> Result<(), sqlx::E
 /// packet expired, mailboxes whose current card's `receive_until` passed (every packet and
 /// tombstone has expired by then, so no retry can be mistaken for a new packet), and nonce cache
 /// entries past their validity.
-async fn sweep(conn: &mut SqliteConnection, req: &Sweep) -> Result<AmSweepReport, sqlx::Error> {
-    let packets = sqlx::query("DELETE FROM am_packets WHERE expires_at <= ?").bind(req.now).execute(&mut *conn).await?;
-    sqlx::query(
+fn sweep(db: &SyncDb, req: &Sweep, _: &Hub) -> rusqlite::Result<AmSweepReport> {
+    let rows = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let packets = db.prepare_cached("DELETE FROM am_packets WHERE expires_at <= ?")?.execute([req.now])?;
+    db.prepare_cached(
         "DELETE FROM am_blocked WHERE mailbox_id IN (SELECT mailbox_id FROM am_mailboxes WHERE receive_until <= ?)",
-    )
-    .bind(req.now)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
+    )?
+    .execute([req.now])?;
+    db.prepare_cached(
         "DELETE FROM am_packets WHERE mailbox_id IN (SELECT mailbox_id FROM am_mailboxes WHERE receive_until <= ?)",
-    )
-    .bind(req.now)
-    .execute(&mut *conn)
-    .await?;
-    let mailboxes =
-        sqlx::query("DELETE FROM am_mailboxes WHERE receive_until <= ?").bind(req.now).execute(&mut *conn).await?;
+    )?
+    .execute([req.now])?;
+    let mailboxes = db.prepare_cached("DELETE FROM am_mailboxes WHERE receive_until <= ?")?.execute([req.now])?;
     // Recount what the sweep reclaimed (it already scans the packets; this also heals counters).
-    sqlx::query(
+    db.prepare_cached(
         "UPDATE am_mailboxes SET \
          stored_packets = (SELECT COUNT(*) FROM am_packets p \
                            WHERE p.mailbox_id = am_mailboxes.mailbox_id AND p.body IS NOT NULL), \
          stored_bytes = (SELECT COALESCE(SUM(p.size), 0) FROM am_packets p \
                          WHERE p.mailbox_id = am_mailboxes.mailbox_id AND p.body IS NOT NULL)",
-    )
-    .execute(&mut *conn)
-    .await?;
-    let nonces = sqlx::query("DELETE FROM am_nonces WHERE valid_until <= ?").bind(req.now).execute(&mut *conn).await?;
-    Ok(AmSweepReport {
-        packets: packets.rows_affected(),
-        mailboxes: mailboxes.rows_affected(),
-        nonces: nonces.rows_affected(),
-    })
+    )?
+    .execute([])?;
+    let nonces = db.prepare_cached("DELETE FROM am_nonces WHERE valid_until <= ?")?.execute([req.now])?;
+    Ok(AmSweepReport { packets: rows(packets), mailboxes: rows(mailboxes), nonces: rows(nonces) })
 }
 
-async fn block(conn: &mut SqliteConnection, req: &Block) -> Result<(), sqlx::Error> {
+fn block(db: &SyncDb, req: &Block, _: &Hub) -> rusqlite::Result<()> {
     let sql = if req.blocked {
         "INSERT OR IGNORE INTO am_blocked (mailbox_id, sender) VALUES (?, ?)"
     } else {
         "DELETE FROM am_blocked WHERE mailbox_id = ? AND sender = ?"
     };
-    sqlx::query(sql).bind(req.mailbox.to_string()).bind(req.sender.to_string()).execute(&mut *conn).await?;
+    db.prepare_cached(sql)?.execute((req.mailbox.to_string(), req.sender.to_string()))?;
     Ok(())
 }
 

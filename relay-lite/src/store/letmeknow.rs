@@ -12,13 +12,13 @@
 
 use async_trait::async_trait;
 use axum::body::Bytes;
-use futures_util::future::BoxFuture;
-use sqlx::{Row as _, SqliteConnection};
+use rusqlite::OptionalExtension as _;
+use sqlx::Row as _;
 use switchboard_core::protocol::letmeknow::header::ContentType;
 use switchboard_core::util::{hex, sha256};
 
-use super::sync::WriterConn;
-use super::writer::Request;
+use super::sync::SyncDb;
+use super::writer::sync_request;
 use super::{LetmeknowStore, SqliteStore, Store, StoreError};
 use crate::hub::Hub;
 
@@ -138,128 +138,71 @@ impl PutBlob {
     }
 }
 
-impl Request<WriterConn> for Post {
-    type Out = PostOutcome;
-
+sync_request!(Post => PostOutcome, post, {
     fn bytes(&self) -> usize {
         self.data.len()
-    }
-
-    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<PostOutcome, sqlx::Error>> {
-        Box::pin(post(conn, self))
     }
 
     fn wakeup(&self, out: &PostOutcome) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
-}
-
-impl Request<WriterConn> for CreateInvite {
-    type Out = InviteOutcome;
-
-    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
-        Box::pin(create_invite(conn, self))
-    }
-}
-
-impl Request<WriterConn> for PutBlob {
-    type Out = InviteOutcome;
-
+});
+sync_request!(CreateInvite => InviteOutcome, create_invite);
+sync_request!(PutBlob => InviteOutcome, put_blob, {
     fn bytes(&self) -> usize {
         self.data.len()
-    }
-
-    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<InviteOutcome, sqlx::Error>> {
-        Box::pin(put_blob(conn, self))
     }
 
     fn wakeup(&self, out: &InviteOutcome) -> Option<(String, i64)> {
         self.wakeup_for(out)
     }
-}
+});
+sync_request!(Sweep => LmkSweepReport, sweep);
 
-impl Request<WriterConn> for Sweep {
-    type Out = LmkSweepReport;
-
-    fn run<'a>(&'a self, conn: &'a mut WriterConn, _: &'a Hub) -> BoxFuture<'a, Result<LmkSweepReport, sqlx::Error>> {
-        Box::pin(sweep(conn, self))
-    }
-}
-
-async fn post(conn: &mut SqliteConnection, req: &Post) -> Result<PostOutcome, sqlx::Error> {
-    sqlx::query("INSERT INTO lmk_groups (group_id, last_active) VALUES (?, ?) ON CONFLICT (group_id) DO NOTHING")
-        .bind(&req.gid)
-        .bind(req.now)
-        .execute(&mut *conn)
-        .await?;
-    let row = sqlx::query("SELECT epoch, next_seq FROM lmk_groups WHERE group_id = ?")
-        .bind(&req.gid)
-        .fetch_one(&mut *conn)
-        .await?;
-    let (current, seq): (i64, i64) = (row.try_get("epoch")?, row.try_get("next_seq")?);
+fn post(db: &SyncDb, req: &Post, _: &Hub) -> rusqlite::Result<PostOutcome> {
+    db.prepare_cached("INSERT INTO lmk_groups (group_id, last_active) VALUES (?, ?) ON CONFLICT (group_id) DO NOTHING")?
+        .execute((&req.gid, req.now))?;
+    let (current, seq): (i64, i64) = db
+        .prepare_cached("SELECT epoch, next_seq FROM lmk_groups WHERE group_id = ?")?
+        .query_row([&req.gid], |r| Ok((r.get(0)?, r.get(1)?)))?;
     if req.epoch != current {
         return Ok(PostOutcome::WrongEpoch { current });
     }
     let epoch = if req.commit { current.saturating_add(1) } else { current };
-    sqlx::query("UPDATE lmk_groups SET epoch = ?, next_seq = ?, last_active = ? WHERE group_id = ?")
-        .bind(epoch)
-        .bind(seq + 1)
-        .bind(req.now)
-        .bind(&req.gid)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("INSERT INTO lmk_messages (group_id, seq, received_at, data) VALUES (?, ?, ?, ?)")
-        .bind(&req.gid)
-        .bind(seq)
-        .bind(req.now)
-        .bind(req.data.as_ref())
-        .execute(&mut *conn)
-        .await?;
+    db.prepare_cached("UPDATE lmk_groups SET epoch = ?, next_seq = ?, last_active = ? WHERE group_id = ?")?
+        .execute((epoch, seq + 1, req.now, &req.gid))?;
+    db.prepare_cached("INSERT INTO lmk_messages (group_id, seq, received_at, data) VALUES (?, ?, ?, ?)")?
+        .execute((&req.gid, seq, req.now, req.data.as_ref()))?;
     Ok(PostOutcome::Stored { seq })
 }
 
-async fn create_invite(conn: &mut SqliteConnection, req: &CreateInvite) -> Result<InviteOutcome, sqlx::Error> {
+fn create_invite(db: &SyncDb, req: &CreateInvite, _: &Hub) -> rusqlite::Result<InviteOutcome> {
     // An expired invite is gone, even if the sweep has not deleted it yet.
-    sqlx::query("DELETE FROM lmk_invites WHERE invite_id = ? AND expires_at <= ?")
-        .bind(&req.id)
-        .bind(req.now)
-        .execute(&mut *conn)
-        .await?;
-    let inserted = sqlx::query(
-        "INSERT INTO lmk_invites (invite_id, owner_hash, expires_at) VALUES (?, ?, ?) \
-         ON CONFLICT (invite_id) DO NOTHING",
-    )
-    .bind(&req.id)
-    .bind(&req.owner_hash)
-    .bind(req.expires_at)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    db.prepare_cached("DELETE FROM lmk_invites WHERE invite_id = ? AND expires_at <= ?")?.execute((&req.id, req.now))?;
+    let inserted = db
+        .prepare_cached(
+            "INSERT INTO lmk_invites (invite_id, owner_hash, expires_at) VALUES (?, ?, ?) \
+             ON CONFLICT (invite_id) DO NOTHING",
+        )?
+        .execute((&req.id, &req.owner_hash, req.expires_at))?;
     Ok(if inserted == 1 { InviteOutcome::Done } else { InviteOutcome::Conflict })
 }
 
-async fn put_blob(conn: &mut SqliteConnection, req: &PutBlob) -> Result<InviteOutcome, sqlx::Error> {
-    let row = sqlx::query(
-        "SELECT owner_hash, join_data IS NOT NULL AS joined, welcome_data IS NOT NULL AS welcomed \
-         FROM lmk_invites WHERE invite_id = ? AND expires_at > ?",
-    )
-    .bind(&req.id)
-    .bind(req.now)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else { return Ok(InviteOutcome::Gone) };
-    let (owner_hash, joined, welcomed): (String, bool, bool) =
-        (row.try_get("owner_hash")?, row.try_get("joined")?, row.try_get("welcomed")?);
+fn put_blob(db: &SyncDb, req: &PutBlob, _: &Hub) -> rusqlite::Result<InviteOutcome> {
+    let row: Option<(String, bool, bool)> = db
+        .prepare_cached(
+            "SELECT owner_hash, join_data IS NOT NULL, welcome_data IS NOT NULL \
+             FROM lmk_invites WHERE invite_id = ? AND expires_at > ?",
+        )?
+        .query_row((&req.id, req.now), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((owner_hash, joined, welcomed)) = row else { return Ok(InviteOutcome::Gone) };
     match &req.owner_hash {
         None => {
             if joined {
                 return Ok(InviteOutcome::Conflict);
             }
-            sqlx::query("UPDATE lmk_invites SET join_data = ? WHERE invite_id = ?")
-                .bind(&req.data)
-                .bind(&req.id)
-                .execute(&mut *conn)
-                .await?;
+            db.prepare_cached("UPDATE lmk_invites SET join_data = ? WHERE invite_id = ?")?.execute((&req.data, &req.id))?;
         }
         Some(given) => {
             if !constant_time_eq(given.as_bytes(), owner_hash.as_bytes()) {
@@ -268,11 +211,8 @@ async fn put_blob(conn: &mut SqliteConnection, req: &PutBlob) -> Result<InviteOu
             if !joined || welcomed {
                 return Ok(InviteOutcome::Conflict);
             }
-            sqlx::query("UPDATE lmk_invites SET welcome_data = ? WHERE invite_id = ?")
-                .bind(&req.data)
-                .bind(&req.id)
-                .execute(&mut *conn)
-                .await?;
+            db.prepare_cached("UPDATE lmk_invites SET welcome_data = ? WHERE invite_id = ?")?
+                .execute((&req.data, &req.id))?;
         }
     }
     Ok(InviteOutcome::Done)
@@ -282,15 +222,11 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn sweep(conn: &mut SqliteConnection, req: &Sweep) -> Result<LmkSweepReport, sqlx::Error> {
-    let messages = sqlx::query("DELETE FROM lmk_messages WHERE received_at < ?")
-        .bind(req.messages_before)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    let invites =
-        sqlx::query("DELETE FROM lmk_invites WHERE expires_at <= ?").bind(req.now).execute(&mut *conn).await?;
-    Ok(LmkSweepReport { messages, invites: invites.rows_affected() })
+fn sweep(db: &SyncDb, req: &Sweep, _: &Hub) -> rusqlite::Result<LmkSweepReport> {
+    let rows = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let messages = db.prepare_cached("DELETE FROM lmk_messages WHERE received_at < ?")?.execute([req.messages_before])?;
+    let invites = db.prepare_cached("DELETE FROM lmk_invites WHERE expires_at <= ?")?.execute([req.now])?;
+    Ok(LmkSweepReport { messages: rows(messages), invites: rows(invites) })
 }
 
 /// A live invite as read.
