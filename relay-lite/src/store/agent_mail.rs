@@ -27,8 +27,8 @@ use switchboard_core::protocol::agent_mail::relay::{
 
 use super::sync::{SyncDb, SyncResult as _};
 use super::writer::sync_request;
-use crate::hub::Hub;
 use super::{SqliteStore, Store, StoreError};
+use crate::hub::Hub;
 use crate::origin::PublicOrigins;
 
 /// What one mailbox may hold before the next new packet gets `rate_limited` (checked before
@@ -239,7 +239,13 @@ fn publish(db: &SyncDb, req: &Publish, _: &Hub) -> Result<Decided<Published>, sq
                      VALUES (?, ?, ?, ?, ?) ON CONFLICT (mailbox_id) DO UPDATE SET card = excluded.card, \
                      accepted_at = excluded.accepted_at, receive_until = excluded.receive_until",
                 )?
-                .execute((mailbox.to_string(), &actor, req.card.to_jcs(), req.now, req.card.payload().receive_until))?;
+                .execute((
+                    mailbox.to_string(),
+                    &actor,
+                    req.card.to_jcs(),
+                    req.now,
+                    req.card.payload().receive_until,
+                ))?;
                 Ok(())
             };
             stored().into_sqlx()?;
@@ -323,10 +329,9 @@ fn deliver(db: &SyncDb, req: &Deliver, _: &Hub) -> Result<Decided<DeliveryResult
                  RETURNING seq",
             )
             .and_then(|mut s| {
-                s.query_row(
-                    (&packet_id, &mailbox, req.now, req.packet.header().expires_at, size, &req.body),
-                    |r| r.get::<_, i64>(0),
-                )
+                s.query_row((&packet_id, &mailbox, req.now, req.packet.header().expires_at, size, &req.body), |r| {
+                    r.get::<_, i64>(0)
+                })
             })
             .into_sqlx()?;
             Ok(Ok(DeliveryResult { packet_id: id, accepted_at: req.now }))

@@ -160,8 +160,10 @@ sync_request!(PutBlob => InviteOutcome, put_blob, {
 sync_request!(Sweep => LmkSweepReport, sweep);
 
 fn post(db: &SyncDb, req: &Post, _: &Hub) -> rusqlite::Result<PostOutcome> {
-    db.prepare_cached("INSERT INTO lmk_groups (group_id, last_active) VALUES (?, ?) ON CONFLICT (group_id) DO NOTHING")?
-        .execute((&req.gid, req.now))?;
+    db.prepare_cached(
+        "INSERT INTO lmk_groups (group_id, last_active) VALUES (?, ?) ON CONFLICT (group_id) DO NOTHING",
+    )?
+    .execute((&req.gid, req.now))?;
     let (current, seq): (i64, i64) = db
         .prepare_cached("SELECT epoch, next_seq FROM lmk_groups WHERE group_id = ?")?
         .query_row([&req.gid], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -171,14 +173,19 @@ fn post(db: &SyncDb, req: &Post, _: &Hub) -> rusqlite::Result<PostOutcome> {
     let epoch = if req.commit { current.saturating_add(1) } else { current };
     db.prepare_cached("UPDATE lmk_groups SET epoch = ?, next_seq = ?, last_active = ? WHERE group_id = ?")?
         .execute((epoch, seq + 1, req.now, &req.gid))?;
-    db.prepare_cached("INSERT INTO lmk_messages (group_id, seq, received_at, data) VALUES (?, ?, ?, ?)")?
-        .execute((&req.gid, seq, req.now, req.data.as_ref()))?;
+    db.prepare_cached("INSERT INTO lmk_messages (group_id, seq, received_at, data) VALUES (?, ?, ?, ?)")?.execute((
+        &req.gid,
+        seq,
+        req.now,
+        req.data.as_ref(),
+    ))?;
     Ok(PostOutcome::Stored { seq })
 }
 
 fn create_invite(db: &SyncDb, req: &CreateInvite, _: &Hub) -> rusqlite::Result<InviteOutcome> {
     // An expired invite is gone, even if the sweep has not deleted it yet.
-    db.prepare_cached("DELETE FROM lmk_invites WHERE invite_id = ? AND expires_at <= ?")?.execute((&req.id, req.now))?;
+    db.prepare_cached("DELETE FROM lmk_invites WHERE invite_id = ? AND expires_at <= ?")?
+        .execute((&req.id, req.now))?;
     let inserted = db
         .prepare_cached(
             "INSERT INTO lmk_invites (invite_id, owner_hash, expires_at) VALUES (?, ?, ?) \
@@ -202,7 +209,8 @@ fn put_blob(db: &SyncDb, req: &PutBlob, _: &Hub) -> rusqlite::Result<InviteOutco
             if joined {
                 return Ok(InviteOutcome::Conflict);
             }
-            db.prepare_cached("UPDATE lmk_invites SET join_data = ? WHERE invite_id = ?")?.execute((&req.data, &req.id))?;
+            db.prepare_cached("UPDATE lmk_invites SET join_data = ? WHERE invite_id = ?")?
+                .execute((&req.data, &req.id))?;
         }
         Some(given) => {
             if !constant_time_eq(given.as_bytes(), owner_hash.as_bytes()) {
@@ -224,7 +232,8 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 fn sweep(db: &SyncDb, req: &Sweep, _: &Hub) -> rusqlite::Result<LmkSweepReport> {
     let rows = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-    let messages = db.prepare_cached("DELETE FROM lmk_messages WHERE received_at < ?")?.execute([req.messages_before])?;
+    let messages =
+        db.prepare_cached("DELETE FROM lmk_messages WHERE received_at < ?")?.execute([req.messages_before])?;
     let invites = db.prepare_cached("DELETE FROM lmk_invites WHERE expires_at <= ?")?.execute([req.now])?;
     Ok(LmkSweepReport { messages: rows(messages), invites: rows(invites) })
 }

@@ -23,7 +23,7 @@ pub mod stringcup;
 pub(crate) mod sync;
 pub(crate) mod writer;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -281,64 +281,34 @@ fn connect_options(path: &Path) -> SqliteConnectOptions {
 /// autocommit off (`OP_Savepoint` sets `db->autoCommit = 0` after a failed commit), and every
 /// later batch only released a nested savepoint: answered `2xx`, never committed, no fsync.
 /// A plain `BEGIN` fails inside a transaction, so here every batch first proves the connection
-/// is in autocommit mode, and its `COMMIT` ends the outermost transaction.
+/// is in autocommit mode, and its `COMMIT` ends the outermost transaction. (The writer's
+/// connection is rusqlite's now, which keeps no such count; the rule stays.)
 struct SqliteBackend {
-    options: SqliteConnectOptions,
+    path: PathBuf,
 }
 
 impl Backend for SqliteBackend {
     type Conn = WriterConn;
 
     fn connect(&self) -> BoxFuture<'_, Result<WriterConn, sqlx::Error>> {
-        Box::pin(async move {
-            let conn = self.options.connect().await?;
-            Ok(WriterConn::new(conn, self.options.get_filename()))
-        })
+        Box::pin(std::future::ready(WriterConn::open(&self.path)))
     }
 
-    /// Deferred to the batch's first statement ([`WriterConn::begin`]): a batch of synchronous
-    /// writes then begins, applies and commits under one lock of the handle.
     fn begin<'a>(&'a self, conn: &'a mut WriterConn) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        conn.begin();
-        Box::pin(async { Ok(()) })
+        Box::pin(std::future::ready(conn.execute("BEGIN IMMEDIATE")))
     }
 
-    /// A batch of only synchronous writes runs on the writer's own connection
-    /// ([`WriterConn::run_own`]). Otherwise each run of synchronous writes runs under one lock of
-    /// sqlx's handle ([`sync`]) and the others one by one through sqlx, all in order, in one
-    /// transaction; a batch whose last run is synchronous commits under that run's lock.
+    /// Every write synchronously, in order, then the commit: the batch never leaves the
+    /// writer's thread ([`sync`]).
     fn apply_and_commit<'a>(
         &'a self,
         conn: &'a mut WriterConn,
         batch: &'a mut [writer::BoxOp<WriterConn>],
         cx: &'a mut writer::BatchCx<'_>,
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            if batch.iter().all(|op| op.is_sync()) {
-                return conn.run_own(|db| batch.iter_mut().try_for_each(|op| op.apply_sync(db, cx)));
-            }
-            let mut rest = batch;
-            while !rest.is_empty() {
-                let run = rest.iter().take_while(|op| op.is_sync()).count();
-                let (now, after) = std::mem::take(&mut rest).split_at_mut(run.max(1));
-                match now {
-                    [op] if run == 0 => {
-                        conn.begin_now().await?;
-                        op.apply(conn, cx).await?;
-                    }
-                    _ => {
-                        let last = after.is_empty();
-                        conn.with_sync(last, |db| now.iter_mut().try_for_each(|op| op.apply_sync(db, cx))).await?;
-                        if last {
-                            return Ok(());
-                        }
-                    }
-                }
-                rest = after;
-            }
-            // SQLite's commit announces nothing (wake-ups are local, published after it).
-            conn.commit().await
-        })
+        let applied = batch.iter_mut().try_for_each(|op| op.apply_sync(conn.db(), cx));
+        // SQLite's commit announces nothing (wake-ups are local, published after it).
+        Box::pin(std::future::ready(applied.and_then(|()| conn.execute("COMMIT"))))
     }
 
     fn commit<'a>(
@@ -346,27 +316,20 @@ impl Backend for SqliteBackend {
         conn: &'a mut WriterConn,
         _wakeups: &'a [(String, i64)],
     ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(conn.commit())
+        Box::pin(std::future::ready(conn.execute("COMMIT")))
     }
 
     fn discard(&self, conn: WriterConn) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let mut conn = conn.into_inner().await;
-            // SQLite may already have rolled back by itself; then this ROLLBACK fails, harmlessly.
-            // Closing the connection ends whatever transaction SQLite may still hold.
-            let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
-            if let Err(e) = conn.close().await {
-                tracing::warn!(error = %e, "closing the failed writer connection");
-            }
-        })
+        // SQLite may already have rolled back by itself; then this ROLLBACK fails, harmlessly.
+        // Closing the connection ends whatever transaction SQLite may still hold.
+        let _ = conn.execute("ROLLBACK");
+        conn.close();
+        Box::pin(std::future::ready(()))
     }
 
     fn close(&self, conn: WriterConn) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            if let Err(e) = conn.into_inner().await.close().await {
-                tracing::warn!(error = %e, "closing the writer connection");
-            }
-        })
+        conn.close();
+        Box::pin(std::future::ready(()))
     }
 }
 
@@ -379,6 +342,7 @@ impl SqliteStore {
         let options = connect_options(&path);
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
+        conn.close().await?;
         let read = SqlitePoolOptions::new()
             .max_connections(4)
             .min_connections(1)
@@ -388,8 +352,9 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
-        let writer = Writer::start_on_thread(SqliteBackend { options }, WriterConn::new(conn, &path), hub.clone())
-            .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
+        let writer =
+            Writer::start_on_thread(SqliteBackend { path: path.clone() }, WriterConn::open(&path)?, hub.clone())
+                .map_err(|e| StoreError::Io(Arc::new(sqlx::Error::Io(e))))?;
         Ok(Self { writer, read, hub, claim: std::sync::Mutex::new(Some(claim)) })
     }
 
@@ -586,6 +551,10 @@ mod tests {
             Box::pin(async { Err(sqlx::Error::Protocol("refused on purpose".into())) })
         }
 
+        fn apply_sync(&mut self, _: &sync::SyncDb, _: &mut writer::BatchCx<'_>) -> Result<(), sqlx::Error> {
+            Err(sqlx::Error::Protocol("refused on purpose".into()))
+        }
+
         fn finish(self: Box<Self>, _: &Result<(), StoreError>, _: &Hub) {}
     }
 
@@ -600,15 +569,15 @@ mod tests {
     /// Runs `ops` as one batch (all queued before the writer starts, then a close) on the
     /// database in `dir`.
     async fn one_batch(dir: &Path, ops: Vec<writer::BoxOp<WriterConn>>) {
-        let options = connect_options(&dir.join(DB_FILE));
-        let conn = WriterConn::new(options.connect().await.unwrap(), &dir.join(DB_FILE));
+        let path = dir.join(DB_FILE);
+        let conn = WriterConn::open(&path).unwrap();
         let (queue, writes) = tokio::sync::mpsc::channel(ops.len() + 1);
         for op in ops {
             queue.try_send(writer::Msg::Op(op)).unwrap();
         }
         let (done, closed) = tokio::sync::oneshot::channel();
         queue.try_send(writer::Msg::Close(done)).unwrap();
-        writer::run(SqliteBackend { options }, conn, writes, Arc::new(Hub::default())).await;
+        writer::run(SqliteBackend { path }, conn, writes, Arc::new(Hub::default())).await;
         closed.await.unwrap();
     }
 
@@ -632,11 +601,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn synchronous_writes_run_in_queue_order_with_the_others_in_one_transaction() {
+    async fn a_batch_runs_its_writes_in_queue_order_in_one_transaction() {
         let dir = tempfile::tempdir().unwrap();
         SqliteStore::open(dir.path(), Arc::new(Hub::default())).await.unwrap().close().await;
-        // A deposit (synchronous) before the login (through sqlx) that creates its mailbox, then
-        // two after it: each sees exactly the writes queued before it.
+        // A deposit before the login that creates its mailbox, then two after it: each sees
+        // exactly the writes queued before it.
         let (early, early_out) = queued(deposit("m"));
         let (created, created_out) = queued(login("m"));
         let (first, first_out) = queued(deposit("m"));
@@ -647,7 +616,7 @@ mod tests {
         assert_eq!(first_out.await.unwrap().unwrap(), DepositOutcome::Stored { seq: 1 });
         assert_eq!(second_out.await.unwrap().unwrap(), DepositOutcome::Stored { seq: 2 });
 
-        // A batch that fails after synchronous writes: all of it rolls back, every caller hears.
+        // A batch that fails after some writes: all of it rolls back, every caller hears.
         let (created, created_out) = queued(login("n"));
         let (stored, stored_out) = queued(deposit("n"));
         let (more, more_out) = queued(deposit("m"));

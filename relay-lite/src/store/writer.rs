@@ -72,13 +72,8 @@ pub(crate) trait WriteOp<C>: Send {
     /// a retried batch, replaces it).
     fn apply<'a>(&'a mut self, conn: &'a mut C, cx: &'a mut BatchCx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
 
-    /// Whether the write can also run synchronously ([`WriteOp::apply_sync`]).
-    fn is_sync(&self) -> bool {
-        false
-    }
-
-    /// Runs the write like [`WriteOp::apply`], synchronously on the SQLite connection's handle
-    /// (only for a write that [`WriteOp::is_sync`]).
+    /// Runs the write like [`WriteOp::apply`], synchronously on the SQLite writer's connection
+    /// (how the SQLite backend applies every write, see [`super::sync`]).
     fn apply_sync(&mut self, _db: &SyncDb, _cx: &mut BatchCx<'_>) -> Result<(), sqlx::Error> {
         Err(sqlx::Error::Protocol("this write has no synchronous path".into()))
     }
@@ -139,15 +134,8 @@ pub(crate) trait Request<C>: Send + Sync + 'static {
     /// Runs the request inside the batch transaction.
     fn run<'a>(&'a self, conn: &'a mut C, hub: &'a Hub) -> BoxFuture<'a, Result<Self::Out, sqlx::Error>>;
 
-    /// Whether [`Request::run_sync`] can run this request: the SQLite writer then runs a batch of
-    /// only such requests on a connection of its own, and a run of them among others under one
-    /// lock of its sqlx connection's handle ([`super::sync`]).
-    fn sync(&self) -> bool {
-        false
-    }
-
-    /// Runs the request inside the batch transaction, synchronously on the SQLite connection's
-    /// handle (only for a request that [`Request::sync`]).
+    /// Runs the request inside the batch transaction, synchronously on the SQLite writer's
+    /// connection (every SQLite request has this path: [`sync_request`]).
     fn run_sync(&self, _db: &SyncDb, _hub: &Hub) -> Result<Self::Out, sqlx::Error> {
         Err(sqlx::Error::Protocol("this write has no synchronous path".into()))
     }
@@ -205,9 +193,9 @@ macro_rules! request {
 pub(crate) use request;
 
 /// Implements [`Request`] on the SQLite writer's connection for request type `$req` answering
-/// `$out`, run synchronously by `fn $run(&SyncDb, &$req, &Hub) -> Result<$out, E>` (`E` a rusqlite or
-/// an sqlx error, see [`super::sync::SyncResult`] and
-/// [`super::sync`]); further trait items go in the optional block.
+/// `$out`, run synchronously by `fn $run(&SyncDb, &$req, &Hub) -> Result<$out, E>`, `E` a
+/// rusqlite or an sqlx error ([`super::sync::SyncResult`]); further trait items go in the
+/// optional block.
 macro_rules! sync_request {
     ($req:ty => $out:ty, $run:path $(, { $($more:tt)* })?) => {
         impl $crate::store::writer::Request<$crate::store::sync::WriterConn> for $req {
@@ -218,11 +206,7 @@ macro_rules! sync_request {
                 conn: &'a mut $crate::store::sync::WriterConn,
                 hub: &'a $crate::hub::Hub,
             ) -> futures_util::future::BoxFuture<'a, Result<$out, sqlx::Error>> {
-                Box::pin(conn.with_sync(false, move |db| $crate::store::sync::SyncResult::into_sqlx($run(db, self, hub))))
-            }
-
-            fn sync(&self) -> bool {
-                true
+                Box::pin(std::future::ready($crate::store::sync::SyncResult::into_sqlx($run(conn.db(), self, hub))))
             }
 
             fn run_sync(
@@ -272,10 +256,6 @@ impl<C: Send, R: Request<C>> WriteOp<C> for Pending<R, R::Out> {
         })
     }
 
-    fn is_sync(&self) -> bool {
-        self.req.sync()
-    }
-
     fn apply_sync(&mut self, db: &SyncDb, cx: &mut BatchCx<'_>) -> Result<(), sqlx::Error> {
         let out = self.req.run_sync(db, cx.hub)?;
         self.applied(out, cx);
@@ -303,10 +283,8 @@ impl<C: Send + 'static> Writer<C> {
     }
 
     /// Starts the writer on a thread of its own (a current-thread runtime), for a backend whose
-    /// connection does its I/O on its own worker thread (SQLite). The writer awaits each
-    /// statement in turn; on the shared runtime each of those wake-ups queued behind the request
-    /// tasks' CPU work (strict parsing, hashing, signature checks, on 2 cores), so every batch
-    /// took longer to apply and commit (BENCHMARKS.md, "the writer on its own thread").
+    /// writes block (SQLite: every statement and the commit's fsync run on the writer's thread,
+    /// [`super::sync`]), so they never hold a runtime worker the request tasks need.
     pub(crate) fn start_on_thread<B: Backend<Conn = C>>(backend: B, conn: C, hub: Arc<Hub>) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
         let (writes, queue) = mpsc::channel(QUEUE);
