@@ -1,5 +1,6 @@
 //! Upgrades of an existing SQLite database: a migration that adds counters starts them from what
-//! the database already holds, so limits read from the counters hold across the upgrade.
+//! the database already holds, so limits read from the counters hold across the upgrade; one
+//! that reshapes a table or a statistic keeps what it held.
 
 // Tests: a failed setup should stop the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -7,10 +8,25 @@
 use std::sync::Arc;
 
 use relay_lite::hub::Hub;
-use relay_lite::store::stringcup::{NewMessage, PendingCaps, PendingLimit, SendOutcome, SendRequest};
+use relay_lite::store::stringcup::{NewMessage, PendingCaps, PendingLimit, SendOutcome, SendRequest, Sweep};
 use relay_lite::store::{DB_FILE, Store};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{ConnectOptions as _, Connection as _};
+
+/// A database in `dir` migrated up to (not including) migration `version`.
+async fn migrated_before(dir: &std::path::Path, version: i64) -> sqlx::SqliteConnection {
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join(DB_FILE))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal);
+    let mut conn = options.connect().await.unwrap();
+    let mut before = sqlx::migrate!("./migrations");
+    let upto: Vec<_> = before.migrations.iter().filter(|m| m.version < version).cloned().collect();
+    assert_eq!(upto.len(), usize::try_from(version - 1).unwrap(), "the migrations before {version}");
+    before.migrations = upto.into();
+    before.run(&mut conn).await.unwrap();
+    conn
+}
 
 fn send(sender: &str, caps: PendingCaps) -> SendRequest {
     SendRequest {
@@ -34,16 +50,7 @@ fn send(sender: &str, caps: PendingCaps) -> SendRequest {
 #[tokio::test]
 async fn the_stringcup_pending_counters_start_from_what_waited_before_the_upgrade() {
     let dir = tempfile::tempdir().unwrap();
-    let options = SqliteConnectOptions::new()
-        .filename(dir.path().join(DB_FILE))
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal);
-    let mut conn = options.connect().await.unwrap();
-    let mut before = sqlx::migrate!("./migrations");
-    let upto: Vec<_> = before.migrations.iter().filter(|m| m.version < 8).cloned().collect();
-    assert_eq!(upto.len(), 7, "the migrations before the counters");
-    before.migrations = upto.into();
-    before.run(&mut conn).await.unwrap();
+    let mut conn = migrated_before(dir.path(), 8).await;
     for id in ["a", "b", "c"] {
         sqlx::query(
             "INSERT INTO sc_identity (id, public_key, token_hash, token_created_ms, token_last_used_ms, \
@@ -80,5 +87,58 @@ async fn the_stringcup_pending_counters_start_from_what_waited_before_the_upgrad
     let out = store.stringcup().send(send("c", roomy)).await.unwrap();
     assert_eq!(out, vec![SendOutcome::Stored { sent_seq: 1, inbox_id: 4 }]);
     assert_eq!(store.stringcup().counts().await.unwrap().messages_pending, 4);
+    store.close().await;
+}
+
+/// Migration 0011 derives the lifetime count of stored messages from the senders' numbering and
+/// moves idempotency keys to a table keyed by (sender, key): the statistic reads the same after
+/// the upgrade and keeps counting (also through a reclaim), and a key reserved before it still
+/// answers its retry with the number it was given.
+#[tokio::test]
+async fn the_stringcup_lifetime_count_and_idempotency_keys_survive_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = migrated_before(dir.path(), 11).await;
+    for (id, next_sent_seq) in [("a", 4), ("b", 1), ("c", 3)] {
+        sqlx::query(
+            "INSERT INTO sc_identity (id, public_key, token_hash, token_created_ms, token_last_used_ms, \
+             key_updated_ms, updated_ms, created_ms, next_sent_seq) \
+             VALUES (?1, x'01', CAST(?1 AS BLOB), 1, 1000, 1, 1, 1, ?2)",
+        )
+        .bind(id)
+        .bind(next_sent_seq)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    // 9 stored in the relay's life, 5 of them by identities still registered (3 by a, 2 by c).
+    sqlx::query("UPDATE sc_counter SET value = 9 WHERE name = 'messages_stored'").execute(&mut conn).await.unwrap();
+    sqlx::query(
+        "INSERT INTO sc_idempotency (sender, key, recipient, sent_seq, created_ms) VALUES ('a', 'k1', 'b', 3, 500)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
+    let sc = store.stringcup();
+    assert_eq!(sc.counts().await.unwrap().messages_stored, 9);
+    let roomy = PendingCaps { inbox_messages: 100, inbox_bytes: 1 << 20, sender_messages: 100, sender_bytes: 1 << 20 };
+    let keyed = |key: &str| SendRequest {
+        idempotency_key: Some(key.into()),
+        idempotency_expired_before: 0,
+        ..send("a", roomy)
+    };
+    // The retry of the send reserved before the upgrade is answered with its number.
+    assert_eq!(sc.send(keyed("k1")).await.unwrap(), vec![SendOutcome::Replay { sent_seq: 3 }]);
+    // A new keyed send takes a's next number, and its retry gets the same one.
+    assert_eq!(sc.send(keyed("k2")).await.unwrap(), vec![SendOutcome::Stored { sent_seq: 4, inbox_id: 1 }]);
+    assert_eq!(sc.send(keyed("k2")).await.unwrap(), vec![SendOutcome::Replay { sent_seq: 4 }]);
+    assert_eq!(sc.send(send("c", roomy)).await.unwrap(), vec![SendOutcome::Stored { sent_seq: 3, inbox_id: 2 }]);
+    assert_eq!(sc.counts().await.unwrap().messages_stored, 11);
+    // Reclaiming a sender (its token unused) keeps what it stored in the total.
+    let report = sc.sweep(Sweep { now: 5000, tokens_unused_since: 1001, idempotency_before: 0 }).await.unwrap();
+    assert_eq!(report.identities, 3);
+    assert_eq!(sc.counts().await.unwrap().messages_stored, 11);
     store.close().await;
 }

@@ -1,6 +1,7 @@
 //! SQL for Stringcup v2: identities and their tokens (`sc_identity`), inboxes (`sc_message`),
 //! idempotency keys (`sc_idempotency`), topics (`sc_topic`, `sc_topic_member`), rendezvous
-//! (`sc_rendezvous`, `sc_rendezvous_claim`) and the statistics counter (`sc_counter`).
+//! (`sc_rendezvous`, `sc_rendezvous_claim`) and the statistics counter (`sc_counter`: what
+//! reclaimed identities had stored; the lifetime total adds every identity's sent count).
 //!
 //! - Writes are requests run by the group-committing writer: each request's decision (stored,
 //!   not found, full, replay...) is made inside the transaction, so concurrent requests are
@@ -880,8 +881,8 @@ fn store_one(db: &SyncDb, sender: &str, m: &NewMessage, caps: PendingCaps, now: 
 /// Stores `m` given what waits in its recipient's inbox (`None`: no such recipient), read
 /// earlier in the same transaction: one statement. The insert takes the recipient's next inbox
 /// number and the sender's next sent number in the statement itself; its triggers advance both
-/// (migrations 0008 and 0010), count the message in the inbox's pending counters and in the
-/// lifetime `messages_stored`.
+/// (migrations 0008 and 0010; the sender's is also the lifetime count of what it stored,
+/// migration 0011) and count the message in the inbox's pending counters.
 fn store_checked(
     db: &SyncDb,
     sender: &str,
@@ -919,11 +920,11 @@ fn store_checked(
     Ok(SendOutcome::Stored { sent_seq, inbox_id })
 }
 
-/// Whether `sender` exists, and what waits in `recipient`'s inbox (see [`pending`]), in one
-/// statement.
-fn sender_and_pending(db: &SyncDb, sender: &str, recipient: &str) -> rusqlite::Result<(bool, Option<Pending>)> {
-    let (sender_exists, recipient_exists, share_n, share_bytes, inbox_n, inbox_bytes): (
-        bool,
+/// The sent number `sender`'s next stored message takes (`None`: no such sender), and what waits
+/// in `recipient`'s inbox (see [`pending`]), in one statement.
+fn sender_and_pending(db: &SyncDb, sender: &str, recipient: &str) -> rusqlite::Result<(Option<i64>, Option<Pending>)> {
+    let (next_sent_seq, recipient_exists, share_n, share_bytes, inbox_n, inbox_bytes): (
+        Option<i64>,
         bool,
         i64,
         i64,
@@ -931,7 +932,7 @@ fn sender_and_pending(db: &SyncDb, sender: &str, recipient: &str) -> rusqlite::R
         i64,
     ) = db
         .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM sc_identity WHERE id = ?1), i.id IS NOT NULL, \
+            "SELECT (SELECT next_sent_seq FROM sc_identity WHERE id = ?1), i.id IS NOT NULL, \
              COALESCE(s.messages, 0), COALESCE(s.bytes, 0), COALESCE(i.pending_messages, 0), \
              COALESCE(i.pending_bytes, 0) \
              FROM (SELECT 1) LEFT JOIN sc_identity AS i ON i.id = ?2 \
@@ -939,7 +940,7 @@ fn sender_and_pending(db: &SyncDb, sender: &str, recipient: &str) -> rusqlite::R
         )?
         .query_row((sender, recipient), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?;
     let pending = recipient_exists.then(|| Pending::from_row((share_n, share_bytes, inbox_n, inbox_bytes)));
-    Ok((sender_exists, pending))
+    Ok((next_sent_seq, pending))
 }
 
 /// A send, synchronously on the writer's connection (the relay's hottest Stringcup write, see
@@ -952,21 +953,24 @@ fn send(db: &SyncDb, s: &SendRequest, _: &Hub) -> rusqlite::Result<Vec<SendOutco
     if let Some((key, message)) = key {
         // The recipient's inbox is read before the reservation, in the statement that checks the
         // sender; nothing in between touches it (one writer, one transaction).
-        let (sender_exists, pending) = sender_and_pending(db, &s.sender, &message.recipient)?;
-        if !sender_exists {
+        let (next_sent_seq, pending) = sender_and_pending(db, &s.sender, &message.recipient)?;
+        let Some(next_sent_seq) = next_sent_seq else {
             return Ok(vec![SendOutcome::NoSender]);
-        }
+        };
         // The reservation: the primary key admits one row per (sender, key), so of any number
         // of concurrent retries exactly one gets past this line. A key past its lifetime is
-        // taken over in the same statement (the upsert's `WHERE`); a live one is left alone.
+        // taken over in the same statement (the upsert's `WHERE`); a live one is left alone. It
+        // carries the sent number the message takes below (read in this transaction, which
+        // nothing else writes), so a stored send needs no second write to the key's row.
         let reserved = db
             .prepare_cached(
                 "INSERT INTO sc_idempotency (sender, key, recipient, sent_seq, created_ms) \
-                 VALUES (?1, ?2, ?3, 0, ?4) \
-                 ON CONFLICT (sender, key) DO UPDATE SET recipient = excluded.recipient, sent_seq = 0, \
-                 created_ms = excluded.created_ms WHERE sc_idempotency.created_ms < ?5",
+                 VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (sender, key) DO UPDATE SET recipient = excluded.recipient, \
+                 sent_seq = excluded.sent_seq, created_ms = excluded.created_ms \
+                 WHERE sc_idempotency.created_ms < ?6",
             )?
-            .execute((&s.sender, key, &message.recipient, s.now, s.idempotency_expired_before))?;
+            .execute((&s.sender, key, &message.recipient, next_sent_seq, s.now, s.idempotency_expired_before))?;
         if reserved == 0 {
             let (recipient, sent_seq): (String, i64) = db
                 .prepare_cached("SELECT recipient, sent_seq FROM sc_idempotency WHERE sender = ? AND key = ?")?
@@ -977,7 +981,9 @@ fn send(db: &SyncDb, s: &SendRequest, _: &Hub) -> rusqlite::Result<Vec<SendOutco
         }
         let outcome = store_checked(db, &s.sender, message, pending, s.caps, s.now)?;
         match outcome {
+            SendOutcome::Stored { sent_seq, .. } if sent_seq == next_sent_seq => {}
             SendOutcome::Stored { sent_seq, .. } => {
+                // Impossible (one writer, one transaction); kept exact all the same.
                 db.prepare_cached("UPDATE sc_idempotency SET sent_seq = ? WHERE sender = ? AND key = ?")?
                     .execute((sent_seq, &s.sender, key))?;
             }
@@ -991,8 +997,8 @@ fn send(db: &SyncDb, s: &SendRequest, _: &Hub) -> rusqlite::Result<Vec<SendOutco
     }
     if let [message] = s.messages.as_slice() {
         // One message (the common send): the sender's existence and the inbox in one statement.
-        let (sender_exists, pending) = sender_and_pending(db, &s.sender, &message.recipient)?;
-        if !sender_exists {
+        let (next_sent_seq, pending) = sender_and_pending(db, &s.sender, &message.recipient)?;
+        if next_sent_seq.is_none() {
             return Ok(vec![SendOutcome::NoSender]);
         }
         return Ok(vec![store_checked(db, &s.sender, message, pending, s.caps, s.now)?]);
@@ -1484,7 +1490,8 @@ impl StringcupStore for SqliteStore {
         let (identities, topics, pending, stored): (i64, i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT COUNT(*) FROM sc_identity), (SELECT COUNT(*) FROM sc_topic), \
              (SELECT COUNT(*) FROM sc_message), \
-             (SELECT COALESCE(MAX(value), 0) FROM sc_counter WHERE name = 'messages_stored')",
+             (SELECT COALESCE(SUM(next_sent_seq - 1), 0) FROM sc_identity) + \
+             (SELECT COALESCE(MAX(value), 0) FROM sc_counter WHERE name = 'messages_stored_by_reclaimed')",
         )
         .fetch_one(&self.read)
         .await?;
