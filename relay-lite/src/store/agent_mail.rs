@@ -25,7 +25,7 @@ use switchboard_core::protocol::agent_mail::relay::{
     self, Admission, CurrentCard, Delivery, DeliveryResult, RelayError,
 };
 
-use super::sync::{SyncDb, SyncResult as _};
+use super::sync::{SyncDb, SyncResult as _, rows};
 use super::writer::sync_request;
 use super::{SqliteStore, Store, StoreError};
 use crate::hub::Hub;
@@ -364,7 +364,6 @@ fn delete(db: &SyncDb, req: &Delete, _: &Hub) -> rusqlite::Result<()> {
 /// tombstone has expired by then, so no retry can be mistaken for a new packet), and nonce cache
 /// entries past their validity.
 fn sweep(db: &SyncDb, req: &Sweep, _: &Hub) -> rusqlite::Result<AmSweepReport> {
-    let rows = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let packets = db.prepare_cached("DELETE FROM am_packets WHERE expires_at <= ?")?.execute([req.now])?;
     db.prepare_cached(
         "DELETE FROM am_blocked WHERE mailbox_id IN (SELECT mailbox_id FROM am_mailboxes WHERE receive_until <= ?)",

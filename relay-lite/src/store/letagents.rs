@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use rusqlite::OptionalExtension as _;
 use sqlx::SqlitePool;
 
-use super::sync::SyncDb;
+use super::sync::{SyncDb, rows};
 use super::writer::sync_request;
 use super::{LetagentsStore, SqliteStore, StoreError};
 use crate::hub::{Committed, Hub};
@@ -274,14 +274,9 @@ pub(crate) fn sweep(db: &SyncDb, s: &Sweep, hub: &Hub) -> rusqlite::Result<Sweep
         }
         erased += delete.execute([&id])?;
     }
-    let (expired, erased) = (count(expired), count(erased));
+    let (expired, erased) = (rows(expired), rows(erased));
     tracing::debug!(now = s.now, expired, erased, "sweep applied");
     Ok(SweepReport { expired, erased })
-}
-
-/// Rows a statement changed, as the report's count.
-fn count(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 pub(crate) async fn drop_hash(pool: &SqlitePool, mailbox: &str) -> Result<Option<String>, sqlx::Error> {

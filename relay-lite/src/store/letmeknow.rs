@@ -17,7 +17,7 @@ use sqlx::Row as _;
 use switchboard_core::protocol::letmeknow::header::ContentType;
 use switchboard_core::util::{hex, sha256};
 
-use super::sync::SyncDb;
+use super::sync::{SyncDb, rows};
 use super::writer::sync_request;
 use super::{LetmeknowStore, SqliteStore, Store, StoreError};
 use crate::hub::Hub;
@@ -231,7 +231,6 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn sweep(db: &SyncDb, req: &Sweep, _: &Hub) -> rusqlite::Result<LmkSweepReport> {
-    let rows = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let messages =
         db.prepare_cached("DELETE FROM lmk_messages WHERE received_at < ?")?.execute([req.messages_before])?;
     let invites = db.prepare_cached("DELETE FROM lmk_invites WHERE expires_at <= ?")?.execute([req.now])?;

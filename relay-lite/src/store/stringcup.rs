@@ -21,7 +21,7 @@ use rusqlite::OptionalExtension as _;
 use sqlx::{SqliteConnection, SqliteExecutor};
 use switchboard_core::util::hex;
 
-use super::sync::SyncDb;
+use super::sync::{SyncDb, rows};
 use super::writer::sync_request;
 use super::{SqliteStore, Store, StoreError};
 use crate::hub::{Committed, Hub};
@@ -1220,7 +1220,6 @@ fn sweep(db: &SyncDb, s: &Sweep, _: &Hub) -> rusqlite::Result<ScSweepReport> {
     // Reclaiming an identity removes its inbox, memberships, owned topics and claims (cascade):
     // its token can no longer authenticate, so that mail is uncollectable (B.3.6). Mail it
     // sent to others stays.
-    let rows = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let identities = rows(
         db.prepare_cached("DELETE FROM sc_identity WHERE token_last_used_ms < ?")?.execute([s.tokens_unused_since])?,
     );

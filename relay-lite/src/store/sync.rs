@@ -99,6 +99,11 @@ pub(crate) fn raw_error(e: rusqlite::Error) -> sqlx::Error {
     }
 }
 
+/// Rows a statement changed, as a report counts them.
+pub(crate) fn rows(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
 /// The result of a write, as the sqlx result the writer handles: a rusqlite error
 /// goes through [`raw_error`]; an sqlx error (a stored value that does not decode) stays as is.
 pub(crate) trait SyncResult<T> {
