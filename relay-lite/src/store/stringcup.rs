@@ -755,7 +755,7 @@ fn register(db: &SyncDb, r: &Register, _: &Hub) -> rusqlite::Result<bool> {
     Ok(inserted == 1)
 }
 
-/// The columns of an [`IdentityRow`], in its fields' order.
+/// The [`IdentityRow`] of one identity, its columns in the fields' order: parameter (id).
 const IDENTITY_ROW: &str =
     "SELECT id, public_key, algo, display_name, key_updated_ms, updated_ms, created_ms FROM sc_identity WHERE id = ?";
 
