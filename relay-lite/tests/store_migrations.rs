@@ -28,6 +28,21 @@ async fn migrated_before(dir: &std::path::Path, version: i64) -> sqlx::SqliteCon
     conn
 }
 
+/// A Stringcup identity row written straight into the old schema: token last used at
+/// `token_last_used_ms`, its next sent number `next_sent_seq` (1 for one that never sent).
+async fn insert_identity(conn: &mut sqlx::SqliteConnection, id: &str, token_last_used_ms: i64, next_sent_seq: i64) {
+    sqlx::query(
+        "INSERT INTO sc_identity (id, public_key, token_hash, token_created_ms, token_last_used_ms, \
+         key_updated_ms, updated_ms, created_ms, next_sent_seq) VALUES (?1, x'01', CAST(?1 AS BLOB), 1, ?2, 1, 1, 1, ?3)",
+    )
+    .bind(id)
+    .bind(token_last_used_ms)
+    .bind(next_sent_seq)
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
 fn send(sender: &str, caps: PendingCaps) -> SendRequest {
     SendRequest {
         sender: sender.into(),
@@ -52,14 +67,7 @@ async fn the_stringcup_pending_counters_start_from_what_waited_before_the_upgrad
     let dir = tempfile::tempdir().unwrap();
     let mut conn = migrated_before(dir.path(), 8).await;
     for id in ["a", "b", "c"] {
-        sqlx::query(
-            "INSERT INTO sc_identity (id, public_key, token_hash, token_created_ms, token_last_used_ms, \
-             key_updated_ms, updated_ms, created_ms) VALUES (?1, x'01', CAST(?1 AS BLOB), 1, 1, 1, 1, 1)",
-        )
-        .bind(id)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        insert_identity(&mut conn, id, 1, 1).await;
     }
     for (id, sender, size) in [(1, "a", 10), (2, "a", 20), (3, "c", 5)] {
         sqlx::query(
@@ -99,16 +107,7 @@ async fn the_stringcup_lifetime_count_and_idempotency_keys_survive_the_upgrade()
     let dir = tempfile::tempdir().unwrap();
     let mut conn = migrated_before(dir.path(), 11).await;
     for (id, next_sent_seq) in [("a", 4), ("b", 1), ("c", 3)] {
-        sqlx::query(
-            "INSERT INTO sc_identity (id, public_key, token_hash, token_created_ms, token_last_used_ms, \
-             key_updated_ms, updated_ms, created_ms, next_sent_seq) \
-             VALUES (?1, x'01', CAST(?1 AS BLOB), 1, 1000, 1, 1, 1, ?2)",
-        )
-        .bind(id)
-        .bind(next_sent_seq)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        insert_identity(&mut conn, id, 1000, next_sent_seq).await;
     }
     // 9 stored in the relay's life, 5 of them by identities still registered (3 by a, 2 by c).
     sqlx::query("UPDATE sc_counter SET value = 9 WHERE name = 'messages_stored'").execute(&mut conn).await.unwrap();

@@ -1003,8 +1003,7 @@ fn send(db: &SyncDb, s: &SendRequest, _: &Hub) -> rusqlite::Result<Vec<SendOutco
         }
         return Ok(vec![store_checked(db, &s.sender, message, pending, s.caps, s.now)?]);
     }
-    let sender_exists = db.prepare_cached("SELECT 1 FROM sc_identity WHERE id = ?")?.exists([&s.sender])?;
-    if !sender_exists {
+    if !exists(db, &s.sender)? {
         return Ok(vec![SendOutcome::NoSender; s.messages.len()]);
     }
     let mut out = Vec::with_capacity(s.messages.len());
