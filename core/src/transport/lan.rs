@@ -927,10 +927,8 @@ impl Node {
         for (peer, addrs) in candidates {
             let delay =
                 self.retry.get(&peer).map_or(Duration::from_secs(2), |(_, d)| (*d * 2).min(Duration::from_secs(60)));
-            self.retry.insert(peer, (now + delay, delay));
-            let opts =
-                DialOpts::peer_id(peer).addresses(addrs).condition(PeerCondition::DisconnectedAndNotDialing).build();
-            if let Err(e) = self.swarm.dial(opts) {
+            self.retry.insert(peer, (now + jittered(delay), delay));
+            if let Err(e) = self.swarm.dial(dial_opts(peer, addrs)) {
                 tracing::debug!("lan: dial {peer}: {e}");
             }
         }
@@ -965,6 +963,26 @@ impl Node {
     }
 }
 
+/// How a discovered contact is dialled. From a fresh local port: libp2p's default reuses the
+/// listening port, so when two contacts discover each other at the same instant (they usually
+/// do: each answers the other's mDNS query) their dials share one address pair, TCP's
+/// simultaneous open merges them into one connection and both sides start noise as initiator,
+/// which fails; with the same retry schedule on both sides it failed again at every retry.
+fn dial_opts(peer: PeerId, addrs: Vec<Multiaddr>) -> DialOpts {
+    DialOpts::peer_id(peer)
+        .addresses(addrs)
+        .condition(PeerCondition::DisconnectedAndNotDialing)
+        .allocate_new_port()
+        .build()
+}
+
+/// `delay` plus up to a quarter more, at random, so that two peers retrying each other do not
+/// stay in step.
+fn jittered(delay: Duration) -> Duration {
+    let [r] = crate::util::random_array::<1>();
+    delay + delay / 4 * u32::from(r) / 255
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -991,6 +1009,67 @@ mod tests {
             "/ip4/198.18.0.2/tcp/4001/ws",
         ] {
             assert_eq!(ok(refused), None, "{refused} was accepted");
+        }
+    }
+
+    /// A contact is dialled from a fresh port, never from the listening one. When two contacts
+    /// discover each other from the same mDNS exchange they dial each other at once; from their
+    /// listening ports both dials are one address pair, TCP's simultaneous open merges them into
+    /// one connection on which both sides start noise as initiator, and both fail ("Handshake
+    /// failed: input error"; seen in `lan_netns`, where the retries stayed in step and failed
+    /// too). Loopback never crosses two SYNs, so this checks the cause: the port the listener
+    /// sees the dial come from.
+    #[tokio::test]
+    async fn contacts_are_dialled_from_a_fresh_port() {
+        use libp2p::swarm::dummy;
+        async fn node() -> (Swarm<dummy::Behaviour>, Multiaddr) {
+            let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+                .with_tokio()
+                .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
+                .unwrap()
+                .with_behaviour(|_| dummy::Behaviour)
+                .unwrap()
+                .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(30)))
+                .build();
+            swarm.listen_on("/ip4/127.0.0.1/tcp/0".parse().unwrap()).unwrap();
+            loop {
+                if let SwarmEvent::NewListenAddr { address, .. } = swarm.select_next_some().await {
+                    return (swarm, address);
+                }
+            }
+        }
+        let port = |a: &Multiaddr| a.iter().find_map(|p| if let Protocol::Tcp(p) = p { Some(p) } else { None });
+        let (mut a, a_addr) = node().await;
+        let (mut b, b_addr) = node().await;
+        let b_id = *b.local_peer_id();
+        a.dial(dial_opts(b_id, vec![b_addr])).unwrap();
+        let from = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                tokio::select! {
+                    e = a.select_next_some() => {
+                        if let SwarmEvent::OutgoingConnectionError { error, .. } = e {
+                            panic!("dial failed: {error}");
+                        }
+                    }
+                    e = b.select_next_some() => {
+                        if let SwarmEvent::ConnectionEstablished { endpoint: ConnectedPoint::Listener { send_back_addr, .. }, .. } = e {
+                            return send_back_addr;
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .expect("no connection in 10 s");
+        assert_ne!(port(&from), port(&a_addr), "dialled from the listening port: {from} (listening on {a_addr})");
+    }
+
+    #[test]
+    fn jitter_stays_within_a_quarter() {
+        let d = Duration::from_secs(8);
+        for _ in 0..1000 {
+            let j = jittered(d);
+            assert!(j >= d && j <= d + d / 4, "{j:?}");
         }
     }
 
