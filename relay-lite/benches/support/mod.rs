@@ -104,17 +104,41 @@ pub async fn start_insert_baseline(
     (addr, task, pool)
 }
 
-/// A write queued for the group-commit baseline's writer: mailbox, body, where to answer.
-type GroupWrite = (String, Bytes, oneshot::Sender<bool>);
+/// A write queued for the group-commit baseline's writer: mailbox, body, its key (with
+/// [`Check::Keyed`]), where to answer.
+type GroupWrite = (String, Bytes, Option<Vec<u8>>, oneshot::Sender<Stored>);
+
+/// How the group-commit baseline's writer answered one write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// Committed as a new row: `202`.
+    New,
+    /// Its key was already stored (a replay): nothing written, `200`.
+    Known,
+    /// The batch failed: `500`.
+    Failed,
+}
+
+/// What the group-commit baseline does with each body on the request's task before queueing it
+/// (as relay-lite checks a packet there).
+#[derive(Clone, Copy)]
+pub enum Check {
+    /// Nothing: every body is stored.
+    None,
+    /// The body must pass, else `400`.
+    Pass(fn(&[u8]) -> bool),
+    /// The body must pass and yields its key, stored with it under a `UNIQUE` constraint: the
+    /// replay tombstone a protocol may require (Agent Mail §7.1's packet IDs). A body whose key is
+    /// stored already is answered `200` and not stored again; one that fails, `400`.
+    Keyed(fn(&[u8]) -> Option<Vec<u8>>),
+}
 
 /// The group-commit baseline's state: the writer's queue and the committed-body fan-out.
 #[derive(Clone)]
 struct GroupState {
     writes: mpsc::Sender<GroupWrite>,
     committed: broadcast::Sender<(Arc<str>, i64, Bytes)>,
-    /// A check each body must pass before it is queued (on the request's task, as relay-lite
-    /// checks a packet): `400` when it fails.
-    check: Option<fn(&[u8]) -> bool>,
+    check: Check,
 }
 
 /// The honest baseline: `POST route` (one `{id}` segment) queues the body for one writer task
@@ -123,16 +147,18 @@ struct GroupState {
 /// per batch; WAL, `synchronous=FULL`), then answer every caller `202 {}` and hand each committed
 /// body to the websockets at `GET /ws/{id}`, which send it as `{"t":"msg","seq":…,"ct":b64u}`.
 pub async fn start_group_commit_baseline(dir: &Path, route: &str) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
-    start_group_commit_baseline_checked(dir, route, None).await
+    start_group_commit_baseline_checked(dir, route, Check::None).await
 }
 
-/// [`start_group_commit_baseline`], where every body must first pass `check` on the request's
-/// task (e.g. the protocol's stateless checks a relay cannot skip), else `400`.
+/// [`start_group_commit_baseline`], where every body first goes through `check` on the request's
+/// task (e.g. the protocol's stateless checks a relay cannot skip, or those and the replay key
+/// it must keep).
 pub async fn start_group_commit_baseline_checked(
     dir: &Path,
     route: &str,
-    check: Option<fn(&[u8]) -> bool>,
+    check: Check,
 ) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
+    let keyed = matches!(check, Check::Keyed(_));
     let options = SqliteConnectOptions::new()
         .filename(dir.join("group-baseline.sqlite3"))
         .create_if_missing(true)
@@ -140,10 +166,15 @@ pub async fn start_group_commit_baseline_checked(
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10));
     let mut conn = options.connect().await.unwrap();
-    sqlx::query(
+    // The key column and its index exist only when keyed: an index over NULLs would still cost
+    // the other loops an entry per row.
+    sqlx::query(if keyed {
         "CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
-         body BLOB NOT NULL) STRICT",
-    )
+         body BLOB NOT NULL, key BLOB NOT NULL UNIQUE) STRICT"
+    } else {
+        "CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
+         body BLOB NOT NULL) STRICT"
+    })
     .execute(&mut conn)
     .await
     .unwrap();
@@ -160,11 +191,16 @@ pub async fn start_group_commit_baseline_checked(
                 batch.push(next);
             }
             let ok = commit_group(&mut conn, &batch, &mut ids).await;
-            for ((mailbox, body, reply), id) in batch.drain(..).zip(ids.drain(..).chain(std::iter::repeat(0))) {
-                if ok && fanout.receiver_count() > 0 {
+            for ((mailbox, body, _, reply), id) in batch.drain(..).zip(ids.drain(..).chain(std::iter::repeat(0))) {
+                let stored = match (ok, id) {
+                    (false, _) => Stored::Failed,
+                    (true, 0) => Stored::Known,
+                    (true, _) => Stored::New,
+                };
+                if stored == Stored::New && fanout.receiver_count() > 0 {
                     let _ = fanout.send((Arc::from(mailbox.as_str()), id, body));
                 }
-                let _ = reply.send(ok);
+                let _ = reply.send(stored);
             }
         }
     });
@@ -173,15 +209,22 @@ pub async fn start_group_commit_baseline_checked(
         UrlPath(id): UrlPath<String>,
         body: Bytes,
     ) -> (StatusCode, &'static str) {
-        if state.check.is_some_and(|check| !check(&body)) {
-            return (StatusCode::BAD_REQUEST, "");
-        }
+        let key = match state.check {
+            Check::None => None,
+            Check::Pass(check) if check(&body) => None,
+            Check::Keyed(check) => match check(&body) {
+                Some(key) => Some(key),
+                None => return (StatusCode::BAD_REQUEST, ""),
+            },
+            Check::Pass(_) => return (StatusCode::BAD_REQUEST, ""),
+        };
         let (reply, answer) = oneshot::channel();
-        if state.writes.send((id, body, reply)).await.is_err() {
+        if state.writes.send((id, body, key, reply)).await.is_err() {
             return (StatusCode::INTERNAL_SERVER_ERROR, "");
         }
         match answer.await {
-            Ok(true) => (StatusCode::ACCEPTED, "{}"),
+            Ok(Stored::New) => (StatusCode::ACCEPTED, "{}"),
+            Ok(Stored::Known) => (StatusCode::OK, "{}"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, ""),
         }
     }
@@ -209,20 +252,36 @@ pub async fn start_group_commit_baseline_checked(
 }
 
 /// One group commit of the baseline: every write of `batch` in one transaction; `ids` gets the
-/// rowids. False (every caller fails) if anything failed; the transaction is then rolled back.
+/// rowids (0 for a key already stored). False (every caller fails) if anything failed; the
+/// transaction is then rolled back.
 async fn commit_group(conn: &mut SqliteConnection, batch: &[GroupWrite], ids: &mut Vec<i64>) -> bool {
     let applied = async {
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
         let now = now_ms();
-        for (mailbox, body, _) in batch {
-            let id: i64 =
-                sqlx::query_scalar("INSERT INTO stored (mailbox, received_ms, body) VALUES (?, ?, ?) RETURNING id")
+        for (mailbox, body, key, _) in batch {
+            let id: Option<i64> = match key {
+                None => {
+                    sqlx::query_scalar("INSERT INTO stored (mailbox, received_ms, body) VALUES (?, ?, ?) RETURNING id")
+                        .bind(mailbox)
+                        .bind(now)
+                        .bind(body.as_ref())
+                        .fetch_optional(&mut *conn)
+                        .await?
+                }
+                Some(key) => {
+                    sqlx::query_scalar(
+                        "INSERT INTO stored (mailbox, received_ms, body, key) VALUES (?, ?, ?, ?) \
+                         ON CONFLICT (key) DO NOTHING RETURNING id",
+                    )
                     .bind(mailbox)
                     .bind(now)
                     .bind(body.as_ref())
-                    .fetch_one(&mut *conn)
-                    .await?;
-            ids.push(id);
+                    .bind(key.as_slice())
+                    .fetch_optional(&mut *conn)
+                    .await?
+                }
+            };
+            ids.push(id.unwrap_or(0));
         }
         sqlx::query("COMMIT").execute(&mut *conn).await?;
         Ok::<(), sqlx::Error>(())
