@@ -90,7 +90,8 @@ impl Host {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let child = self
             .command(&["daemon"])
-            .env("SWITCHBOARD_LOG", "switchboard_core=info")
+            // The LAN layer at debug: its dials and refusals, printed if the test fails.
+            .env("SWITCHBOARD_LOG", "switchboard_core=info,switchboard_core::transport::lan=debug")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -166,6 +167,12 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         self.stop();
+        // A failed run leaves its story in the daemon's log, which lives in a temporary directory:
+        // print it before that goes.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("---- {}'s daemon log ({}) ----\n{log}", self.name, self.log.display());
+        }
     }
 }
 
