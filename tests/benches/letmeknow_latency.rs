@@ -7,7 +7,9 @@
 //! - reference: letagents 1:1, a live runtime's send to the moment the recipient's live runtime
 //!   (parked in `inbox --wait`) hands the message over;
 //! - measured: `group send` by one member of a group of 2 and of 5 to the moment every other
-//!   member, parked in the `listen` wait (`lmk_wait`), has it delivered (per member and for all).
+//!   member, parked in the `listen` wait (`lmk_wait`), has it delivered (per member and for all);
+//!   and the group of 2 again with a long past (`LMK_LATENCY_HISTORY` messages each, default
+//!   20,000, read, before the last operator input): what a message costs must not grow with it.
 //!
 //! Each receiver is parked before the send and the clock starts just before the send call. Run:
 //! `cargo bench --workspace --bench letmeknow_latency` (`LMK_LATENCY_ITERS=N` per figure, default
@@ -128,9 +130,45 @@ async fn deliveries_until(rt: Runtime, handle: String, text: String) -> Instant 
     }
 }
 
-/// A group of `n`: member 0 sends, the others are parked. Returns (each member's latency, the
-/// latency until all had it).
-async fn group(relay: &str, n: usize, iters: usize) -> (Vec<f64>, Vec<f64>) {
+/// Gives `m` a past in `gid`: `rows` messages, read, in and out (as a long-lived group's log
+/// holds), then operator input after them (the loop guard counts from there, as it would after
+/// the owner last took part). Written straight into the profile's database, in one transaction.
+async fn give_history(m: &Member, gid: &str, rows: usize) {
+    let pool = &m.peer.rt.store().pool;
+    let mut tx = pool.begin().await.unwrap();
+    let now = switchboard_core::util::now_ms();
+    for i in 0..rows {
+        sqlx::query(
+            "INSERT INTO lmk_messages (handle, group_id, id, seq, epoch, kind, outgoing, sender_fp, sender_name, \
+             after, content, read, created_at) VALUES (?, ?, ?, 0, 1, 'message', ?, ?, 'someone', ?, ?, 1, ?)",
+        )
+        .bind(&m.handle)
+        .bind(gid)
+        .bind(format!("past-{i}"))
+        .bind(i64::from(i % 2 == 0))
+        .bind("ab".repeat(16))
+        .bind(if i == 0 { "[]".to_owned() } else { format!("[\"past-{}\"]", i - 1) })
+        .bind(format!("message {i} of a long conversation, about as long as an agent's status line"))
+        .bind(now - 1000)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO lmk_policy (handle, group_id, reset_rowid) VALUES (?1, ?2, (SELECT MAX(rowid_) FROM lmk_messages)) \
+         ON CONFLICT (handle, group_id) DO UPDATE SET reset_rowid = excluded.reset_rowid",
+    )
+    .bind(&m.handle)
+    .bind(gid)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// A group of `n`: member 0 sends, the others are parked; each member first gets `history`
+/// past messages ([`give_history`]). Returns (each member's latency, the latency until all had it).
+async fn group(relay: &str, n: usize, iters: usize, history: usize) -> (Vec<f64>, Vec<f64>) {
     let mut members = Vec::new();
     for i in 0..n {
         members.push(member(&format!("m{i}"), relay).await);
@@ -148,6 +186,11 @@ async fn group(relay: &str, n: usize, iters: usize) -> (Vec<f64>, Vec<f64>) {
         gid = Some(inv["group"].as_str().unwrap().to_owned());
     }
     let gid = gid.unwrap();
+    if history > 0 {
+        for m in &members {
+            give_history(m, &gid, history).await;
+        }
+    }
     for m in &members {
         m.peer.rt.lmk_sync(&m.handle, &gid, 0).await.unwrap();
         if let Some(lease) = m.peer.rt.lmk_deliveries(&m.handle).await.unwrap()["lease"].as_str() {
@@ -191,8 +234,10 @@ async fn main() {
     let started = Instant::now();
     let base = baseline(&url, iters).await;
     let la = letagents(&url, iters).await;
-    let (_, g2_all) = group(&url, 2, iters).await;
-    let (g5_each, g5_all) = group(&url, 5, iters).await;
+    let history: usize = std::env::var("LMK_LATENCY_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let (_, g2_all) = group(&url, 2, iters, 0).await;
+    let (g5_each, g5_all) = group(&url, 5, iters, 0).await;
+    let (_, g2_past) = group(&url, 2, iters, history).await;
     let (b50, b95) = (pct(&base, 0.5), pct(&base, 0.95));
     println!(
         "letmeknow send-to-delivery latency, relay-lite on loopback, {iters} sends per figure ({:.0} s)",
@@ -200,12 +245,14 @@ async fn main() {
     );
     println!("| figure | p50 | p95 | p50 / baseline p50 | p95 / baseline p95 |");
     println!("|---|---:|---:|---:|---:|");
-    let rows: [(&str, &[f64]); 5] = [
+    let past = format!("group of 2 with {history} past messages each: send → the other member's listen wait");
+    let rows: [(&str, &[f64]); 6] = [
         ("baseline: opaque blob, relay log post → parked long-poll", &base),
         ("letagents 1:1: send → recipient's inbox wait", &la),
         ("group of 2: send → the other member's listen wait", &g2_all),
         ("group of 5: send → each member's listen wait", &g5_each),
         ("group of 5: send → all 4 members", &g5_all),
+        (&past, &g2_past),
     ];
     for (name, v) in rows {
         let (p50, p95) = (pct(v, 0.5), pct(v, 0.95));

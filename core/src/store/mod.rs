@@ -1166,3 +1166,130 @@ mod stringcup_identity_tests {
         assert_eq!(counts, [("sc-a", 0), ("sc-b", 1)]);
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod frontier_tests {
+    use super::*;
+
+    /// The read frontier as it was computed before 0020 (every read message since the latest
+    /// join and its `after`, parsed): the oracle the `covered` column must agree with.
+    async fn frontier_by_scan(pool: &SqlitePool, handle: &str, gid: &str) -> Vec<String> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, after FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND read = 1 \
+             AND kind IN ('message', 'leave') AND state = 'done' AND rowid_ > COALESCE((SELECT MAX(rowid_) \
+             FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND kind = 'event' AND id LIKE 'joined:%'), 0) \
+             ORDER BY rowid_",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let covered: std::collections::BTreeSet<String> =
+            rows.iter().flat_map(|(_, a)| serde_json::from_str::<Vec<String>>(a).unwrap()).collect();
+        rows.into_iter().map(|(id, _)| id).filter(|id| !covered.contains(id)).collect()
+    }
+
+    async fn row(pool: &SqlitePool, gid: &str, id: &str, kind: &str, after: &[&str], read: bool, state: &str) {
+        sqlx::query(
+            "INSERT INTO lmk_messages (handle, group_id, id, kind, state, after, read, created_at) \
+             VALUES ('h', ?, ?, ?, ?, ?, ?, 1)",
+        )
+        .bind(gid)
+        .bind(id)
+        .bind(kind)
+        .bind(state)
+        .bind(serde_json::to_string(after).unwrap())
+        .bind(read)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+
+    /// A profile from before 0020 with a conversation read in and out of order, an unread tail,
+    /// a message still sending and a re-join; then 0020; then the ways rows get read or finish.
+    /// After every step the frontier through `covered` equals the scan's.
+    #[tokio::test]
+    async fn the_covered_frontier_matches_the_scan_across_the_upgrade_and_every_way_a_row_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SqliteConnectOptions::new().filename(dir.path().join("db.sqlite")).create_if_missing(true);
+        let pool = SqlitePool::connect_with(opts).await.unwrap();
+        let migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<_> = std::fs::read_dir(&migrations).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        let (before, from20): (Vec<_>, Vec<_>) =
+            files.iter().partition(|p| p.file_name().unwrap().to_str().unwrap() < "0020");
+        for f in before {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(std::fs::read_to_string(f).unwrap())).execute(&pool).await.unwrap();
+        }
+        sqlx::query("INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) VALUES ('h', 'n', x'00', x'', 1)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        for g in ["g", "other"] {
+            sqlx::query("INSERT INTO lmk_groups (handle, group_id, relay, joined_at) VALUES ('h', ?, 'r', 1)")
+                .bind(g)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        // Old membership, then a re-join: nothing before it counts.
+        row(&pool, "g", "old", "message", &[], true, "done").await;
+        row(&pool, "g", "joined:2", "event", &[], true, "done").await;
+        row(&pool, "g", "a", "message", &[], true, "done").await;
+        row(&pool, "g", "b", "message", &["a"], true, "done").await;
+        row(&pool, "g", "c", "message", &["a"], true, "done").await; // two tips: b and c
+        row(&pool, "g", "d", "message", &["b", "c"], false, "done").await; // unread
+        row(&pool, "g", "e", "leave", &["d"], true, "done").await; // read before d: covers d
+        row(&pool, "g", "f", "message", &["e"], true, "sending").await; // not posted yet
+        row(&pool, "g", "bad", "message", &[], true, "done").await; // an empty `after`
+        row(&pool, "other", "x", "message", &["a"], true, "done").await; // another group's `a`
+        let upgraded = Store { pool: pool.clone() };
+        let expect = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let check = |label: &'static str| {
+            let (pool, store) = (pool.clone(), &upgraded);
+            async move {
+                for g in ["g", "other"] {
+                    let by_scan = frontier_by_scan(&pool, "h", g).await;
+                    assert_eq!(store.group_frontier("h", g).await.unwrap(), by_scan, "{label}, group {g}");
+                }
+            }
+        };
+        for f in from20 {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(std::fs::read_to_string(f).unwrap())).execute(&pool).await.unwrap();
+        }
+        check("after the upgrade").await;
+        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["b", "c", "e", "bad"]));
+
+        // d read late: covered by e already, so no new tip; it covers b and c.
+        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE id = 'd'").execute(&pool).await.unwrap();
+        check("d read").await;
+        // f posted: state done, covers e.
+        sqlx::query("UPDATE lmk_messages SET state = 'done' WHERE id = 'f'").execute(&pool).await.unwrap();
+        check("f posted").await;
+        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["f", "bad"]));
+        // A new read row (an own send) covering every tip.
+        row(&pool, "g", "h1", "message", &["f", "bad"], true, "done").await;
+        check("own send").await;
+        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["h1"]));
+        // An unread row naming h1 covers nothing until read; an event never covers.
+        row(&pool, "g", "i", "message", &["h1"], false, "done").await;
+        row(&pool, "g", "ev", "event", &["h1"], true, "done").await;
+        check("unread and event rows").await;
+        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["h1"]));
+        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE id = 'i'").execute(&pool).await.unwrap();
+        check("i read").await;
+        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["i"]));
+        // Another join: the frontier starts again.
+        row(&pool, "g", "joined:9", "event", &[], true, "done").await;
+        check("re-joined").await;
+        assert!(upgraded.group_frontier("h", "g").await.unwrap().is_empty());
+        // A row whose `after` is not JSON is stored and read all the same (the triggers skip it)
+        // and covers nothing.
+        row(&pool, "g", "junk", "message", &[], false, "done").await;
+        sqlx::query("UPDATE lmk_messages SET after = 'not json' WHERE id = 'junk'").execute(&pool).await.unwrap();
+        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE id = 'junk'").execute(&pool).await.unwrap();
+        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["junk"]));
+    }
+}

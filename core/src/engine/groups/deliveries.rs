@@ -227,13 +227,13 @@ impl Runtime {
             .map(|(k, name)| (fingerprint(&k), name))
             .unwrap_or_default();
         // The loop guard's hops: every group message, in or out, after the group's last operator
-        // input, by rowid; a row is paused when more than the limit precede it (itself included).
-        // (Nothing unread, nothing to weigh: the scan of every hop is skipped.)
-        let counted = if rows.is_empty() { Vec::new() } else { self.store().group_hop_rows(handle).await? };
-        let mut hops: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-        for (gid, rowid) in counted {
-            hops.entry(gid).or_default().push(rowid);
-        }
+        // input, by rowid; a row is paused when more than the limit precede it (itself included),
+        // i.e. from each group's threshold on. (Nothing unread, nothing to weigh.)
+        let thresholds = if rows.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.store().group_hop_thresholds(handle, policy.loop_limit).await?
+        };
         let now = now_ms();
         let mut out = Pending { dnd, ..Default::default() };
         for r in rows {
@@ -254,8 +254,7 @@ impl Runtime {
             // in a peer's message) and for alerts; digest otherwise.
             let mentioned = kind == "message" && r.outgoing == 0 && mentions(&r.content, &[handle, &my_name]);
             let steer = !to.is_empty() && to == me || kind == "alert" || mentioned;
-            let before = hops.get(&gid).map_or(0, |v| v.partition_point(|x| *x <= rowid));
-            let paused = kind == "message" && i64::try_from(before).unwrap_or(i64::MAX) > policy.loop_limit;
+            let paused = kind == "message" && thresholds.get(&gid).is_some_and(|t| rowid >= *t);
             let due_at = if steer || leased { r.created_at } else { digest_due(r.created_at, policy.digest_ms) };
             if paused {
                 *out.paused.entry(gid).or_default() += 1;

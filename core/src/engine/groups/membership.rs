@@ -500,11 +500,15 @@ impl Runtime {
 
     /// Commits the removal of members who asked to leave and are still in the group.
     pub(super) async fn honour_leaves(&self, handle: &str, gid: &str) -> Result<()> {
+        // Nobody asked (the common case, one indexed look): nothing more to read.
+        let leavers = self.store().group_leavers(handle, gid).await?;
+        if leavers.is_empty() {
+            return Ok(());
+        }
         let (_, _, state) = self.lmk_group_row(handle, gid).await?;
         if state != "active" {
             return Ok(());
         }
-        let leavers = self.store().group_leavers(handle, gid).await?;
         for fp in leavers {
             let still = {
                 let session = self.lmk_load(handle).await?;

@@ -2,8 +2,6 @@
 //! epoch authenticator, durable before the relay sees it, rebased on a lost epoch race), and the
 //! delivery policy's send side: loop guard, outbound mode (review), operator input.
 
-use std::collections::BTreeSet;
-
 use serde_json::{Value, json};
 
 use super::{MAX_REBASES, Payload, canonical_fp, save_state};
@@ -136,13 +134,7 @@ impl Runtime {
     pub(super) async fn frontier(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
         // Only since the session's latest join: after a re-invite, what it read in its old
         // membership is history, not a claim about the group it is in now.
-        let rows = self.store().group_read_links(handle, gid).await?;
-        let mut covered = BTreeSet::new();
-        for (_, after) in &rows {
-            let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
-            covered.extend(after);
-        }
-        Ok(rows.into_iter().map(|(id, _)| id).filter(|id| !covered.contains(id)).collect())
+        Ok(self.store().group_frontier(handle, gid).await?)
     }
 
     /// Agent-to-agent hops in `gid` since the session's last operator input there: every group

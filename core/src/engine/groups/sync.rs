@@ -184,14 +184,16 @@ impl Runtime {
             let last_page = entries.len() < PAGE;
             let Some(first) = entries.first() else { break };
             let first_seq = i64::try_from(first.seq).unwrap_or(i64::MAX);
-            // Our own posts in the missing range are not lost: we have them (and merged our
-            // commits when the relay took them).
-            let ours = self.store().own_group_posts_between(&s.handle, gid, cursor, first_seq).await?;
-            let lost = first_seq.saturating_sub(cursor + 1) > ours;
+            // Entries skipped before the first one read: our own posts there are not lost (we
+            // have them, and merged our commits when the relay took them). Counted only when
+            // something was skipped: the count walks the group's whole log.
+            let skipped = first_seq.saturating_sub(cursor + 1);
+            let lost = skipped > 0
+                && skipped > self.store().own_group_posts_between(&s.handle, gid, cursor, first_seq).await?;
             // Entries gone from the relay (retention) that held no commit: the first one left is
             // still at our epoch (epochs only grow, one per commit), so our MLS state can go on;
             // the session is told what it lost and reads on.
-            let our_epoch = s.member.load_group(gid)?.map(|g| g.epoch().as_u64());
+            let our_epoch = if lost { s.member.load_group(gid)?.map(|g| g.epoch().as_u64()) } else { None };
             if lost && our_epoch.is_some() && our_epoch == mls::message_epoch(&first.data) {
                 let text = format!(
                     "messages {}..{} of this group are gone from the relay before this session read them (offline \
