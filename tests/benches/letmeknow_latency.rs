@@ -8,8 +8,9 @@
 //!   (parked in `inbox --wait`) hands the message over;
 //! - measured: `group send` by one member of a group of 2 and of 5 to the moment every other
 //!   member, parked in the `listen` wait (`lmk_wait`), has it delivered (per member and for all);
-//!   and the group of 2 again with a long past (`LMK_LATENCY_HISTORY` messages each, default
-//!   20,000, read, before the last operator input): what a message costs must not grow with it.
+//!   and letagents 1:1 and the group of 2 again with a long past (`LMK_LATENCY_HISTORY` messages
+//!   each, default 20,000; a group's read and before the last operator input): what a message
+//!   costs must not grow with it.
 //!
 //! Each receiver is parked before the send and the clock starts just before the send call. Run:
 //! `cargo bench --workspace --bench letmeknow_latency` (`LMK_LATENCY_ITERS=N` per figure, default
@@ -80,11 +81,45 @@ async fn inbox_until(rt: Runtime, text: String) -> Instant {
     }
 }
 
-/// letagents 1:1 between two live runtimes.
-async fn letagents(relay: &str, iters: usize) -> Vec<f64> {
+/// Gives `peer` a past with its contact `contact`: `rows` messages, in and out, shown (a
+/// long-lived conversation's rows), written straight into the profile's database.
+async fn give_conversation_history(peer: &Peer, contact: &str, rows: usize) {
+    let pool = &peer.rt.store().pool;
+    let (cid, peer_id): (i64, String) =
+        sqlx::query_as("SELECT id, peer_id FROM contacts WHERE name = ?").bind(contact).fetch_one(pool).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let now = switchboard_core::util::now_ms();
+    for i in 0..rows {
+        let out = i % 2 == 0;
+        sqlx::query(
+            "INSERT INTO messages (id, direction, protocol, contact_id, peer, kind, body, ts, state, shown, created_at) \
+             VALUES (?, ?, 'letagents', ?, ?, 'send', ?, ?, ?, 1, ?)",
+        )
+        .bind(format!("past-{i}"))
+        .bind(if out { "out" } else { "in" })
+        .bind(cid)
+        .bind(&peer_id)
+        .bind(format!("message {i} of a long conversation, about as long as an agent's status line"))
+        .bind(now - 1000)
+        .bind(if out { "delivered" } else { "received" })
+        .bind(now - 1000)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// letagents 1:1 between two live runtimes, each first given `history` past messages with the
+/// other ([`give_conversation_history`]).
+async fn letagents(relay: &str, iters: usize, history: usize) -> Vec<f64> {
     let alice = Peer::live("alice", relay).await;
     let bob = Peer::live("bob", relay).await;
     befriend(&alice, &bob).await;
+    if history > 0 {
+        give_conversation_history(&alice, "bob", history).await;
+        give_conversation_history(&bob, "alice", history).await;
+    }
     let mut out = Vec::new();
     for i in 0..iters + 5 {
         let text = format!("letagents probe {i}");
@@ -233,8 +268,9 @@ async fn main() {
     let url = relay.url();
     let started = Instant::now();
     let base = baseline(&url, iters).await;
-    let la = letagents(&url, iters).await;
     let history: usize = std::env::var("LMK_LATENCY_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let la = letagents(&url, iters, 0).await;
+    let la_past = letagents(&url, iters, history).await;
     let (_, g2_all) = group(&url, 2, iters, 0).await;
     let (g5_each, g5_all) = group(&url, 5, iters, 0).await;
     let (_, g2_past) = group(&url, 2, iters, history).await;
@@ -246,9 +282,11 @@ async fn main() {
     println!("| figure | p50 | p95 | p50 / baseline p50 | p95 / baseline p95 |");
     println!("|---|---:|---:|---:|---:|");
     let past = format!("group of 2 with {history} past messages each: send → the other member's listen wait");
-    let rows: [(&str, &[f64]); 6] = [
+    let la_past_name = format!("letagents 1:1 with {history} past messages each: send → recipient's inbox wait");
+    let rows: [(&str, &[f64]); 7] = [
         ("baseline: opaque blob, relay log post → parked long-poll", &base),
         ("letagents 1:1: send → recipient's inbox wait", &la),
+        (&la_past_name, &la_past),
         ("group of 2: send → the other member's listen wait", &g2_all),
         ("group of 5: send → each member's listen wait", &g5_each),
         ("group of 5: send → all 4 members", &g5_all),

@@ -277,7 +277,7 @@ impl Runtime {
             if state == "queued"
                 && let Some(cid) = contact_id
             {
-                let hops = db::conversation_hops(&mut *tx, cid, rowid).await?;
+                let hops = db::conversation_hops(&mut *tx, cid, rowid, policy.loop_limit.saturating_add(1)).await?;
                 if hops > policy.loop_limit {
                     state = "paused";
                 }

@@ -33,18 +33,20 @@ pub struct DueDelivery {
     pub handed_count: i64,
 }
 
+/// [`conversation_hops`]: through `messages_by_contact` (0021), from the last operator input on.
+pub(crate) const CONVERSATION_HOPS: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE contact_id = ?1 \
+     AND rowid_ > COALESCE((SELECT reset_rowid FROM conversations WHERE contact_id = ?1), 0) \
+     AND rowid_ <= ?2 AND kind IN ('send', 'ask', 'reply') AND (direction = 'out' OR state = 'received') \
+     LIMIT ?3)";
+
+/// [`sent_by`]: through `messages_by_id` (0021).
+pub(crate) const SENT_BY: &str = "SELECT COUNT(*) FROM messages WHERE direction = 'out' AND id = ? AND from_agent = ?";
+
 /// Agent-to-agent hops in the conversation with `contact_id` since its last operator input,
-/// counting messages up to row `upto`.
-pub async fn conversation_hops(ex: impl SqliteExecutor<'_>, contact_id: i64, upto: i64) -> Result<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT COUNT(*) FROM messages WHERE contact_id = ?1 \
-         AND rowid_ > COALESCE((SELECT reset_rowid FROM conversations WHERE contact_id = ?1), 0) \
-         AND rowid_ <= ?2 AND kind IN ('send', 'ask', 'reply') AND (direction = 'out' OR state = 'received')",
-    )
-    .bind(contact_id)
-    .bind(upto)
-    .fetch_one(ex)
-    .await?)
+/// counting messages up to row `upto`, and no further than `cap` (what the loop guard compares
+/// needs no more: the count then reads at most `cap` hops of `messages_by_contact`, 0021).
+pub async fn conversation_hops(ex: impl SqliteExecutor<'_>, contact_id: i64, upto: i64, cap: i64) -> Result<i64> {
+    Ok(sqlx::query_scalar(CONVERSATION_HOPS).bind(contact_id).bind(upto).bind(cap).fetch_one(ex).await?)
 }
 
 /// Operator input in the conversation with `contact_id`: the loop guard counts from the newest
@@ -129,12 +131,7 @@ pub async fn agent_names(conn: &mut SqliteConnection) -> Result<Vec<String>> {
 
 /// Whether `agent` sent message `id`.
 pub async fn sent_by(conn: &mut SqliteConnection, id: &str, agent: &str) -> Result<bool> {
-    let n: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE direction = 'out' AND id = ? AND from_agent = ?")
-            .bind(id)
-            .bind(agent)
-            .fetch_one(&mut *conn)
-            .await?;
+    let n: i64 = sqlx::query_scalar(SENT_BY).bind(id).bind(agent).fetch_one(&mut *conn).await?;
     Ok(n > 0)
 }
 
@@ -234,9 +231,10 @@ pub async fn ack_delivery(conn: &mut SqliteConnection, lease: &str, rowid: i64, 
 }
 
 impl Store {
-    /// Agent-to-agent hops in the conversation with `contact_id` (see [`conversation_hops`]).
+    /// Agent-to-agent hops in the conversation with `contact_id`, all of them (see
+    /// [`conversation_hops`]).
     pub async fn hops(&self, contact_id: i64, upto: i64) -> Result<i64> {
-        conversation_hops(&self.pool, contact_id, upto).await
+        conversation_hops(&self.pool, contact_id, upto, i64::MAX).await
     }
 
     /// Starts `agent`'s queue unless it has one: `catch_up` incoming messages before the newest

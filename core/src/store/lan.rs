@@ -54,14 +54,8 @@ impl Store {
         sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
         // The audit names the peer as the message (and its `queued` audit row) does: for Agent
         // Mail the contact's agent id, not the mailbox the packet went to.
-        let peer: Option<String> = sqlx::query_scalar(
-            "UPDATE messages SET state = 'relayed', path = ? WHERE direction = 'out' AND id = ? AND state = 'queued' \
-             RETURNING peer",
-        )
-        .bind(path.as_str())
-        .bind(&row.message_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let peer: Option<String> =
+            sqlx::query_scalar(MARK_RELAYED).bind(path.as_str()).bind(&row.message_id).fetch_optional(&mut *tx).await?;
         let audit = Audit {
             direction: "out",
             protocol: row.protocol.as_str(),
@@ -88,17 +82,22 @@ impl Store {
     }
 }
 
+/// [`Store::outbox_handed_over`]: through `messages_by_id` (0021).
+pub(crate) const MARK_RELAYED: &str = "UPDATE messages SET state = 'relayed', path = ? WHERE direction = 'out' AND id = ? AND state = 'queued' RETURNING peer";
+
+/// [`Store::outbox_contact`]: through `messages_by_id` (0021).
+pub(crate) const OUTBOX_CONTACT: &str =
+    "SELECT contact_id FROM messages WHERE direction = 'out' AND protocol = ? AND id = ? AND contact_id IS NOT NULL";
+
 impl Store {
     /// The contact an outbox row's message goes to (`None` for rows without one).
     pub async fn outbox_contact(&self, row: &OutboxRow) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT contact_id FROM messages WHERE direction = 'out' AND protocol = ? AND id = ? AND contact_id IS NOT NULL",
-        )
-        .bind(row.protocol)
-        .bind(&row.message_id)
-        .fetch_optional(&self.pool)
-        .await?
-        .flatten())
+        Ok(sqlx::query_scalar(OUTBOX_CONTACT)
+            .bind(row.protocol)
+            .bind(&row.message_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .flatten())
     }
 }
 

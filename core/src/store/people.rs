@@ -97,12 +97,15 @@ pub async fn record_fallback(
     new_id: &str,
     detail: &str,
 ) -> Result<()> {
-    sqlx::query("UPDATE messages SET fallback_of = ? WHERE direction = 'out' AND id = ?")
+    // Named (0021): SQLite would otherwise walk every outgoing entry of the unique index.
+    sqlx::query("UPDATE messages INDEXED BY messages_by_id SET fallback_of = ? WHERE direction = 'out' AND id = ?")
         .bind(original)
         .bind(new_id)
         .execute(&mut *conn)
         .await?;
-    sqlx::query("UPDATE messages SET state = 'rerouted', detail = ? WHERE direction = 'out' AND id = ?")
+    sqlx::query(
+        "UPDATE messages INDEXED BY messages_by_id SET state = 'rerouted', detail = ? WHERE direction = 'out' AND id = ?",
+    )
         .bind(detail)
         .bind(original)
         .execute(&mut *conn)
@@ -110,6 +113,19 @@ pub async fn record_fallback(
     sqlx::query("DELETE FROM outbox WHERE id = ?").bind(outbox_id).execute(&mut *conn).await?;
     Ok(())
 }
+
+/// [`Store::last_send_failed`]: the contact's newest rows first, in `messages_by_contact` (0021).
+pub(crate) const LAST_SEND_FAILED: &str = "SELECT state FROM messages WHERE contact_id = ? AND direction = 'out' \
+     AND kind IN ('send', 'ask', 'reply') AND state != 'queued' ORDER BY rowid_ DESC LIMIT 1";
+
+/// [`Store::fell_back_from`]: in `messages_fallbacks` (0021), which `fallback_of != ''` lets SQLite use.
+pub(crate) const FELL_BACK_FROM: &str =
+    "SELECT COUNT(*) FROM messages WHERE direction = 'out' AND fallback_of = ? AND fallback_of != ''";
+
+/// [`Store::person_conversation`]: each channel's newest rows, in `messages_by_contact` (0021).
+pub(crate) const PERSON_CONVERSATION: &str = "SELECT * FROM (SELECT m.* FROM messages m JOIN contacts c \
+     ON c.id = m.contact_id WHERE c.person_id = ?1 AND m.kind NOT IN ('receipt', 'roster', 'hello') \
+     AND m.state != 'rerouted' ORDER BY m.rowid_ DESC LIMIT ?2) ORDER BY rowid_";
 
 impl Store {
     /// Every person, by name.
@@ -138,37 +154,19 @@ impl Store {
     /// Whether the newest message we sent on contact `id` failed there (moved to another
     /// channel, refused, or given up): the channel looks unreachable until one gets through.
     pub async fn last_send_failed(&self, id: i64) -> Result<bool> {
-        let state: Option<String> = sqlx::query_scalar(
-            "SELECT state FROM messages WHERE contact_id = ? AND direction = 'out' AND kind IN ('send', 'ask', 'reply') \
-             AND state != 'queued' ORDER BY rowid_ DESC LIMIT 1",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let state: Option<String> = sqlx::query_scalar(LAST_SEND_FAILED).bind(id).fetch_optional(&self.pool).await?;
         Ok(state.is_some_and(|s| matches!(s.as_str(), "rerouted" | "failed" | "refused")))
     }
 
     /// Whether some message was already carried by another channel in place of `original`.
     pub async fn fell_back_from(&self, original: &str) -> Result<bool> {
-        Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM messages WHERE direction = 'out' AND fallback_of = ?")
-            .bind(original)
-            .fetch_one(&self.pool)
-            .await?
-            > 0)
+        Ok(sqlx::query_scalar::<_, i64>(FELL_BACK_FROM).bind(original).fetch_one(&self.pool).await? > 0)
     }
 
     /// The conversation with every channel of person `id`, oldest first (receipts, rosters and
     /// the hellos that introduced each channel and messages another channel carried instead are
     /// left out).
     pub async fn person_conversation(&self, id: i64, limit: i64) -> Result<Vec<super::MessageRow>> {
-        Ok(sqlx::query_as(
-            "SELECT * FROM (SELECT m.* FROM messages m JOIN contacts c ON c.id = m.contact_id \
-             WHERE c.person_id = ?1 AND m.kind NOT IN ('receipt', 'roster', 'hello') AND m.state != 'rerouted' \
-             ORDER BY m.rowid_ DESC LIMIT ?2) ORDER BY rowid_",
-        )
-        .bind(id)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(sqlx::query_as(PERSON_CONVERSATION).bind(id).bind(limit).fetch_all(&self.pool).await?)
     }
 }
