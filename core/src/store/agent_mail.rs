@@ -183,6 +183,19 @@ pub async fn am_insert_message(conn: &mut SqliteConnection, m: &AmMessageRow<'_>
     Ok(n > 0)
 }
 
+/// [`am_sent_to`]: the whole key.
+pub(crate) const AM_SENT_TO: &str =
+    "SELECT message FROM am_messages WHERE direction = 'out' AND sender = ? AND recipient = ? AND message_id = ?";
+
+/// [`Store::am_sent`]: through `am_messages_by_id` (0022), as is [`AM_SUBJECT_THREAD`] (the key
+/// wants the recipient first).
+pub(crate) const AM_SENT: &str =
+    "SELECT recipient, message FROM am_messages WHERE direction = 'out' AND sender = ? AND message_id = ?";
+
+/// [`Store::am_subject_thread`].
+pub(crate) const AM_SUBJECT_THREAD: &str = "SELECT subject, thread_id FROM am_messages WHERE direction = ?1 \
+     AND message_id = ?3 AND ((?1 = 'in' AND sender = ?2) OR (?1 = 'out' AND recipient = ?2))";
+
 /// The message (JCS) we sent as `sender` to `recipient` with `message_id`.
 pub async fn am_sent_to(
     conn: &mut SqliteConnection,
@@ -190,14 +203,7 @@ pub async fn am_sent_to(
     recipient: &str,
     message_id: &str,
 ) -> Result<Option<Vec<u8>>> {
-    Ok(sqlx::query_scalar(
-        "SELECT message FROM am_messages WHERE direction = 'out' AND sender = ? AND recipient = ? AND message_id = ?",
-    )
-    .bind(sender)
-    .bind(recipient)
-    .bind(message_id)
-    .fetch_optional(conn)
-    .await?)
+    Ok(sqlx::query_scalar(AM_SENT_TO).bind(sender).bind(recipient).bind(message_id).fetch_optional(conn).await?)
 }
 
 /// Points a queued outbox row at a new packet (re-encrypted under a newer card).
@@ -331,28 +337,14 @@ impl Store {
 
     /// The recipient and message (JCS) of what we sent as `sender` with `message_id`.
     pub async fn am_sent(&self, sender: &str, message_id: &str) -> Result<Option<(String, Vec<u8>)>> {
-        let row = sqlx::query(
-            "SELECT recipient, message FROM am_messages WHERE direction = 'out' AND sender = ? AND message_id = ?",
-        )
-        .bind(sender)
-        .bind(message_id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(AM_SENT).bind(sender).bind(message_id).fetch_optional(&self.pool).await?;
         Ok(row.map(|r| (r.get(0), r.get(1))))
     }
 
     /// Subject and thread of the message `id` exchanged with `peer` (the sender of what we
     /// received, the recipient of what we sent).
     pub async fn am_subject_thread(&self, direction: &str, peer: &str, id: &str) -> Result<Option<(String, String)>> {
-        let row = sqlx::query(
-            "SELECT subject, thread_id FROM am_messages WHERE direction = ?1 AND message_id = ?3 \
-             AND ((?1 = 'in' AND sender = ?2) OR (?1 = 'out' AND recipient = ?2))",
-        )
-        .bind(direction)
-        .bind(peer)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(AM_SUBJECT_THREAD).bind(direction).bind(peer).bind(id).fetch_optional(&self.pool).await?;
         Ok(row.map(|r| (r.get(0), r.get(1))))
     }
 

@@ -39,6 +39,19 @@ pub(crate) const CONVERSATION_HOPS: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM 
      AND rowid_ <= ?2 AND kind IN ('send', 'ask', 'reply') AND (direction = 'out' OR state = 'received') \
      LIMIT ?3)";
 
+/// [`delivery_lease_holders`]: in `agent_deliveries_lease` (0006), which `lease != ''` lets
+/// SQLite use (a lease never is empty); without it every ack read every delivery.
+pub(crate) const DELIVERY_LEASE_HOLDERS: &str =
+    "SELECT DISTINCT agent FROM agent_deliveries WHERE lease = ? AND lease != ''";
+
+/// [`handed_under`]: as [`DELIVERY_LEASE_HOLDERS`].
+pub(crate) const HANDED_UNDER: &str = "SELECT d.message, m.id FROM agent_deliveries d JOIN messages m \
+     ON m.rowid_ = d.message WHERE d.lease = ? AND d.lease != '' AND d.state = 'handed'";
+
+/// [`ack_delivery`]: as [`DELIVERY_LEASE_HOLDERS`].
+pub(crate) const ACK_DELIVERY: &str = "UPDATE agent_deliveries SET state = 'delivered', delivered_at = ? \
+     WHERE lease = ? AND lease != '' AND message = ? AND state = 'handed'";
+
 /// [`sent_by`]: through `messages_by_id` (0021).
 pub(crate) const SENT_BY: &str = "SELECT COUNT(*) FROM messages WHERE direction = 'out' AND id = ? AND from_agent = ?";
 
@@ -198,36 +211,18 @@ pub async fn hand_delivery(conn: &mut SqliteConnection, agent: &str, rowid: i64,
 
 /// The agents whose deliveries went out under `lease`.
 pub async fn delivery_lease_holders(conn: &mut SqliteConnection, lease: &str) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar("SELECT DISTINCT agent FROM agent_deliveries WHERE lease = ?")
-        .bind(lease)
-        .fetch_all(&mut *conn)
-        .await?)
+    Ok(sqlx::query_scalar(DELIVERY_LEASE_HOLDERS).bind(lease).fetch_all(&mut *conn).await?)
 }
 
 /// (message row, message id) of the deliveries still handed out under `lease`.
 pub async fn handed_under(conn: &mut SqliteConnection, lease: &str) -> Result<Vec<(i64, String)>> {
-    Ok(sqlx::query_as(
-        "SELECT d.message, m.id FROM agent_deliveries d JOIN messages m ON m.rowid_ = d.message \
-         WHERE d.lease = ? AND d.state = 'handed'",
-    )
-    .bind(lease)
-    .fetch_all(&mut *conn)
-    .await?)
+    Ok(sqlx::query_as(HANDED_UNDER).bind(lease).fetch_all(&mut *conn).await?)
 }
 
 /// Marks the delivery of message `rowid` under `lease` delivered if it is still handed; whether
 /// it changed.
 pub async fn ack_delivery(conn: &mut SqliteConnection, lease: &str, rowid: i64, now: i64) -> Result<u64> {
-    Ok(sqlx::query(
-        "UPDATE agent_deliveries SET state = 'delivered', delivered_at = ? \
-         WHERE lease = ? AND message = ? AND state = 'handed'",
-    )
-    .bind(now)
-    .bind(lease)
-    .bind(rowid)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected())
+    Ok(sqlx::query(ACK_DELIVERY).bind(now).bind(lease).bind(rowid).execute(&mut *conn).await?.rows_affected())
 }
 
 impl Store {

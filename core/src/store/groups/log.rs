@@ -191,18 +191,12 @@ pub async fn lease_group_row(
 
 /// The sessions whose rows went out under `lease`.
 pub async fn group_lease_holders(conn: &mut SqliteConnection, lease: &str) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar("SELECT DISTINCT handle FROM lmk_messages WHERE lease = ?")
-        .bind(lease)
-        .fetch_all(&mut *conn)
-        .await?)
+    Ok(sqlx::query_scalar(GROUP_LEASE_HOLDERS).bind(lease).fetch_all(&mut *conn).await?)
 }
 
 /// (rowid, id) of the unread rows handed out under `lease`, in log order.
 pub async fn group_lease_unread(conn: &mut SqliteConnection, lease: &str) -> Result<Vec<(i64, String)>> {
-    Ok(sqlx::query_as("SELECT rowid_, id FROM lmk_messages WHERE lease = ? AND read = 0 ORDER BY rowid_")
-        .bind(lease)
-        .fetch_all(&mut *conn)
-        .await?)
+    Ok(sqlx::query_as(GROUP_LEASE_UNREAD).bind(lease).fetch_all(&mut *conn).await?)
 }
 
 /// Marks row `rowid` read if it is still unread under `lease`; whether it changed.
@@ -214,6 +208,19 @@ pub async fn ack_group_row(conn: &mut SqliteConnection, rowid: i64, lease: &str)
         .await?
         .rows_affected())
 }
+
+/// [`group_lease_holders`]: in `lmk_messages_lease` (0007), which `lease != ''` lets SQLite use
+/// (a lease is never empty); without it every ack read the whole log.
+const GROUP_LEASE_HOLDERS: &str = "SELECT DISTINCT handle FROM lmk_messages WHERE lease = ? AND lease != ''";
+
+/// [`group_lease_unread`]: as [`GROUP_LEASE_HOLDERS`].
+const GROUP_LEASE_UNREAD: &str =
+    "SELECT rowid_, id FROM lmk_messages WHERE lease = ? AND lease != '' AND read = 0 ORDER BY rowid_";
+
+/// [`Store::group_row_by_id`]: one probe of `UNIQUE (handle, group_id, id)` per group of the
+/// session, instead of every row of the session (`CROSS JOIN` keeps the groups outside).
+const GROUP_ROW_BY_ID: &str = "SELECT m.* FROM lmk_groups g CROSS JOIN lmk_messages m ON m.handle = g.handle \
+     AND m.group_id = g.group_id AND m.id = ?2 WHERE g.handle = ?1";
 
 /// Leave requests from other members of a group: `lmk_messages_leaves` (0020).
 const LEAVERS: &str = "SELECT DISTINCT sender_fp FROM lmk_messages WHERE handle = ? AND group_id = ? \
@@ -377,13 +384,9 @@ impl Store {
             .await?)
     }
 
-    /// `handle`'s row `id`, in whichever group.
+    /// `handle`'s row `id`, in whichever group (ids are message hashes: one at most).
     pub async fn group_row_by_id(&self, handle: &str, id: &str) -> Result<Option<GroupMessage>> {
-        Ok(sqlx::query_as("SELECT * FROM lmk_messages WHERE handle = ? AND id = ?")
-            .bind(handle)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?)
+        Ok(sqlx::query_as(GROUP_ROW_BY_ID).bind(handle).bind(id).fetch_optional(&self.pool).await?)
     }
 
     /// `handle`'s row `id` of `gid`.
@@ -440,6 +443,9 @@ mod tests {
         let hops = ["lmk_messages_hops (handle=? AND group_id=? AND rowid>?)"];
         for (sql, steps) in [
             (LEAVERS, &["lmk_messages_leaves (handle=? AND group_id=?)"][..]),
+            (GROUP_LEASE_HOLDERS, &["lmk_messages_lease (lease=?)"][..]),
+            (GROUP_LEASE_UNREAD, &["lmk_messages_lease (lease=?)"][..]),
+            (GROUP_ROW_BY_ID, &["sqlite_autoindex_lmk_messages_1 (handle=? AND group_id=? AND id=?)"][..]),
             (HOP_THRESHOLDS, &hops[..]),
             (HOPS, &hops[..]),
             (
