@@ -83,7 +83,8 @@ impl Store {
 }
 
 /// [`Store::outbox_handed_over`]: through `messages_by_id` (0021).
-pub(crate) const MARK_RELAYED: &str = "UPDATE messages SET state = 'relayed', path = ? WHERE direction = 'out' AND id = ? AND state = 'queued' RETURNING peer";
+pub(crate) const MARK_RELAYED: &str = "UPDATE messages SET state = 'relayed', path = ? \
+     WHERE direction = 'out' AND id = ? AND state = 'queued' RETURNING peer";
 
 /// [`Store::outbox_contact`]: through `messages_by_id` (0021).
 pub(crate) const OUTBOX_CONTACT: &str =

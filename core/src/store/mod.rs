@@ -407,7 +407,8 @@ const MESSAGE_BY_ID: &str = "SELECT * FROM messages WHERE direction = ? AND id =
 
 /// [`set_outgoing_state`] (every receipt): through `messages_by_id` (0021), named: SQLite would
 /// otherwise walk every outgoing entry of the unique index, which holds all four columns.
-const OUTGOING_STATE: &str = "UPDATE messages INDEXED BY messages_by_id SET state = ?, detail = ? WHERE direction = 'out' AND id = ? AND peer = ?";
+const OUTGOING_STATE: &str = "UPDATE messages INDEXED BY messages_by_id SET state = ?, detail = ? \
+     WHERE direction = 'out' AND id = ? AND peer = ?";
 
 /// [`Store::conversation_page`]: the contact's newest rows, in `messages_by_contact` (0021).
 const CONVERSATION_PAGE: &str = "SELECT * FROM (SELECT * FROM messages WHERE contact_id = ?1 \
@@ -1220,10 +1221,13 @@ mod frontier_tests {
         for f in before {
             sqlx::raw_sql(sqlx::AssertSqlSafe(std::fs::read_to_string(f).unwrap())).execute(&pool).await.unwrap();
         }
-        sqlx::query("INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) VALUES ('h', 'n', x'00', x'', 1)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        sqlx::query(
+            "INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) \
+             VALUES ('h', 'n', x'00', x'', 1)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
         for g in ["g", "other"] {
             sqlx::query("INSERT INTO lmk_groups (handle, group_id, relay, joined_at) VALUES ('h', ?, 'r', 1)")
                 .bind(g)

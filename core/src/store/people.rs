@@ -104,12 +104,13 @@ pub async fn record_fallback(
         .execute(&mut *conn)
         .await?;
     sqlx::query(
-        "UPDATE messages INDEXED BY messages_by_id SET state = 'rerouted', detail = ? WHERE direction = 'out' AND id = ?",
+        "UPDATE messages INDEXED BY messages_by_id SET state = 'rerouted', detail = ? \
+         WHERE direction = 'out' AND id = ?",
     )
-        .bind(detail)
-        .bind(original)
-        .execute(&mut *conn)
-        .await?;
+    .bind(detail)
+    .bind(original)
+    .execute(&mut *conn)
+    .await?;
     sqlx::query("DELETE FROM outbox WHERE id = ?").bind(outbox_id).execute(&mut *conn).await?;
     Ok(())
 }

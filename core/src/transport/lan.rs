@@ -1052,7 +1052,9 @@ mod tests {
                         }
                     }
                     e = b.select_next_some() => {
-                        if let SwarmEvent::ConnectionEstablished { endpoint: ConnectedPoint::Listener { send_back_addr, .. }, .. } = e {
+                        if let SwarmEvent::ConnectionEstablished { endpoint, .. } = e
+                            && let ConnectedPoint::Listener { send_back_addr, .. } = endpoint
+                        {
                             return send_back_addr;
                         }
                     }

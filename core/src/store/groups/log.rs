@@ -237,10 +237,10 @@ const HOP_THRESHOLDS: &str = "SELECT g.group_id, (SELECT m.rowid_ FROM lmk_messa
 /// The read frontier: the uncovered read rows, in `lmk_messages_tips` (0020), after the latest
 /// join (a few membership events, in `lmk_messages_events`). Named: without statistics SQLite
 /// would take `lmk_messages_unread` (every read row of the session since the join).
-const FRONTIER: &str = "SELECT id FROM lmk_messages INDEXED BY lmk_messages_tips WHERE handle = ?1 AND group_id = ?2 AND read = 1 \
-     AND covered = 0 AND state = 'done' AND kind IN ('message', 'leave') AND rowid_ > COALESCE((SELECT MAX(rowid_) \
-     FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND kind = 'event' AND id LIKE 'joined:%'), 0) \
-     ORDER BY rowid_";
+const FRONTIER: &str = "SELECT id FROM lmk_messages INDEXED BY lmk_messages_tips \
+     WHERE handle = ?1 AND group_id = ?2 AND read = 1 AND covered = 0 AND state = 'done' \
+     AND kind IN ('message', 'leave') AND rowid_ > COALESCE((SELECT MAX(rowid_) FROM lmk_messages \
+     WHERE handle = ?1 AND group_id = ?2 AND kind = 'event' AND id LIKE 'joined:%'), 0) ORDER BY rowid_";
 
 /// A group's hops since the last operator input, counted in `lmk_messages_hops` (0020) from
 /// that input on.
