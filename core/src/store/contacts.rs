@@ -186,8 +186,9 @@ pub async fn set_blocked(conn: &mut SqliteConnection, id: i64, blocked: bool, no
             .execute(&mut *conn)
             .await?;
         sqlx::query(
-            "UPDATE agent_deliveries SET state = 'skipped' WHERE state IN ('queued', 'paused', 'handed') \
-             AND message IN (SELECT rowid_ FROM messages WHERE contact_id = ?)",
+            // By agent and state (`agent_deliveries_queued`): the key wants the agent first.
+            "UPDATE agent_deliveries SET state = 'skipped' WHERE agent IN (SELECT name FROM agents) \
+             AND state IN ('queued', 'paused', 'handed') AND message IN (SELECT rowid_ FROM messages WHERE contact_id = ?)",
         )
         .bind(id)
         .execute(&mut *conn)

@@ -79,8 +79,9 @@ pub async fn reset_conversation(conn: &mut SqliteConnection, contact_id: i64) ->
 /// many.
 pub async fn release_paused(conn: &mut SqliteConnection, contact_id: i64, now: i64) -> Result<u64> {
     Ok(sqlx::query(
-        "UPDATE agent_deliveries SET state = 'queued', due_at = ?2 WHERE state = 'paused' \
-         AND message IN (SELECT rowid_ FROM messages WHERE contact_id = ?1)",
+        // By agent and state (`agent_deliveries_queued`): the key wants the agent first.
+        "UPDATE agent_deliveries SET state = 'queued', due_at = ?2 WHERE agent IN (SELECT name FROM agents) \
+         AND state = 'paused' AND message IN (SELECT rowid_ FROM messages WHERE contact_id = ?1)",
     )
     .bind(contact_id)
     .bind(now)

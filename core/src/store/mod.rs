@@ -1264,10 +1264,16 @@ mod frontier_tests {
         assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["b", "c", "e", "bad"]));
 
         // d read late: covered by e already, so no new tip; it covers b and c.
-        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE id = 'd'").execute(&pool).await.unwrap();
+        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE handle = 'h' AND group_id = 'g' AND id = 'd'")
+            .execute(&pool)
+            .await
+            .unwrap();
         check("d read").await;
         // f posted: state done, covers e.
-        sqlx::query("UPDATE lmk_messages SET state = 'done' WHERE id = 'f'").execute(&pool).await.unwrap();
+        sqlx::query("UPDATE lmk_messages SET state = 'done' WHERE handle = 'h' AND group_id = 'g' AND id = 'f'")
+            .execute(&pool)
+            .await
+            .unwrap();
         check("f posted").await;
         assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["f", "bad"]));
         // A new read row (an own send) covering every tip.
@@ -1279,7 +1285,10 @@ mod frontier_tests {
         row(&pool, "g", "ev", "event", &["h1"], true, "done").await;
         check("unread and event rows").await;
         assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["h1"]));
-        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE id = 'i'").execute(&pool).await.unwrap();
+        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE handle = 'h' AND group_id = 'g' AND id = 'i'")
+            .execute(&pool)
+            .await
+            .unwrap();
         check("i read").await;
         assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["i"]));
         // Another join: the frontier starts again.
@@ -1289,8 +1298,14 @@ mod frontier_tests {
         // A row whose `after` is not JSON is stored and read all the same (the triggers skip it)
         // and covers nothing.
         row(&pool, "g", "junk", "message", &[], false, "done").await;
-        sqlx::query("UPDATE lmk_messages SET after = 'not json' WHERE id = 'junk'").execute(&pool).await.unwrap();
-        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE id = 'junk'").execute(&pool).await.unwrap();
+        sqlx::query("UPDATE lmk_messages SET after = 'not json' WHERE handle = 'h' AND group_id = 'g' AND id = 'junk'")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE handle = 'h' AND group_id = 'g' AND id = 'junk'")
+            .execute(&pool)
+            .await
+            .unwrap();
         assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["junk"]));
     }
 }
