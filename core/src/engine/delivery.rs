@@ -192,13 +192,17 @@ impl Runtime {
 
     /// The delivery policy in force.
     pub(super) async fn policy(&self) -> Result<Policy> {
-        let get = |k: &'static str| async move { self.store().meta(k).await };
-        let review = get("policy_review").await?.is_some_and(|v| v == "review");
-        let loop_limit =
-            get("policy_loop_limit").await?.and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_LOOP_LIMIT).max(1);
-        let digest_secs: i64 =
-            get("policy_digest_secs").await?.and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_DIGEST_SECS).max(0);
-        Ok(Policy { review, loop_limit, digest_ms: digest_secs.saturating_mul(1000) })
+        Ok(self.policy_and_dnd().await?.0)
+    }
+
+    /// The delivery policy and whether do-not-disturb is on, in one read of the profile's meta.
+    pub(super) async fn policy_and_dnd(&self) -> Result<(Policy, bool)> {
+        let [review, loop_limit, digest_secs, dnd] = self.store().policy_meta().await?;
+        let review = review.is_some_and(|v| v == "review");
+        let loop_limit = loop_limit.and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_LOOP_LIMIT).max(1);
+        let digest_secs: i64 = digest_secs.and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_DIGEST_SECS).max(0);
+        let dnd = dnd.is_some_and(|v| v == "on");
+        Ok((Policy { review, loop_limit, digest_ms: digest_secs.saturating_mul(1000) }, dnd))
     }
 
     /// Agent-to-agent hops in the conversation with `contact_id` since the last operator input,

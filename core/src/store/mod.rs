@@ -473,6 +473,29 @@ impl Store {
         Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?").bind(key).fetch_optional(&self.pool).await?)
     }
 
+    /// The delivery policy's meta values in one read: (`policy_review`, `policy_loop_limit`,
+    /// `policy_digest_secs`, `dnd`), each if set.
+    pub async fn policy_meta(&self) -> Result<[Option<String>; 4]> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT key, value FROM meta WHERE key IN ('policy_review', 'policy_loop_limit', 'policy_digest_secs', 'dnd')",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: [Option<String>; 4] = Default::default();
+        for (k, v) in rows {
+            let at = match k.as_str() {
+                "policy_review" => 0,
+                "policy_loop_limit" => 1,
+                "policy_digest_secs" => 2,
+                _ => 3,
+            };
+            if let Some(slot) = out.get_mut(at) {
+                *slot = Some(v);
+            }
+        }
+        Ok(out)
+    }
+
     /// Writes a meta value.
     pub async fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         set_meta(&mut *self.pool.acquire().await?, key, value).await

@@ -217,8 +217,7 @@ impl Runtime {
 
     /// What the delivery policy makes of the session's unread rows now (see the module doc).
     pub(super) async fn lmk_pending(&self, handle: &str) -> Result<Pending> {
-        let policy = self.policy().await?;
-        let dnd = self.dnd().await?;
+        let (policy, dnd) = self.policy_and_dnd().await?;
         let rows = self.store().unread_group_rows(handle).await?;
         let (me, my_name) = self
             .store()

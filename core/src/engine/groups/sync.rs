@@ -401,15 +401,14 @@ impl Runtime {
         }
         let (mut missing, judged) = match mark {
             Some(mark) => {
-                let rows = self.store().group_message_links_after(handle, gid, mark).await?;
+                // One read: the rows after the mark, each with the references in its `after`
+                // that name no message this session has (or had, before the group TTL).
+                let rows = self.store().group_unknown_links_after(handle, gid, mark).await?;
                 let Some(newest) = rows.last().map(|(rowid, _, _)| *rowid) else { return Ok(()) };
                 let mut missing: BTreeMap<String, String> = BTreeMap::new();
-                for (_, id, after) in &rows {
-                    let after: Vec<String> = serde_json::from_str(after).unwrap_or_default();
-                    for a in after {
-                        if !missing.contains_key(&a) && !self.store().group_message_known(handle, gid, &a).await? {
-                            missing.insert(a, id.clone());
-                        }
+                for (_, id, unknown) in rows {
+                    if let Some(gap) = unknown {
+                        missing.entry(gap).or_insert(id);
                     }
                 }
                 (missing, newest)
