@@ -4,10 +4,10 @@
 //! bundled SQLite the binaries use. A `SCAN` of a growing table fails the test unless the
 //! statement is listed in `ALLOWED` with the reason.
 //!
-//! Why: a full scan costs nothing in a new profile and grows with every message. Three sessions'
-//! worth of them were found at once (2026-12-05): the read frontier, the loop guards, leave
-//! requests, lookups by contact and by id, lease acks, the Agent Mail sweep; each was 10-800 ms
-//! at 20,000-100,000 rows, on paths run for every message or every minute.
+//! Why: a full scan costs nothing in a new profile and grows with every message. A dozen were
+//! found at once (2026-12-05): the read frontier, the loop guards, leave requests, lookups by
+//! contact and by id, lease acks, the Agent Mail sweep; each took 5-800 ms at 20,000-100,000
+//! rows, on paths run for every message or every minute.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::path::{Path, PathBuf};
