@@ -35,8 +35,8 @@ use axum::http::StatusCode;
 use ed25519_dalek::SigningKey;
 use relay_lite::{Config, RunningRelay};
 use support::{
-    Check, ClientWork, Load, env_or, http_client, median, post_load, start_group_commit_baseline,
-    start_group_commit_baseline_checked, start_insert_baseline,
+    Check, ClientWork, Load, env_or, http_client, median, post_load, start_group_commit_baseline_checked,
+    start_insert_baseline,
 };
 use switchboard_core::protocol::agent_identity::{AgentId, Origin};
 use switchboard_core::protocol::agent_mail::card::CardPayload;
@@ -139,45 +139,29 @@ async fn baseline_throughput(work: &[Arc<ClientWork>], s: &Settings) -> Load {
     load
 }
 
-async fn group_throughput(work: &[Arc<ClientWork>], s: &Settings) -> Load {
+/// The group-commit loop on fresh storage, each body first through `check`: `Check::None` (the
+/// bare loop), `VERIFIED` or `TOMBSTONE`.
+async fn group_throughput(work: &[Arc<ClientWork>], s: &Settings, check: Check) -> Load {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/mailboxes/{id}/packets").await;
+    let (addr, task, writer) =
+        start_group_commit_baseline_checked(dir.path(), "/v1/mailboxes/{id}/packets", check).await;
     let load = post_load(&format!("http://{addr}"), work, s.warmup, s.measure).await;
     task.abort();
     writer.abort();
     load
 }
 
-/// The group-commit loop that first runs, on each request's task, the stateless part of §7.1
-/// acceptance that any relay must do: `Packet::parse` (strict JSON and closed shape, sizes and
-/// time bounds, the event hash, the sender's Ed25519 signature). Not the stateful checks (card,
-/// history, quota) and not relay-lite's own storage layout.
-async fn verified_group_throughput(work: &[Arc<ClientWork>], s: &Settings) -> Load {
-    let dir = tempfile::tempdir().unwrap();
-    let check: fn(&[u8]) -> bool = |body| Packet::parse(body).is_ok();
-    let (addr, task, writer) =
-        start_group_commit_baseline_checked(dir.path(), "/v1/mailboxes/{id}/packets", Check::Pass(check)).await;
-    let load = post_load(&format!("http://{addr}"), work, s.warmup, s.measure).await;
-    task.abort();
-    writer.abort();
-    load
-}
+/// The stateless part of §7.1 acceptance that any relay must do: `Packet::parse` (strict JSON
+/// and closed shape, sizes and time bounds, the event hash, the sender's Ed25519 signature). Not
+/// the stateful checks (card, history, quota) and not relay-lite's own storage layout.
+const VERIFIED: Check = Check::Pass(|body| Packet::parse(body).is_ok());
 
-/// The verifying loop that also keeps what §7.1 makes every relay keep for each packet beyond
-/// its bytes: the packet ID as an acceptance tombstone ("the relay's replay protection"), here
-/// the raw 32 bytes under a `UNIQUE` constraint in the same row, so a replay is found and not
-/// stored again. The protocol's minimum durable work per packet, done by bare code; like
-/// relay-lite it gets fresh packets only (a repeat would take the cheaper lookup).
-async fn tombstone_group_throughput(work: &[Arc<ClientWork>], s: &Settings) -> Load {
-    let dir = tempfile::tempdir().unwrap();
-    let check: fn(&[u8]) -> Option<Vec<u8>> = |body| Packet::parse(body).ok().map(|p| p.id().0.to_vec());
-    let (addr, task, writer) =
-        start_group_commit_baseline_checked(dir.path(), "/v1/mailboxes/{id}/packets", Check::Keyed(check)).await;
-    let load = post_load(&format!("http://{addr}"), work, s.warmup, s.measure).await;
-    task.abort();
-    writer.abort();
-    load
-}
+/// [`VERIFIED`] and also what §7.1 makes every relay keep for each packet beyond its bytes: the
+/// packet ID as an acceptance tombstone ("the relay's replay protection"), here the raw 32 bytes
+/// under a `UNIQUE` constraint in the same row, so a replay is found and not stored again. The
+/// protocol's minimum durable work per packet, done by bare code; like relay-lite it must get
+/// fresh packets only (a repeat would take the cheaper lookup).
+const TOMBSTONE: Check = Check::Keyed(|body| Packet::parse(body).ok().map(|p| p.id().0.to_vec()));
 
 #[tokio::main]
 async fn main() {
@@ -243,9 +227,9 @@ async fn main() {
     if let Ok(side) = std::env::var("AM_LOAD_PROFILE") {
         let load = match side.as_str() {
             "relay" => relay_throughput(&cards, &work, &s).await,
-            "group" => group_throughput(&looped, &s).await,
-            "verified" => verified_group_throughput(&looped, &s).await,
-            "tombstone" => tombstone_group_throughput(&work, &s).await,
+            "group" => group_throughput(&looped, &s, Check::None).await,
+            "verified" => group_throughput(&looped, &s, VERIFIED).await,
+            "tombstone" => group_throughput(&work, &s, TOMBSTONE).await,
             other => panic!("AM_LOAD_PROFILE={other:?}: expected relay, group, verified or tombstone"),
         };
         println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
@@ -258,15 +242,15 @@ async fn main() {
     let (mut tombstone_rates, mut tombstone_ratios) = (Vec::new(), Vec::new());
     for round in 0..s.rounds {
         let (relay, group) = if round % 2 == 0 {
-            let g = group_throughput(&looped, &s).await;
+            let g = group_throughput(&looped, &s, Check::None).await;
             (relay_throughput(&cards, &work, &s).await, g)
         } else {
             let r = relay_throughput(&cards, &work, &s).await;
-            (r, group_throughput(&looped, &s).await)
+            (r, group_throughput(&looped, &s, Check::None).await)
         };
-        let verified = verified_group_throughput(&looped, &s).await;
+        let verified = group_throughput(&looped, &s, VERIFIED).await;
         assert_eq!(verified.failed, 0, "the verifying loop refused a packet relay-lite accepts");
-        let tombstone = tombstone_group_throughput(&work, &s).await;
+        let tombstone = group_throughput(&work, &s, TOMBSTONE).await;
         assert_eq!(tombstone.failed, 0, "the tombstone loop refused or repeated a packet");
         assert_eq!(tombstone.exhausted, 0, "the tombstone loop ran out of fresh packets: raise AM_LOAD_SCALE");
         let base = baseline_throughput(&looped, &s).await;
