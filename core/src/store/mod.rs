@@ -83,10 +83,11 @@ pub struct ReplayableTx {
 }
 
 impl ReplayableTx {
-    /// Commits, then puts the connection back to `synchronous=FULL`.
+    /// Commits, then puts the connection back to `synchronous=FULL`: both in one trip to the
+    /// connection's worker thread. Either failing leaves `done` unset, so the connection is
+    /// closed, never pooled with `NORMAL`.
     pub async fn commit(mut self) -> Result<()> {
-        sqlx::query("COMMIT").execute(&mut *self).await?;
-        sqlx::query("PRAGMA synchronous = FULL").execute(&mut *self).await?;
+        sqlx::raw_sql("COMMIT; PRAGMA synchronous = FULL").execute(&mut *self.conn).await?;
         self.done = true;
         Ok(())
     }
@@ -461,10 +462,10 @@ impl Store {
     /// handed out again, as when a lease runs out), a sent row marked posted (lost: the next sync
     /// marks it from the log).
     pub async fn replayable_tx(&self) -> Result<ReplayableTx> {
-        let mut conn = self.pool.acquire().await?;
-        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
-        let mut tx = ReplayableTx { conn, done: false };
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut *tx).await?;
+        // Owned by the guard first: if either statement fails, the connection is closed.
+        let mut tx = ReplayableTx { conn: self.pool.acquire().await?, done: false };
+        // One trip to the connection's worker thread for both (this is on every group receive).
+        sqlx::raw_sql("PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE").execute(&mut *tx.conn).await?;
         Ok(tx)
     }
 
@@ -1092,6 +1093,27 @@ mod replayable_tests {
         set_meta(&mut tx, "k", "later").await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(store.meta("k").await.unwrap().as_deref(), Some("later"));
+    }
+
+    #[tokio::test]
+    async fn a_replayable_commit_that_fails_keeps_nothing_and_no_relaxed_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        let mut tx = store.replayable_tx().await.unwrap();
+        set_meta(&mut tx, "k", "refused").await.unwrap();
+        // A deferred foreign key left broken: `COMMIT` itself fails (and the `PRAGMA` sent in
+        // the same trip does not run).
+        sqlx::raw_sql(
+            "CREATE TEMP TABLE parent (id INTEGER PRIMARY KEY); \
+             CREATE TEMP TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED); \
+             INSERT INTO child VALUES (1)",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        assert!(tx.commit().await.is_err(), "the commit is refused");
+        assert_eq!(store.meta("k").await.unwrap(), None, "rolled back");
+        assert_eq!(synchronous_levels(&store).await, vec![2; 4], "the relaxed connection was closed, not pooled");
     }
 }
 

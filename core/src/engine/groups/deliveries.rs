@@ -219,12 +219,7 @@ impl Runtime {
     pub(super) async fn lmk_pending(&self, handle: &str) -> Result<Pending> {
         let (policy, dnd) = self.policy_and_dnd().await?;
         let rows = self.store().unread_group_rows(handle).await?;
-        let (me, my_name) = self
-            .store()
-            .group_session_identity(handle)
-            .await?
-            .map(|(k, name)| (fingerprint(&k), name))
-            .unwrap_or_default();
+        let (me, my_name) = self.lmk_identity(handle).await?;
         // The loop guard's hops: every group message, in or out, after the group's last operator
         // input, by rowid; a row is paused when more than the limit precede it (itself included),
         // i.e. from each group's threshold on. (Nothing unread, nothing to weigh.)

@@ -171,6 +171,9 @@ pub(crate) struct Groups {
     invites: std::sync::Mutex<BTreeMap<String, InviteRecord>>,
     /// Held while the owner's default session is looked up or created (made once).
     owner: Mutex<()>,
+    /// Per session: (fingerprint, display name), which never change while it exists; read on
+    /// every policy look, so kept once read (dropped when the session is deleted).
+    identities: std::sync::Mutex<HashMap<String, (String, String)>>,
 }
 
 impl Groups {
@@ -524,6 +527,21 @@ impl Runtime {
         let s = Arc::new(Mutex::new(Session { handle: handle.to_owned(), member }));
         sessions.insert(handle.to_owned(), s.clone());
         Ok(s)
+    }
+
+    /// The session's (fingerprint, display name); empty for an unknown session.
+    async fn lmk_identity(&self, handle: &str) -> Result<(String, String)> {
+        if let Some(known) = self.inner.groups.identities.lock().ok().and_then(|m| m.get(handle).cloned()) {
+            return Ok(known);
+        }
+        let Some((key, name)) = self.store().group_session_identity(handle).await? else {
+            return Ok(Default::default());
+        };
+        let identity = (crate::protocol::letmeknow::fingerprint(&key), name);
+        if let Ok(mut m) = self.inner.groups.identities.lock() {
+            m.insert(handle.to_owned(), identity.clone());
+        }
+        Ok(identity)
     }
 
     async fn lmk_group_row(&self, handle: &str, gid: &str) -> Result<(String, i64, String)> {

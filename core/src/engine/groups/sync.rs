@@ -391,19 +391,23 @@ impl Runtime {
     /// the group's gap mark (see `Groups::gap_marks`), or the whole log when there is none.
     pub(super) async fn report_gaps(&self, handle: &str, gid: &str) -> Result<()> {
         let key = (handle.to_owned(), gid.to_owned());
-        let mut mark = self.inner.groups.gap_marks.lock().map(|m| m.get(&key).copied()).unwrap_or(None);
+        let mark = self.inner.groups.gap_marks.lock().map(|m| m.get(&key).copied()).unwrap_or(None);
+        // One read: the rows after the mark, each with the references in its `after` that name
+        // no message this session has (or had, before the group TTL).
+        let after_mark = match mark {
+            Some(mark) => Some(self.store().group_unknown_links_after(handle, gid, mark).await?),
+            None => None,
+        };
         // Rows deleted since (the group TTL, a deleted session) may have freed rowids below the
-        // mark (SQLite reuses them only when the newest rows are gone).
-        if let Some(m) = mark
-            && self.store().group_newest_rowid().await? < m
-        {
-            mark = None;
-        }
-        let (mut missing, judged) = match mark {
-            Some(mark) => {
-                // One read: the rows after the mark, each with the references in its `after`
-                // that name no message this session has (or had, before the group TTL).
-                let rows = self.store().group_unknown_links_after(handle, gid, mark).await?;
+        // mark (SQLite reuses them only when the newest rows are gone), so finding nothing after
+        // the mark is checked against the newest row; finding something proves the newest row
+        // is past the mark.
+        let after_mark = match (mark, after_mark) {
+            (Some(m), Some(rows)) if rows.is_empty() && self.store().group_newest_rowid().await? < m => None,
+            (_, rows) => rows,
+        };
+        let (mut missing, judged) = match after_mark {
+            Some(rows) => {
                 let Some(newest) = rows.last().map(|(rowid, _, _)| *rowid) else { return Ok(()) };
                 let mut missing: BTreeMap<String, String> = BTreeMap::new();
                 for (_, id, unknown) in rows {
