@@ -71,21 +71,17 @@ impl Runtime {
         let mut news: Option<(String, i64, Vec<LogEntry>)> = None;
         loop {
             let groups = self.store().active_groups_of(handle).await?;
-            // A group whose sync fails is not long-polled this round (its log would answer at
-            // once, every time): it is retried on the next wake.
-            let mut healthy = Vec::new();
+            // Each group with the cursor its sync left, taken before the policy look: whatever
+            // is added after that (by a follower, or by a removal the sync committed) wakes the
+            // poll. A group whose sync fails is not long-polled this round (its log would answer
+            // at once, every time): it is retried on the next wake.
+            let mut cursors = Vec::new();
             for (gid, relay) in groups {
                 let prefetched = news.take_if(|(g, _, _)| *g == gid).map(|(_, after, entries)| (after, entries));
                 match self.lmk_sync_from(handle, &gid, 0, prefetched).await {
-                    Ok(_) => healthy.push((gid, relay)),
+                    Ok(synced) => cursors.push((gid, relay, synced.cursor)),
                     Err(e) => tracing::debug!(error = %e, group = gid, "group sync"),
                 }
-            }
-            // Cursors before the policy look: whatever a follower adds after it wakes the poll.
-            let mut cursors = Vec::new();
-            for (gid, relay) in &healthy {
-                let (_, cursor, _) = self.lmk_group_row(handle, gid).await?;
-                cursors.push((gid.clone(), relay.clone(), cursor));
             }
             let pending = self.lmk_pending(handle).await?;
             let now_i = tokio::time::Instant::now();

@@ -16,6 +16,13 @@ use crate::store::groups::{self as db, NewGroupRow};
 use crate::transport::letmeknow::LogEntry;
 use crate::util::{b64u_decode, now_ms};
 
+/// What a sync did: how many log entries it processed, and the cursor it left (a removal it
+/// then committed for a leave request may have moved the group's cursor past it).
+pub(super) struct Synced {
+    pub(super) processed: usize,
+    pub(super) cursor: i64,
+}
+
 impl Runtime {
     /// Daemon loop: follows every active (session, group) pair, starting a follower for groups
     /// joined since the last scan, so commits are processed, deliveries queued and leave
@@ -113,7 +120,7 @@ impl Runtime {
     /// Reads the group log after the cursor (holding up to `wait_secs` when nothing is new) and
     /// processes it; then honours leave requests. Returns how many entries were processed.
     pub async fn lmk_sync(&self, handle: &str, gid: &str, wait_secs: u64) -> Result<usize> {
-        self.lmk_sync_from(handle, gid, wait_secs, None).await
+        Ok(self.lmk_sync_from(handle, gid, wait_secs, None).await?.processed)
     }
 
     /// [`Self::lmk_sync`], starting with `prefetched`: entries read (without the session's lock,
@@ -124,18 +131,18 @@ impl Runtime {
         gid: &str,
         wait_secs: u64,
         prefetched: Option<(i64, Vec<LogEntry>)>,
-    ) -> Result<usize> {
+    ) -> Result<Synced> {
         let session = self.lmk_load(handle).await?;
-        let n = {
+        let synced = {
             let mut s = session.lock().await;
             self.sync_locked_from(&mut s, gid, wait_secs, prefetched).await?
         };
         self.honour_leaves(handle, gid).await?;
-        Ok(n)
+        Ok(synced)
     }
 
     pub(super) async fn sync_locked(&self, s: &mut Session, gid: &str, wait_secs: u64) -> Result<usize> {
-        self.sync_locked_from(s, gid, wait_secs, None).await
+        Ok(self.sync_locked_from(s, gid, wait_secs, None).await?.processed)
     }
 
     /// [`Self::sync_locked_from_inner`], then an [`Event::GroupMessage`] for each message or alert
@@ -146,7 +153,7 @@ impl Runtime {
         gid: &str,
         wait_secs: u64,
         prefetched: Option<(i64, Vec<LogEntry>)>,
-    ) -> Result<usize> {
+    ) -> Result<Synced> {
         let mark = self.store().group_log_mark().await?;
         let result = self.sync_locked_from_inner(s, gid, wait_secs, prefetched).await;
         let new = self.store().group_arrivals_since(&s.handle, gid, mark).await?;
@@ -168,7 +175,7 @@ impl Runtime {
         gid: &str,
         wait_secs: u64,
         mut prefetched: Option<(i64, Vec<LogEntry>)>,
-    ) -> Result<usize> {
+    ) -> Result<Synced> {
         let (relay, mut cursor, state) = self.lmk_group_row(&s.handle, gid).await?;
         Self::require_active(&state, gid)?;
         let client = self.lmk_client(&relay).await?;
@@ -227,7 +234,7 @@ impl Runtime {
                 cursor = seq;
                 processed += 1;
                 if removed {
-                    return Ok(processed);
+                    return Ok(Synced { processed, cursor });
                 }
             }
             if last_page {
@@ -235,7 +242,7 @@ impl Runtime {
             }
         }
         self.report_gaps(&s.handle, gid).await?;
-        Ok(processed)
+        Ok(Synced { processed, cursor })
     }
 
     /// Processes one log entry in one transaction; returns whether it removed us.
