@@ -361,6 +361,9 @@ async fn stored_group_messages_are_events_and_a_sibling_sessions_are_marked_own(
     use switchboard_core::engine::Event;
     let relay = TestRelay::start().await;
     let (alice, bob, g) = pair(&relay).await;
+    // A message stored before the sibling exists: the runtime has read its sessions' keys once.
+    bob.say(&g, "before the sibling").await;
+    alice.sync(&g).await;
     // A second session on alice's profile joins the same group.
     let sibling = alice.rt().lmk_session(Some("cedar-finch"), Some("alice's reviewer")).await.unwrap();
     assert_eq!(sibling["handle"], "cedar-finch");

@@ -213,8 +213,9 @@ impl Runtime {
 
     /// What the delivery policy makes of the session's unread rows now (see the module doc).
     pub(super) async fn lmk_pending(&self, handle: &str) -> Result<Pending> {
-        let (policy, dnd) = self.policy_and_dnd().await?;
-        let rows = self.store().unread_group_rows(handle).await?;
+        // Two independent reads, on two of the pool's connections at once.
+        let unread = async { Ok::<_, Error>(self.store().unread_group_rows(handle).await?) };
+        let ((policy, dnd), rows) = tokio::try_join!(self.policy_and_dnd(), unread)?;
         let (me, my_name) = self.lmk_identity(handle).await?;
         // The loop guard's hops: every group message, in or out, after the group's last operator
         // input, by rowid; a row is paused when more than the limit precede it (itself included),

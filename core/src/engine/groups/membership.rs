@@ -484,9 +484,7 @@ impl Runtime {
             let _held = session.lock().await;
             self.store().delete_group_session(handle).await?;
             self.inner.groups.sessions.lock().await.remove(handle);
-            if let Ok(mut m) = self.inner.groups.identities.lock() {
-                m.remove(handle);
-            }
+            self.inner.groups.sessions_changed(handle);
         }
         for g in groups {
             self.emit(Event::GroupChanged { group: g });

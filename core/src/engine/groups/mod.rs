@@ -85,6 +85,7 @@ use super::delivery::{Label, fence};
 use super::relays::ForeignRelay;
 use super::{Error, Event, Result, Runtime};
 use crate::mls::{self, Member};
+use crate::protocol::letmeknow::fingerprint;
 use crate::store::groups::{self as db, GroupMessage, NewGroupRow};
 use crate::transport::letmeknow::LetmeknowClient;
 use crate::util::now_ms;
@@ -174,9 +175,22 @@ pub(crate) struct Groups {
     /// Per session: (fingerprint, display name), which never change while it exists; read on
     /// every policy look, so kept once read (dropped when the session is deleted).
     identities: std::sync::Mutex<HashMap<String, (String, String)>>,
+    /// The fingerprints of every session of this profile (a group message from one of them is
+    /// the profile's own), once read; dropped when a session is created or deleted.
+    own_fingerprints: std::sync::Mutex<Option<Arc<BTreeSet<String>>>>,
 }
 
 impl Groups {
+    /// A session was created or deleted: the identities kept are read again.
+    fn sessions_changed(&self, handle: &str) {
+        if let Ok(mut m) = self.identities.lock() {
+            m.remove(handle);
+        }
+        if let Ok(mut own) = self.own_fingerprints.lock() {
+            *own = None;
+        }
+    }
+
     /// Drops every gap mark (see `gap_marks`): the next checks read whole logs.
     pub(crate) fn forget_gap_marks(&self) {
         if let Ok(mut m) = self.gap_marks.lock() {
@@ -500,6 +514,7 @@ impl Runtime {
             }
             let member = Member::generate(&name)?;
             self.store().insert_group_session(&handle, &name, member.signature_key(), &member.rows(), now_ms()).await?;
+            self.inner.groups.sessions_changed(&handle);
         }
         let session = self.lmk_load(&handle).await?;
         let s = session.lock().await;
@@ -537,11 +552,24 @@ impl Runtime {
         let Some((key, name)) = self.store().group_session_identity(handle).await? else {
             return Ok(Default::default());
         };
-        let identity = (crate::protocol::letmeknow::fingerprint(&key), name);
+        let identity = (fingerprint(&key), name);
         if let Ok(mut m) = self.inner.groups.identities.lock() {
             m.insert(handle.to_owned(), identity.clone());
         }
         Ok(identity)
+    }
+
+    /// The fingerprints of every session of this profile.
+    async fn lmk_own_fingerprints(&self) -> Result<Arc<BTreeSet<String>>> {
+        if let Some(known) = self.inner.groups.own_fingerprints.lock().ok().and_then(|o| o.clone()) {
+            return Ok(known);
+        }
+        let keys = self.store().group_session_keys().await?;
+        let own: Arc<BTreeSet<String>> = Arc::new(keys.iter().map(|k| fingerprint(k)).collect());
+        if let Ok(mut o) = self.inner.groups.own_fingerprints.lock() {
+            *o = Some(own.clone());
+        }
+        Ok(own)
     }
 
     async fn lmk_group_row(&self, handle: &str, gid: &str) -> Result<(String, i64, String)> {

@@ -38,15 +38,21 @@ impl Runtime {
     ) -> Result<Value> {
         let session = self.lmk_load(handle).await?;
         let mut s = session.lock().await;
-        let (relay, _, state) = self.lmk_group_row(handle, gid).await?;
-        Self::require_active(&state, gid)?;
-        let client = self.lmk_client(&relay).await?;
         // Optimistic: the first attempt encrypts at the epoch this session already has (its
         // follower keeps it current) and lets the relay's compare-and-set judge it; only after
         // losing the epoch race, or when the send names a member or a message this session may
         // not have read yet, is the log read first. A lost race costs one message key, never a
         // message: the row is deleted and the send retried at the new epoch.
         let mut read_first = to.is_some() || reply_to.is_some();
+        // Without a read first, the frontier is read alongside the membership (two connections).
+        let ((relay, _, state), mut first_frontier) = if read_first {
+            (self.lmk_group_row(handle, gid).await?, None)
+        } else {
+            let (row, frontier) = tokio::try_join!(self.lmk_group_row(handle, gid), self.frontier(handle, gid))?;
+            (row, Some(frontier))
+        };
+        Self::require_active(&state, gid)?;
+        let client = self.lmk_client(&relay).await?;
         for _ in 0..MAX_REBASES {
             if read_first {
                 self.sync_locked(&mut s, gid, 0).await?;
@@ -65,7 +71,10 @@ impl Runtime {
                 }
                 None => None,
             };
-            let mut after = self.frontier(handle, gid).await?;
+            let mut after = match first_frontier.take() {
+                Some(after) => after,
+                None => self.frontier(handle, gid).await?,
+            };
             if let Some(r) = reply_to {
                 let known = self.store().group_message_rowid(handle, gid, r).await?;
                 let rowid = known.ok_or_else(|| Error::UnknownMessage(r.to_owned()))?;

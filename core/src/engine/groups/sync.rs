@@ -11,7 +11,7 @@ use super::{
 };
 use crate::engine::{Error, Event, Result, Runtime};
 use crate::mls::{self, Processed};
-use crate::protocol::letmeknow::{MAX_WAIT_SECS, PAGE, fingerprint, message_id};
+use crate::protocol::letmeknow::{MAX_WAIT_SECS, PAGE, message_id};
 use crate::store::groups::{self as db, NewGroupRow};
 use crate::transport::letmeknow::LogEntry;
 use crate::util::{b64u_decode, now_ms};
@@ -154,14 +154,19 @@ impl Runtime {
         wait_secs: u64,
         prefetched: Option<(i64, Vec<LogEntry>)>,
     ) -> Result<Synced> {
-        let mark = self.store().group_log_mark().await?;
-        let result = self.sync_locked_from_inner(s, gid, wait_secs, prefetched).await;
+        let (relay, cursor, state, mark) = self
+            .store()
+            .group_sync_start(&s.handle, gid)
+            .await?
+            .ok_or_else(|| Error::Invalid(format!("`{}` is not in group {gid}", s.handle)))?;
+        Self::require_active(&state, gid)?;
+        let result = self.sync_locked_from_inner(s, gid, &relay, cursor, wait_secs, prefetched).await;
         let new = self.store().group_arrivals_since(&s.handle, gid, mark).await?;
         if new.is_empty() {
             return result;
         }
         // Another session of this profile in the same group wrote it: the profile's own message.
-        let own: BTreeSet<String> = self.store().group_session_keys().await?.iter().map(|k| fingerprint(k)).collect();
+        let own = self.lmk_own_fingerprints().await?;
         for (id, from, fp) in new {
             let own = own.contains(&fp);
             self.emit(Event::GroupMessage { handle: s.handle.clone(), group: gid.to_owned(), id, from, own });
@@ -173,12 +178,12 @@ impl Runtime {
         &self,
         s: &mut Session,
         gid: &str,
+        relay: &str,
+        mut cursor: i64,
         wait_secs: u64,
         mut prefetched: Option<(i64, Vec<LogEntry>)>,
     ) -> Result<Synced> {
-        let (relay, mut cursor, state) = self.lmk_group_row(&s.handle, gid).await?;
-        Self::require_active(&state, gid)?;
-        let client = self.lmk_client(&relay).await?;
+        let client = self.lmk_client(relay).await?;
         let mut processed = 0;
         let mut wait = wait_secs.min(MAX_WAIT_SECS);
         loop {

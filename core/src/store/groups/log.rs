@@ -261,9 +261,18 @@ const HOPS: &str = "SELECT COUNT(*) FROM lmk_messages WHERE handle = ?1 AND grou
      WHERE handle = ?1 AND group_id = ?2), 0)";
 
 impl Store {
-    /// The newest row id of any group log (0 when empty).
-    pub async fn group_log_mark(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages").fetch_one(&self.pool).await?)
+    /// What a sync of `handle`'s membership of `gid` starts from, in one read: (relay, cursor,
+    /// state) and the newest row id of any group log (0 when empty), the mark its arrivals are
+    /// found after. `None` when `handle` is not in `gid`.
+    pub async fn group_sync_start(&self, handle: &str, gid: &str) -> Result<Option<(String, i64, String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT relay, cursor, state, (SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages) FROM lmk_groups \
+             WHERE handle = ? AND group_id = ?",
+        )
+        .bind(handle)
+        .bind(gid)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// (id, sender name, sender fingerprint) of the messages and alerts from others stored in
