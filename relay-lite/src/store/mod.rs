@@ -238,19 +238,35 @@ pub struct SqliteStore {
     claim: std::sync::Mutex<Option<std::fs::File>>,
 }
 
+/// How long [`claim`] waits for a lock held elsewhere before refusing.
+const CLAIM_GRACE: Duration = Duration::from_secs(1);
+
 /// Claims the database at `path` for this process: an exclusive lock on `path` + `.lock`, held
 /// until the store closes (or the process ends). One process writes the file, so what its
 /// writer commits is everything that changes (the hub's wake-ups and the token cache rely on
 /// that); a second relay-lite on the same data directory is refused at start.
-fn claim(path: &Path) -> Result<std::fs::File, StoreError> {
+///
+/// A lock still held is retried for [`CLAIM_GRACE`] first: the lock belongs to the open file,
+/// so a child process forked (by any thread of this process, for any command) while the
+/// previous store held it shares it until the child's `exec` closes its copy, and a store
+/// reopened at once can meet that copy (the likely cause of a CI failure: a relay restarted in
+/// process was refused while the test binary's other test was spawning `mount`, `chown` and
+/// `umount`). A second relay-lite holds it for good and is refused after the grace.
+async fn claim(path: &Path) -> Result<std::fs::File, StoreError> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push(".lock");
     let io = |e: std::io::Error| StoreError::Io(Arc::new(sqlx::Error::Io(e)));
     let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io)?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::InUse(path.to_owned())),
-        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+    let deadline = tokio::time::Instant::now() + CLAIM_GRACE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::InUse(path.to_owned())),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
     }
 }
 
@@ -338,7 +354,7 @@ impl SqliteStore {
     /// `hub` hears about every committed envelope.
     pub async fn open(data_dir: &Path, hub: Arc<Hub>) -> Result<Self, StoreError> {
         let path = data_dir.join(DB_FILE);
-        let claim = claim(&path)?;
+        let claim = claim(&path).await?;
         let options = connect_options(&path);
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(|e| StoreError::Migrate(Arc::new(e)))?;
@@ -598,6 +614,27 @@ mod tests {
         first.close().await;
         let again = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
         again.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_claim_held_for_a_moment_elsewhere_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another open file holding the lock briefly (as a forked child's copy does until its
+        // `exec`), released well inside the grace.
+        let other = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.path().join(format!("{DB_FILE}.lock")))
+            .unwrap();
+        other.try_lock().unwrap();
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(CLAIM_GRACE / 5).await;
+            drop(other);
+        });
+        let store = Store::open(dir.path(), Arc::new(Hub::default())).await.unwrap();
+        release.await.unwrap();
+        store.close().await;
     }
 
     #[tokio::test]
