@@ -499,11 +499,15 @@ impl Runtime {
         Ok(json!({"group": gid, "left": true, "request": sent.get("id").cloned()}))
     }
 
-    /// Commits the removal of members who asked to leave and are still in the group.
+    /// Commits the removal of members who asked to leave and are still in the group. Once every
+    /// request is found honoured or moot, nothing is read again until another one is stored
+    /// (a request stays in the log after its sender is gone).
     pub(super) async fn honour_leaves(&self, handle: &str, gid: &str) -> Result<()> {
+        let Some(seen) = self.inner.groups.leaves_to_check(handle, gid) else { return Ok(()) };
         // Nobody asked (the common case, one indexed look): nothing more to read.
         let leavers = self.store().group_leavers(handle, gid).await?;
         if leavers.is_empty() {
+            self.inner.groups.leaves_settled(handle, gid, seen);
             return Ok(());
         }
         let (_, _, state) = self.lmk_group_row(handle, gid).await?;
@@ -526,6 +530,7 @@ impl Runtime {
                 }
             }
         }
+        self.inner.groups.leaves_settled(handle, gid, seen);
         Ok(())
     }
 }

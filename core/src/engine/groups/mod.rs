@@ -178,16 +178,55 @@ pub(crate) struct Groups {
     /// The fingerprints of every session of this profile (a group message from one of them is
     /// the profile's own), once read; dropped when a session is created or deleted.
     own_fingerprints: std::sync::Mutex<Option<Arc<BTreeSet<String>>>>,
+    /// Per (session, group): the leave requests this runtime stored, counted, and the count at
+    /// which all of them were last found settled (see `honour_leaves`).
+    leave_requests: std::sync::Mutex<HashMap<(String, String), LeaveRequests>>,
+}
+
+/// [`Groups::leave_requests`] of one (session, group).
+#[derive(Debug, Default, Clone, Copy)]
+struct LeaveRequests {
+    /// Leave requests from others stored since this runtime started.
+    stored: u64,
+    /// `stored` when a check last found every leave request honoured or moot; `None` until the
+    /// first check (the log may hold requests read before this runtime started).
+    settled: Option<u64>,
 }
 
 impl Groups {
-    /// A session was created or deleted: the identities kept are read again.
+    /// A session was created or deleted: the identities kept are read again, and its groups'
+    /// leave requests checked again.
     fn sessions_changed(&self, handle: &str) {
         if let Ok(mut m) = self.identities.lock() {
             m.remove(handle);
         }
         if let Ok(mut own) = self.own_fingerprints.lock() {
             *own = None;
+        }
+        if let Ok(mut l) = self.leave_requests.lock() {
+            l.retain(|(h, _), _| h != handle);
+        }
+    }
+
+    /// A leave request from another member of `gid` was stored for `handle`.
+    fn leave_request_stored(&self, handle: &str, gid: &str) {
+        if let Ok(mut l) = self.leave_requests.lock() {
+            l.entry((handle.to_owned(), gid.to_owned())).or_default().stored += 1;
+        }
+    }
+
+    /// `Some(stored)` to check `handle`'s leave requests in `gid` (then [`Self::leaves_settled`]
+    /// with it), `None` when none arrived since the last check found them all settled.
+    fn leaves_to_check(&self, handle: &str, gid: &str) -> Option<u64> {
+        let Ok(mut l) = self.leave_requests.lock() else { return Some(0) };
+        let r = l.entry((handle.to_owned(), gid.to_owned())).or_default();
+        (r.settled != Some(r.stored)).then_some(r.stored)
+    }
+
+    /// Every leave request stored up to count `seen` is honoured or moot.
+    fn leaves_settled(&self, handle: &str, gid: &str, seen: u64) {
+        if let Ok(mut l) = self.leave_requests.lock() {
+            l.entry((handle.to_owned(), gid.to_owned())).or_default().settled = Some(seen);
         }
     }
 
@@ -606,5 +645,43 @@ mod mention_tests {
         assert!(!mentions("@quiet-otters", &["quiet-otter"]));
         assert!(!mentions("@quiet-otter-2", &["quiet-otter"]));
         assert!(!mentions("@ anyone", &["", " "]));
+    }
+}
+
+#[cfg(test)]
+mod leave_request_tests {
+    use super::Groups;
+
+    #[test]
+    fn leave_requests_are_checked_at_start_then_only_after_a_new_one() {
+        let g = Groups::default();
+        // Never checked by this runtime: the log may hold requests read before it started.
+        let seen = g.leaves_to_check("h", "g").expect("checked at start");
+        g.leaves_settled("h", "g", seen);
+        assert_eq!(g.leaves_to_check("h", "g"), None, "settled, nothing new");
+        assert!(g.leaves_to_check("h", "other").is_some(), "per group");
+        g.leave_request_stored("h", "g");
+        let seen = g.leaves_to_check("h", "g").expect("a new request is checked");
+        g.leaves_settled("h", "g", seen);
+        assert_eq!(g.leaves_to_check("h", "g"), None);
+    }
+
+    #[test]
+    fn a_request_stored_during_a_check_is_checked_again() {
+        let g = Groups::default();
+        let seen = g.leaves_to_check("h", "g").unwrap();
+        // Stored after the check read the requests, before it finished.
+        g.leave_request_stored("h", "g");
+        g.leaves_settled("h", "g", seen);
+        assert!(g.leaves_to_check("h", "g").is_some(), "the late request is not taken as settled");
+    }
+
+    #[test]
+    fn a_deleted_session_is_checked_again() {
+        let g = Groups::default();
+        let seen = g.leaves_to_check("h", "g").unwrap();
+        g.leaves_settled("h", "g", seen);
+        g.sessions_changed("h");
+        assert!(g.leaves_to_check("h", "g").is_some());
     }
 }

@@ -344,6 +344,10 @@ impl Runtime {
                             ..Default::default()
                         };
                         db::insert_group_row(&mut tx, &handle, gid, row, now_ms()).await?;
+                        if p.leave {
+                            // Counted before the commit: a check racing it looks again.
+                            self.inner.groups.leave_request_stored(&handle, gid);
+                        }
                     }
                     Err(e) => {
                         alert(
