@@ -278,6 +278,7 @@ impl Runtime {
         let msg_epoch = mls::message_epoch(data).unwrap_or(u64::MAX);
         let outcome = s.member.process(&mut group, data);
         let mut removed_us = false;
+        let mut stored_leave = false;
         match outcome {
             Ok(Processed::Application { sender, data: plain, epoch }) => {
                 let epoch_i = i64::try_from(epoch).unwrap_or(i64::MAX);
@@ -344,10 +345,7 @@ impl Runtime {
                             ..Default::default()
                         };
                         db::insert_group_row(&mut tx, &handle, gid, row, now_ms()).await?;
-                        if p.leave {
-                            // Counted before the commit: a check racing it looks again.
-                            self.inner.groups.leave_request_stored(&handle, gid);
-                        }
+                        stored_leave = p.leave;
                     }
                     Err(e) => {
                         alert(
@@ -400,6 +398,11 @@ impl Runtime {
         let saved = save_state(&mut tx, &handle, &s.member).await?;
         tx.commit().await?;
         s.member.saved(&saved);
+        if stored_leave {
+            // Counted once committed: a check that counts it reads the request (one that ran
+            // before is not taken as covering it).
+            self.inner.groups.leave_request_stored(&handle, gid);
+        }
         Ok(removed_us)
     }
 
