@@ -15,6 +15,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 mod agent_mail;
 mod agents;
 mod asnet;
+mod batch;
 mod contacts;
 pub mod deliveries;
 pub mod groups;
@@ -28,6 +29,7 @@ pub use agent_mail::{
 };
 pub use agents::{Handout, HeldGroupSend, HeldSend, ReviewItem};
 pub use asnet::{AsnetAccountRow, AsnetChallengeRow};
+pub use batch::{Arg, BatchTx, Stmt};
 pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,
@@ -70,47 +72,6 @@ impl From<sqlx::Error> for StoreError {
             .and_then(|code| code.parse::<i64>().ok())
             .map(|extended| extended & 0xff);
         if primary == Some(SQLITE_FULL) { Self::DiskFull(e) } else { Self::Sql(e) }
-    }
-}
-
-/// A write transaction whose commit does not wait for the disk ([`Store::replayable_tx`]: only
-/// for writes that happen again when lost). Dropped without [`commit`](Self::commit), its connection is
-/// closed (which rolls the transaction back) rather than returned to the pool with
-/// `synchronous=NORMAL`.
-pub struct ReplayableTx {
-    conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
-    done: bool,
-}
-
-impl ReplayableTx {
-    /// Commits, then puts the connection back to `synchronous=FULL`: both in one trip to the
-    /// connection's worker thread. Either failing leaves `done` unset, so the connection is
-    /// closed, never pooled with `NORMAL`.
-    pub async fn commit(mut self) -> Result<()> {
-        sqlx::raw_sql("COMMIT; PRAGMA synchronous = FULL").execute(&mut *self.conn).await?;
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl std::ops::Deref for ReplayableTx {
-    type Target = SqliteConnection;
-    fn deref(&self) -> &SqliteConnection {
-        &self.conn
-    }
-}
-
-impl std::ops::DerefMut for ReplayableTx {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        &mut self.conn
-    }
-}
-
-impl Drop for ReplayableTx {
-    fn drop(&mut self) {
-        if !self.done {
-            self.conn.close_on_drop();
-        }
     }
 }
 
@@ -461,12 +422,17 @@ impl Store {
     /// decrypts it again from the same rolled-back MLS state), a lease handed out or acked (lost:
     /// handed out again, as when a lease runs out), a sent row marked posted (lost: the next sync
     /// marks it from the log).
-    pub async fn replayable_tx(&self) -> Result<ReplayableTx> {
-        // Owned by the guard first: if either statement fails, the connection is closed.
-        let mut tx = ReplayableTx { conn: self.pool.acquire().await?, done: false };
-        // One trip to the connection's worker thread for both (this is on every group receive).
-        sqlx::raw_sql("PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE").execute(&mut *tx.conn).await?;
-        Ok(tx)
+    pub async fn replayable_tx(&self) -> Result<BatchTx> {
+        // `PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE` go with the first trip; if anything
+        // fails, the guard closes the connection.
+        Ok(BatchTx::new(self.pool.acquire().await?, true))
+    }
+
+    /// A write transaction like [`Self::write_tx`] (`BEGIN IMMEDIATE`, its commit waits for the
+    /// disk) whose statements are queued and sent together ([`BatchTx`]): for the hot paths
+    /// that write several rows and read little.
+    pub async fn batch_tx(&self) -> Result<BatchTx> {
+        Ok(BatchTx::new(self.pool.acquire().await?, false))
     }
 
     /// Reads a meta value.
@@ -1069,9 +1035,9 @@ mod replayable_tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
         let mut tx = store.replayable_tx().await.unwrap();
-        let inside: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *tx).await.unwrap();
+        let inside: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(tx.conn().await.unwrap()).await.unwrap();
         assert_eq!(inside, 1, "NORMAL for this transaction's commit");
-        set_meta(&mut tx, "k", "committed").await.unwrap();
+        set_meta(tx.conn().await.unwrap(), "k", "committed").await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(store.meta("k").await.unwrap().as_deref(), Some("committed"));
         assert_eq!(synchronous_levels(&store).await, vec![2; 4], "every pooled connection is FULL again");
@@ -1083,7 +1049,7 @@ mod replayable_tests {
         let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
         {
             let mut tx = store.replayable_tx().await.unwrap();
-            set_meta(&mut tx, "k", "half done").await.unwrap();
+            set_meta(tx.conn().await.unwrap(), "k", "half done").await.unwrap();
             // Dropped here, as when a `?` returns early.
         }
         assert_eq!(store.meta("k").await.unwrap(), None, "rolled back");
@@ -1100,7 +1066,7 @@ mod replayable_tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
         let mut tx = store.replayable_tx().await.unwrap();
-        set_meta(&mut tx, "k", "refused").await.unwrap();
+        set_meta(tx.conn().await.unwrap(), "k", "refused").await.unwrap();
         // A deferred foreign key left broken: `COMMIT` itself fails (and the `PRAGMA` sent in
         // the same trip does not run).
         sqlx::raw_sql(
@@ -1108,7 +1074,7 @@ mod replayable_tests {
              CREATE TEMP TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED); \
              INSERT INTO child VALUES (1)",
         )
-        .execute(&mut *tx)
+        .execute(tx.conn().await.unwrap())
         .await
         .unwrap();
         assert!(tx.commit().await.is_err(), "the commit is refused");

@@ -291,8 +291,9 @@ impl Runtime {
         for (r, mode) in batch {
             // A concurrent caller may have taken it (or it was acked meanwhile): each row is
             // handed over once per lease.
-            let handed = db::lease_group_row(&mut tx, r.rowid_, &lease, now, now.saturating_sub(LEASE_MS)).await?;
-            if let Some(n) = handed {
+            let handed: Option<(i64,)> =
+                tx.fetch_optional(db::lease_group_row(r.rowid_, &lease, now, now.saturating_sub(LEASE_MS))).await?;
+            if let Some((n,)) = handed {
                 taken.push((r, mode, n > 1));
             }
         }
@@ -335,7 +336,8 @@ impl Runtime {
     pub async fn lmk_ack(&self, agent: Option<&str>, lease: &str, ids: Option<&[String]>) -> Result<Value> {
         // Replayable: an ack lost to a power cut hands the rows out again (at least once).
         let mut tx = self.store().replayable_tx().await?;
-        let owners = db::group_lease_holders(&mut tx, lease).await?;
+        let conn = tx.conn().await?;
+        let owners = db::group_lease_holders(conn, lease).await?;
         if let Some(me) = agent
             && owners.iter().any(|o| o != me)
         {
@@ -344,13 +346,13 @@ impl Runtime {
                 crate::engine::delivery::label_value(lease)
             )));
         }
-        let rows = db::group_lease_unread(&mut tx, lease).await?;
+        let rows = db::group_lease_unread(conn, lease).await?;
         let mut acked = 0u64;
         for (rowid, id) in rows {
             if ids.is_some_and(|ids| !ids.contains(&id)) {
                 continue;
             }
-            acked += db::ack_group_row(&mut tx, rowid, lease).await?;
+            acked += db::ack_group_row(conn, rowid, lease).await?;
         }
         tx.commit().await?;
         Ok(json!({"lease": lease, "acked": acked, "agent": owners.first(), "handle": owners.first()}))

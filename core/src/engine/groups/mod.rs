@@ -86,6 +86,7 @@ use super::relays::ForeignRelay;
 use super::{Error, Event, Result, Runtime};
 use crate::mls::{self, Member};
 use crate::protocol::letmeknow::fingerprint;
+use crate::store::BatchTx;
 use crate::store::groups::{self as db, GroupMessage, NewGroupRow};
 use crate::transport::letmeknow::LetmeknowClient;
 use crate::util::now_ms;
@@ -337,6 +338,16 @@ async fn save_state(
     let changes = member.changes();
     let rows: Vec<(&[u8], Option<&[u8]>)> = changes.iter().map(|c| (c.key.as_slice(), c.value.as_deref())).collect();
     db::save_group_state(conn, handle, &rows).await?;
+    Ok(changes)
+}
+
+/// [`save_state`] on a [`BatchTx`]: the changed rows are queued with its other writes.
+fn queue_state(tx: &mut BatchTx, handle: &str, member: &Member) -> Result<Vec<mls::storage::Change>> {
+    let changes = member.changes();
+    let rows: Vec<(&[u8], Option<&[u8]>)> = changes.iter().map(|c| (c.key.as_slice(), c.value.as_deref())).collect();
+    for stmt in db::group_state_stmts(handle, &rows) {
+        tx.queue(stmt)?;
+    }
     Ok(changes)
 }
 

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{MAX_REBASES, Payload, canonical_fp, save_state};
+use super::{MAX_REBASES, Payload, canonical_fp, queue_state};
 use crate::engine::{Error, Event, Result, Runtime};
 use crate::mls;
 use crate::protocol::letmeknow::message_id;
@@ -101,7 +101,8 @@ impl Runtime {
             let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
             // The ratchet state and the row are durable before the relay sees the ciphertext, so
             // a restart never reuses a message key.
-            let mut tx = self.store().write_tx().await?;
+            // One trip: `BEGIN`, the row, the changed OpenMLS rows and the `COMMIT` together.
+            let mut tx = self.store().batch_tx().await?;
             let row = NewGroupRow {
                 id: id.clone(),
                 epoch,
@@ -117,8 +118,8 @@ impl Runtime {
                 read: true,
                 seq: 0,
             };
-            db::insert_group_row(&mut tx, handle, gid, row, now_ms()).await?;
-            let saved = save_state(&mut tx, handle, &s.member).await?;
+            tx.queue(db::group_row_insert(handle, gid, row, now_ms()))?;
+            let saved = queue_state(&mut tx, handle, &s.member)?;
             tx.commit().await?;
             s.member.saved(&saved);
             match client.post(gid, bytes).await? {
@@ -126,7 +127,7 @@ impl Runtime {
                     let seq_i = i64::try_from(seq).unwrap_or(i64::MAX);
                     // Replayable: lost to a power cut, the next sync marks it from the log.
                     let mut tx = self.store().replayable_tx().await?;
-                    db::mark_group_row_posted(&mut *tx, handle, gid, &id, seq_i).await?;
+                    tx.queue(db::group_row_posted(handle, gid, &id, seq_i))?;
                     tx.commit().await?;
                     return Ok(json!({"group": gid, "id": id, "seq": seq}));
                 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    CommitEvent, FOLLOW_SCAN, Payload, Session, alert, canonical_fp, commit_rows, record_epoch, save_state, who,
+    CommitEvent, FOLLOW_SCAN, Payload, Session, alert, canonical_fp, commit_rows, queue_state, record_epoch, who,
 };
 use crate::engine::{Error, Event, Result, Runtime};
 use crate::mls::{self, Processed};
@@ -256,20 +256,22 @@ impl Runtime {
         let id = message_id(data);
         // Replayable: lost to a power cut, the cursor and the MLS state go back together and the
         // entry is read and processed again from the relay's log.
+        // Statements are queued and go in three trips: `BEGIN`, the cursor and the own-row read;
+        // the epoch authenticator's read; the rest with the `COMMIT`.
         let mut tx = self.store().replayable_tx().await?;
-        db::set_group_cursor(&mut tx, &handle, gid, seq).await?;
-        let own = db::group_row_state(&mut tx, &handle, gid, &id).await?;
+        tx.queue(db::set_group_cursor(&handle, gid, seq))?;
+        let own: Option<(String,)> = tx.fetch_optional(db::group_row_state(&handle, gid, &id)).await?;
         let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
-        if let Some(state) = own {
+        if let Some((state,)) = own {
             // Our own message (we cannot decrypt it): a commit we posted but had not merged
             // (the runtime stopped between the relay's answer and the merge) is merged now.
             let mut saved = Vec::new();
             if state == "commit_pending" {
                 s.member.merge_pending(&mut group)?;
-                record_epoch(&mut tx, &handle, gid, &group).await?;
-                saved = save_state(&mut tx, &handle, &s.member).await?;
+                record_epoch(tx.conn().await?, &handle, gid, &group).await?;
+                saved = queue_state(&mut tx, &handle, &s.member)?;
             }
-            db::mark_group_row_posted(&mut *tx, &handle, gid, &id, seq).await?;
+            tx.queue(db::group_row_posted(&handle, gid, &id, seq))?;
             tx.commit().await?;
             s.member.saved(&saved);
             return Ok(false);
@@ -284,7 +286,8 @@ impl Runtime {
                 let epoch_i = i64::try_from(epoch).unwrap_or(i64::MAX);
                 match serde_json::from_slice::<Payload>(&plain) {
                     Ok(p) => {
-                        let ours = db::epoch_auth(&mut tx, &handle, gid, epoch_i).await?;
+                        let ours: Option<(Vec<u8>,)> = tx.fetch_optional(db::epoch_auth(&handle, gid, epoch_i)).await?;
+                        let ours = ours.map(|(a,)| a);
                         // Every epoch this session is in has its authenticator recorded (create,
                         // join, each merged commit), so a missing one counts as a mismatch too.
                         // A message that fails the check is not delivered: its sender's view of
@@ -292,7 +295,7 @@ impl Runtime {
                         // included) is not acted on.
                         if ours.is_none_or(|ours| b64u_decode(&p.epoch_auth).as_deref() != Some(ours.as_slice())) {
                             alert(
-                                &mut tx,
+                                tx.conn().await?,
                                 &handle,
                                 gid,
                                 &format!("epoch-auth:{id}"),
@@ -304,7 +307,7 @@ impl Runtime {
                                 ),
                             )
                             .await?;
-                            let saved = save_state(&mut tx, &handle, &s.member).await?;
+                            let saved = queue_state(&mut tx, &handle, &s.member)?;
                             tx.commit().await?;
                             s.member.saved(&saved);
                             return Ok(false);
@@ -315,10 +318,11 @@ impl Runtime {
                         // reply link is not, and the owner is told once.
                         let mut reply_to = p.reply_to.unwrap_or_default();
                         if !reply_to.is_empty()
-                            && !crate::store::group_context_covers(&mut tx, &handle, gid, &p.after, &reply_to).await?
+                            && !crate::store::group_context_covers(tx.conn().await?, &handle, gid, &p.after, &reply_to)
+                                .await?
                         {
                             alert(
-                                &mut tx,
+                                tx.conn().await?,
                                 &handle,
                                 gid,
                                 &format!("reply-to:{id}"),
@@ -344,12 +348,12 @@ impl Runtime {
                             content: p.content,
                             ..Default::default()
                         };
-                        db::insert_group_row(&mut tx, &handle, gid, row, now_ms()).await?;
+                        tx.queue(db::group_row_insert(&handle, gid, row, now_ms()))?;
                         stored_leave = p.leave;
                     }
                     Err(e) => {
                         alert(
-                            &mut tx,
+                            tx.conn().await?,
                             &handle,
                             gid,
                             &format!("payload:{id}"),
@@ -373,12 +377,13 @@ impl Runtime {
                     removed: &removed,
                     mine: false,
                 };
-                commit_rows(&mut tx, &handle, gid, ev).await?;
+                let conn = tx.conn().await?;
+                commit_rows(conn, &handle, gid, ev).await?;
                 if self_removed {
                     removed_us = true;
-                    db::set_membership_state(&mut *tx, &handle, gid, "removed").await?;
+                    db::set_membership_state(&mut *conn, &handle, gid, "removed").await?;
                 } else {
-                    record_epoch(&mut tx, &handle, gid, &group).await?;
+                    record_epoch(conn, &handle, gid, &group).await?;
                 }
             }
             Err(e) => {
@@ -392,10 +397,10 @@ impl Runtime {
                         "message {id} (log position {seq}, epoch {msg_epoch}, ours {our_epoch}) was not processed: {e}"
                     )
                 };
-                alert(&mut tx, &handle, gid, &format!("undecryptable:{id}"), why).await?;
+                alert(tx.conn().await?, &handle, gid, &format!("undecryptable:{id}"), why).await?;
             }
         }
-        let saved = save_state(&mut tx, &handle, &s.member).await?;
+        let saved = queue_state(&mut tx, &handle, &s.member)?;
         tx.commit().await?;
         s.member.saved(&saved);
         if stored_leave {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{SqliteConnection, SqliteExecutor};
 
-use super::super::{Result, Store};
+use super::super::{Result, Stmt, Store};
 
 /// A whole row of a session's group log.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -97,40 +97,51 @@ pub async fn insert_group_row(
     row: NewGroupRow<'_>,
     now: i64,
 ) -> Result<()> {
-    sqlx::query(
+    group_row_insert(handle, gid, row, now).execute(conn).await?;
+    Ok(())
+}
+
+/// [`insert_group_row`] as a statement, for a [`crate::store::BatchTx`].
+pub fn group_row_insert(handle: &str, gid: &str, row: NewGroupRow<'_>, now: i64) -> Stmt {
+    Stmt::new(
         "INSERT INTO lmk_messages (handle, group_id, id, seq, epoch, kind, state, outgoing, sender_fp, sender_name, \
          to_fp, reply_to, after, content, read, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (handle, group_id, id) DO NOTHING",
     )
     .bind(handle)
     .bind(gid)
-    .bind(&row.id)
+    .bind(row.id)
     .bind(row.seq)
     .bind(row.epoch)
     .bind(row.kind)
     .bind(if row.state.is_empty() { "done" } else { row.state })
-    .bind(i64::from(row.outgoing))
-    .bind(&row.sender_fp)
-    .bind(&row.sender_name)
-    .bind(&row.to_fp)
-    .bind(&row.reply_to)
+    .bind(row.outgoing)
+    .bind(row.sender_fp)
+    .bind(row.sender_name)
+    .bind(row.to_fp)
+    .bind(row.reply_to)
     .bind(serde_json::to_string(&row.after).unwrap_or_else(|_| "[]".into()))
-    .bind(&row.content)
-    .bind(i64::from(row.read))
+    .bind(row.content)
+    .bind(row.read)
     .bind(now)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
 }
 
-/// The state of `handle`'s row `id` in `gid`, if it has one (our own posts).
-pub async fn group_row_state(conn: &mut SqliteConnection, handle: &str, gid: &str, id: &str) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar("SELECT state FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
+/// The state of `handle`'s row `id` in `gid`, if it has one (our own posts): a one-column read
+/// for [`crate::store::BatchTx::fetch_optional`].
+pub fn group_row_state(handle: &str, gid: &str, id: &str) -> Stmt {
+    Stmt::new("SELECT state FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
         .bind(handle)
         .bind(gid)
         .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?)
+}
+
+/// [`mark_group_row_posted`] as a statement, for a [`crate::store::BatchTx`].
+pub fn group_row_posted(handle: &str, gid: &str, id: &str, seq: i64) -> Stmt {
+    Stmt::new("UPDATE lmk_messages SET seq = ?, state = 'done' WHERE handle = ? AND group_id = ? AND id = ?")
+        .bind(seq)
+        .bind(handle)
+        .bind(gid)
+        .bind(id)
 }
 
 /// Our row `id` was taken into the log at `seq`: it is done.
@@ -168,25 +179,18 @@ pub async fn mark_group_row_read(ex: impl SqliteExecutor<'_>, rowid: i64) -> Res
     Ok(())
 }
 
-/// Hands row `rowid` out under `lease` unless it is read or leased after `expired_before`; the
-/// number of times it was handed out, or `None` when it was not.
-pub async fn lease_group_row(
-    conn: &mut SqliteConnection,
-    rowid: i64,
-    lease: &str,
-    now: i64,
-    expired_before: i64,
-) -> Result<Option<i64>> {
-    Ok(sqlx::query_scalar(
-        "UPDATE lmk_messages SET lease = ?1, leased_at = ?2, handed_count = handed_count + 1 \
-         WHERE rowid_ = ?3 AND read = 0 AND (lease = '' OR leased_at <= ?4) RETURNING handed_count",
+/// Hands row `rowid` out under `lease` unless it is read or leased after `expired_before`: a
+/// read of the number of times it was handed out (no row when it was not), for
+/// [`crate::store::BatchTx::fetch_optional`].
+pub fn lease_group_row(rowid: i64, lease: &str, now: i64, expired_before: i64) -> Stmt {
+    Stmt::new(
+        "UPDATE lmk_messages SET lease = ?, leased_at = ?, handed_count = handed_count + 1 \
+         WHERE rowid_ = ? AND read = 0 AND (lease = '' OR leased_at <= ?) RETURNING handed_count",
     )
     .bind(lease)
     .bind(now)
     .bind(rowid)
     .bind(expired_before)
-    .fetch_optional(&mut *conn)
-    .await?)
 }
 
 /// The sessions whose rows went out under `lease`.

@@ -12,11 +12,12 @@ mod log;
 mod sessions;
 pub use log::{
     GroupMessage, NewGroupRow, ack_group_row, delete_group_row, group_lease_holders, group_lease_unread,
-    group_row_state, insert_group_row, lease_group_row, mark_group_row_posted, mark_group_row_read,
+    group_row_insert, group_row_posted, group_row_state, insert_group_row, lease_group_row, mark_group_row_posted,
+    mark_group_row_read,
 };
 pub use sessions::{
-    GroupMembership, GroupSessionRow, epoch_auth, forget_epoch_auth_from, insert_group, join_group, note_group_member,
-    record_epoch_auth, save_group_state, set_group_cursor, set_membership_state,
+    GroupMembership, GroupSessionRow, epoch_auth, forget_epoch_auth_from, group_state_stmts, insert_group, join_group,
+    note_group_member, record_epoch_auth, save_group_state, set_group_cursor, set_membership_state,
 };
 
 /// One row of a group's local log, as a conversation shows it.

@@ -5,7 +5,7 @@
 
 use sqlx::{SqliteConnection, SqliteExecutor};
 
-use super::super::{Result, Store};
+use super::super::{Result, Stmt, Store};
 
 /// A stored group session: what restores its MLS member.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -41,29 +41,27 @@ pub async fn save_group_state(
     handle: &str,
     changes: &[(&[u8], Option<&[u8]>)],
 ) -> Result<()> {
-    for &(key, value) in changes {
-        match value {
-            Some(value) => {
-                sqlx::query(
-                    "INSERT INTO lmk_mls_rows (handle, key, value) VALUES (?, ?, ?) \
-                     ON CONFLICT (handle, key) DO UPDATE SET value = excluded.value",
-                )
-                .bind(handle)
-                .bind(key)
-                .bind(value)
-                .execute(&mut *conn)
-                .await?;
-            }
-            None => {
-                sqlx::query("DELETE FROM lmk_mls_rows WHERE handle = ? AND key = ?")
-                    .bind(handle)
-                    .bind(key)
-                    .execute(&mut *conn)
-                    .await?;
-            }
-        }
+    for stmt in group_state_stmts(handle, changes) {
+        stmt.execute(conn).await?;
     }
     Ok(())
+}
+
+/// [`save_group_state`] as statements, for a [`crate::store::BatchTx`].
+pub fn group_state_stmts(handle: &str, changes: &[(&[u8], Option<&[u8]>)]) -> Vec<Stmt> {
+    changes
+        .iter()
+        .map(|&(key, value)| match value {
+            Some(value) => Stmt::new(
+                "INSERT INTO lmk_mls_rows (handle, key, value) VALUES (?, ?, ?) \
+                 ON CONFLICT (handle, key) DO UPDATE SET value = excluded.value",
+            )
+            .bind(handle)
+            .bind(key)
+            .bind(value),
+            None => Stmt::new("DELETE FROM lmk_mls_rows WHERE handle = ? AND key = ?").bind(handle).bind(key),
+        })
+        .collect()
 }
 
 /// Records the authenticator of `epoch` (kept if one is there).
@@ -84,14 +82,13 @@ pub async fn record_epoch_auth(
     Ok(())
 }
 
-/// Our authenticator of `epoch`, if this session was in it.
-pub async fn epoch_auth(conn: &mut SqliteConnection, handle: &str, gid: &str, epoch: i64) -> Result<Option<Vec<u8>>> {
-    Ok(sqlx::query_scalar("SELECT auth FROM lmk_epoch_auth WHERE handle = ? AND group_id = ? AND epoch = ?")
+/// Our authenticator of `epoch`, if this session was in it: a one-column read for
+/// [`crate::store::BatchTx::fetch_optional`].
+pub fn epoch_auth(handle: &str, gid: &str, epoch: i64) -> Stmt {
+    Stmt::new("SELECT auth FROM lmk_epoch_auth WHERE handle = ? AND group_id = ? AND epoch = ?")
         .bind(handle)
         .bind(gid)
         .bind(epoch)
-        .fetch_optional(&mut *conn)
-        .await?)
 }
 
 /// Forgets the authenticators of epochs from `epoch` on (a re-join replaces them).
@@ -178,14 +175,8 @@ pub async fn set_membership_state(ex: impl SqliteExecutor<'_>, handle: &str, gid
 }
 
 /// `handle` read `gid`'s log up to `seq`.
-pub async fn set_group_cursor(conn: &mut SqliteConnection, handle: &str, gid: &str, seq: i64) -> Result<()> {
-    sqlx::query("UPDATE lmk_groups SET cursor = ? WHERE handle = ? AND group_id = ?")
-        .bind(seq)
-        .bind(handle)
-        .bind(gid)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
+pub fn set_group_cursor(handle: &str, gid: &str, seq: i64) -> Stmt {
+    Stmt::new("UPDATE lmk_groups SET cursor = ? WHERE handle = ? AND group_id = ?").bind(seq).bind(handle).bind(gid)
 }
 
 impl Store {
