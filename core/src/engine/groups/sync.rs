@@ -256,13 +256,17 @@ impl Runtime {
         let id = message_id(data);
         // Replayable: lost to a power cut, the cursor and the MLS state go back together and the
         // entry is read and processed again from the relay's log.
-        // Statements are queued and go in three trips: `BEGIN`, the cursor and the own-row read;
-        // the epoch authenticator's read; the rest with the `COMMIT`.
+        // Statements are queued and go in two trips: `BEGIN`, the cursor and one read (our own
+        // row's state, and our authenticator of the epoch the entry's header names, which an
+        // application message is checked against); then the rest with the `COMMIT`.
+        let msg_epoch = mls::message_epoch(data).unwrap_or(u64::MAX);
         let mut tx = self.store().replayable_tx().await?;
         tx.queue(db::set_group_cursor(&handle, gid, seq))?;
-        let own: Option<(String,)> = tx.fetch_optional(db::group_row_state(&handle, gid, &id)).await?;
+        let header_epoch = i64::try_from(msg_epoch).unwrap_or(i64::MAX);
+        let (own, mut auth_at_header): (Option<String>, Option<Vec<u8>>) =
+            tx.fetch_optional(db::group_entry_lookup(&handle, gid, &id, header_epoch)).await?.unwrap_or_default();
         let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
-        if let Some((state,)) = own {
+        if let Some(state) = own {
             // Our own message (we cannot decrypt it): a commit we posted but had not merged
             // (the runtime stopped between the relay's answer and the merge) is merged now.
             let mut saved = Vec::new();
@@ -277,7 +281,6 @@ impl Runtime {
             return Ok(false);
         }
         let our_epoch = group.epoch().as_u64();
-        let msg_epoch = mls::message_epoch(data).unwrap_or(u64::MAX);
         let outcome = s.member.process(&mut group, data);
         let mut removed_us = false;
         let mut stored_leave = false;
@@ -286,8 +289,15 @@ impl Runtime {
                 let epoch_i = i64::try_from(epoch).unwrap_or(i64::MAX);
                 match serde_json::from_slice::<Payload>(&plain) {
                     Ok(p) => {
-                        let ours: Option<(Vec<u8>,)> = tx.fetch_optional(db::epoch_auth(&handle, gid, epoch_i)).await?;
-                        let ours = ours.map(|(a,)| a);
+                        // Read with the first trip when the epoch is the header's (as it is for
+                        // every application message OpenMLS accepts).
+                        let ours = if epoch == msg_epoch {
+                            auth_at_header.take()
+                        } else {
+                            let read: Option<(Vec<u8>,)> =
+                                tx.fetch_optional(db::epoch_auth(&handle, gid, epoch_i)).await?;
+                            read.map(|(a,)| a)
+                        };
                         // Every epoch this session is in has its authenticator recorded (create,
                         // join, each merged commit), so a missing one counts as a mismatch too.
                         // A message that fails the check is not delivered: its sender's view of

@@ -126,13 +126,20 @@ pub fn group_row_insert(handle: &str, gid: &str, row: NewGroupRow<'_>, now: i64)
     .bind(now)
 }
 
-/// The state of `handle`'s row `id` in `gid`, if it has one (our own posts): a one-column read
-/// for [`crate::store::BatchTx::fetch_optional`].
-pub fn group_row_state(handle: &str, gid: &str, id: &str) -> Stmt {
-    Stmt::new("SELECT state FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?")
-        .bind(handle)
-        .bind(gid)
-        .bind(id)
+/// What processing a log entry reads first, in one row: the state of `handle`'s row `id` in
+/// `gid` if it has one (our own posts), and our authenticator of `epoch` if this session was in
+/// it.
+pub fn group_entry_lookup(handle: &str, gid: &str, id: &str, epoch: i64) -> Stmt {
+    Stmt::new(
+        "SELECT (SELECT state FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?), \
+         (SELECT auth FROM lmk_epoch_auth WHERE handle = ? AND group_id = ? AND epoch = ?)",
+    )
+    .bind(handle)
+    .bind(gid)
+    .bind(id)
+    .bind(handle)
+    .bind(gid)
+    .bind(epoch)
 }
 
 /// [`mark_group_row_posted`] as a statement, for a [`crate::store::BatchTx`].
