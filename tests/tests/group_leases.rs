@@ -106,6 +106,37 @@ async fn an_unacked_group_lease_is_handed_out_again_marked_redelivered() {
     assert!(items(&bob.deliveries(0).await).is_empty());
 }
 
+/// Several callers at once for one session's rows: each row goes out under one lease only, and
+/// rows that come again after their lease ran out come together under one new lease, marked.
+/// (The statement's own check against a stale view is tested deterministically in
+/// `store::groups::log::tests::a_lease_takes_only_free_rows_and_says_which`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_at_once_never_hand_out_a_group_row_twice() {
+    let (_relay, alice, bob, g) = group_of_two().await;
+    let said: Vec<String> = (0..6).map(|i| format!("m{i}")).collect();
+    for text in &said {
+        alice.say(&g, text).await;
+    }
+    bob.sync(&g).await;
+    let (a, b, c, d) = tokio::join!(bob.deliveries(0), bob.deliveries(0), bob.deliveries(0), bob.deliveries(0));
+    let mut got: Vec<String> = [&a, &b, &c, &d].iter().flat_map(|v| contents(v)).collect();
+    got.sort();
+    assert_eq!(got, said, "each row once: {a} {b} {c} {d}");
+    let leases: Vec<&Value> = [&a, &b, &c, &d].into_iter().map(|v| &v["lease"]).filter(|l| !l.is_null()).collect();
+    for v in [&a, &b, &c, &d] {
+        assert!(items(v).iter().all(|i| i["redelivered"] == false), "{v}");
+    }
+    // Run out, the rows come again together under one new lease, marked.
+    age_leases(bob.pool(), LEASE_MS).await;
+    let again = bob.deliveries(0).await;
+    let mut back = contents(&again);
+    back.sort();
+    assert_eq!(back, said, "{again}");
+    assert!(items(&again).iter().all(|i| i["redelivered"] == true), "{again}");
+    assert!(leases.iter().all(|l| **l != again["lease"]));
+    assert_eq!(bob.ack_as(&bob.handle, &again["lease"], None).await.unwrap()["acked"], 6);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_session_wakes_when_a_group_lease_expires() {
     let (_relay, alice, bob, g) = group_of_two().await;

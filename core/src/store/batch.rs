@@ -188,6 +188,28 @@ impl BatchTx {
         Ok(())
     }
 
+    /// Sends what is queued, then `stmts` (writes with a `RETURNING` clause), then the `COMMIT`,
+    /// all in one trip; the rows `stmts` returned, in order (a statement that changed nothing
+    /// returns none, so let the rows say which statement they are from). The rows are only
+    /// handed back once the commit succeeded.
+    pub async fn commit_returning<O>(mut self, stmts: Vec<Stmt>) -> Result<Vec<O>>
+    where
+        O: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+    {
+        for stmt in stmts {
+            self.queue(stmt)?;
+        }
+        if !self.used {
+            self.done = true;
+            return Ok(Vec::new());
+        }
+        self.push(if self.replayable { "COMMIT;\nPRAGMA synchronous = FULL" } else { "COMMIT" });
+        let (sql, args) = self.take();
+        let rows = sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_all(&mut *self.conn).await?;
+        self.done = true;
+        Ok(rows)
+    }
+
     async fn flush(&mut self) -> Result<()> {
         if self.sql.is_empty() {
             return Ok(());
@@ -287,6 +309,31 @@ mod batch_tests {
         let mut tx = store.batch_tx().await.unwrap();
         tx.queue(put("c", 1)).unwrap();
         tx.commit().await.unwrap();
+    }
+
+    /// Rows returned by writes sent with the commit come back once it succeeded; a commit that
+    /// fails returns none of them and keeps nothing.
+    #[tokio::test]
+    async fn writes_returning_rows_go_with_the_commit() {
+        let (_d, store) = store().await;
+        for (k, n) in [("a", 1), ("b", 2), ("c", 3)] {
+            put(k, n).execute(&mut store.pool.acquire().await.unwrap()).await.unwrap();
+        }
+        let bump = |k: &str| Stmt::new("UPDATE t SET n = n + 10 WHERE k = ? AND n < 3 RETURNING k, n").bind(k);
+        let mut tx = store.replayable_tx().await.unwrap();
+        tx.queue(put("d", 4)).unwrap();
+        let rows: Vec<(String, i64)> = tx.commit_returning(vec![bump("a"), bump("c"), bump("b")]).await.unwrap();
+        assert_eq!(rows, vec![("a".into(), 11), ("b".into(), 12)], "c changed nothing, so it returned nothing");
+        let all: Vec<(String, i64)> =
+            sqlx::query_as("SELECT k, n FROM t ORDER BY k").fetch_all(&store.pool).await.unwrap();
+        assert_eq!(all, vec![("a".into(), 11), ("b".into(), 12), ("c".into(), 3), ("d".into(), 4)]);
+        // A write after them that fails: the whole trip fails, nothing stays.
+        let mut tx = store.batch_tx().await.unwrap();
+        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(0)).unwrap();
+        let failed = tx.commit_returning::<(String, i64)>(vec![bump("c")]).await;
+        assert!(failed.is_err());
+        let c: i64 = sqlx::query_scalar("SELECT n FROM t WHERE k = 'c'").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(c, 3);
     }
 
     /// A transaction that did nothing commits without a trip: it does not even take the write

@@ -2,7 +2,7 @@
 //! unread rows (steer, digest, loop guard, do-not-disturb), leases and their acks, direct reads
 //! with ancestors, the group list and the person's history pages.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -284,20 +284,21 @@ impl Runtime {
         }
         let lease = format!("G{}", crate::util::hex(&crate::util::random_array::<16>()));
         let now = now_ms();
-        let mut taken = Vec::with_capacity(batch.len());
         // IMMEDIATE: two concurrent callers for one session must not hand out the same rows.
         // Replayable: a lease lost to a power cut hands its rows out again, as one running out.
-        let mut tx = self.store().replayable_tx().await?;
-        for (r, mode) in batch {
-            // A concurrent caller may have taken it (or it was acked meanwhile): each row is
-            // handed over once per lease.
-            let handed: Option<(i64,)> =
-                tx.fetch_optional(db::lease_group_row(r.rowid_, &lease, now, now.saturating_sub(LEASE_MS))).await?;
-            if let Some((n,)) = handed {
-                taken.push((r, mode, n > 1));
-            }
-        }
-        tx.commit().await?;
+        // One statement, sent with `BEGIN` and `COMMIT` in one trip: a concurrent caller may have
+        // taken a row (or it was acked meanwhile), and each row is handed over once per lease,
+        // so the rows it returns say which were taken.
+        let tx = self.store().replayable_tx().await?;
+        let rowids: Vec<i64> = batch.iter().map(|(r, _)| r.rowid_).collect();
+        let stmts = if rowids.is_empty() {
+            Vec::new()
+        } else {
+            vec![db::lease_group_rows(&rowids, &lease, now, now.saturating_sub(LEASE_MS))]
+        };
+        let handed: HashMap<i64, i64> = tx.commit_returning::<(i64, i64)>(stmts).await?.into_iter().collect();
+        let taken: Vec<(&GroupMessage, &str, bool)> =
+            batch.into_iter().filter_map(|(r, mode)| handed.get(&r.rowid_).map(|n| (r, mode, *n > 1))).collect();
         let omitted = taken.len().saturating_sub(CATCH_UP);
         let items: Vec<Value> = taken
             .iter()

@@ -186,17 +186,18 @@ pub async fn mark_group_row_read(ex: impl SqliteExecutor<'_>, rowid: i64) -> Res
     Ok(())
 }
 
-/// Hands row `rowid` out under `lease` unless it is read or leased after `expired_before`: a
-/// read of the number of times it was handed out (no row when it was not), for
-/// [`crate::store::BatchTx::fetch_optional`].
-pub fn lease_group_row(rowid: i64, lease: &str, now: i64, expired_before: i64) -> Stmt {
+/// Hands the rows `rowids` out under `lease`, each unless it is read or leased after
+/// `expired_before`: returns `(rowid, times handed out)` of each row handed out, for
+/// [`crate::store::BatchTx::commit_returning`]. One statement for any number of rows.
+pub fn lease_group_rows(rowids: &[i64], lease: &str, now: i64, expired_before: i64) -> Stmt {
     Stmt::new(
         "UPDATE lmk_messages SET lease = ?, leased_at = ?, handed_count = handed_count + 1 \
-         WHERE rowid_ = ? AND read = 0 AND (lease = '' OR leased_at <= ?) RETURNING handed_count",
+         WHERE rowid_ IN (SELECT value FROM json_each(?)) AND read = 0 AND (lease = '' OR leased_at <= ?) \
+         RETURNING rowid_, handed_count",
     )
     .bind(lease)
     .bind(now)
-    .bind(rowid)
+    .bind(serde_json::to_string(rowids).unwrap_or_else(|_| "[]".into()))
     .bind(expired_before)
 }
 
@@ -484,5 +485,50 @@ mod tests {
                 plan.iter().filter(|d| d.starts_with("SCAN ") && !d.contains("VIRTUAL TABLE")).collect();
             assert!(scans.is_empty(), "{sql}: {scans:?} (plan {plan:?})");
         }
+    }
+
+    /// A lease takes only rows that are unread and not under a lease still running, in one
+    /// statement for the whole batch, and says which it took: what keeps two callers racing
+    /// for one session's rows from handing any out twice.
+    #[tokio::test]
+    async fn a_lease_takes_only_free_rows_and_says_which() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO lmk_sessions (handle, name, signature_key, mls_state, created_at) VALUES ('h', 'n', x'00', x'', 1); \
+             INSERT INTO lmk_groups (handle, group_id, relay, joined_at) VALUES ('h', 'g', 'r', 1)",
+        )
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        let mut rowids = Vec::new();
+        for id in ["a", "b", "c"] {
+            let row = NewGroupRow { id: id.into(), kind: "message", ..Default::default() };
+            insert_group_row(&mut store.pool.acquire().await.unwrap(), "h", "g", row, 1).await.unwrap();
+            rowids.push(store.group_message_rowid("h", "g", id).await.unwrap().unwrap());
+        }
+        let lease = |rows: &[i64], name: &str, now: i64| {
+            let store = &store;
+            let (rows, name) = (rows.to_vec(), name.to_owned());
+            async move {
+                let tx = store.replayable_tx().await.unwrap();
+                let mut got: Vec<(i64, i64)> =
+                    tx.commit_returning(vec![lease_group_rows(&rows, &name, now, now - 1000)]).await.unwrap();
+                got.sort_unstable();
+                got
+            }
+        };
+        let (a, b, c) = (rowids[0], rowids[1], rowids[2]);
+        assert_eq!(lease(&[a, b], "L1", 10_000).await, vec![(a, 1), (b, 1)]);
+        // A second caller with the same view, the first lease still running: only the free row.
+        assert_eq!(lease(&[a, b, c], "L2", 10_500).await, vec![(c, 1)]);
+        // Once L1 ran out its rows go again, counted; a read row never does.
+        sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?").bind(b).execute(&store.pool).await.unwrap();
+        assert_eq!(lease(&[a, b], "L3", 11_500).await, vec![(a, 2)]);
+        let holders: Vec<(i64, String)> = sqlx::query_as("SELECT rowid_, lease FROM lmk_messages ORDER BY rowid_")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(holders, vec![(a, "L3".into()), (b, "L1".into()), (c, "L2".into())]);
     }
 }

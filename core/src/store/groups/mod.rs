@@ -12,7 +12,7 @@ mod log;
 mod sessions;
 pub use log::{
     GroupMessage, NewGroupRow, ack_group_row, delete_group_row, group_entry_lookup, group_lease_holders,
-    group_lease_unread, group_row_insert, group_row_posted, insert_group_row, lease_group_row, mark_group_row_posted,
+    group_lease_unread, group_row_insert, group_row_posted, insert_group_row, lease_group_rows, mark_group_row_posted,
     mark_group_row_read,
 };
 pub use sessions::{
