@@ -137,21 +137,34 @@ pub struct BatchTx {
     /// Whether anything besides the `BEGIN` was queued or sent: a transaction that did nothing
     /// commits without a trip.
     used: bool,
+    /// A value failed to bind: the queue no longer lines up, so nothing more is sent.
+    broken: bool,
     done: bool,
 }
 
 impl BatchTx {
     pub(super) fn new(conn: PoolConnection<Sqlite>, replayable: bool) -> Self {
         let begin = if replayable { "PRAGMA synchronous = NORMAL;\nBEGIN IMMEDIATE" } else { "BEGIN IMMEDIATE" };
-        Self { conn, sql: begin.to_owned(), args: SqliteArguments::default(), replayable, used: false, done: false }
+        Self {
+            conn,
+            sql: begin.to_owned(),
+            args: SqliteArguments::default(),
+            replayable,
+            used: false,
+            broken: false,
+            done: false,
+        }
     }
 
     /// Queues `stmt`, a statement that returns no rows (a write without `RETURNING`): it is
     /// sent with the next trip.
     pub fn queue(&mut self, stmt: Stmt) -> Result<()> {
-        add_all(&mut self.args, stmt.args)?;
-        self.push(stmt.sql);
         self.used = true;
+        if let Err(e) = add_all(&mut self.args, stmt.args) {
+            self.broken = true;
+            return Err(e.into());
+        }
+        self.push(stmt.sql);
         Ok(())
     }
 
@@ -161,7 +174,7 @@ impl BatchTx {
         O: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
     {
         self.queue(stmt)?;
-        let (sql, args) = self.take();
+        let (sql, args) = self.take()?;
         Ok(sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_optional(&mut *self.conn).await?)
     }
 
@@ -204,7 +217,7 @@ impl BatchTx {
             return Ok(Vec::new());
         }
         self.push(if self.replayable { "COMMIT;\nPRAGMA synchronous = FULL" } else { "COMMIT" });
-        let (sql, args) = self.take();
+        let (sql, args) = self.take()?;
         let rows = sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_all(&mut *self.conn).await?;
         self.done = true;
         Ok(rows)
@@ -214,7 +227,7 @@ impl BatchTx {
         if self.sql.is_empty() {
             return Ok(());
         }
-        let (sql, args) = self.take();
+        let (sql, args) = self.take()?;
         sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *self.conn).await?;
         Ok(())
     }
@@ -226,8 +239,13 @@ impl BatchTx {
         self.sql.push_str(sql);
     }
 
-    fn take(&mut self) -> (String, SqliteArguments) {
-        (std::mem::take(&mut self.sql), std::mem::take(&mut self.args))
+    fn take(&mut self) -> Result<(String, SqliteArguments)> {
+        if self.broken {
+            return Err(
+                sqlx::Error::Protocol("a value of this transaction failed to bind; it was abandoned".into()).into()
+            );
+        }
+        Ok((std::mem::take(&mut self.sql), std::mem::take(&mut self.args)))
     }
 }
 

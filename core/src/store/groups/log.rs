@@ -142,31 +142,13 @@ pub fn group_entry_lookup(handle: &str, gid: &str, id: &str, epoch: i64) -> Stmt
     .bind(epoch)
 }
 
-/// [`mark_group_row_posted`] as a statement, for a [`crate::store::BatchTx`].
+/// Our row `id` was taken into the log at `seq`: it is done (for a [`crate::store::BatchTx`]).
 pub fn group_row_posted(handle: &str, gid: &str, id: &str, seq: i64) -> Stmt {
     Stmt::new("UPDATE lmk_messages SET seq = ?, state = 'done' WHERE handle = ? AND group_id = ? AND id = ?")
         .bind(seq)
         .bind(handle)
         .bind(gid)
         .bind(id)
-}
-
-/// Our row `id` was taken into the log at `seq`: it is done.
-pub async fn mark_group_row_posted(
-    ex: impl SqliteExecutor<'_>,
-    handle: &str,
-    gid: &str,
-    id: &str,
-    seq: i64,
-) -> Result<()> {
-    sqlx::query("UPDATE lmk_messages SET seq = ?, state = 'done' WHERE handle = ? AND group_id = ? AND id = ?")
-        .bind(seq)
-        .bind(handle)
-        .bind(gid)
-        .bind(id)
-        .execute(ex)
-        .await?;
-    Ok(())
 }
 
 /// Forgets our row `id` (a post the log did not take).
