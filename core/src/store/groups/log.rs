@@ -507,10 +507,15 @@ mod tests {
         // Once L1 ran out its rows go again, counted; a read row never does.
         sqlx::query("UPDATE lmk_messages SET read = 1 WHERE rowid_ = ?").bind(b).execute(&store.pool).await.unwrap();
         assert_eq!(lease(&[a, b], "L3", 11_500).await, vec![(a, 2)]);
-        let holders: Vec<(i64, String)> = sqlx::query_as("SELECT rowid_, lease FROM lmk_messages ORDER BY rowid_")
-            .fetch_all(&store.pool)
-            .await
-            .unwrap();
-        assert_eq!(holders, vec![(a, "L3".into()), (b, "L1".into()), (c, "L2".into())]);
+        let mut holders = Vec::new();
+        for rowid in [a, b, c] {
+            let lease: String = sqlx::query_scalar("SELECT lease FROM lmk_messages WHERE rowid_ = ?")
+                .bind(rowid)
+                .fetch_one(&store.pool)
+                .await
+                .unwrap();
+            holders.push(lease);
+        }
+        assert_eq!(holders, ["L3", "L1", "L2"]);
     }
 }
