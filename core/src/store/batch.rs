@@ -23,8 +23,6 @@ use super::Result;
 /// A value bound to a [`Stmt`].
 #[derive(Debug, Clone)]
 pub enum Arg {
-    /// SQL `NULL`.
-    Null,
     /// An integer.
     Int(i64),
     /// Text.
@@ -53,11 +51,6 @@ impl From<String> for Arg {
         Self::Text(v)
     }
 }
-impl From<&String> for Arg {
-    fn from(v: &String) -> Self {
-        Self::Text(v.clone())
-    }
-}
 impl From<&[u8]> for Arg {
     fn from(v: &[u8]) -> Self {
         Self::Blob(v.to_vec())
@@ -66,11 +59,6 @@ impl From<&[u8]> for Arg {
 impl From<Vec<u8>> for Arg {
     fn from(v: Vec<u8>) -> Self {
         Self::Blob(v)
-    }
-}
-impl<T: Into<Arg>> From<Option<T>> for Arg {
-    fn from(v: Option<T>) -> Self {
-        v.map_or(Self::Null, Into::into)
     }
 }
 
@@ -108,7 +96,6 @@ impl Stmt {
 fn add_all(args: &mut SqliteArguments, values: Vec<Arg>) -> std::result::Result<(), sqlx::Error> {
     for v in values {
         let added = match v {
-            Arg::Null => args.add(None::<i64>),
             Arg::Int(i) => args.add(i),
             Arg::Text(s) => args.add(s),
             Arg::Blob(b) => args.add(b),
@@ -191,12 +178,9 @@ impl BatchTx {
     /// so the connection is closed, never pooled mid-transaction or with `NORMAL`. A transaction
     /// that did nothing sends nothing.
     pub async fn commit(mut self) -> Result<()> {
-        if !self.used {
-            self.done = true;
-            return Ok(());
+        if self.queue_commit() {
+            self.flush().await?;
         }
-        self.push(if self.replayable { "COMMIT;\nPRAGMA synchronous = FULL" } else { "COMMIT" });
-        self.flush().await?;
         self.done = true;
         Ok(())
     }
@@ -212,15 +196,23 @@ impl BatchTx {
         for stmt in stmts {
             self.queue(stmt)?;
         }
-        if !self.used {
+        if !self.queue_commit() {
             self.done = true;
             return Ok(Vec::new());
         }
-        self.push(if self.replayable { "COMMIT;\nPRAGMA synchronous = FULL" } else { "COMMIT" });
         let (sql, args) = self.take()?;
         let rows = sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_all(&mut *self.conn).await?;
         self.done = true;
         Ok(rows)
+    }
+
+    /// Queues the `COMMIT` (and, replayable, the return to `synchronous=FULL`); false when the
+    /// transaction did nothing, so there is nothing to send.
+    fn queue_commit(&mut self) -> bool {
+        if self.used {
+            self.push(if self.replayable { "COMMIT;\nPRAGMA synchronous = FULL" } else { "COMMIT" });
+        }
+        self.used
     }
 
     async fn flush(&mut self) -> Result<()> {

@@ -86,8 +86,8 @@ use super::relays::ForeignRelay;
 use super::{Error, Event, Result, Runtime};
 use crate::mls::{self, Member};
 use crate::protocol::letmeknow::fingerprint;
-use crate::store::BatchTx;
 use crate::store::groups::{self as db, GroupMessage, NewGroupRow};
+use crate::store::{BatchTx, Stmt};
 use crate::transport::letmeknow::LetmeknowClient;
 use crate::util::now_ms;
 
@@ -335,20 +335,28 @@ async fn save_state(
     handle: &str,
     member: &Member,
 ) -> Result<Vec<mls::storage::Change>> {
-    let changes = member.changes();
-    let rows: Vec<(&[u8], Option<&[u8]>)> = changes.iter().map(|c| (c.key.as_slice(), c.value.as_deref())).collect();
-    db::save_group_state(conn, handle, &rows).await?;
+    let (changes, stmts) = state_stmts(handle, member);
+    for stmt in stmts {
+        stmt.execute(conn).await?;
+    }
     Ok(changes)
 }
 
 /// [`save_state`] on a [`BatchTx`]: the changed rows are queued with its other writes.
 fn queue_state(tx: &mut BatchTx, handle: &str, member: &Member) -> Result<Vec<mls::storage::Change>> {
-    let changes = member.changes();
-    let rows: Vec<(&[u8], Option<&[u8]>)> = changes.iter().map(|c| (c.key.as_slice(), c.value.as_deref())).collect();
-    for stmt in db::group_state_stmts(handle, &rows) {
+    let (changes, stmts) = state_stmts(handle, member);
+    for stmt in stmts {
         tx.queue(stmt)?;
     }
     Ok(changes)
+}
+
+/// The OpenMLS rows `member` changed since its last save, and the statements that write them.
+fn state_stmts(handle: &str, member: &Member) -> (Vec<mls::storage::Change>, Vec<Stmt>) {
+    let changes = member.changes();
+    let rows: Vec<(&[u8], Option<&[u8]>)> = changes.iter().map(|c| (c.key.as_slice(), c.value.as_deref())).collect();
+    let stmts = db::group_state_stmts(handle, &rows);
+    (changes, stmts)
 }
 
 async fn record_epoch(
