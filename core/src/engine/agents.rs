@@ -237,7 +237,7 @@ impl Runtime {
     ) -> Result<Value> {
         let k = send_kind(kind, reply_to.as_deref())?;
         let c = self.contact(contact).await?;
-        let policy = self.policy().await?;
+        let policy = self.policy()?;
         let hops = self.hops(c.id, i64::MAX).await?;
         if hops >= policy.loop_limit {
             return Err(Error::LoopGuard(format!(
@@ -422,7 +422,7 @@ impl Runtime {
         if let Some(d) = digest {
             self.store().set_meta("policy_digest_secs", &d.min(86_400).to_string()).await?;
         }
-        let p = self.policy().await?;
+        let p = self.policy()?;
         Ok(json!({
             "review": if p.review { "review" } else { "auto" },
             "loop_limit": p.loop_limit,

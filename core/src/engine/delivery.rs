@@ -191,13 +191,13 @@ impl Runtime {
     }
 
     /// The delivery policy in force.
-    pub(super) async fn policy(&self) -> Result<Policy> {
-        Ok(self.policy_and_dnd().await?.0)
+    pub(super) fn policy(&self) -> Result<Policy> {
+        Ok(self.policy_and_dnd()?.0)
     }
 
     /// The delivery policy and whether do-not-disturb is on, in one read of the profile's meta.
-    pub(super) async fn policy_and_dnd(&self) -> Result<(Policy, bool)> {
-        let [review, loop_limit, digest_secs, dnd] = self.store().policy_meta().await?;
+    pub(super) fn policy_and_dnd(&self) -> Result<(Policy, bool)> {
+        let [review, loop_limit, digest_secs, dnd] = self.store().policy_meta()?;
         let review = review.is_some_and(|v| v == "review");
         let loop_limit = loop_limit.and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_LOOP_LIMIT).max(1);
         let digest_secs: i64 = digest_secs.and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_DIGEST_SECS).max(0);
@@ -241,7 +241,7 @@ impl Runtime {
 
     /// Classifies incoming messages that `agent`'s queue has not considered yet.
     async fn refresh_queue(&self, agent: &str) -> Result<()> {
-        let policy = self.policy().await?;
+        let policy = self.policy()?;
         // IMMEDIATE: reads then writes must not meet a stale WAL snapshot (SQLITE_BUSY_SNAPSHOT).
         let mut tx = self.store().pool.begin_with("BEGIN IMMEDIATE").await?;
         // Only rows above the floor (where the agent's queue starts) and above what it already

@@ -18,6 +18,7 @@ mod asnet;
 mod batch;
 mod contacts;
 pub mod deliveries;
+mod direct;
 pub mod groups;
 mod lan;
 mod people;
@@ -53,6 +54,9 @@ pub enum StoreError {
     /// SQLite said no.
     #[error("database: {0}")]
     Sql(sqlx::Error),
+    /// SQLite said no to a read on the caller's thread ([`direct`]).
+    #[error("database: {0}")]
+    Direct(rusqlite::Error),
     /// A migration failed.
     #[error("database migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -114,6 +118,8 @@ fn keep_after_release(
 pub struct Store {
     /// The connection pool.
     pub pool: SqlitePool,
+    /// Connections for the hot reads, run on the caller's thread ([`direct`]).
+    direct: std::sync::Arc<direct::DirectReads>,
 }
 
 /// A contact row.
@@ -401,7 +407,7 @@ impl Store {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
         }
-        Ok(Self { pool })
+        Ok(Self { pool, direct: std::sync::Arc::new(direct::DirectReads::new(path)) })
     }
 
     /// A write transaction: `BEGIN IMMEDIATE`, so it takes the write lock first (waiting up to the
@@ -441,13 +447,13 @@ impl Store {
     }
 
     /// The delivery policy's meta values in one read: (`policy_review`, `policy_loop_limit`,
-    /// `policy_digest_secs`, `dnd`), each if set.
-    pub async fn policy_meta(&self) -> Result<[Option<String>; 4]> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
+    /// `policy_digest_secs`, `dnd`), each if set. On the caller's thread ([`direct`]).
+    pub fn policy_meta(&self) -> Result<[Option<String>; 4]> {
+        let rows: Vec<(String, String)> = self.direct.rows(
             "SELECT key, value FROM meta WHERE key IN ('policy_review', 'policy_loop_limit', 'policy_digest_secs', 'dnd')",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         let mut out: [Option<String>; 4] = Default::default();
         for (k, v) in rows {
             let at = match k.as_str() {
@@ -1272,20 +1278,23 @@ mod frontier_tests {
         row(&pool, "g", "f", "message", &["e"], true, "sending").await; // not posted yet
         row(&pool, "g", "bad", "message", &[], true, "done").await; // an empty `after`
         row(&pool, "other", "x", "message", &["a"], true, "done").await; // another group's `a`
-        let upgraded = Store { pool: pool.clone() };
+        let upgraded = Store {
+            pool: pool.clone(),
+            direct: std::sync::Arc::new(direct::DirectReads::new(&dir.path().join("db.sqlite"))),
+        };
         let expect = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         let check = |label: &'static str| {
             let (pool, store) = (pool.clone(), &upgraded);
             async move {
                 for g in ["g", "other"] {
                     let by_scan = frontier_by_scan(&pool, "h", g).await;
-                    assert_eq!(store.group_frontier("h", g).await.unwrap(), by_scan, "{label}, group {g}");
+                    assert_eq!(store.group_frontier("h", g).unwrap(), by_scan, "{label}, group {g}");
                 }
             }
         };
         apply_migrations(&pool, &from20).await;
         check("after the upgrade").await;
-        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["b", "c", "e", "bad"]));
+        assert_eq!(upgraded.group_frontier("h", "g").unwrap(), expect(&["b", "c", "e", "bad"]));
 
         // d read late: covered by e already, so no new tip; it covers b and c.
         sqlx::query("UPDATE lmk_messages SET read = 1 WHERE handle = 'h' AND group_id = 'g' AND id = 'd'")
@@ -1299,26 +1308,26 @@ mod frontier_tests {
             .await
             .unwrap();
         check("f posted").await;
-        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["f", "bad"]));
+        assert_eq!(upgraded.group_frontier("h", "g").unwrap(), expect(&["f", "bad"]));
         // A new read row (an own send) covering every tip.
         row(&pool, "g", "h1", "message", &["f", "bad"], true, "done").await;
         check("own send").await;
-        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["h1"]));
+        assert_eq!(upgraded.group_frontier("h", "g").unwrap(), expect(&["h1"]));
         // An unread row naming h1 covers nothing until read; an event never covers.
         row(&pool, "g", "i", "message", &["h1"], false, "done").await;
         row(&pool, "g", "ev", "event", &["h1"], true, "done").await;
         check("unread and event rows").await;
-        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["h1"]));
+        assert_eq!(upgraded.group_frontier("h", "g").unwrap(), expect(&["h1"]));
         sqlx::query("UPDATE lmk_messages SET read = 1 WHERE handle = 'h' AND group_id = 'g' AND id = 'i'")
             .execute(&pool)
             .await
             .unwrap();
         check("i read").await;
-        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["i"]));
+        assert_eq!(upgraded.group_frontier("h", "g").unwrap(), expect(&["i"]));
         // Another join: the frontier starts again.
         row(&pool, "g", "joined:9", "event", &[], true, "done").await;
         check("re-joined").await;
-        assert!(upgraded.group_frontier("h", "g").await.unwrap().is_empty());
+        assert!(upgraded.group_frontier("h", "g").unwrap().is_empty());
         // A row whose `after` is not JSON is stored and read all the same (the triggers skip it)
         // and covers nothing.
         row(&pool, "g", "junk", "message", &[], false, "done").await;
@@ -1330,7 +1339,7 @@ mod frontier_tests {
             .execute(&pool)
             .await
             .unwrap();
-        assert_eq!(upgraded.group_frontier("h", "g").await.unwrap(), expect(&["junk"]));
+        assert_eq!(upgraded.group_frontier("h", "g").unwrap(), expect(&["junk"]));
     }
 }
 

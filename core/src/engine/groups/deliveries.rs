@@ -27,7 +27,7 @@ impl Runtime {
         mark_read: bool,
     ) -> Result<Value> {
         let limit = limit.unwrap_or(super::HISTORY_PAGE).clamp(1, super::MAX_HISTORY_PAGE);
-        self.lmk_group_row(handle, gid).await?;
+        self.lmk_group_row(handle, gid)?;
         let rows = self.store().group_log_page(handle, gid, before, i64::from(limit)).await?;
         let owner = self.store().meta(OWNER_HANDLE).await?;
         let newest = rows.last().map(|r| r.rowid_);
@@ -70,7 +70,7 @@ impl Runtime {
         // What the last long-poll brought: (group, cursor it read after, entries).
         let mut news: Option<(String, i64, Vec<LogEntry>)> = None;
         loop {
-            let groups = self.store().active_groups_of(handle).await?;
+            let groups = self.store().active_groups_of(handle)?;
             // Each group with the cursor its sync left, taken before the policy look: whatever
             // is added after that (by a follower, or by a removal the sync committed) wakes the
             // poll. A group whose sync fails is not long-polled this round (its log would answer
@@ -140,7 +140,7 @@ impl Runtime {
     /// The groups of a session.
     pub async fn lmk_groups(&self, handle: &str) -> Result<Value> {
         let rows = self.store().memberships_of(handle).await?;
-        let policy = self.policy().await?;
+        let policy = self.policy()?;
         let pending = self.lmk_pending(handle).await?;
         let names = self.store().group_names().await?;
         let owner = self.store().meta(OWNER_HANDLE).await?;
@@ -213,9 +213,8 @@ impl Runtime {
 
     /// What the delivery policy makes of the session's unread rows now (see the module doc).
     pub(super) async fn lmk_pending(&self, handle: &str) -> Result<Pending> {
-        // Two independent reads, on two of the pool's connections at once.
-        let unread = async { Ok::<_, Error>(self.store().unread_group_rows(handle).await?) };
-        let ((policy, dnd), rows) = tokio::try_join!(self.policy_and_dnd(), unread)?;
+        let (policy, dnd) = self.policy_and_dnd()?;
+        let rows = self.store().unread_group_rows(handle)?;
         let (me, my_name) = self.lmk_identity(handle).await?;
         // The loop guard's hops: every group message, in or out, after the group's last operator
         // input, by rowid; a row is paused when more than the limit precede it (itself included),
@@ -223,7 +222,7 @@ impl Runtime {
         let thresholds = if rows.is_empty() {
             BTreeMap::new()
         } else {
-            self.store().group_hop_thresholds(handle, policy.loop_limit).await?
+            self.store().group_hop_thresholds(handle, policy.loop_limit)?
         };
         let now = now_ms();
         let mut out = Pending { dnd, ..Default::default() };

@@ -84,7 +84,7 @@ impl Runtime {
         gid: &str,
         stage: &Stage<'_>,
     ) -> Result<(i64, Option<Vec<u8>>)> {
-        let (relay, _, state) = self.lmk_group_row(&s.handle, gid).await?;
+        let (relay, _, state) = self.lmk_group_row(&s.handle, gid)?;
         Self::require_active(&state, gid)?;
         let client = self.lmk_client(&relay).await?;
         for _ in 0..MAX_REBASES {
@@ -168,7 +168,7 @@ impl Runtime {
             let s = session.lock().await;
             match group {
                 Some(gid) => {
-                    let (relay, _, state) = self.lmk_group_row(handle, gid).await?;
+                    let (relay, _, state) = self.lmk_group_row(handle, gid)?;
                     Self::require_active(&state, gid)?;
                     (gid.to_owned(), relay)
                 }
@@ -246,7 +246,7 @@ impl Runtime {
         owner: &str,
         expires_at: i64,
     ) -> Result<Value> {
-        let (relay, _, _) = self.lmk_group_row(handle, gid).await?;
+        let (relay, _, _) = self.lmk_group_row(handle, gid)?;
         let client = self.lmk_client(&relay).await?;
         let data = loop {
             let left = (expires_at - now_ms()).max(0) / 1000;
@@ -471,7 +471,7 @@ impl Runtime {
     /// answer; the session is deleted all the same, since the owner asked for its keys to go.
     pub async fn lmk_session_delete(&self, handle: &str) -> Result<Value> {
         let session = self.lmk_load(handle).await?;
-        let groups: Vec<String> = self.store().active_groups_of(handle).await?.into_iter().map(|(g, _)| g).collect();
+        let groups: Vec<String> = self.store().active_groups_of(handle)?.into_iter().map(|(g, _)| g).collect();
         let (mut left, mut not_told) = (Vec::new(), Vec::new());
         for g in &groups {
             match self.lmk_leave(handle, g).await {
@@ -505,12 +505,12 @@ impl Runtime {
     pub(super) async fn honour_leaves(&self, handle: &str, gid: &str) -> Result<()> {
         let Some(seen) = self.inner.groups.leaves_to_check(handle, gid) else { return Ok(()) };
         // Nobody asked (the common case, one indexed look): nothing more to read.
-        let leavers = self.store().group_leavers(handle, gid).await?;
+        let leavers = self.store().group_leavers(handle, gid)?;
         if leavers.is_empty() {
             self.inner.groups.leaves_settled(handle, gid, seen);
             return Ok(());
         }
-        let (_, _, state) = self.lmk_group_row(handle, gid).await?;
+        let (_, _, state) = self.lmk_group_row(handle, gid)?;
         if state != "active" {
             return Ok(());
         }

@@ -630,11 +630,10 @@ impl Runtime {
         Ok(own)
     }
 
-    async fn lmk_group_row(&self, handle: &str, gid: &str) -> Result<(String, i64, String)> {
+    fn lmk_group_row(&self, handle: &str, gid: &str) -> Result<(String, i64, String)> {
         let row = self
             .store()
-            .group_membership(handle, gid)
-            .await?
+            .group_membership(handle, gid)?
             .ok_or_else(|| Error::Invalid(format!("`{handle}` is not in group {gid}")))?;
         Ok((row.relay, row.cursor, row.state))
     }

@@ -44,19 +44,15 @@ impl Runtime {
         // not have read yet, is the log read first. A lost race costs one message key, never a
         // message: the row is deleted and the send retried at the new epoch.
         let mut read_first = to.is_some() || reply_to.is_some();
-        // Without a read first, the frontier is read alongside the membership (two connections).
-        let ((relay, _, state), mut first_frontier) = if read_first {
-            (self.lmk_group_row(handle, gid).await?, None)
-        } else {
-            let (row, frontier) = tokio::try_join!(self.lmk_group_row(handle, gid), self.frontier(handle, gid))?;
-            (row, Some(frontier))
-        };
+        // Without a read first, the frontier is read now, with the membership.
+        let (relay, _, state) = self.lmk_group_row(handle, gid)?;
+        let mut first_frontier = if read_first { None } else { Some(self.frontier(handle, gid)?) };
         Self::require_active(&state, gid)?;
         let client = self.lmk_client(&relay).await?;
         for _ in 0..MAX_REBASES {
             if read_first {
                 self.sync_locked(&mut s, gid, 0).await?;
-                let (_, _, state) = self.lmk_group_row(handle, gid).await?;
+                let (_, _, state) = self.lmk_group_row(handle, gid)?;
                 Self::require_active(&state, gid)?;
             }
             read_first = true;
@@ -73,7 +69,7 @@ impl Runtime {
             };
             let mut after = match first_frontier.take() {
                 Some(after) => after,
-                None => self.frontier(handle, gid).await?,
+                None => self.frontier(handle, gid)?,
             };
             if let Some(r) = reply_to {
                 let known = self.store().group_message_rowid(handle, gid, r).await?;
@@ -81,7 +77,7 @@ impl Runtime {
                 // Replying means it entered our context: it joins the frontier, and `after` covers it.
                 db::mark_group_row_read(&self.store().pool, rowid).await?;
                 if !after.iter().any(|a| a == r) {
-                    after = self.frontier(handle, gid).await?;
+                    after = self.frontier(handle, gid)?;
                     if !after.iter().any(|a| a == r) {
                         after.push(r.to_owned());
                     }
@@ -141,10 +137,10 @@ impl Runtime {
     }
 
     /// The tips of the session's read frontier in `gid`.
-    pub(super) async fn frontier(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
+    pub(super) fn frontier(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
         // Only since the session's latest join: after a re-invite, what it read in its old
         // membership is history, not a claim about the group it is in now.
-        Ok(self.store().group_frontier(handle, gid).await?)
+        Ok(self.store().group_frontier(handle, gid)?)
     }
 
     /// Agent-to-agent hops in `gid` since the session's last operator input there: every group
@@ -157,7 +153,7 @@ impl Runtime {
     /// loop guard counts from here, and what it paused is released. Returns how many messages
     /// were released.
     pub(in crate::engine) async fn lmk_operator_input(&self, handle: &str, gid: &str) -> Result<u64> {
-        self.lmk_group_row(handle, gid).await?;
+        self.lmk_group_row(handle, gid)?;
         let before = self.lmk_pending(handle).await?.paused.get(gid).copied().unwrap_or(0);
         self.store().reset_group_loop_guard(handle, gid).await?;
         self.emit(Event::GroupResumed { handle: handle.to_owned(), group: gid.to_owned() });
@@ -174,7 +170,7 @@ impl Runtime {
         if !matches!(mode, "auto" | "review" | "default") {
             return Err(Error::Invalid("mode must be auto, review or default".into()));
         }
-        self.lmk_group_row(handle, gid).await?;
+        self.lmk_group_row(handle, gid)?;
         self.store().set_group_outbound(handle, gid, mode).await?;
         Ok(json!({"group": gid, "handle": handle, "mode": mode}))
     }
@@ -189,9 +185,9 @@ impl Runtime {
         to: Option<&str>,
         reply_to: Option<&str>,
     ) -> Result<Value> {
-        let (_, _, state) = self.lmk_group_row(me, gid).await?;
+        let (_, _, state) = self.lmk_group_row(me, gid)?;
         Self::require_active(&state, gid)?;
-        let policy = self.policy().await?;
+        let policy = self.policy()?;
         let hops = self.lmk_hops(me, gid).await?;
         if hops >= policy.loop_limit {
             return Err(Error::LoopGuard(format!(

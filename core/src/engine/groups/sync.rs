@@ -74,7 +74,7 @@ impl Runtime {
             }
             let round = async {
                 // A deleted session's groups are gone: nothing left to follow.
-                let Ok((relay, cursor, state)) = self.lmk_group_row(handle, gid).await else {
+                let Ok((relay, cursor, state)) = self.lmk_group_row(handle, gid) else {
                     return Ok(false);
                 };
                 if state != "active" {
@@ -156,12 +156,11 @@ impl Runtime {
     ) -> Result<Synced> {
         let (relay, cursor, state, mark) = self
             .store()
-            .group_sync_start(&s.handle, gid)
-            .await?
+            .group_sync_start(&s.handle, gid)?
             .ok_or_else(|| Error::Invalid(format!("`{}` is not in group {gid}", s.handle)))?;
         Self::require_active(&state, gid)?;
         let result = self.sync_locked_from_inner(s, gid, &relay, cursor, wait_secs, prefetched).await;
-        let new = self.store().group_arrivals_since(&s.handle, gid, mark).await?;
+        let new = self.store().group_arrivals_since(&s.handle, gid, mark)?;
         if new.is_empty() {
             return result;
         }
@@ -429,7 +428,7 @@ impl Runtime {
         // One read: the rows after the mark, each with the references in its `after` that name
         // no message this session has (or had, before the group TTL).
         let after_mark = match mark {
-            Some(mark) => Some(self.store().group_unknown_links_after(handle, gid, mark).await?),
+            Some(mark) => Some(self.store().group_unknown_links_after(handle, gid, mark)?),
             None => None,
         };
         // Rows deleted since (the group TTL, a deleted session) may have freed rowids below the
@@ -437,7 +436,7 @@ impl Runtime {
         // the mark is checked against the newest row; finding something proves the newest row
         // is past the mark.
         let after_mark = match (mark, after_mark) {
-            (Some(m), Some(rows)) if rows.is_empty() && self.store().group_newest_rowid().await? < m => None,
+            (Some(m), Some(rows)) if rows.is_empty() && self.store().group_newest_rowid()? < m => None,
             (_, rows) => rows,
         };
         let (mut missing, judged) = match after_mark {
@@ -453,7 +452,7 @@ impl Runtime {
             }
             None => {
                 // Taken first: a row added during the scan is judged (again) next time.
-                let newest = self.store().group_newest_rowid().await?;
+                let newest = self.store().group_newest_rowid()?;
                 let rows = self.store().group_message_links(handle, gid).await?;
                 let mut known: BTreeSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
                 // A message whose content was deleted after the group TTL arrived all the same.
@@ -520,7 +519,7 @@ impl Runtime {
         if let Some(ids) = self.inner.groups.pre_join.lock().await.get(&key) {
             return Ok(ids.clone());
         }
-        let (relay, _, _) = self.lmk_group_row(handle, gid).await?;
+        let (relay, _, _) = self.lmk_group_row(handle, gid)?;
         let client = self.lmk_client(&relay).await?;
         let mut ids = BTreeSet::new();
         let mut after = 0u64;

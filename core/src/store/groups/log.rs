@@ -52,6 +52,31 @@ pub struct GroupMessage {
 }
 
 impl GroupMessage {
+    /// The row from a read on the caller's thread (`SELECT *`), by column name.
+    fn from_direct(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            rowid_: r.get("rowid_")?,
+            handle: r.get("handle")?,
+            group_id: r.get("group_id")?,
+            id: r.get("id")?,
+            seq: r.get("seq")?,
+            epoch: r.get("epoch")?,
+            kind: r.get("kind")?,
+            state: r.get("state")?,
+            outgoing: r.get("outgoing")?,
+            sender_fp: r.get("sender_fp")?,
+            sender_name: r.get("sender_name")?,
+            to_fp: r.get("to_fp")?,
+            reply_to: r.get("reply_to")?,
+            after: r.get("after")?,
+            content: r.get("content")?,
+            read: r.get("read")?,
+            created_at: r.get("created_at")?,
+            lease: r.get("lease")?,
+            leased_at: r.get("leased_at")?,
+        })
+    }
+
     /// The ids of its `after` list (empty when unreadable).
     pub fn after_ids(&self) -> Vec<String> {
         serde_json::from_str(&self.after).unwrap_or_default()
@@ -258,36 +283,27 @@ impl Store {
     /// What a sync of `handle`'s membership of `gid` starts from, in one read: (relay, cursor,
     /// state) and the newest row id of any group log (0 when empty), the mark its arrivals are
     /// found after. `None` when `handle` is not in `gid`.
-    pub async fn group_sync_start(&self, handle: &str, gid: &str) -> Result<Option<(String, i64, String, i64)>> {
-        Ok(sqlx::query_as(
+    /// On the caller's thread ([`super::super::direct`]).
+    pub fn group_sync_start(&self, handle: &str, gid: &str) -> Result<Option<(String, i64, String, i64)>> {
+        self.direct.row(
             "SELECT relay, cursor, state, (SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages) FROM lmk_groups \
              WHERE handle = ? AND group_id = ?",
+            (handle, gid),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
-        .bind(handle)
-        .bind(gid)
-        .fetch_optional(&self.pool)
-        .await?)
     }
 
     /// (id, sender name, sender fingerprint) of the messages and alerts from others stored in
-    /// `handle`'s log of `gid` after row `mark`, in log order.
-    pub async fn group_arrivals_since(
-        &self,
-        handle: &str,
-        gid: &str,
-        mark: i64,
-    ) -> Result<Vec<(String, String, String)>> {
+    /// `handle`'s log of `gid` after row `mark`, in log order. On the caller's thread.
+    pub fn group_arrivals_since(&self, handle: &str, gid: &str, mark: i64) -> Result<Vec<(String, String, String)>> {
         // `+handle`/`+group_id`: the rowid range above the mark, not the group's whole history
         // through the (handle, group_id, id) index.
-        Ok(sqlx::query_as(
+        self.direct.rows(
             "SELECT id, sender_name, sender_fp FROM lmk_messages WHERE +handle = ? AND +group_id = ? AND rowid_ > ? \
              AND outgoing = 0 AND kind IN ('message', 'alert') ORDER BY rowid_",
+            (handle, gid, mark),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
-        .bind(handle)
-        .bind(gid)
-        .bind(mark)
-        .fetch_all(&self.pool)
-        .await?)
     }
 
     /// How many distinct log positions strictly between `after` and `before` hold our own posts.
@@ -304,22 +320,23 @@ impl Store {
         .await?)
     }
 
-    /// The newest row of every group log (0 when empty; one step down the rowid tree).
-    pub async fn group_newest_rowid(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages").fetch_one(&self.pool).await?)
+    /// The newest row of every group log (0 when empty; one step down the rowid tree). On the
+    /// caller's thread.
+    pub fn group_newest_rowid(&self) -> Result<i64> {
+        Ok(self.direct.row("SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages", [], |r| r.get(0))?.unwrap_or(0))
     }
 
     /// The messages and leave requests in `handle`'s log of `gid` after row `rowid`, in log
     /// order, each as (rowid, id, a reference in its `after` that names no message or leave
     /// request of the log nor an expired one): one row per unknown reference, or one with `None`
-    /// when all are known. The gap check's whole question in one statement.
-    pub async fn group_unknown_links_after(
+    /// when all are known. The gap check's whole question in one statement, on the caller's thread.
+    pub fn group_unknown_links_after(
         &self,
         handle: &str,
         gid: &str,
         rowid: i64,
     ) -> Result<Vec<(i64, String, Option<String>)>> {
-        Ok(sqlx::query_as(UNKNOWN_LINKS_AFTER).bind(rowid).bind(handle).bind(gid).fetch_all(&self.pool).await?)
+        self.direct.rows(UNKNOWN_LINKS_AFTER, (rowid, handle, gid), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
     }
 
     /// (id, after) of every message and leave request in `handle`'s log of `gid`.
@@ -347,9 +364,9 @@ impl Store {
 
     /// The read frontier of `handle` in `gid`: its read messages and leave requests since its
     /// latest join that no read one names in `after` (marked `covered` by 0020's triggers), in
-    /// log order. Only the tips are read, through `lmk_messages_tips`.
-    pub async fn group_frontier(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar(FRONTIER).bind(handle).bind(gid).fetch_all(&self.pool).await?)
+    /// log order. Only the tips are read, through `lmk_messages_tips`. On the caller's thread.
+    pub fn group_frontier(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
+        self.direct.rows(FRONTIER, (handle, gid), |r| r.get(0))
     }
 
     /// The row id of message (or leave request) `id` in `handle`'s log of `gid`.
@@ -364,9 +381,10 @@ impl Store {
         .await?)
     }
 
-    /// Fingerprints of the members who asked to leave `gid` (in `handle`'s log).
-    pub async fn group_leavers(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar(LEAVERS).bind(handle).bind(gid).fetch_all(&self.pool).await?)
+    /// Fingerprints of the members who asked to leave `gid` (in `handle`'s log). On the caller's
+    /// thread.
+    pub fn group_leavers(&self, handle: &str, gid: &str) -> Result<Vec<String>> {
+        self.direct.rows(LEAVERS, (handle, gid), |r| r.get(0))
     }
 
     /// How many rows of `gid` `handle` has not read.
@@ -393,14 +411,13 @@ impl Store {
             .await?)
     }
 
-    /// `handle`'s unread rows that are done, in log order.
-    pub async fn unread_group_rows(&self, handle: &str) -> Result<Vec<GroupMessage>> {
-        Ok(sqlx::query_as(
+    /// `handle`'s unread rows that are done, in log order. On the caller's thread.
+    pub fn unread_group_rows(&self, handle: &str) -> Result<Vec<GroupMessage>> {
+        self.direct.rows(
             "SELECT * FROM lmk_messages WHERE handle = ? AND read = 0 AND state = 'done' ORDER BY rowid_",
+            [handle],
+            GroupMessage::from_direct,
         )
-        .bind(handle)
-        .fetch_all(&self.pool)
-        .await?)
     }
 
     /// For each group of `handle`: the rowid of the hop that passes `limit`, i.e. the
@@ -408,9 +425,10 @@ impl Store {
     /// guard's hops), if there is one. A row at or after it has more than `limit` hops before it,
     /// itself included. Reads at most `limit + 1` entries of `lmk_messages_hops` per group,
     /// whatever the group's history.
-    pub async fn group_hop_thresholds(&self, handle: &str, limit: i64) -> Result<BTreeMap<String, i64>> {
+    /// On the caller's thread.
+    pub fn group_hop_thresholds(&self, handle: &str, limit: i64) -> Result<BTreeMap<String, i64>> {
         let rows: Vec<(String, Option<i64>)> =
-            sqlx::query_as(HOP_THRESHOLDS).bind(handle).bind(limit).fetch_all(&self.pool).await?;
+            self.direct.rows(HOP_THRESHOLDS, (handle, limit), |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.into_iter().filter_map(|(gid, rowid)| Some((gid, rowid?))).collect())
     }
 

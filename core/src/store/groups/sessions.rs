@@ -269,23 +269,30 @@ impl Store {
             .await?)
     }
 
-    /// `handle`'s membership of `gid`.
-    pub async fn group_membership(&self, handle: &str, gid: &str) -> Result<Option<GroupMembership>> {
-        Ok(sqlx::query_as(
+    /// `handle`'s membership of `gid`. On the caller's thread ([`super::super::direct`]).
+    pub fn group_membership(&self, handle: &str, gid: &str) -> Result<Option<GroupMembership>> {
+        self.direct.row(
             "SELECT group_id, relay, cursor, state, joined_at FROM lmk_groups WHERE handle = ? AND group_id = ?",
+            (handle, gid),
+            |r| {
+                Ok(GroupMembership {
+                    group_id: r.get(0)?,
+                    relay: r.get(1)?,
+                    cursor: r.get(2)?,
+                    state: r.get(3)?,
+                    joined_at: r.get(4)?,
+                })
+            },
         )
-        .bind(handle)
-        .bind(gid)
-        .fetch_optional(&self.pool)
-        .await?)
     }
 
-    /// (group, relay) of `handle`'s active memberships.
-    pub async fn active_groups_of(&self, handle: &str) -> Result<Vec<(String, String)>> {
-        Ok(sqlx::query_as("SELECT group_id, relay FROM lmk_groups WHERE handle = ? AND state = 'active'")
-            .bind(handle)
-            .fetch_all(&self.pool)
-            .await?)
+    /// (group, relay) of `handle`'s active memberships. On the caller's thread.
+    pub fn active_groups_of(&self, handle: &str) -> Result<Vec<(String, String)>> {
+        self.direct.rows(
+            "SELECT group_id, relay FROM lmk_groups WHERE handle = ? AND state = 'active'",
+            [handle],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// Every membership of `handle`, in the order it joined.
