@@ -255,15 +255,14 @@ impl Runtime {
         let id = message_id(data);
         // Replayable: lost to a power cut, the cursor and the MLS state go back together and the
         // entry is read and processed again from the relay's log.
-        // Statements are queued and go in two trips: `BEGIN`, the cursor and one read (our own
-        // row's state, and our authenticator of the epoch the entry's header names, which an
-        // application message is checked against); then the rest with the `COMMIT`.
+        // One read first, on this thread (our own row's state, and our authenticator of the
+        // epoch the entry's header names, which an application message is checked against);
+        // then the transaction's statements are queued and go in one trip with the `COMMIT`.
         let msg_epoch = mls::message_epoch(data).unwrap_or(u64::MAX);
+        let header_epoch = i64::try_from(msg_epoch).unwrap_or(i64::MAX);
+        let (own, mut auth_at_header) = self.store().group_entry_lookup(&handle, gid, &id, header_epoch)?;
         let mut tx = self.store().replayable_tx().await?;
         tx.queue(db::set_group_cursor(&handle, gid, seq))?;
-        let header_epoch = i64::try_from(msg_epoch).unwrap_or(i64::MAX);
-        let (own, mut auth_at_header): (Option<String>, Option<Vec<u8>>) =
-            tx.fetch_optional(db::group_entry_lookup(&handle, gid, &id, header_epoch)).await?.unwrap_or_default();
         let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
         if let Some(state) = own {
             // Our own message (we cannot decrypt it): a commit we posted but had not merged
@@ -288,8 +287,8 @@ impl Runtime {
                 let epoch_i = i64::try_from(epoch).unwrap_or(i64::MAX);
                 match serde_json::from_slice::<Payload>(&plain) {
                     Ok(p) => {
-                        // Read with the first trip when the epoch is the header's (as it is for
-                        // every application message OpenMLS accepts).
+                        // Read first when the epoch is the header's (as it is for every
+                        // application message OpenMLS accepts).
                         let ours = if epoch == msg_epoch {
                             auth_at_header.take()
                         } else {

@@ -151,22 +151,6 @@ pub fn group_row_insert(handle: &str, gid: &str, row: NewGroupRow<'_>, now: i64)
     .bind(now)
 }
 
-/// What processing a log entry reads first, in one row: the state of `handle`'s row `id` in
-/// `gid` if it has one (our own posts), and our authenticator of `epoch` if this session was in
-/// it.
-pub fn group_entry_lookup(handle: &str, gid: &str, id: &str, epoch: i64) -> Stmt {
-    Stmt::new(
-        "SELECT (SELECT state FROM lmk_messages WHERE handle = ? AND group_id = ? AND id = ?), \
-         (SELECT auth FROM lmk_epoch_auth WHERE handle = ? AND group_id = ? AND epoch = ?)",
-    )
-    .bind(handle)
-    .bind(gid)
-    .bind(id)
-    .bind(handle)
-    .bind(gid)
-    .bind(epoch)
-}
-
 /// Our row `id` was taken into the log at `seq`: it is done (for a [`crate::store::BatchTx`]).
 pub fn group_row_posted(handle: &str, gid: &str, id: &str, seq: i64) -> Stmt {
     Stmt::new("UPDATE lmk_messages SET seq = ?, state = 'done' WHERE handle = ? AND group_id = ? AND id = ?")
@@ -280,6 +264,29 @@ const HOPS: &str = "SELECT COUNT(*) FROM lmk_messages WHERE handle = ?1 AND grou
      WHERE handle = ?1 AND group_id = ?2), 0)";
 
 impl Store {
+    /// What processing a log entry reads first, in one row: the state of `handle`'s row `id` in
+    /// `gid` if it has one (our own posts), and our authenticator of `epoch` if this session was
+    /// in it. On the caller's thread, before the entry's transaction: the caller holds the
+    /// session's lock, under which every write of a session's own rows and authenticators runs
+    /// (send, commit, join, sync), so both stay as read until the transaction commits.
+    pub fn group_entry_lookup(
+        &self,
+        handle: &str,
+        gid: &str,
+        id: &str,
+        epoch: i64,
+    ) -> Result<(Option<String>, Option<Vec<u8>>)> {
+        Ok(self
+            .direct
+            .row(
+                "SELECT (SELECT state FROM lmk_messages WHERE handle = ?1 AND group_id = ?2 AND id = ?3), \
+                 (SELECT auth FROM lmk_epoch_auth WHERE handle = ?1 AND group_id = ?2 AND epoch = ?4)",
+                (handle, gid, id, epoch),
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .unwrap_or_default())
+    }
+
     /// What a sync of `handle`'s membership of `gid` starts from, in one read: (relay, cursor,
     /// state) and the newest row id of any group log (0 when empty), the mark its arrivals are
     /// found after. `None` when `handle` is not in `gid`.

@@ -11,8 +11,8 @@ use super::{Result, Store};
 mod log;
 mod sessions;
 pub use log::{
-    GroupMessage, NewGroupRow, ack_group_row, delete_group_row, group_entry_lookup, group_lease_holders,
-    group_lease_unread, group_row_insert, group_row_posted, insert_group_row, lease_group_rows, mark_group_row_read,
+    GroupMessage, NewGroupRow, ack_group_row, delete_group_row, group_lease_holders, group_lease_unread,
+    group_row_insert, group_row_posted, insert_group_row, lease_group_rows, mark_group_row_read,
 };
 pub use sessions::{
     GroupMembership, GroupSessionRow, epoch_auth, forget_epoch_auth_from, group_state_stmts, insert_group, join_group,
