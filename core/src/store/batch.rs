@@ -14,11 +14,14 @@
 //! supported but deprecated for SQLite. `batch_tests` pins the behaviour: it fails if an sqlx
 //! upgrade drops it.
 
+use std::sync::Arc;
+
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{Arguments, FromRow, Sqlite, SqliteConnection};
 
 use super::Result;
+use super::direct::Direct;
 
 /// A value bound to a [`Stmt`].
 #[derive(Debug, Clone)]
@@ -85,6 +88,11 @@ impl Stmt {
         self
     }
 
+    /// The statement and its values, for the caller's-thread writer.
+    pub(super) fn parts(&self) -> (&'static str, &[Arg]) {
+        (self.sql, &self.args)
+    }
+
     /// Runs it on `conn` alone; the number of rows it changed.
     pub async fn execute(self, conn: &mut SqliteConnection) -> Result<u64> {
         let mut args = SqliteArguments::default();
@@ -112,14 +120,22 @@ fn add_all(args: &mut SqliteArguments, values: Vec<Arg>) -> std::result::Result<
 /// whatever was sent) rather than returned to the pool, so no connection goes back mid-way or
 /// with `synchronous=NORMAL`.
 ///
+/// A replayable transaction that reaches its commit without a trip (everything queued) runs on
+/// the caller's thread instead when the write lock is free at that moment
+/// ([`super::direct::Direct::try_commit`]): no trip at all. When another connection holds the
+/// lock it goes to sqlx as above, which waits for it.
+///
 /// There is no way to reach the connection past the queue: [`conn`](Self::conn) sends what is
 /// queued first, so a statement run on it directly still runs after them, inside the
 /// transaction.
 pub struct BatchTx {
     conn: PoolConnection<Sqlite>,
-    /// Statements not sent yet, `;`-separated, starting with the `BEGIN` until the first trip.
-    sql: String,
-    args: SqliteArguments,
+    /// The caller's-thread writer, while nothing was sent (replayable transactions only).
+    direct: Option<Arc<Direct>>,
+    /// `BEGIN` (with the `PRAGMA` of a replayable one), until the first trip carries it.
+    begin: Option<&'static str>,
+    /// Statements not sent yet, in order.
+    queued: Vec<Stmt>,
     replayable: bool,
     /// Whether anything besides the `BEGIN` was queued or sent: a transaction that did nothing
     /// commits without a trip.
@@ -130,12 +146,14 @@ pub struct BatchTx {
 }
 
 impl BatchTx {
-    pub(super) fn new(conn: PoolConnection<Sqlite>, replayable: bool) -> Self {
+    pub(super) fn new(conn: PoolConnection<Sqlite>, direct: Option<Arc<Direct>>) -> Self {
+        let replayable = direct.is_some();
         let begin = if replayable { "PRAGMA synchronous = NORMAL;\nBEGIN IMMEDIATE" } else { "BEGIN IMMEDIATE" };
         Self {
             conn,
-            sql: begin.to_owned(),
-            args: SqliteArguments::default(),
+            direct,
+            begin: Some(begin),
+            queued: Vec::new(),
             replayable,
             used: false,
             broken: false,
@@ -147,11 +165,7 @@ impl BatchTx {
     /// sent with the next trip.
     pub fn queue(&mut self, stmt: Stmt) -> Result<()> {
         self.used = true;
-        if let Err(e) = add_all(&mut self.args, stmt.args) {
-            self.broken = true;
-            return Err(e.into());
-        }
-        self.push(stmt.sql);
+        self.queued.push(stmt);
         Ok(())
     }
 
@@ -161,7 +175,7 @@ impl BatchTx {
         O: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
     {
         self.queue(stmt)?;
-        let (sql, args) = self.take()?;
+        let (sql, args) = self.take(None)?;
         Ok(sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_optional(&mut *self.conn).await?)
     }
 
@@ -169,75 +183,105 @@ impl BatchTx {
     /// sent first.
     pub async fn conn(&mut self) -> Result<&mut SqliteConnection> {
         self.used = true;
-        self.flush().await?;
+        if self.begin.is_some() || !self.queued.is_empty() {
+            let (sql, args) = self.take(None)?;
+            sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *self.conn).await?;
+        }
         Ok(&mut self.conn)
     }
 
     /// Sends what is queued and the `COMMIT` (and, for a replayable transaction, puts the
-    /// connection back to `synchronous=FULL`) in one trip. Failing anywhere leaves `done` unset,
-    /// so the connection is closed, never pooled mid-transaction or with `NORMAL`. A transaction
-    /// that did nothing sends nothing.
+    /// connection back to `synchronous=FULL`) in one trip, or runs it all on the caller's
+    /// thread (see the type's docs). Failing anywhere leaves `done` unset, so the connection is
+    /// closed, never pooled mid-transaction or with `NORMAL`. A transaction that did nothing
+    /// sends nothing.
     pub async fn commit(mut self) -> Result<()> {
-        if self.queue_commit() {
-            self.flush().await?;
+        if !self.used {
+            self.done = true;
+            return Ok(());
         }
-        self.done = true;
+        if self.try_direct::<()>(&[]).await?.is_none() {
+            let (sql, args) = self.commit_sql(Vec::new())?;
+            sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *self.conn).await?;
+            self.done = true;
+        }
         Ok(())
     }
 
     /// Sends what is queued, then `stmts` (writes with a `RETURNING` clause), then the `COMMIT`,
-    /// all in one trip; the rows `stmts` returned, in order (a statement that changed nothing
-    /// returns none, so let the rows say which statement they are from). The rows are only
-    /// handed back once the commit succeeded.
+    /// all in one trip (or on the caller's thread, as [`Self::commit`]); the rows `stmts`
+    /// returned, in order (a statement that changed nothing returns none, so let the rows say
+    /// which statement they are from). The rows are only handed back once the commit succeeded.
     pub async fn commit_returning<O>(mut self, stmts: Vec<Stmt>) -> Result<Vec<O>>
     where
-        O: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+        O: for<'r> FromRow<'r, SqliteRow> + Returned + Send + Unpin,
     {
-        for stmt in stmts {
-            self.queue(stmt)?;
-        }
-        if !self.queue_commit() {
+        if !self.used && stmts.is_empty() {
             self.done = true;
             return Ok(Vec::new());
         }
-        let (sql, args) = self.take()?;
+        if let Some(rows) = self.try_direct(&stmts).await? {
+            return Ok(rows);
+        }
+        let (sql, args) = self.commit_sql(stmts)?;
         let rows = sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_all(&mut *self.conn).await?;
         self.done = true;
         Ok(rows)
     }
 
-    /// Queues the `COMMIT` (and, replayable, the return to `synchronous=FULL`); false when the
-    /// transaction did nothing, so there is nothing to send.
-    fn queue_commit(&mut self) -> bool {
-        if self.used {
-            self.push(if self.replayable { "COMMIT;\nPRAGMA synchronous = FULL" } else { "COMMIT" });
+    /// The whole transaction (what is queued, then `returning`, then the `COMMIT`) on the
+    /// caller's thread, when it is replayable, nothing was sent yet and the write lock is free
+    /// now: the rows `returning` gave, and the transaction is done. `None`: nothing happened.
+    async fn try_direct<O: Returned>(&mut self, returning: &[Stmt]) -> Result<Option<Vec<O>>> {
+        let Some(direct) = self.direct.take().filter(|_| self.begin.is_some() && !self.broken) else {
+            return Ok(None);
+        };
+        let Some(rows) = direct.try_commit(&self.queued, returning, O::from_direct)? else { return Ok(None) };
+        self.done = true;
+        if direct.checkpoint_due() {
+            // Its connection does not checkpoint (that would be on this thread): a pooled one
+            // does, without waiting for readers. Not the transaction's failure if it cannot.
+            if let Err(e) = sqlx::raw_sql("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut *self.conn).await {
+                tracing::debug!(error = %e, "checkpoint after writes on the caller's thread");
+            }
         }
-        self.used
+        Ok(Some(rows))
     }
 
-    async fn flush(&mut self) -> Result<()> {
-        if self.sql.is_empty() {
-            return Ok(());
-        }
-        let (sql, args) = self.take()?;
-        sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *self.conn).await?;
-        Ok(())
+    /// The rest of the transaction as one string: what is queued, `stmts`, the `COMMIT` (and a
+    /// replayable one's return to `synchronous=FULL`).
+    fn commit_sql(&mut self, stmts: Vec<Stmt>) -> Result<(String, SqliteArguments)> {
+        self.queued.extend(stmts);
+        self.take(Some(if self.replayable { "COMMIT;\nPRAGMA synchronous = FULL" } else { "COMMIT" }))
     }
 
-    fn push(&mut self, sql: &str) {
-        if !self.sql.is_empty() {
-            self.sql.push_str(";\n");
-        }
-        self.sql.push_str(sql);
-    }
-
-    fn take(&mut self) -> Result<(String, SqliteArguments)> {
+    /// What is queued (after the `BEGIN` if it was not sent yet, then `tail`) as one string of
+    /// statements and its values; the queue is empty after, and the caller's-thread writer out
+    /// of the question (something went through sqlx).
+    fn take(&mut self, tail: Option<&'static str>) -> Result<(String, SqliteArguments)> {
         if self.broken {
             return Err(
                 sqlx::Error::Protocol("a value of this transaction failed to bind; it was abandoned".into()).into()
             );
         }
-        Ok((std::mem::take(&mut self.sql), std::mem::take(&mut self.args)))
+        self.direct = None;
+        let queued = std::mem::take(&mut self.queued);
+        let mut sql = String::new();
+        let mut args = SqliteArguments::default();
+        let parts = self.begin.take().into_iter().chain(queued.iter().map(|s| s.sql)).chain(tail);
+        for part in parts {
+            if !sql.is_empty() {
+                sql.push_str(";\n");
+            }
+            sql.push_str(part);
+        }
+        for stmt in queued {
+            if let Err(e) = add_all(&mut args, stmt.args) {
+                self.broken = true;
+                return Err(e.into());
+            }
+        }
+        Ok((sql, args))
     }
 }
 
@@ -246,6 +290,25 @@ impl Drop for BatchTx {
         if !self.done {
             self.conn.close_on_drop();
         }
+    }
+}
+
+/// A row returned by a write sent with the commit ([`BatchTx::commit_returning`]), as the
+/// caller's-thread writer reads it.
+pub trait Returned: Sized {
+    /// The row, by column position.
+    fn from_direct(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self>;
+}
+
+impl Returned for () {
+    fn from_direct(_: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(())
+    }
+}
+
+impl<A: rusqlite::types::FromSql, B: rusqlite::types::FromSql> Returned for (A, B) {
+    fn from_direct(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok((row.get(0)?, row.get(1)?))
     }
 }
 
@@ -370,5 +433,73 @@ mod batch_tests {
         assert_eq!(n, 1);
         drop(tx);
         assert_eq!(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM t").fetch_one(&store.pool).await.unwrap(), 0);
+    }
+
+    /// A replayable transaction with everything queued commits on the caller's thread when the
+    /// lock is free: kept, visible to the pool at once, rows returned as through sqlx.
+    #[tokio::test]
+    async fn a_replayable_commit_runs_on_the_callers_thread_when_the_lock_is_free() {
+        let (_d, store) = store().await;
+        let before = store.direct.commits();
+        let mut tx = store.replayable_tx().await.unwrap();
+        tx.queue(put("a", 1)).unwrap();
+        tx.queue(Stmt::new("UPDATE t SET b = ? WHERE k = ?").bind(vec![1u8, 2]).bind("a")).unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(store.direct.commits(), before + 1, "committed on the caller's thread");
+        let row: (i64, Vec<u8>) =
+            sqlx::query_as("SELECT n, b FROM t WHERE k = 'a'").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(row, (1, vec![1, 2]));
+        // The writer's connection stays NORMAL; the pool's stay FULL.
+        let mut conn = store.pool.acquire().await.unwrap();
+        let level: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *conn).await.unwrap();
+        assert_eq!(level, 2);
+    }
+
+    /// Another connection holds the write lock: the commit goes through sqlx, which waits for
+    /// it, and nothing is lost or done twice.
+    #[tokio::test]
+    async fn a_busy_lock_sends_the_replayable_commit_through_sqlx_which_waits() {
+        let (_d, store) = store().await;
+        let mut writer = store.pool.acquire().await.unwrap();
+        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *writer).await.unwrap();
+        let before = store.direct.commits();
+        let waiting = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut tx = store.replayable_tx().await.unwrap();
+                tx.queue(put("a", 7)).unwrap();
+                tx.commit().await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "it waits for the lock");
+        sqlx::raw_sql("ROLLBACK").execute(&mut *writer).await.unwrap();
+        waiting.await.unwrap().unwrap();
+        assert_eq!(store.direct.commits(), before, "not on the caller's thread");
+        let n: i64 = sqlx::query_scalar("SELECT n FROM t WHERE k = 'a'").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(n, 7);
+    }
+
+    /// A write that fails on the caller's thread fails the commit and keeps nothing; the lock is
+    /// released and the next commit there works.
+    #[tokio::test]
+    async fn a_failing_write_on_the_callers_thread_keeps_nothing() {
+        let (_d, store) = store().await;
+        let mut tx = store.replayable_tx().await.unwrap();
+        tx.queue(put("a", 1)).unwrap();
+        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2)).unwrap();
+        assert!(tx.commit().await.is_err(), "the duplicate key fails the commit");
+        assert_eq!(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM t").fetch_one(&store.pool).await.unwrap(), 0);
+        let before = store.direct.commits();
+        let mut tx = store.replayable_tx().await.unwrap();
+        tx.queue(put("b", 2)).unwrap();
+        let rows: Vec<(String, i64)> =
+            tx.commit_returning(vec![Stmt::new("UPDATE t SET n = n + 1 RETURNING k, n")]).await.unwrap();
+        assert_eq!(rows, vec![("b".into(), 3)]);
+        assert_eq!(store.direct.commits(), before + 1);
+        // A durable write after it takes the lock at once (nothing was left holding it).
+        let mut tx = store.batch_tx().await.unwrap();
+        tx.queue(put("c", 1)).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(2), tx.commit()).await.unwrap().unwrap();
     }
 }

@@ -1,4 +1,4 @@
-//! Reads on the caller's thread.
+//! Reads, and replayable commits, on the caller's thread.
 //!
 //! sqlx runs each SQLite statement on its connection's own worker thread: every statement is a
 //! trip there and back (a channel send, a wake-up, a reply, another wake-up). When the cores are
@@ -9,19 +9,28 @@
 //! `libsqlite3-sys` as sqlx's), with cached statements, as relay-lite's writer runs its writes.
 //!
 //! What may run here: a short read through an index (`tests/tests/query_plans.rs` checks every
-//! statement's plan), since it holds the async worker thread it runs on. Writes and anything
-//! that may wait stay on sqlx. The connections are read-only (`query_only`): nothing can write
-//! through them. In WAL mode a reader does not wait for the writer, and each statement reads the
-//! newest commit when it starts, so a read here sees everything committed before it was called,
-//! on any connection, as a pool read does.
+//! statement's plan), since it holds the async worker thread it runs on. The read connections
+//! are read-only (`query_only`): nothing can write through them. In WAL mode a reader does not
+//! wait for the writer, and each statement reads the newest commit when it starts, so a read here
+//! sees everything committed before it was called, on any connection, as a pool read does.
+//!
+//! And one kind of write: a replayable transaction ([`super::Store::replayable_tx`]: a group entry
+//! processed, a lease handed out, a post marked) whose statements were all queued, committed
+//! without waiting for the disk (`synchronous=NORMAL`, its point), and only when the write lock
+//! is free at that moment ([`Direct::try_commit`] never waits: a busy lock sends the
+//! transaction to sqlx, which does). Such a commit appends a few pages to the WAL file, tens of
+//! µs. Its connection never checkpoints (that copies the WAL into the database and syncs it):
+//! every [`CHECKPOINT_EVERY`] commits, the transaction's pooled connection does it instead.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, Params, Row};
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, ErrorCode, OpenFlags, Params, Row, ToSql, params_from_iter};
 
-use super::{Result, StoreError};
+use super::{Arg, Result, Stmt, StoreError};
 
 /// Idle connections kept; more are opened while more callers read at once, and closed after.
 const IDLE: usize = 4;
@@ -29,17 +38,94 @@ const IDLE: usize = 4;
 /// Prepared statements each connection keeps (the reads that run here, with room to spare).
 const STATEMENTS: usize = 64;
 
-/// The store's connections for reads on the caller's thread.
+/// Commits on the caller's thread between two checkpoints.
+const CHECKPOINT_EVERY: u32 = 256;
+
+/// The store's connections for work on the caller's thread.
 #[derive(Debug)]
-pub(crate) struct DirectReads {
+pub(crate) struct Direct {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    /// The writer's connection (opened when first needed); `try_lock`ed, never waited for.
+    writer: Mutex<Option<Connection>>,
+    commits: AtomicU32,
 }
 
-impl DirectReads {
-    /// Reads of the (migrated) database at `path`; connections are opened when first needed.
+impl Direct {
+    /// Work on the (migrated) database at `path`; connections are opened when first needed.
     pub(crate) fn new(path: &Path) -> Self {
-        Self { path: path.to_owned(), idle: Mutex::new(Vec::new()) }
+        Self {
+            path: path.to_owned(),
+            idle: Mutex::new(Vec::new()),
+            writer: Mutex::new(None),
+            commits: AtomicU32::new(0),
+        }
+    }
+
+    /// Runs `stmts`, then `returning` (writes with `RETURNING`, each row through `map`), in one
+    /// `BEGIN IMMEDIATE` transaction committed with `synchronous=NORMAL`, if the write lock is
+    /// free now: the rows `returning` gave. `None` when it is not (another connection writes, or
+    /// another caller has this writer): nothing was done. A statement or the commit failing
+    /// rolls everything back.
+    pub(crate) fn try_commit<T>(
+        &self,
+        stmts: &[Stmt],
+        returning: &[Stmt],
+        mut map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<Vec<T>>> {
+        let Ok(mut slot) = self.writer.try_lock() else { return Ok(None) };
+        let conn = match slot.take() {
+            Some(conn) => conn,
+            None => open_writer(&self.path)?,
+        };
+        match conn.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => {}
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+                *slot = Some(conn);
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let mut run = || -> rusqlite::Result<Vec<T>> {
+            for stmt in stmts {
+                let (sql, args) = stmt.parts();
+                conn.prepare_cached(sql)?.execute(params_from_iter(args))?;
+            }
+            let mut out = Vec::new();
+            for stmt in returning {
+                let (sql, args) = stmt.parts();
+                let mut prepared = conn.prepare_cached(sql)?;
+                let mut rows = prepared.query(params_from_iter(args))?;
+                while let Some(row) = rows.next()? {
+                    out.push(map(row)?);
+                }
+            }
+            conn.execute_batch("COMMIT")?;
+            Ok(out)
+        };
+        let out = run();
+        if out.is_err() && !conn.is_autocommit() {
+            // SQLite rolls back by itself on some failures (a full disk at the commit), not all.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        // A connection still inside a transaction is closed (which rolls it back), never kept.
+        if conn.is_autocommit() {
+            *slot = Some(conn);
+        }
+        let out = out?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(out))
+    }
+
+    /// Whether the WAL is due a checkpoint by another connection: true once every
+    /// [`CHECKPOINT_EVERY`] commits made here.
+    pub(crate) fn checkpoint_due(&self) -> bool {
+        self.commits.load(Ordering::Relaxed).is_multiple_of(CHECKPOINT_EVERY)
+    }
+
+    /// Commits made on the caller's thread so far.
+    pub(crate) fn commits(&self) -> u32 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// Runs `read` on an idle connection (or a new one), then keeps the connection for the next.
@@ -47,9 +133,9 @@ impl DirectReads {
         let taken = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let conn = match taken {
             Some(conn) => conn,
-            None => open(&self.path).map_err(StoreError::Direct)?,
+            None => open(&self.path).map_err(StoreError::from)?,
         };
-        let out = read(&conn).map_err(StoreError::Direct);
+        let out = read(&conn).map_err(StoreError::from);
         // A single statement leaves no transaction open; a connection that somehow did is not kept.
         if conn.is_autocommit()
             && let Ok(mut idle) = self.idle.lock()
@@ -83,6 +169,41 @@ impl DirectReads {
             rows.next()?.map(map).transpose()
         })
     }
+}
+
+impl ToSql for Arg {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Self::Int(i) => ValueRef::Integer(*i),
+            Self::Text(s) => ValueRef::Text(s.as_bytes()),
+            Self::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
+/// The writer's connection to the database at `path`: `synchronous=NORMAL` (it only commits
+/// replayable transactions), foreign keys on as on sqlx's, no busy wait (a busy lock is the
+/// caller's cue to go through sqlx) and no automatic checkpoint. WAL and the rest are read back.
+fn open_writer(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(Duration::ZERO)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENTS);
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    let journal: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
+    let synchronous: i64 = conn.pragma_query_value(None, "synchronous", |r| r.get(0))?;
+    let foreign_keys: bool = conn.pragma_query_value(None, "foreign_keys", |r| r.get(0))?;
+    if !journal.eq_ignore_ascii_case("wal") || synchronous != 1 || !foreign_keys {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+            Some(format!(
+                "the caller's-thread writer is not configured as it must be: journal_mode={journal}, \
+                 synchronous={synchronous}, foreign_keys={foreign_keys}"
+            )),
+        ));
+    }
+    Ok(conn)
 }
 
 /// A read-only connection to the database at `path`. The file exists and is migrated (sqlx's

@@ -50,11 +50,11 @@ pub enum StoreError {
     /// relay's): the transaction was rolled back, so nothing of it was saved, acknowledged or
     /// queued. The same request succeeds once space is freed.
     #[error("the profile's disk is full, so nothing was saved; free some space and try again ({0})")]
-    DiskFull(sqlx::Error),
+    DiskFull(Box<dyn std::error::Error + Send + Sync>),
     /// SQLite said no.
     #[error("database: {0}")]
     Sql(sqlx::Error),
-    /// SQLite said no to a read on the caller's thread ([`direct`]).
+    /// SQLite said no on the caller's thread ([`direct`]).
     #[error("database: {0}")]
     Direct(rusqlite::Error),
     /// A migration failed.
@@ -75,7 +75,17 @@ impl From<sqlx::Error> for StoreError {
             .and_then(|d| d.code())
             .and_then(|code| code.parse::<i64>().ok())
             .map(|extended| extended & 0xff);
-        if primary == Some(SQLITE_FULL) { Self::DiskFull(e) } else { Self::Sql(e) }
+        if primary == Some(SQLITE_FULL) { Self::DiskFull(Box::new(e)) } else { Self::Sql(e) }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            Self::DiskFull(Box::new(e))
+        } else {
+            Self::Direct(e)
+        }
     }
 }
 
@@ -119,7 +129,7 @@ pub struct Store {
     /// The connection pool.
     pub pool: SqlitePool,
     /// Connections for the hot reads, run on the caller's thread ([`direct`]).
-    direct: std::sync::Arc<direct::DirectReads>,
+    direct: std::sync::Arc<direct::Direct>,
 }
 
 /// A contact row.
@@ -407,7 +417,7 @@ impl Store {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
         }
-        Ok(Self { pool, direct: std::sync::Arc::new(direct::DirectReads::new(path)) })
+        Ok(Self { pool, direct: std::sync::Arc::new(direct::Direct::new(path)) })
     }
 
     /// A write transaction: `BEGIN IMMEDIATE`, so it takes the write lock first (waiting up to the
@@ -427,18 +437,24 @@ impl Store {
     /// Uses: a group log entry processed (the relay keeps the log, so a lost commit reads and
     /// decrypts it again from the same rolled-back MLS state), a lease handed out or acked (lost:
     /// handed out again, as when a lease runs out), a sent row marked posted (lost: the next sync
-    /// marks it from the log).
+    /// marks it from the log). Committed on the caller's thread when it can be ([`BatchTx`]).
     pub async fn replayable_tx(&self) -> Result<BatchTx> {
         // `PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE` go with the first trip; if anything
         // fails, the guard closes the connection.
-        Ok(BatchTx::new(self.pool.acquire().await?, true))
+        Ok(BatchTx::new(self.pool.acquire().await?, Some(self.direct.clone())))
+    }
+
+    /// How many replayable transactions this store committed on the caller's thread
+    /// ([`direct`]) since it was opened (the rest went through sqlx).
+    pub fn direct_commits(&self) -> u32 {
+        self.direct.commits()
     }
 
     /// A write transaction like [`Self::write_tx`] (`BEGIN IMMEDIATE`, its commit waits for the
     /// disk) whose statements are queued and sent together ([`BatchTx`]): for the hot paths
     /// that write several rows and read little.
     pub async fn batch_tx(&self) -> Result<BatchTx> {
-        Ok(BatchTx::new(self.pool.acquire().await?, false))
+        Ok(BatchTx::new(self.pool.acquire().await?, None))
     }
 
     /// Reads a meta value.
@@ -1280,7 +1296,7 @@ mod frontier_tests {
         row(&pool, "other", "x", "message", &["a"], true, "done").await; // another group's `a`
         let upgraded = Store {
             pool: pool.clone(),
-            direct: std::sync::Arc::new(direct::DirectReads::new(&dir.path().join("db.sqlite"))),
+            direct: std::sync::Arc::new(direct::Direct::new(&dir.path().join("db.sqlite"))),
         };
         let expect = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         let check = |label: &'static str| {
