@@ -236,9 +236,11 @@ impl BatchTx {
         let Some(direct) = self.direct.take().filter(|_| self.begin.is_some() && !self.broken) else {
             return Ok(None);
         };
-        let Some(rows) = direct.try_commit(&self.queued, returning, O::from_direct)? else { return Ok(None) };
+        let Some((rows, checkpoint)) = direct.try_commit(&self.queued, returning, O::from_direct)? else {
+            return Ok(None);
+        };
         self.done = true;
-        if direct.checkpoint_due() {
+        if checkpoint {
             // Its connection does not checkpoint (that would be on this thread): a pooled one
             // does, without waiting for readers. Not the transaction's failure if it cannot.
             if let Err(e) = sqlx::raw_sql("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut *self.conn).await {
@@ -501,5 +503,33 @@ mod batch_tests {
         let mut tx = store.batch_tx().await.unwrap();
         tx.queue(put("c", 1)).unwrap();
         tokio::time::timeout(std::time::Duration::from_secs(2), tx.commit()).await.unwrap().unwrap();
+    }
+
+    /// The caller's-thread writer never checkpoints (that would copy the WAL into the database
+    /// and sync it on an async thread): in WAL mode only a checkpoint writes the database file,
+    /// so its size holds still past SQLite's automatic threshold (1,000 pages) until the
+    /// 256th commit made there has a pooled connection checkpoint.
+    #[tokio::test]
+    async fn commits_on_the_callers_thread_are_checkpointed_by_the_pool_every_256() {
+        let (dir, store) = store().await;
+        let file = dir.path().join("db.sqlite");
+        let size = || std::fs::metadata(&file).unwrap().len();
+        sqlx::raw_sql("PRAGMA wal_checkpoint(TRUNCATE)").execute(&store.pool).await.unwrap();
+        let start = size();
+        let before = store.direct.commits();
+        let blob = vec![7u8; 20_000];
+        for i in 0..256_i64 {
+            if i == 255 {
+                assert_eq!(size(), start, "no checkpoint in 255 commits of 20 KB (~1,250 pages)");
+            }
+            let mut tx = store.replayable_tx().await.unwrap();
+            tx.queue(
+                Stmt::new("INSERT INTO t (k, n, b) VALUES (?, ?, ?)").bind(format!("k{i}")).bind(i).bind(blob.clone()),
+            )
+            .unwrap();
+            tx.commit().await.unwrap();
+        }
+        assert_eq!(store.direct.commits(), before + 256, "all on the caller's thread");
+        assert!(size() > start + 255 * 20_000, "the 256th commit had the pool checkpoint: {} bytes", size());
     }
 }

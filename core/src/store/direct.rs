@@ -38,6 +38,9 @@ const IDLE: usize = 4;
 /// Prepared statements each connection keeps (the reads that run here, with room to spare).
 const STATEMENTS: usize = 64;
 
+/// Page cache of each read connection, in KiB.
+const READER_CACHE_KIB: i64 = 512;
+
 /// Commits on the caller's thread between two checkpoints.
 const CHECKPOINT_EVERY: u32 = 256;
 
@@ -64,15 +67,16 @@ impl Direct {
 
     /// Runs `stmts`, then `returning` (writes with `RETURNING`, each row through `map`), in one
     /// `BEGIN IMMEDIATE` transaction committed with `synchronous=NORMAL`, if the write lock is
-    /// free now: the rows `returning` gave. `None` when it is not (another connection writes, or
-    /// another caller has this writer): nothing was done. A statement or the commit failing
-    /// rolls everything back.
+    /// free now: the rows `returning` gave, and whether the WAL is now due a checkpoint by
+    /// another connection (once every [`CHECKPOINT_EVERY`] commits made here). `None` when the
+    /// lock is not free (another connection writes, or another caller has this writer): nothing
+    /// was done. A statement or the commit failing rolls everything back.
     pub(crate) fn try_commit<T>(
         &self,
         stmts: &[Stmt],
         returning: &[Stmt],
         mut map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<Option<Vec<T>>> {
+    ) -> Result<Option<(Vec<T>, bool)>> {
         let Ok(mut slot) = self.writer.try_lock() else { return Ok(None) };
         let conn = match slot.take() {
             Some(conn) => conn,
@@ -113,14 +117,8 @@ impl Direct {
             *slot = Some(conn);
         }
         let out = out?;
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(out))
-    }
-
-    /// Whether the WAL is due a checkpoint by another connection: true once every
-    /// [`CHECKPOINT_EVERY`] commits made here.
-    pub(crate) fn checkpoint_due(&self) -> bool {
-        self.commits.load(Ordering::Relaxed).is_multiple_of(CHECKPOINT_EVERY)
+        let made = self.commits.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        Ok(Some((out, made.is_multiple_of(CHECKPOINT_EVERY))))
     }
 
     /// Commits made on the caller's thread so far.
@@ -214,6 +212,9 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
     // long on the async thread it runs on.
     conn.busy_timeout(Duration::from_secs(1))?;
     conn.set_prepared_statement_cache_capacity(STATEMENTS);
+    // Index ranges need few pages; SQLite's default cache (2 MB a connection) would let each
+    // reader grow the daemon's memory for little gain.
+    conn.pragma_update(None, "cache_size", READER_CACHE_KIB.saturating_neg())?;
     conn.pragma_update(None, "query_only", true)?;
     Ok(conn)
 }
