@@ -148,28 +148,35 @@ async fn a_full_profile_disk_neither_loses_an_accepted_send_nor_acks_an_unsaved_
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 }
 
-/// A replayable commit made on the caller's thread (`store::direct`: a group entry, a lease) on
-/// a full disk: refused as `disk_full`, nothing of it kept, and the same commit made there once
-/// space returns.
+/// Commits made on the caller's thread (`store::direct`: a group entry or a lease, replayable;
+/// a group message before its post, durable) on a full disk: refused as `disk_full`, nothing of
+/// them kept, and the same commits made there once space returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayable_commit_on_the_callers_thread_on_a_full_disk_keeps_nothing() {
+async fn commits_on_the_callers_thread_on_a_full_disk_keep_nothing() {
     let Some(disk) = SmallDisk::mount("4m") else { return };
     let dir = tempfile::tempdir_in(disk.path()).unwrap();
     let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
     let big = "x".repeat(256 * 1024);
-    let commit = || async {
-        let mut tx = store.replayable_tx().await?;
-        tx.queue(Stmt::new("INSERT INTO meta (key, value) VALUES (?, ?)").bind("big").bind(big.as_str()))?;
-        tx.commit().await
+    let commit = |key: &'static str, durable: bool| {
+        let (store, big) = (&store, big.as_str());
+        async move {
+            let mut tx = if durable { store.batch_tx().await? } else { store.replayable_tx().await? };
+            tx.queue(Stmt::new("INSERT INTO meta (key, value) VALUES (?, ?)").bind(key).bind(big))?;
+            tx.commit().await
+        }
     };
     let ballast = disk.path().join("ballast");
     disk.fill(&ballast);
     let before = store.direct_commits();
-    let refused = commit().await.unwrap_err();
-    assert!(matches!(refused, StoreError::DiskFull(_)), "refused as a full disk: {refused}");
-    assert_eq!(store.meta("big").await.unwrap(), None, "nothing of it kept");
+    for (key, durable) in [("replayable", false), ("durable", true)] {
+        let refused = commit(key, durable).await.unwrap_err();
+        assert!(matches!(refused, StoreError::DiskFull(_)), "{key}: refused as a full disk: {refused}");
+        assert_eq!(store.meta(key).await.unwrap(), None, "{key}: nothing of it kept");
+    }
     std::fs::remove_file(&ballast).unwrap();
-    commit().await.unwrap();
-    assert_eq!(store.direct_commits(), before + 1, "committed on the caller's thread");
-    assert_eq!(store.meta("big").await.unwrap().map(|v| v.len()), Some(big.len()));
+    for (key, durable) in [("replayable", false), ("durable", true)] {
+        commit(key, durable).await.unwrap();
+        assert_eq!(store.meta(key).await.unwrap().map(|v| v.len()), Some(big.len()), "{key}");
+    }
+    assert_eq!(store.direct_commits(), before + 2, "both committed on the caller's thread");
 }

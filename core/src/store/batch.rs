@@ -120,17 +120,17 @@ fn add_all(args: &mut SqliteArguments, values: Vec<Arg>) -> std::result::Result<
 /// whatever was sent) rather than returned to the pool, so no connection goes back mid-way or
 /// with `synchronous=NORMAL`.
 ///
-/// A replayable transaction that reaches its commit without a trip (everything queued) runs on
-/// the caller's thread instead when the write lock is free at that moment
-/// ([`super::direct::Direct::try_commit`]): no trip at all. When another connection holds the
-/// lock it goes to sqlx as above, which waits for it.
+/// A transaction that reaches its commit without a trip (everything queued) runs on the
+/// caller's thread instead when the write lock is free at that moment (`super::direct`: a
+/// durable one only on a multi-threaded runtime): no trip at all. When another connection holds
+/// the lock it goes to sqlx as above, which waits for it.
 ///
 /// There is no way to reach the connection past the queue: [`conn`](Self::conn) sends what is
 /// queued first, so a statement run on it directly still runs after them, inside the
 /// transaction.
 pub struct BatchTx {
     conn: PoolConnection<Sqlite>,
-    /// The caller's-thread writer, while nothing was sent (replayable transactions only).
+    /// The caller's-thread writers, while nothing was sent.
     direct: Option<Arc<Direct>>,
     /// `BEGIN` (with the `PRAGMA` of a replayable one), until the first trip carries it.
     begin: Option<&'static str>,
@@ -146,8 +146,8 @@ pub struct BatchTx {
 }
 
 impl BatchTx {
-    pub(super) fn new(conn: PoolConnection<Sqlite>, direct: Option<Arc<Direct>>) -> Self {
-        let replayable = direct.is_some();
+    pub(super) fn new(conn: PoolConnection<Sqlite>, direct: Arc<Direct>, replayable: bool) -> Self {
+        let direct = Some(direct);
         let begin = if replayable { "PRAGMA synchronous = NORMAL;\nBEGIN IMMEDIATE" } else { "BEGIN IMMEDIATE" };
         Self {
             conn,
@@ -236,9 +236,21 @@ impl BatchTx {
         let Some(direct) = self.direct.take().filter(|_| self.begin.is_some() && !self.broken) else {
             return Ok(None);
         };
-        let Some((rows, checkpoint)) = direct.try_commit(&self.queued, returning, O::from_direct)? else {
-            return Ok(None);
+        let durable = !self.replayable;
+        let commit = || direct.try_commit(durable, &self.queued, returning, O::from_direct);
+        let tried = if !durable {
+            commit()?
+        } else if tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        {
+            // The commit waits for the disk: tokio hands this worker's other tasks to another
+            // thread meanwhile.
+            tokio::task::block_in_place(commit)?
+        } else {
+            // A runtime of one thread must not wait for the disk: sqlx's thread does.
+            None
         };
+        let Some((rows, checkpoint)) = tried else { return Ok(None) };
         self.done = true;
         if checkpoint {
             // Its connection does not checkpoint (that would be on this thread): a pooled one
@@ -531,5 +543,39 @@ mod batch_tests {
         }
         assert_eq!(store.direct.commits(), before + 256, "all on the caller's thread");
         assert!(size() > start + 255 * 20_000, "the 256th commit had the pool checkpoint: {} bytes", size());
+    }
+
+    /// A durable transaction commits on the caller's thread too, on a multi-threaded runtime
+    /// (its wait for the disk inside `block_in_place`); a failing one keeps nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_durable_commit_runs_on_the_callers_thread_on_a_multi_threaded_runtime() {
+        let (_d, store) = store().await;
+        let before = store.direct.commits();
+        let mut tx = store.batch_tx().await.unwrap();
+        tx.queue(put("a", 1)).unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(store.direct.commits(), before + 1, "committed on the caller's thread");
+        let mut tx = store.batch_tx().await.unwrap();
+        tx.queue(put("b", 2)).unwrap();
+        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2)).unwrap();
+        assert!(tx.commit().await.is_err(), "the duplicate key fails the commit");
+        let all: Vec<(String, i64)> =
+            sqlx::query_as("SELECT k, n FROM t ORDER BY k").fetch_all(&store.pool).await.unwrap();
+        assert_eq!(all, vec![("a".into(), 1)], "b was not kept");
+        assert_eq!(store.direct.commits(), before + 1);
+    }
+
+    /// On a runtime of one thread a durable commit does not wait for the disk on it: sqlx's
+    /// thread does.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_durable_commit_goes_through_sqlx_on_a_runtime_of_one_thread() {
+        let (_d, store) = store().await;
+        let before = store.direct.commits();
+        let mut tx = store.batch_tx().await.unwrap();
+        tx.queue(put("a", 1)).unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(store.direct.commits(), before, "not on the caller's thread");
+        let n: i64 = sqlx::query_scalar("SELECT n FROM t WHERE k = 'a'").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(n, 1);
     }
 }

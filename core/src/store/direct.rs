@@ -14,13 +14,18 @@
 //! wait for the writer, and each statement reads the newest commit when it starts, so a read here
 //! sees everything committed before it was called, on any connection, as a pool read does.
 //!
-//! And one kind of write: a replayable transaction ([`super::Store::replayable_tx`]: a group entry
-//! processed, a lease handed out, a post marked) whose statements were all queued, committed
-//! without waiting for the disk (`synchronous=NORMAL`, its point), and only when the write lock
-//! is free at that moment ([`Direct::try_commit`] never waits: a busy lock sends the
-//! transaction to sqlx, which does). Such a commit appends a few pages to the WAL file, tens of
-//! µs. Its connection never checkpoints (that copies the WAL into the database and syncs it):
-//! every [`CHECKPOINT_EVERY`] commits, the transaction's pooled connection does it instead.
+//! And the writes of a [`super::BatchTx`] whose statements were all queued, only when the write
+//! lock is free at that moment ([`Direct::try_commit`] never waits: a busy lock sends the
+//! transaction to sqlx, which does):
+//! - a replayable one ([`super::Store::replayable_tx`]: a group entry processed, a lease handed
+//!   out, a post marked), committed without waiting for the disk (`synchronous=NORMAL`, its
+//!   point): it appends a few pages to the WAL file, tens of µs, on the caller's thread;
+//! - a durable one ([`super::Store::batch_tx`]: a group message before its post), whose commit
+//!   waits for the disk (`FULL`): inside `tokio::task::block_in_place`, so the worker's other
+//!   tasks move to another thread meanwhile; on a runtime of one thread it goes to sqlx.
+//!
+//! These connections never checkpoint (that copies the WAL into the database and syncs it):
+//! every [`CHECKPOINT_EVERY`] commits made here, the transaction's pooled connection does it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -49,8 +54,10 @@ const CHECKPOINT_EVERY: u32 = 256;
 pub(crate) struct Direct {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
-    /// The writer's connection (opened when first needed); `try_lock`ed, never waited for.
+    /// The writers' connections (opened when first needed), for replayable commits
+    /// (`synchronous=NORMAL`) and for durable ones (`FULL`); `try_lock`ed, never waited for.
     writer: Mutex<Option<Connection>>,
+    durable: Mutex<Option<Connection>>,
     commits: AtomicU32,
 }
 
@@ -61,26 +68,30 @@ impl Direct {
             path: path.to_owned(),
             idle: Mutex::new(Vec::new()),
             writer: Mutex::new(None),
+            durable: Mutex::new(None),
             commits: AtomicU32::new(0),
         }
     }
 
     /// Runs `stmts`, then `returning` (writes with `RETURNING`, each row through `map`), in one
-    /// `BEGIN IMMEDIATE` transaction committed with `synchronous=NORMAL`, if the write lock is
+    /// `BEGIN IMMEDIATE` transaction committed with `synchronous=FULL` when `durable` (the
+    /// commit waits for the disk) and `NORMAL` otherwise, if the write lock is
     /// free now: the rows `returning` gave, and whether the WAL is now due a checkpoint by
     /// another connection (once every [`CHECKPOINT_EVERY`] commits made here). `None` when the
     /// lock is not free (another connection writes, or another caller has this writer): nothing
     /// was done. A statement or the commit failing rolls everything back.
     pub(crate) fn try_commit<T>(
         &self,
+        durable: bool,
         stmts: &[Stmt],
         returning: &[Stmt],
         mut map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Option<(Vec<T>, bool)>> {
-        let Ok(mut slot) = self.writer.try_lock() else { return Ok(None) };
+        let writer = if durable { &self.durable } else { &self.writer };
+        let Ok(mut slot) = writer.try_lock() else { return Ok(None) };
         let conn = match slot.take() {
             Some(conn) => conn,
-            None => open_writer(&self.path)?,
+            None => open_writer(&self.path, durable)?,
         };
         match conn.execute_batch("BEGIN IMMEDIATE") {
             Ok(()) => {}
@@ -179,20 +190,22 @@ impl ToSql for Arg {
     }
 }
 
-/// The writer's connection to the database at `path`: `synchronous=NORMAL` (it only commits
-/// replayable transactions), foreign keys on as on sqlx's, no busy wait (a busy lock is the
-/// caller's cue to go through sqlx) and no automatic checkpoint. WAL and the rest are read back.
-fn open_writer(path: &Path) -> rusqlite::Result<Connection> {
+/// A writer's connection to the database at `path`: `synchronous=FULL` when `durable`, else
+/// `NORMAL` (replayable transactions only), foreign keys on as on sqlx's, no busy wait (a busy
+/// lock is the caller's cue to go through sqlx) and no automatic checkpoint. WAL and the rest
+/// are read back.
+fn open_writer(path: &Path, durable: bool) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
     conn.busy_timeout(Duration::ZERO)?;
     conn.set_prepared_statement_cache_capacity(STATEMENTS);
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let level = if durable { 2 } else { 1 };
+    conn.pragma_update(None, "synchronous", level)?;
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     let journal: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
     let synchronous: i64 = conn.pragma_query_value(None, "synchronous", |r| r.get(0))?;
     let foreign_keys: bool = conn.pragma_query_value(None, "foreign_keys", |r| r.get(0))?;
-    if !journal.eq_ignore_ascii_case("wal") || synchronous != 1 || !foreign_keys {
+    if !journal.eq_ignore_ascii_case("wal") || synchronous != level || !foreign_keys {
         return Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
             Some(format!(
