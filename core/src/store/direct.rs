@@ -2,11 +2,12 @@
 //!
 //! sqlx runs each SQLite statement on its connection's own worker thread: every statement is a
 //! trip there and back (a channel send, a wake-up, a reply, another wake-up). When the cores are
-//! busy that trip costs ~0.1–0.15 ms, and the read inside it a few µs (BENCHMARKS.md, "Reads on
-//! the caller's thread"). A group message's receive made a dozen such trips between the relay's
-//! answer and the hand-out, most of them reads. Those reads run here instead: synchronously, on
-//! connections of this store's own ([`rusqlite`], the same bundled SQLite through the same
-//! `libsqlite3-sys` as sqlx's), with cached statements, as relay-lite's writer runs its writes.
+//! busy that trip costs ~0.1–0.15 ms, and the read inside it a few µs (BENCHMARKS.md, "Reads and
+//! commits on the caller's thread"). A group message's receive made a dozen such trips between the
+//! relay's answer and the hand-out, most of them reads. Those reads run here instead:
+//! synchronously, on connections of this store's own ([`rusqlite`], the same bundled SQLite
+//! through the same `libsqlite3-sys` as sqlx's), with cached statements, as relay-lite's writer
+//! runs its writes.
 //!
 //! What may run here: a short read through an index (`tests/tests/query_plans.rs` checks every
 //! statement's plan), since it holds the async worker thread it runs on. The read connections
