@@ -162,7 +162,8 @@ impl BatchTx {
     }
 
     /// Queues `stmt`, a statement that returns no rows (a write without `RETURNING`): it is
-    /// sent with the next trip.
+    /// sent with the next trip (its values are bound then; one that fails to bind fails that
+    /// trip and abandons the transaction).
     pub fn queue(&mut self, stmt: Stmt) -> Result<()> {
         self.used = true;
         self.queued.push(stmt);
@@ -230,8 +231,9 @@ impl BatchTx {
     }
 
     /// The whole transaction (what is queued, then `returning`, then the `COMMIT`) on the
-    /// caller's thread, when it is replayable, nothing was sent yet and the write lock is free
-    /// now: the rows `returning` gave, and the transaction is done. `None`: nothing happened.
+    /// caller's thread, when nothing was sent yet and the write lock is free now (a durable
+    /// transaction only on a multi-threaded runtime): the rows `returning` gave, and the
+    /// transaction is done. `None`: nothing happened.
     async fn try_direct<O: Returned>(&mut self, returning: &[Stmt]) -> Result<Option<Vec<O>>> {
         let Some(direct) = self.direct.take().filter(|_| self.begin.is_some() && !self.broken) else {
             return Ok(None);
