@@ -54,7 +54,7 @@ pub enum StoreError {
     /// SQLite said no.
     #[error("database: {0}")]
     Sql(sqlx::Error),
-    /// SQLite said no on the caller's thread ([`direct`]).
+    /// SQLite said no on the caller's thread (`store::direct`).
     #[error("database: {0}")]
     Direct(rusqlite::Error),
     /// A migration failed.
@@ -128,7 +128,7 @@ fn keep_after_release(
 pub struct Store {
     /// The connection pool.
     pub pool: SqlitePool,
-    /// Connections for the hot reads, run on the caller's thread ([`direct`]).
+    /// Connections for the hot reads, run on the caller's thread (`store::direct`).
     direct: std::sync::Arc<direct::Direct>,
 }
 
@@ -445,7 +445,7 @@ impl Store {
     }
 
     /// How many replayable transactions this store committed on the caller's thread
-    /// ([`direct`]) since it was opened (the rest went through sqlx).
+    /// (`store::direct`) since it was opened (the rest went through sqlx).
     pub fn direct_commits(&self) -> u32 {
         self.direct.commits()
     }
@@ -463,7 +463,7 @@ impl Store {
     }
 
     /// The delivery policy's meta values in one read: (`policy_review`, `policy_loop_limit`,
-    /// `policy_digest_secs`, `dnd`), each if set. On the caller's thread ([`direct`]).
+    /// `policy_digest_secs`, `dnd`), each if set. On the caller's thread (`store::direct`).
     pub fn policy_meta(&self) -> Result<[Option<String>; 4]> {
         let rows: Vec<(String, String)> = self.direct.rows(
             "SELECT key, value FROM meta WHERE key IN ('policy_review', 'policy_loop_limit', 'policy_digest_secs', 'dnd')",

@@ -290,7 +290,7 @@ impl Store {
     /// What a sync of `handle`'s membership of `gid` starts from, in one read: (relay, cursor,
     /// state) and the newest row id of any group log (0 when empty), the mark its arrivals are
     /// found after. `None` when `handle` is not in `gid`.
-    /// On the caller's thread ([`super::super::direct`]).
+    /// On the caller's thread (`store::direct`).
     pub fn group_sync_start(&self, handle: &str, gid: &str) -> Result<Option<(String, i64, String, i64)>> {
         self.direct.row(
             "SELECT relay, cursor, state, (SELECT COALESCE(MAX(rowid_), 0) FROM lmk_messages) FROM lmk_groups \

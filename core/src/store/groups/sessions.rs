@@ -269,7 +269,7 @@ impl Store {
             .await?)
     }
 
-    /// `handle`'s membership of `gid`. On the caller's thread ([`super::super::direct`]).
+    /// `handle`'s membership of `gid`. On the caller's thread (`store::direct`).
     pub fn group_membership(&self, handle: &str, gid: &str) -> Result<Option<GroupMembership>> {
         self.direct.row(
             "SELECT group_id, relay, cursor, state, joined_at FROM lmk_groups WHERE handle = ? AND group_id = ?",
