@@ -196,9 +196,7 @@ impl ToSql for Arg {
 /// lock is the caller's cue to go through sqlx) and no automatic checkpoint. WAL and the rest
 /// are read back.
 fn open_writer(path: &Path, durable: bool) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
-    conn.busy_timeout(Duration::ZERO)?;
-    conn.set_prepared_statement_cache_capacity(STATEMENTS);
+    let conn = connect(path, Duration::ZERO)?;
     let level = if durable { 2 } else { 1 };
     conn.pragma_update(None, "synchronous", level)?;
     conn.pragma_update(None, "foreign_keys", true)?;
@@ -221,15 +219,22 @@ fn open_writer(path: &Path, durable: bool) -> rusqlite::Result<Connection> {
 /// A read-only connection to the database at `path`. The file exists and is migrated (sqlx's
 /// pool opened it first), in WAL mode.
 fn open(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
     // A reader waits only in rare moments (another connection recovering the WAL index); never
     // long on the async thread it runs on.
-    conn.busy_timeout(Duration::from_secs(1))?;
-    conn.set_prepared_statement_cache_capacity(STATEMENTS);
+    let conn = connect(path, Duration::from_secs(1))?;
     // Index ranges need few pages; SQLite's default cache (2 MB a connection) would let each
     // reader grow the daemon's memory for little gain.
     conn.pragma_update(None, "cache_size", READER_CACHE_KIB.saturating_neg())?;
     conn.pragma_update(None, "query_only", true)?;
+    Ok(conn)
+}
+
+/// A connection of this module's to the database at `path` (it exists: sqlx's pool opened and
+/// migrated it), waiting up to `busy` for a lock, keeping [`STATEMENTS`] prepared statements.
+fn connect(path: &Path, busy: Duration) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(busy)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENTS);
     Ok(conn)
 }
 
