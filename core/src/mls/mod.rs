@@ -14,6 +14,8 @@
 pub mod storage;
 
 use openmls::prelude::tls_codec::{Deserialize as _, Serialize as _};
+use std::collections::HashMap;
+
 use openmls::prelude::*;
 use openmls_basic_credential::SignatureKeyPair;
 use openmls_rust_crypto::RustCrypto;
@@ -160,12 +162,21 @@ pub fn epoch_authenticator(group: &MlsGroup) -> Vec<u8> {
     group.epoch_authenticator().as_slice().to_vec()
 }
 
+/// Parked groups by MLS group id: the storage version each matches, and the group.
+type Parked = HashMap<Vec<u8>, (u64, Box<MlsGroup>)>;
+
 /// One agent session's MLS identity and state.
 pub struct Member {
     provider: Provider,
     signer: SignatureKeyPair,
     credential: CredentialWithKey,
     name: String,
+    /// Groups handed back by [`Self::park`], with the storage version they match.
+    parked: std::sync::Mutex<Parked>,
+    /// Which group object (its address) was last loaded or operated on successfully, and the
+    /// storage version right after: the one [`Self::park`] may keep. Cleared by an operation
+    /// that failed.
+    fresh: std::sync::Mutex<Option<(usize, u64)>>,
 }
 
 impl std::fmt::Debug for Member {
@@ -188,7 +199,14 @@ impl Member {
             credential: BasicCredential::new(name.as_bytes().to_vec()).into(),
             signature_key: signer.public().into(),
         };
-        Self { provider, signer, credential, name: name.to_owned() }
+        Self {
+            provider,
+            signer,
+            credential,
+            name: name.to_owned(),
+            parked: std::sync::Mutex::new(HashMap::new()),
+            fresh: std::sync::Mutex::new(None),
+        }
     }
 
     /// Restores a member from its stored rows (every OpenMLS entry), its signature public key
@@ -255,9 +273,42 @@ impl Member {
         .map_err(local)
     }
 
-    /// Loads a group this member is in.
-    pub fn load_group(&self, gid: &str) -> Result<Option<MlsGroup>, MlsError> {
-        MlsGroup::load(self.provider.storage(), &GroupId::from_slice(gid.as_bytes())).map_err(local)
+    /// Loads a group this member is in: the one [`Self::park`] kept when nothing has written
+    /// the storage since, else decoded from the storage entries (the tree, the secrets, the
+    /// message secrets: most of an operation's time in a small group).
+    pub fn load_group(&self, gid: &str) -> Result<Option<Loaded>, MlsError> {
+        let id = GroupId::from_slice(gid.as_bytes());
+        let version = self.provider.storage.version();
+        let kept = lock(&self.parked).remove(id.as_slice()).filter(|(v, _)| *v == version);
+        let group = match kept {
+            Some((_, group)) => Some(Loaded(group)),
+            None => MlsGroup::load(self.provider.storage(), &id).map_err(local)?.map(|g| Loaded(Box::new(g))),
+        };
+        // Just loaded, it is what the storage holds: parked as it is, it stays valid.
+        *lock(&self.fresh) = group.as_ref().map(|g| (address(g), version));
+        Ok(group)
+    }
+
+    /// Keeps `group` in memory for the next [`Self::load_group`] of it, if it is exactly what the
+    /// storage holds: it is the group object this member last loaded or operated on
+    /// successfully, and nothing has written the storage since. Otherwise it is dropped (the
+    /// next load decodes the storage). OpenMLS writes every change of a group through to the
+    /// storage as an operation succeeds, so a group loaded back then equals the one kept. Never
+    /// kept: a group an operation failed on (it may have changed in memory and not in the
+    /// storage), and an older copy of a group that another copy changed since.
+    pub fn park(&self, group: Loaded) {
+        let version = self.provider.storage.version();
+        let mut fresh = lock(&self.fresh);
+        if fresh.is_some_and(|(a, v)| a == address(&group) && v == version) {
+            *fresh = None;
+            lock(&self.parked).insert(group.group_id().to_vec(), (version, group.0));
+        }
+    }
+
+    /// Records how an operation on `group` ended, for [`Self::park`].
+    fn noted<T>(&self, group: &MlsGroup, result: Result<T, MlsError>) -> Result<T, MlsError> {
+        *lock(&self.fresh) = result.is_ok().then(|| (address(group), self.provider.storage.version()));
+        result
     }
 
     /// A fresh KeyPackage (serialized MLSMessage) for joining one group.
@@ -286,8 +337,8 @@ impl Member {
     /// commit is pending until [`merge_pending`](Self::merge_pending) (the relay took it) or
     /// [`discard_pending`](Self::discard_pending) (it lost the epoch race).
     pub fn add(&self, group: &mut MlsGroup, key_package: KeyPackage) -> Result<(Vec<u8>, Vec<u8>), MlsError> {
-        let (commit, welcome, _) =
-            group.add_members(&self.provider, &self.signer, std::slice::from_ref(&key_package)).map_err(local)?;
+        let staged = group.add_members(&self.provider, &self.signer, std::slice::from_ref(&key_package)).map_err(local);
+        let (commit, welcome, _) = self.noted(group, staged)?;
         Ok((commit.to_bytes().map_err(local)?, welcome.to_bytes().map_err(local)?))
     }
 
@@ -303,27 +354,31 @@ impl Member {
         if leaf == group.own_leaf_index().u32() {
             return Err(MlsError::Local("a member cannot re-add itself".into()));
         }
-        let out = group
+        let staged = group
             .swap_members(&self.provider, &self.signer, &[LeafNodeIndex::new(leaf)], std::slice::from_ref(&key_package))
-            .map_err(local)?;
+            .map_err(local);
+        let out = self.noted(group, staged)?;
         Ok((out.commit.to_bytes().map_err(local)?, out.welcome.to_bytes().map_err(local)?))
     }
 
     /// Stages a commit removing the members with these leaf indexes.
     pub fn remove(&self, group: &mut MlsGroup, leaves: &[u32]) -> Result<Vec<u8>, MlsError> {
         let leaves: Vec<LeafNodeIndex> = leaves.iter().map(|l| LeafNodeIndex::new(*l)).collect();
-        let (commit, _, _) = group.remove_members(&self.provider, &self.signer, &leaves).map_err(local)?;
+        let staged = group.remove_members(&self.provider, &self.signer, &leaves).map_err(local);
+        let (commit, _, _) = self.noted(group, staged)?;
         commit.to_bytes().map_err(local)
     }
 
     /// Applies our own pending commit once the relay accepted it.
     pub fn merge_pending(&self, group: &mut MlsGroup) -> Result<(), MlsError> {
-        group.merge_pending_commit(&self.provider).map_err(local)
+        let merged = group.merge_pending_commit(&self.provider).map_err(local);
+        self.noted(group, merged)
     }
 
     /// Drops our pending commit after the relay refused it (another commit won the epoch).
     pub fn discard_pending(&self, group: &mut MlsGroup) -> Result<(), MlsError> {
-        group.clear_pending_commit(self.provider.storage()).map_err(local)
+        let cleared = group.clear_pending_commit(self.provider.storage()).map_err(local);
+        self.noted(group, cleared)
     }
 
     /// Joins from a Welcome (serialized MLSMessage). State this member still holds for the same
@@ -360,11 +415,17 @@ impl Member {
 
     /// Encrypts an application message (a PrivateMessage) in the current epoch.
     pub fn encrypt(&self, group: &mut MlsGroup, data: &[u8]) -> Result<Vec<u8>, MlsError> {
-        group.create_message(&self.provider, &self.signer, data).map_err(local)?.to_bytes().map_err(local)
+        let sealed = group.create_message(&self.provider, &self.signer, data).map_err(local);
+        self.noted(group, sealed)?.to_bytes().map_err(local)
     }
 
     /// Decrypts and applies one group message from the log (merging commits at once).
     pub fn process(&self, group: &mut MlsGroup, bytes: &[u8]) -> Result<Processed, MlsError> {
+        let processed = self.process_inner(group, bytes);
+        self.noted(group, processed)
+    }
+
+    fn process_inner(&self, group: &mut MlsGroup, bytes: &[u8]) -> Result<Processed, MlsError> {
         let msg = MlsMessageIn::tls_deserialize_exact(bytes).map_err(peer)?;
         let protocol = msg.try_into_protocol_message().map_err(peer)?;
         let processed =
@@ -426,6 +487,33 @@ pub fn serialize(msg: &MlsMessageOut) -> Result<Vec<u8>, MlsError> {
     Ok(out)
 }
 
+/// A group lent by [`Member::load_group`], to be handed back with [`Member::park`]; it stays at
+/// one address while lent (boxed), which is how `park` tells it from another copy.
+pub struct Loaded(Box<MlsGroup>);
+
+impl std::ops::Deref for Loaded {
+    type Target = MlsGroup;
+    fn deref(&self) -> &MlsGroup {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Loaded {
+    fn deref_mut(&mut self) -> &mut MlsGroup {
+        &mut self.0
+    }
+}
+
+/// Where a group object is: the same for a [`Loaded`] group while it is lent.
+fn address(group: &MlsGroup) -> usize {
+    std::ptr::from_ref(group) as usize
+}
+
+/// The lock's value, also after a panic elsewhere held it (nothing here is left half-changed).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -447,6 +535,108 @@ mod tests {
         assert!(m.changes().is_empty());
         let rows: Vec<_> = db.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         assert_eq!(rows, m.rows(), "the persisted rows are the whole state");
+    }
+
+    /// Alice made group `G` and added bob; each holds the group as just made or joined.
+    fn pair() -> (Member, MlsGroup, Member, MlsGroup) {
+        let alice = Member::generate("alice's agent").unwrap();
+        let bob = Member::generate("bob's agent").unwrap();
+        let mut ga = alice.create_group(G).unwrap();
+        let (kp, _) = alice.inspect_key_package(&bob.key_package().unwrap()).unwrap();
+        let (_, welcome) = alice.add(&mut ga, kp).unwrap();
+        alice.merge_pending(&mut ga).unwrap();
+        let gb = bob.join(&welcome).unwrap();
+        (alice, ga, bob, gb)
+    }
+
+    fn parked(m: &Member) -> usize {
+        lock(&m.parked).len()
+    }
+
+    fn text_of(p: Processed) -> Vec<u8> {
+        match p {
+            Processed::Application { data, .. } => data,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Sender and receiver hand their group back after every message and take it again for the
+    /// next: every message reads, and the storage kept up all along (a member restored from it
+    /// sends on at the next message key: bob's OpenMLS refuses a key used twice).
+    #[test]
+    fn a_parked_group_is_lent_again_and_the_storage_keeps_up_with_it() {
+        let (alice, _, bob, _) = pair();
+        for i in 0..5 {
+            let mut ga = alice.load_group(G).unwrap().unwrap();
+            let m = alice.encrypt(&mut ga, format!("hello {i}").as_bytes()).unwrap();
+            alice.park(ga);
+            assert_eq!(parked(&alice), 1, "kept after a send");
+            let mut gb = bob.load_group(G).unwrap().unwrap();
+            assert_eq!(text_of(bob.process(&mut gb, &m).unwrap()), format!("hello {i}").as_bytes());
+            bob.park(gb);
+            assert_eq!(parked(&bob), 1, "kept after a message read");
+        }
+        let ga = alice.load_group(G).unwrap().unwrap();
+        assert_eq!(parked(&alice), 0, "lent out, not shared");
+        drop(ga);
+        let restored = Member::from_rows(alice.rows(), alice.signature_key(), alice.name()).unwrap();
+        let mut gr = restored.load_group(G).unwrap().unwrap();
+        let m = restored.encrypt(&mut gr, b"after a restart").unwrap();
+        let mut gb = bob.load_group(G).unwrap().unwrap();
+        assert_eq!(text_of(bob.process(&mut gb, &m).unwrap()), b"after a restart");
+    }
+
+    /// Never kept, or never lent again: a group an operation failed on, and a group the storage
+    /// moved past (another copy's operation, or any other write).
+    #[test]
+    fn a_group_is_not_kept_after_a_failure_a_newer_copy_or_another_write() {
+        let (alice, _, bob, _) = pair();
+        let mut gb = bob.load_group(G).unwrap().unwrap();
+        assert!(bob.process(&mut gb, b"not an MLS message").is_err());
+        bob.park(gb);
+        assert_eq!(parked(&bob), 0, "an operation failed on it");
+        let m = {
+            let mut ga = alice.load_group(G).unwrap().unwrap();
+            alice.encrypt(&mut ga, b"one").unwrap()
+        };
+        let mut gb = bob.load_group(G).unwrap().unwrap();
+        // A message that fails to process (a second copy of one already read) after one that
+        // read: not kept, though the one before succeeded.
+        text_of(bob.process(&mut gb, &m).unwrap());
+        assert!(bob.process(&mut gb, &m).is_err());
+        bob.park(gb);
+        assert_eq!(parked(&bob), 0);
+
+        // Two copies: the older one, parked after the newer one sent, is not kept.
+        let old = alice.load_group(G).unwrap().unwrap();
+        let mut new = alice.load_group(G).unwrap().unwrap();
+        let m = alice.encrypt(&mut new, b"two").unwrap();
+        alice.park(old);
+        assert_eq!(parked(&alice), 0, "an older copy");
+        alice.park(new);
+        assert_eq!(parked(&alice), 1, "the copy that sent last");
+        let mut gb = bob.load_group(G).unwrap().unwrap();
+        assert_eq!(text_of(bob.process(&mut gb, &m).unwrap()), b"two");
+
+        // The storage moved past a parked group (a copy decoded beside it sent): the next load
+        // decodes the storage again. Lent, the parked copy would send at the message key the
+        // other copy used, and bob would refuse the second message.
+        let mut other = MlsGroup::load(alice.provider.storage(), &GroupId::from_slice(G.as_bytes())).unwrap().unwrap();
+        let m1 = alice.encrypt(&mut other, b"three").unwrap();
+        let mut ga = alice.load_group(G).unwrap().unwrap();
+        assert_eq!(parked(&alice), 0);
+        let m2 = alice.encrypt(&mut ga, b"four").unwrap();
+        assert_eq!(text_of(bob.process(&mut gb, &m1).unwrap()), b"three");
+        assert_eq!(text_of(bob.process(&mut gb, &m2).unwrap()), b"four");
+        let m = alice.encrypt(&mut ga, b"five").unwrap();
+        // A write between the operation and the park: not kept.
+        alice.key_package().unwrap();
+        alice.park(ga);
+        assert_eq!(parked(&alice), 0, "the storage moved after the operation");
+        assert_eq!(text_of(bob.process(&mut gb, &m).unwrap()), b"five");
+        let ga = alice.load_group(G).unwrap().unwrap();
+        alice.park(ga);
+        assert_eq!(parked(&alice), 1, "lent and handed back unchanged");
     }
 
     #[test]

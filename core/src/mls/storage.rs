@@ -45,6 +45,8 @@ pub struct Change {
 struct Entries {
     values: HashMap<Vec<u8>, Vec<u8>>,
     dirty: BTreeSet<Vec<u8>>,
+    /// Counts every write and delete of a value (not [`RowStorage::saved`], which changes none).
+    version: u64,
 }
 
 /// OpenMLS entries in memory, with the set of keys changed since the last [`saved`](Self::saved).
@@ -108,7 +110,13 @@ impl RowStorage {
     /// A storage holding `rows` (as loaded from SQLite), nothing dirty.
     pub fn from_rows(rows: impl IntoIterator<Item = Row>) -> Self {
         let values = rows.into_iter().collect();
-        Self { entries: RwLock::new(Entries { values, dirty: BTreeSet::new() }) }
+        Self { entries: RwLock::new(Entries { values, dirty: BTreeSet::new(), version: 0 }) }
+    }
+
+    /// How many times a value was written or deleted since these entries were loaded: equal at
+    /// two moments, nothing changed between them.
+    pub fn version(&self) -> u64 {
+        self.read_lock().version
     }
 
     fn read_lock(&self) -> RwLockReadGuard<'_, Entries> {
@@ -162,6 +170,7 @@ impl RowStorage {
         let mut e = self.write_lock();
         e.values.insert(k.clone(), value);
         e.dirty.insert(k);
+        e.version += 1;
         Ok(())
     }
 
@@ -171,6 +180,7 @@ impl RowStorage {
         if e.values.remove(&k).is_some() {
             e.dirty.insert(k);
         }
+        e.version += 1;
         Ok(())
     }
 
@@ -199,6 +209,7 @@ impl RowStorage {
         edit(&mut list);
         e.values.insert(k.clone(), json(&list)?);
         e.dirty.insert(k);
+        e.version += 1;
         Ok(())
     }
 }

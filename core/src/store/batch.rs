@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
-use sqlx::{Arguments, FromRow, Sqlite, SqliteConnection};
+use sqlx::{Arguments, FromRow, Sqlite, SqliteConnection, SqlitePool};
 
 use super::Result;
 use super::direct::Direct;
@@ -127,9 +127,12 @@ fn add_all(args: &mut SqliteArguments, values: Vec<Arg>) -> std::result::Result<
 ///
 /// There is no way to reach the connection past the queue: [`conn`](Self::conn) sends what is
 /// queued first, so a statement run on it directly still runs after them, inside the
-/// transaction.
+/// transaction. The pool's connection is taken at the first trip, so a transaction that
+/// commits on the caller's thread never takes one.
 pub struct BatchTx {
-    conn: PoolConnection<Sqlite>,
+    pool: SqlitePool,
+    /// The pool's connection, from the first trip on.
+    conn: Option<PoolConnection<Sqlite>>,
     /// The caller's-thread writers, while nothing was sent.
     direct: Option<Arc<Direct>>,
     /// `BEGIN` (with the `PRAGMA` of a replayable one), until the first trip carries it.
@@ -146,11 +149,12 @@ pub struct BatchTx {
 }
 
 impl BatchTx {
-    pub(super) fn new(conn: PoolConnection<Sqlite>, direct: Arc<Direct>, replayable: bool) -> Self {
+    pub(super) fn new(pool: SqlitePool, direct: Arc<Direct>, replayable: bool) -> Self {
         let direct = Some(direct);
         let begin = if replayable { "PRAGMA synchronous = NORMAL;\nBEGIN IMMEDIATE" } else { "BEGIN IMMEDIATE" };
         Self {
-            conn,
+            pool,
+            conn: None,
             direct,
             begin: Some(begin),
             queued: Vec::new(),
@@ -159,6 +163,15 @@ impl BatchTx {
             broken: false,
             done: false,
         }
+    }
+
+    /// The pool's connection, taken at the first trip.
+    async fn pooled(&mut self) -> Result<&mut PoolConnection<Sqlite>> {
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => self.pool.acquire().await?,
+        };
+        Ok(self.conn.insert(conn))
     }
 
     /// Queues `stmt`, a statement that returns no rows (a write without `RETURNING`): it is
@@ -177,7 +190,9 @@ impl BatchTx {
     {
         self.queue(stmt)?;
         let (sql, args) = self.take(None)?;
-        Ok(sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_optional(&mut *self.conn).await?)
+        Ok(sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args)
+            .fetch_optional(&mut **self.pooled().await?)
+            .await?)
     }
 
     /// The transaction's connection, for statements that are not [`Stmt`]s: what is queued is
@@ -186,9 +201,9 @@ impl BatchTx {
         self.used = true;
         if self.begin.is_some() || !self.queued.is_empty() {
             let (sql, args) = self.take(None)?;
-            sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *self.conn).await?;
+            sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut **self.pooled().await?).await?;
         }
-        Ok(&mut self.conn)
+        Ok(&mut **self.pooled().await?)
     }
 
     /// Sends what is queued and the `COMMIT` (and, for a replayable transaction, puts the
@@ -203,7 +218,7 @@ impl BatchTx {
         }
         if self.try_direct::<()>(&[]).await?.is_none() {
             let (sql, args) = self.commit_sql(Vec::new())?;
-            sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *self.conn).await?;
+            sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut **self.pooled().await?).await?;
             self.done = true;
         }
         Ok(())
@@ -225,7 +240,9 @@ impl BatchTx {
             return Ok(rows);
         }
         let (sql, args) = self.commit_sql(stmts)?;
-        let rows = sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args).fetch_all(&mut *self.conn).await?;
+        let rows = sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args)
+            .fetch_all(&mut **self.pooled().await?)
+            .await?;
         self.done = true;
         Ok(rows)
     }
@@ -257,7 +274,12 @@ impl BatchTx {
         if checkpoint {
             // Its connection does not checkpoint (that would be on this thread): a pooled one
             // does, without waiting for readers. Not the transaction's failure if it cannot.
-            if let Err(e) = sqlx::raw_sql("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut *self.conn).await {
+            let checkpoint: Result<()> = async {
+                sqlx::raw_sql("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut **self.pooled().await?).await?;
+                Ok(())
+            }
+            .await;
+            if let Err(e) = checkpoint {
                 tracing::debug!(error = %e, "checkpoint after writes on the caller's thread");
             }
         }
@@ -303,8 +325,10 @@ impl BatchTx {
 
 impl Drop for BatchTx {
     fn drop(&mut self) {
-        if !self.done {
-            self.conn.close_on_drop();
+        if !self.done
+            && let Some(conn) = &mut self.conn
+        {
+            conn.close_on_drop();
         }
     }
 }
@@ -469,6 +493,42 @@ mod batch_tests {
         let mut conn = store.pool.acquire().await.unwrap();
         let level: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *conn).await.unwrap();
         assert_eq!(level, 2);
+    }
+
+    /// A transaction that commits on the caller's thread never takes a pool connection: with
+    /// every pooled one held elsewhere it still commits at once. One that needs a trip takes one
+    /// then (and waits for it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_on_the_callers_thread_takes_no_pool_connection() {
+        let (_d, store) = store().await;
+        let mut held = Vec::new();
+        for _ in 0..store.pool.options().get_max_connections() {
+            held.push(store.pool.acquire().await.unwrap());
+        }
+        let quick = std::time::Duration::from_secs(2);
+        for durable in [false, true] {
+            let commit = async {
+                let mut tx = if durable { store.batch_tx().await? } else { store.replayable_tx().await? };
+                tx.queue(put(if durable { "durable" } else { "replayable" }, 1))?;
+                tx.commit().await
+            };
+            tokio::time::timeout(quick, commit).await.expect("no pool connection needed").unwrap();
+        }
+        let other = store.clone();
+        let trip = async move {
+            let mut tx = other.replayable_tx().await?;
+            tx.queue(put("c", 3))?;
+            let n: Option<(i64,)> = tx.fetch_optional(Stmt::new("SELECT n FROM t WHERE k = ?").bind("c")).await?;
+            tx.commit().await?;
+            Ok::<_, crate::store::StoreError>(n)
+        };
+        let trip = tokio::spawn(trip);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!trip.is_finished(), "a trip waits for a pool connection");
+        drop(held);
+        assert_eq!(trip.await.unwrap().unwrap(), Some((3,)));
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(n, 3);
     }
 
     /// Another connection holds the write lock: the commit goes through sqlx, which waits for

@@ -441,7 +441,7 @@ impl Store {
     pub async fn replayable_tx(&self) -> Result<BatchTx> {
         // `PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE` go with the first trip; if anything
         // fails, the guard closes the connection.
-        Ok(BatchTx::new(self.pool.acquire().await?, self.direct.clone(), true))
+        Ok(BatchTx::new(self.pool.clone(), self.direct.clone(), true))
     }
 
     /// How many replayable transactions this store committed on the caller's thread
@@ -454,7 +454,7 @@ impl Store {
     /// disk) whose statements are queued and sent together ([`BatchTx`]): for the hot paths
     /// that write several rows and read little.
     pub async fn batch_tx(&self) -> Result<BatchTx> {
-        Ok(BatchTx::new(self.pool.acquire().await?, self.direct.clone(), false))
+        Ok(BatchTx::new(self.pool.clone(), self.direct.clone(), false))
     }
 
     /// Reads a meta value.

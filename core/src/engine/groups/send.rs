@@ -95,6 +95,8 @@ impl Runtime {
             let bytes = s.member.encrypt(&mut group, &plain)?;
             let id = message_id(&bytes);
             let epoch = i64::try_from(group.epoch().as_u64()).unwrap_or(i64::MAX);
+            // Kept for the next operation on this group (the follower's, or the next send).
+            s.member.park(group);
             // The ratchet state and the row are durable before the relay sees the ciphertext, so
             // a restart never reuses a message key.
             // One trip: `BEGIN`, the row, the changed OpenMLS rows and the `COMMIT` together.

@@ -274,6 +274,7 @@ impl Runtime {
                 saved = queue_state(&mut tx, &handle, &s.member)?;
             }
             tx.queue(db::group_row_posted(&handle, gid, &id, seq))?;
+            s.member.park(group);
             tx.commit().await?;
             s.member.saved(&saved);
             return Ok(false);
@@ -408,6 +409,8 @@ impl Runtime {
                 alert(tx.conn().await?, &handle, gid, &format!("undecryptable:{id}"), why).await?;
             }
         }
+        // Kept for the next operation on this group, unless processing failed (see `park`).
+        s.member.park(group);
         let saved = queue_state(&mut tx, &handle, &s.member)?;
         tx.commit().await?;
         s.member.saved(&saved);
