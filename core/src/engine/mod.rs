@@ -542,9 +542,10 @@ impl Runtime {
 
     /// What each contact row is called in messages: its person's name if it is a channel of one.
     async fn display_names(&self) -> Result<BTreeMap<i64, String>> {
-        let people: BTreeMap<i64, String> = self.store().people().await?.into_iter().map(|p| (p.id, p.name)).collect();
+        let (people, contacts) = tokio::try_join!(self.store().people(), self.store().contacts(None))?;
+        let people: BTreeMap<i64, String> = people.into_iter().map(|p| (p.id, p.name)).collect();
         let mut names = BTreeMap::new();
-        for c in self.store().contacts(None).await? {
+        for c in contacts {
             let name = c.person_id.and_then(|p| people.get(&p).cloned()).unwrap_or(c.name);
             names.insert(c.id, name);
         }
@@ -645,7 +646,7 @@ impl Runtime {
             self.sync().await?;
             let _ = self.flush_once(true).await;
         }
-        let mut rows = self.store().inbox(all, 1000).await?;
+        let rows = self.store().inbox(all, 1000).await?;
         if rows.is_empty() && wait_secs > 0 {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_secs.min(3600));
             if one_shot {
@@ -663,9 +664,17 @@ impl Runtime {
                     }
                 }
             }
-            rows = self.store().inbox(all, 1000).await?;
+            // The rows and the names at once: two pooled connections, one wait.
+            let (new, names) =
+                tokio::try_join!(async { Ok(self.store().inbox(all, 1000).await?) }, self.display_names())?;
+            return self.hand_inbox(&new, &names).await;
         }
         let names = self.display_names().await?;
+        self.hand_inbox(&rows, &names).await
+    }
+
+    /// The inbox's answer: `rows` as views (senders by display name), marked shown.
+    async fn hand_inbox(&self, rows: &[crate::store::MessageRow], names: &BTreeMap<i64, String>) -> Result<Value> {
         let mut out: Vec<Value> = rows
             .iter()
             .map(|m| {
