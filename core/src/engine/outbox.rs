@@ -71,26 +71,31 @@ pub(super) struct Sealed<'a> {
 /// Records `s` in `tx`: the outgoing message (queued, hidden from `inbox`), the outbox entry and
 /// the `queued` audit row. The caller commits with [`Runtime::commit_queued`].
 pub(super) async fn queue(tx: &mut sqlx::SqliteConnection, s: Sealed<'_>, now: i64) -> Result<()> {
-    store::insert_message(
-        tx,
-        &NewMessage {
-            id: s.id,
-            direction: "out",
-            protocol: s.protocol,
-            contact_id: Some(s.contact.id),
-            peer: &s.contact.peer_id,
-            kind: s.kind,
-            body: s.body,
-            reply_to: s.reply_to,
-            from_agent: s.from_agent,
-            to_agent: s.to_agent,
-            ts: s.ts,
-            state: "queued",
-            hidden: true,
-            now,
-        },
-    )
-    .await?;
+    for stmt in queue_stmts(s, now) {
+        stmt.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// [`queue`] as statements, for a [`store::BatchTx`] (committed with
+/// [`Runtime::commit_batch_queued`]).
+pub(super) fn queue_stmts(s: Sealed<'_>, now: i64) -> [store::Stmt; 3] {
+    let message = store::insert_message_stmt(&NewMessage {
+        id: s.id,
+        direction: "out",
+        protocol: s.protocol,
+        contact_id: Some(s.contact.id),
+        peer: &s.contact.peer_id,
+        kind: s.kind,
+        body: s.body,
+        reply_to: s.reply_to,
+        from_agent: s.from_agent,
+        to_agent: s.to_agent,
+        ts: s.ts,
+        state: "queued",
+        hidden: true,
+        now,
+    });
     let out = Queued {
         message_id: s.id,
         protocol: s.protocol,
@@ -101,8 +106,8 @@ pub(super) async fn queue(tx: &mut sqlx::SqliteConnection, s: Sealed<'_>, now: i
         drop_code: s.drop_code,
         payload: s.payload,
     };
-    store::enqueue(tx, out, now).await?;
-    Ok(())
+    let [entry, audit] = store::enqueue_stmts(out, now);
+    [message, entry, audit]
 }
 
 /// What one delivery attempt came to.
@@ -115,6 +120,14 @@ pub(super) enum Attempt {
 impl Runtime {
     /// Commits a transaction that queued payloads, then wakes the outbox worker.
     pub(super) async fn commit_queued(&self, tx: sqlx::Transaction<'static, sqlx::Sqlite>) -> Result<()> {
+        tx.commit().await?;
+        self.inner.outbox_wake.notify_one();
+        Ok(())
+    }
+
+    /// [`Self::commit_queued`] for statements queued on a [`store::BatchTx`] (durable: the
+    /// envelope is on disk before any attempt posts it).
+    pub(super) async fn commit_batch_queued(&self, tx: store::BatchTx) -> Result<()> {
         tx.commit().await?;
         self.inner.outbox_wake.notify_one();
         Ok(())

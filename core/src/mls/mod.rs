@@ -13,9 +13,9 @@
 
 pub mod storage;
 
-use openmls::prelude::tls_codec::{Deserialize as _, Serialize as _};
 use std::collections::HashMap;
 
+use openmls::prelude::tls_codec::{Deserialize as _, Serialize as _};
 use openmls::prelude::*;
 use openmls_basic_credential::SignatureKeyPair;
 use openmls_rust_crypto::RustCrypto;

@@ -32,6 +32,8 @@ pub enum Arg {
     Text(String),
     /// A blob.
     Blob(Vec<u8>),
+    /// NULL.
+    Null,
 }
 
 impl From<i64> for Arg {
@@ -62,6 +64,11 @@ impl From<&[u8]> for Arg {
 impl From<Vec<u8>> for Arg {
     fn from(v: Vec<u8>) -> Self {
         Self::Blob(v)
+    }
+}
+impl<T: Into<Arg>> From<Option<T>> for Arg {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Self::Null, Into::into)
     }
 }
 
@@ -107,6 +114,7 @@ fn add_all(args: &mut SqliteArguments, values: Vec<Arg>) -> std::result::Result<
             Arg::Int(i) => args.add(i),
             Arg::Text(s) => args.add(s),
             Arg::Blob(b) => args.add(b),
+            Arg::Null => args.add(None::<i64>),
         };
         added.map_err(sqlx::Error::Encode)?;
     }
@@ -493,6 +501,30 @@ mod batch_tests {
         let mut conn = store.pool.acquire().await.unwrap();
         let level: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *conn).await.unwrap();
         assert_eq!(level, 2);
+    }
+
+    /// `None` binds NULL, through sqlx (a trip) and on the caller's thread alike.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_none_binds_null_on_either_path() {
+        let (_d, store) = store().await;
+        let null_n = |k: &str| {
+            Stmt::new("INSERT INTO t (k, n, b) VALUES (?, ?, ?)").bind(k).bind(None::<i64>).bind(None::<Vec<u8>>)
+        };
+        let mut tx = store.batch_tx().await.unwrap();
+        tx.queue(null_n("direct")).unwrap();
+        tx.queue(Stmt::new("UPDATE t SET n = ? WHERE k = ?").bind(Some(5_i64)).bind("direct")).unwrap();
+        let before = store.direct.commits();
+        tx.commit().await.unwrap();
+        assert_eq!(store.direct.commits(), before + 1, "on the caller's thread");
+        let mut tx = store.batch_tx().await.unwrap();
+        tx.queue(null_n("trip")).unwrap();
+        let got: Option<(Option<i64>, Option<Vec<u8>>)> =
+            tx.fetch_optional(Stmt::new("SELECT n, b FROM t WHERE k = ?").bind("trip")).await.unwrap();
+        assert_eq!(got, Some((None, None)));
+        tx.commit().await.unwrap();
+        let rows: Vec<(String, Option<i64>, Option<Vec<u8>>)> =
+            sqlx::query_as("SELECT k, n, b FROM t ORDER BY k").fetch_all(&store.pool).await.unwrap();
+        assert_eq!(rows, [("direct".to_owned(), Some(5), None), ("trip".to_owned(), None, None)]);
     }
 
     /// A transaction that commits on the caller's thread never takes a pool connection: with

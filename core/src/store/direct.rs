@@ -187,6 +187,7 @@ impl ToSql for Arg {
             Self::Int(i) => ValueRef::Integer(*i),
             Self::Text(s) => ValueRef::Text(s.as_bytes()),
             Self::Blob(b) => ValueRef::Blob(b),
+            Self::Null => ValueRef::Null,
         }))
     }
 }

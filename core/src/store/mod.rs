@@ -898,7 +898,13 @@ pub async fn audit(conn: &mut SqliteConnection, now: i64, a: Audit<'_>) -> Resul
 
 /// Appends to the audit log, with the path that carried the message when there is one.
 pub async fn audit_via(conn: &mut SqliteConnection, now: i64, a: Audit<'_>, path: Option<DeliveryPath>) -> Result<()> {
-    sqlx::query(
+    audit_stmt(now, a, path).execute(conn).await?;
+    Ok(())
+}
+
+/// [`audit_via`] as a statement to queue.
+pub fn audit_stmt(now: i64, a: Audit<'_>, path: Option<DeliveryPath>) -> Stmt {
+    Stmt::new(
         "INSERT INTO audit (at, direction, protocol, peer, message_id, kind, state, detail, path) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
@@ -911,9 +917,6 @@ pub async fn audit_via(conn: &mut SqliteConnection, now: i64, a: Audit<'_>, path
     .bind(a.state)
     .bind(a.detail)
     .bind(path.map_or("", DeliveryPath::as_str))
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Records (sender, id) as processed. Returns false if it was already there.
@@ -942,27 +945,46 @@ pub async fn was_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &st
 
 /// Records a message. Returns its local row id.
 pub async fn insert_message(conn: &mut SqliteConnection, m: &NewMessage<'_>) -> Result<i64> {
-    Ok(sqlx::query(
-        "INSERT INTO messages (id, direction, protocol, contact_id, peer, kind, body, reply_to, from_agent, to_agent, \
-         ts, state, shown, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(m.id)
-    .bind(m.direction)
-    .bind(m.protocol)
-    .bind(m.contact_id)
-    .bind(m.peer)
-    .bind(m.kind)
-    .bind(m.body)
-    .bind(m.reply_to)
-    .bind(m.from_agent)
-    .bind(m.to_agent)
-    .bind(m.ts)
-    .bind(m.state)
-    .bind(m.hidden)
-    .bind(m.now)
-    .execute(conn)
-    .await?
-    .last_insert_rowid())
+    Ok(sqlx::query(INSERT_MESSAGE)
+        .bind(m.id)
+        .bind(m.direction)
+        .bind(m.protocol)
+        .bind(m.contact_id)
+        .bind(m.peer)
+        .bind(m.kind)
+        .bind(m.body)
+        .bind(m.reply_to)
+        .bind(m.from_agent)
+        .bind(m.to_agent)
+        .bind(m.ts)
+        .bind(m.state)
+        .bind(m.hidden)
+        .bind(m.now)
+        .execute(conn)
+        .await?
+        .last_insert_rowid())
+}
+
+const INSERT_MESSAGE: &str = "INSERT INTO messages (id, direction, protocol, contact_id, peer, kind, body, reply_to, \
+     from_agent, to_agent, ts, state, shown, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// [`insert_message`] as a statement to queue (no rowid back).
+pub fn insert_message_stmt(m: &NewMessage<'_>) -> Stmt {
+    Stmt::new(INSERT_MESSAGE)
+        .bind(m.id)
+        .bind(m.direction)
+        .bind(m.protocol.as_str())
+        .bind(m.contact_id)
+        .bind(m.peer)
+        .bind(m.kind)
+        .bind(m.body)
+        .bind(m.reply_to)
+        .bind(m.from_agent)
+        .bind(m.to_agent)
+        .bind(m.ts)
+        .bind(m.state)
+        .bind(m.hidden)
+        .bind(m.now)
 }
 
 /// A payload to queue for sending.
@@ -1000,21 +1022,27 @@ pub async fn outbox_hold(conn: &mut SqliteConnection, message_id: &str, until: i
 }
 
 pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, next_attempt_at, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    for stmt in enqueue_stmts(o, now) {
+        stmt.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// [`enqueue`] as statements to queue: the outbox entry and its `queued` audit row.
+pub fn enqueue_stmts(o: Queued<'_>, now: i64) -> [Stmt; 2] {
+    let entry = Stmt::new(
+        "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, next_attempt_at, \
+         created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(o.message_id)
-    .bind(o.protocol)
+    .bind(o.protocol.as_str())
     .bind(o.kind)
     .bind(o.relay_url)
     .bind(o.target)
     .bind(o.drop_code)
     .bind(o.payload)
     .bind(now)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    .bind(now);
     let queued = Audit {
         direction: "out",
         protocol: o.protocol.as_str(),
@@ -1024,7 +1052,7 @@ pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Re
         state: "queued",
         detail: "",
     };
-    audit(conn, now, queued).await
+    [entry, audit_stmt(now, queued, None)]
 }
 
 /// Sets an outgoing message's state from a receipt. Returns the previous state if it existed.

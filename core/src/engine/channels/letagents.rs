@@ -361,9 +361,14 @@ impl Letagents {
         inner.from_agent = from_agent.map(str::to_owned);
         inner.to_agent = to_agent.map(str::to_owned);
         inner.validate()?;
-        let mut tx = rt.store().write_tx().await?;
-        self.queue_sealed(rt, &mut tx, c, &inner, kind.as_str(), None).await?;
-        rt.commit_queued(tx).await?;
+        // Sealed before the transaction (the write lock is not held over the crypto), whose
+        // statements then go in one trip, or on the caller's thread (`store::BatchTx`).
+        let stmts = self.sealed_stmts(rt, c, &inner, kind.as_str(), None)?;
+        let mut tx = rt.store().batch_tx().await?;
+        for stmt in stmts {
+            tx.queue(stmt)?;
+        }
+        rt.commit_batch_queued(tx).await?;
         Ok(inner.id)
     }
 
@@ -379,6 +384,21 @@ impl Letagents {
         stored_kind: &str,
         stored_body: Option<&str>,
     ) -> Result<()> {
+        for stmt in self.sealed_stmts(rt, c, inner, stored_kind, stored_body)? {
+            stmt.execute(&mut *tx).await?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::queue_sealed`]'s sealing, and its writes as statements to run or queue.
+    fn sealed_stmts(
+        &self,
+        rt: &Runtime,
+        c: &ContactRow,
+        inner: &Inner,
+        stored_kind: &str,
+        stored_body: Option<&str>,
+    ) -> Result<[crate::store::Stmt; 3]> {
         let drop =
             c.drop_code.as_deref().ok_or_else(|| Error::Bug("queued to a contact without a drop code".into()))?;
         let json = serde_json::to_string(inner).map_err(|e| Error::Bug(e.to_string()))?;
@@ -405,7 +425,7 @@ impl Letagents {
             drop_code: drop,
             payload: &envelope,
         };
-        outbox::queue(tx, sealed, now).await
+        Ok(outbox::queue_stmts(sealed, now))
     }
 
     async fn client_for(&self, rt: &Runtime, url: &str) -> Result<RelayClient> {
