@@ -71,10 +71,7 @@ pub(super) struct Sealed<'a> {
 /// Records `s` in `tx`: the outgoing message (queued, hidden from `inbox`), the outbox entry and
 /// the `queued` audit row. The caller commits with [`Runtime::commit_queued`].
 pub(super) async fn queue(tx: &mut sqlx::SqliteConnection, s: Sealed<'_>, now: i64) -> Result<()> {
-    for stmt in queue_stmts(s, now) {
-        stmt.execute(&mut *tx).await?;
-    }
-    Ok(())
+    Ok(store::Stmt::execute_all(queue_stmts(s, now), tx).await?)
 }
 
 /// [`queue`] as statements, for a [`store::BatchTx`] (committed with

@@ -777,14 +777,8 @@ mod tests {
 
     #[test]
     fn a_stale_member_is_re_added_in_one_commit_and_its_new_state_replaces_the_old() {
-        let alice = Member::generate("alice's agent").unwrap();
-        let bob = Member::generate("bob's agent").unwrap();
+        let (alice, mut ga, bob, mut gb_old) = pair();
         let carol = Member::generate("carol's agent").unwrap();
-        let mut ga = alice.create_group(G).unwrap();
-        let (kp, _) = alice.inspect_key_package(&bob.key_package().unwrap()).unwrap();
-        let (_, welcome) = alice.add(&mut ga, kp).unwrap();
-        alice.merge_pending(&mut ga).unwrap();
-        let mut gb_old = bob.join(&welcome).unwrap();
         let (kp, _) = alice.inspect_key_package(&carol.key_package().unwrap()).unwrap();
         let (_, welcome) = alice.add(&mut ga, kp).unwrap();
         alice.merge_pending(&mut ga).unwrap();

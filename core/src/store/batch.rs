@@ -102,9 +102,26 @@ impl Stmt {
 
     /// Runs it on `conn` alone; the number of rows it changed.
     pub async fn execute(self, conn: &mut SqliteConnection) -> Result<u64> {
+        Ok(self.run(conn).await?.rows_affected())
+    }
+
+    /// Runs an `INSERT` on `conn` alone; the rowid it gave the row.
+    pub async fn insert(self, conn: &mut SqliteConnection) -> Result<i64> {
+        Ok(self.run(conn).await?.last_insert_rowid())
+    }
+
+    /// Runs `stmts` on `conn`, one after another.
+    pub async fn execute_all(stmts: impl IntoIterator<Item = Stmt>, conn: &mut SqliteConnection) -> Result<()> {
+        for stmt in stmts {
+            stmt.execute(&mut *conn).await?;
+        }
+        Ok(())
+    }
+
+    async fn run(self, conn: &mut SqliteConnection) -> Result<sqlx::sqlite::SqliteQueryResult> {
         let mut args = SqliteArguments::default();
         add_all(&mut args, self.args)?;
-        Ok(sqlx::query_with(self.sql, args).execute(conn).await?.rows_affected())
+        Ok(sqlx::query_with(self.sql, args).execute(conn).await?)
     }
 }
 

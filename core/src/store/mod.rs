@@ -945,46 +945,29 @@ pub async fn was_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &st
 
 /// Records a message. Returns its local row id.
 pub async fn insert_message(conn: &mut SqliteConnection, m: &NewMessage<'_>) -> Result<i64> {
-    Ok(sqlx::query(INSERT_MESSAGE)
-        .bind(m.id)
-        .bind(m.direction)
-        .bind(m.protocol)
-        .bind(m.contact_id)
-        .bind(m.peer)
-        .bind(m.kind)
-        .bind(m.body)
-        .bind(m.reply_to)
-        .bind(m.from_agent)
-        .bind(m.to_agent)
-        .bind(m.ts)
-        .bind(m.state)
-        .bind(m.hidden)
-        .bind(m.now)
-        .execute(conn)
-        .await?
-        .last_insert_rowid())
+    insert_message_stmt(m).insert(conn).await
 }
-
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, direction, protocol, contact_id, peer, kind, body, reply_to, \
-     from_agent, to_agent, ts, state, shown, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// [`insert_message`] as a statement to queue (no rowid back).
 pub fn insert_message_stmt(m: &NewMessage<'_>) -> Stmt {
-    Stmt::new(INSERT_MESSAGE)
-        .bind(m.id)
-        .bind(m.direction)
-        .bind(m.protocol.as_str())
-        .bind(m.contact_id)
-        .bind(m.peer)
-        .bind(m.kind)
-        .bind(m.body)
-        .bind(m.reply_to)
-        .bind(m.from_agent)
-        .bind(m.to_agent)
-        .bind(m.ts)
-        .bind(m.state)
-        .bind(m.hidden)
-        .bind(m.now)
+    Stmt::new(
+        "INSERT INTO messages (id, direction, protocol, contact_id, peer, kind, body, reply_to, from_agent, to_agent, \
+         ts, state, shown, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(m.id)
+    .bind(m.direction)
+    .bind(m.protocol.as_str())
+    .bind(m.contact_id)
+    .bind(m.peer)
+    .bind(m.kind)
+    .bind(m.body)
+    .bind(m.reply_to)
+    .bind(m.from_agent)
+    .bind(m.to_agent)
+    .bind(m.ts)
+    .bind(m.state)
+    .bind(m.hidden)
+    .bind(m.now)
 }
 
 /// A payload to queue for sending.
@@ -1022,10 +1005,7 @@ pub async fn outbox_hold(conn: &mut SqliteConnection, message_id: &str, until: i
 }
 
 pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Result<()> {
-    for stmt in enqueue_stmts(o, now) {
-        stmt.execute(&mut *conn).await?;
-    }
-    Ok(())
+    Stmt::execute_all(enqueue_stmts(o, now), conn).await
 }
 
 /// [`enqueue`] as statements to queue: the outbox entry and its `queued` audit row.

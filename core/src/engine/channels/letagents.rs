@@ -384,10 +384,8 @@ impl Letagents {
         stored_kind: &str,
         stored_body: Option<&str>,
     ) -> Result<()> {
-        for stmt in self.sealed_stmts(rt, c, inner, stored_kind, stored_body)? {
-            stmt.execute(&mut *tx).await?;
-        }
-        Ok(())
+        let stmts = self.sealed_stmts(rt, c, inner, stored_kind, stored_body)?;
+        Ok(crate::store::Stmt::execute_all(stmts, tx).await?)
     }
 
     /// [`Self::queue_sealed`]'s sealing, and its writes as statements to run or queue.
