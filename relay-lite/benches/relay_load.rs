@@ -24,10 +24,18 @@
 //!   echoing the same body, timed with the same reqwest client to the end of the response body,
 //!   and the group-commit loop's send to its websocket frame (same client, same JSON framing).
 //!
+//! - Stringcup: the same loads as Stringcup sends (bearer tokens, sealed messages as JSON, `201`)
+//!   and a recipient parked in `GET /api/v2/messages?wait=25`. Baselines: the group-commit loop
+//!   storing the same bodies; that loop doing Stringcup's least durable work (`Check::Numbered`:
+//!   the route's body checks, both numberings kept durably, the pending limits); and that loop
+//!   answering a parked long-poll (`GET /poll/{id}`), timed as relay-lite's long-poll is.
+//!
 //! `cargo bench -p relay-lite --bench relay_load`; `RELAY_LOAD_SCALE=0.2` shortens every phase for
 //! a quick run, `RELAY_LOAD_ROUNDS` (3) sets the number of rounds; `RELAY_LOAD_PROFILE=relay`
 //! (or `group`) runs one side's throughput alone, for a profiler attached to the process
-//! (`stringcup`: the Stringcup latency run alone).
+//! (`stringcup`: the Stringcup latency run alone, then the loop's long-poll and websocket;
+//! `stringcup-send`: Stringcup throughput, relay-lite alone; `stringcup-minimum`: the plain loop
+//! and the minimum loop on the Stringcup load).
 
 // A bench, not library code: a failed setup or a wrong answer should stop the run loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -45,8 +53,8 @@ use axum::routing::post;
 use futures_util::StreamExt as _;
 use relay_lite::{Config, RunningRelay};
 use support::{
-    ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, serve, start_group_commit_baseline,
-    start_insert_baseline,
+    Check, ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, serve,
+    start_group_commit_baseline, start_group_commit_baseline_checked, start_insert_baseline,
 };
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::wire::RelayToClient;
@@ -275,7 +283,8 @@ async fn stringcup_work(relay: &RunningRelay, s: &Settings) -> (Vec<Arc<ClientWo
         }));
         loop_work.push(Arc::new(ClientWork {
             path: format!("/v1/send/{recipient}"),
-            headers: vec![("content-type", "application/json".into())],
+            // The plain loop ignores the token; the minimum loop numbers the sender by it.
+            headers: vec![("authorization", format!("Bearer {token}")), ("content-type", "application/json".into())],
             bodies,
             first: 0,
             cycle: true,
@@ -285,38 +294,76 @@ async fn stringcup_work(relay: &RunningRelay, s: &Settings) -> (Vec<Arc<ClientWo
     (relay_work, loop_work)
 }
 
-/// Stringcup durable sends against the group-commit loop storing the same bodies, in the order
-/// `loop_first` says; with `prefilled`, after [`prefilled_load`] (flatness). Returns (relay-lite,
-/// loop).
-async fn stringcup_throughput(s: &Settings, loop_first: bool, prefilled: bool) -> (Load, Load) {
+/// The stateless checks a Stringcup relay makes of a send's body before storing it (B.2, as
+/// relay-lite's route makes them): a JSON object with a recipient, a version-2 header whose
+/// ephemeral key and IV are base64 of 32 and 12 bytes, and a base64 ciphertext of at least its
+/// 16-byte tag and at most 256 KiB.
+fn stringcup_send_parses(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Header {
+        version: u8,
+        algo: String,
+        ephemeral_pub: String,
+        iv: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Send {
+        recipient_id: String,
+        header: Header,
+        ciphertext: String,
+    }
+    let decoded = |text: &str| data_encoding::BASE64.decode(text.as_bytes()).ok();
+    let Ok(send) = serde_json::from_slice::<Send>(body) else { return false };
+    let ciphertext = decoded(&send.ciphertext).map_or(0, |c| c.len());
+    !send.recipient_id.is_empty()
+        && send.header.version == 2
+        && !send.header.algo.is_empty()
+        && decoded(&send.header.ephemeral_pub).is_some_and(|k| k.len() == 32)
+        && decoded(&send.header.iv).is_some_and(|iv| iv.len() == 12)
+        && (16..=256 * 1024).contains(&ciphertext)
+}
+
+/// Stringcup durable sends: relay-lite, the group-commit loop storing the same bodies and, unless
+/// `prefilled`, that loop doing Stringcup's least durable work ([`Check::Numbered`] with
+/// [`stringcup_send_parses`]), the loops first when `loop_first`; with `prefilled`, after
+/// [`prefilled_load`] (flatness). Returns (relay-lite, loop, minimum loop).
+async fn stringcup_throughput(s: &Settings, loop_first: bool, prefilled: bool) -> (Load, Load, Option<Load>) {
     let dir = tempfile::tempdir().unwrap();
     let relay = start_stringcup_relay(dir.path()).await;
     let (relay_work, loop_work) = stringcup_work(&relay, s).await;
-    let run_loop = || async {
-        let dir = tempfile::tempdir().unwrap();
-        let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/send/{id}").await;
-        let base = format!("http://{addr}");
-        let load = if prefilled {
-            prefilled_load(&base, &loop_work, s).await
-        } else {
-            post_load(&base, &loop_work, s.warmup, s.measure).await
-        };
-        task.abort();
-        writer.abort();
-        load
+    let run_loop = |check: Check| {
+        let loop_work = &loop_work;
+        async move {
+            let dir = tempfile::tempdir().unwrap();
+            let (addr, task, writer) = start_group_commit_baseline_checked(dir.path(), "/v1/send/{id}", check).await;
+            let base = format!("http://{addr}");
+            let load = if prefilled {
+                prefilled_load(&base, loop_work, s).await
+            } else {
+                post_load(&base, loop_work, s.warmup, s.measure).await
+            };
+            task.abort();
+            writer.abort();
+            load
+        }
     };
-    let group = if loop_first { Some(run_loop().await) } else { None };
+    let run_loops = || async {
+        let group = run_loop(Check::None).await;
+        let minimum = if prefilled { None } else { Some(run_loop(Check::Numbered(stringcup_send_parses)).await) };
+        (group, minimum)
+    };
+    let loops = if loop_first { Some(run_loops().await) } else { None };
     let load = if prefilled {
         prefilled_load(&relay.url(), &relay_work, s).await
     } else {
         post_load(&relay.url(), &relay_work, s.warmup, s.measure).await
     };
     relay.shutdown().await.unwrap();
-    let group = match group {
-        Some(g) => g,
-        None => run_loop().await,
+    let (group, minimum) = match loops {
+        Some(loops) => loops,
+        None => run_loops().await,
     };
-    (load, group)
+    (load, group, minimum)
 }
 
 async fn relay_flat(owners: &[DeviceIdentity], targets: &[Target], s: &Settings) -> Load {
@@ -461,6 +508,31 @@ async fn relay_latency(http: &reqwest::Client, sender: &DeviceIdentity, s: &Sett
     samples
 }
 
+/// One long-poll sample: `poll`'s request goes out on a task of its own and parks for 2 ms, then
+/// `send` starts. Returns the page, the time from the send's start to the page having arrived and
+/// parsed (whether or not the send's answer has, as a websocket sample ends at its frame), the
+/// send's status and the time to its answer. (The page is awaited on its own task: on this
+/// 2-core machine that measured 0.1–0.2 ms lower than awaiting it with the send on one task, as
+/// the websocket samples do, so a long-poll is not made to look slower than it is.)
+async fn parked_then_sent(
+    poll: reqwest::RequestBuilder,
+    send: reqwest::RequestBuilder,
+) -> (serde_json::Value, Duration, StatusCode, Duration) {
+    let poll = tokio::spawn(async move {
+        let page: serde_json::Value = poll.send().await.unwrap().json().await.unwrap();
+        (page, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert!(!poll.is_finished(), "the long-poll answered before anything was sent");
+    let started = Instant::now();
+    let sent = send.send().await.unwrap();
+    let status = sent.status();
+    sent.bytes().await.unwrap();
+    let send_took = started.elapsed();
+    let (page, arrived) = poll.await.unwrap();
+    (page, arrived.duration_since(started), status, send_took)
+}
+
 /// Stringcup: (send `201` latency, send-to-long-poll delivery latency) with a recipient parked in
 /// `GET /api/v2/messages?wait=25`; each sample is acked outside the timed window.
 async fn stringcup_latency(http: &reqwest::Client, s: &Settings) -> (Vec<Duration>, Vec<Duration>) {
@@ -481,26 +553,15 @@ async fn stringcup_latency(http: &reqwest::Client, s: &Settings) -> (Vec<Duratio
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
         // Park the recipient first, then send. The delivery is timed as the loop's websocket
         // frame is: when the page has arrived, whether or not the send's answer has.
-        let poll = http.get(format!("{api}/messages?wait=25")).bearer_auth(&bob_token).send();
-        let poll = tokio::spawn(async move {
-            let page: serde_json::Value = poll.await.unwrap().json().await.unwrap();
-            (page, Instant::now())
-        });
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        let started = Instant::now();
-        let sent = http
+        let poll = http.get(format!("{api}/messages?wait=25")).bearer_auth(&bob_token);
+        let send = http
             .post(&send_url)
             .bearer_auth(&alice_token)
             .header("Idempotency-Key", format!("k{i}"))
             .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let send_took = started.elapsed();
-        assert_eq!(sent.status(), StatusCode::CREATED);
-        let (page, arrived) = poll.await.unwrap();
-        let delivered = arrived.duration_since(started);
+            .body(body);
+        let (page, delivered, status, send_took) = parked_then_sent(poll, send).await;
+        assert_eq!(status, StatusCode::CREATED);
         let ids: Vec<i64> = page["messages"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
         assert_eq!(ids.len(), 1, "the long-poll returned {page}");
         http.post(format!("{api}/messages/ack"))
@@ -516,6 +577,40 @@ async fn stringcup_latency(http: &reqwest::Client, s: &Settings) -> (Vec<Duratio
     }
     relay.shutdown().await.unwrap();
     (sends, deliveries)
+}
+
+/// Send-to-long-poll samples through the group-commit loop, taken as [`stringcup_latency`] takes
+/// relay-lite's: the recipient is parked in `GET /poll/{id}` (its own connection, on a task of its
+/// own) 2 ms before the POST of the same kind of sealed Stringcup JSON body starts, and a sample
+/// ends when the page has arrived and parsed; the page must carry exactly that body.
+async fn group_poll_latency(http: &reqwest::Client, s: &Settings) -> Vec<Duration> {
+    use switchboard_core::protocol::stringcup::crypto;
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, task, writer) = start_group_commit_baseline(dir.path(), "/v1/send/{id}").await;
+    let (alice, bob) = ("sc-alice", "sc-bob");
+    let bob_key = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from([2; 32])).to_bytes();
+    let text = "x".repeat(TEXT_CHARS);
+    let send_url = format!("http://{addr}/v1/send/{bob}");
+    let poll_url = format!("http://{addr}/poll/{bob}");
+    let mut samples = Vec::with_capacity(s.latency_samples);
+    for i in 0..s.latency_warmup + s.latency_samples {
+        let (header, ciphertext) = crypto::seal(alice, bob, &bob_key, &text, &mut OsRng).unwrap();
+        let body = serde_json::json!({"recipient_id": bob, "header": header, "ciphertext": ciphertext});
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+        let expected = b64u(&body);
+        let send = http.post(&send_url).header("content-type", "application/json").body(body);
+        let (page, delivered, status, _) = parked_then_sent(http.get(&poll_url), send).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let messages = page["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 1, "the long-poll returned {page}");
+        assert!(messages[0]["ct"].as_str() == Some(expected.as_str()), "the long-poll delivered a different body");
+        if i >= s.latency_warmup {
+            samples.push(delivered);
+        }
+    }
+    task.abort();
+    writer.abort();
+    samples
 }
 
 /// Round trips of the same body through a bare axum echo route.
@@ -571,16 +666,34 @@ async fn main() {
             "relay" => relay_throughput(&owners, &targets, &s).await,
             "group" => group_throughput(&targets, &s).await,
             "stringcup-send" => stringcup_throughput(&s, false, false).await.0,
-            "stringcup" => {
-                let (send, delivery) = stringcup_latency(&http_client(), &s).await;
+            "stringcup-minimum" => {
+                let (_, group, minimum) = stringcup_throughput(&s, true, false).await;
+                let minimum = minimum.unwrap();
                 println!(
-                    "  stringcup alone: send p50 {:.3} ms, long-poll delivery p50 {:.3} ms",
-                    percentile_ms(&send, 50.0),
-                    percentile_ms(&delivery, 50.0)
+                    "  group-commit loop {:.0}/s ({} failed), the loop doing Stringcup's least durable work {:.0}/s \
+                     ({} failed)",
+                    group.per_sec, group.failed, minimum.per_sec, minimum.failed
                 );
                 return;
             }
-            other => panic!("RELAY_LOAD_PROFILE={other:?}: expected relay, group, stringcup or stringcup-send"),
+            "stringcup" => {
+                let http = http_client();
+                let (send, delivery) = stringcup_latency(&http, &s).await;
+                let polled = group_poll_latency(&http, &s).await;
+                let watched = group_latency(&http, &sender, &s).await;
+                println!(
+                    "  stringcup alone: send p50 {:.3} ms, long-poll delivery p50 {:.3} ms; the group-commit loop's \
+                     send to long-poll p50 {:.3} ms, to websocket p50 {:.3} ms",
+                    percentile_ms(&send, 50.0),
+                    percentile_ms(&delivery, 50.0),
+                    percentile_ms(&polled, 50.0),
+                    percentile_ms(&watched, 50.0)
+                );
+                return;
+            }
+            other => panic!(
+                "RELAY_LOAD_PROFILE={other:?}: expected relay, group, stringcup, stringcup-send or stringcup-minimum"
+            ),
         };
         println!("  {side} alone: {:.0}/s ({} failed), per second {:?}", load.per_sec, load.failed, load.per_second);
         return;
@@ -651,24 +764,30 @@ async fn main() {
     }
 
     let mut sc_grouped = Pairs::default();
+    let mut sc_minimum = Pairs::default();
     for round in 0..s.rounds {
-        let (relay, group) = stringcup_throughput(&s, round % 2 == 0, false).await;
+        let (relay, group, minimum) = stringcup_throughput(&s, round % 2 == 0, false).await;
+        let minimum = minimum.expect("measured unless prefilled");
         println!(
-            "  stringcup throughput round {}: relay-lite {:>8.0}/s ({} failed), group-commit loop {:>8.0}/s ({} failed)",
+            "  stringcup throughput round {}: relay-lite {:>8.0}/s ({} failed), group-commit loop {:>8.0}/s ({} failed), \
+             the loop doing Stringcup's least durable work {:>8.0}/s ({} failed)",
             round + 1,
             relay.per_sec,
             relay.failed,
             group.per_sec,
-            group.failed
+            group.failed,
+            minimum.per_sec,
+            minimum.failed
         );
         failures.0 += relay.failed;
-        failures.1 += group.failed;
+        failures.1 += group.failed + minimum.failed;
         sc_grouped.push(relay.per_sec, group.per_sec);
+        sc_minimum.push(relay.per_sec, minimum.per_sec);
     }
     let mut sc_flat = Pairs::default();
     let mut sc_thirds = Pairs::default();
     for round in 0..s.rounds {
-        let (relay, group) = stringcup_throughput(&s, round % 2 == 1, true).await;
+        let (relay, group, _) = stringcup_throughput(&s, round % 2 == 1, true).await;
         println!(
             "  stringcup flatness round {} ({} waiting first): relay-lite per second {:?}, group-commit loop per \
              second {:?}",
@@ -729,20 +848,29 @@ async fn main() {
     let mut sc_send = Pairs::default();
     let mut sc50 = Pairs::default();
     let mut sc99 = Pairs::default();
+    let mut sc_polled = Pairs::default();
     for round in 0..s.rounds {
         let echo = echo_latency(&http, &echo_body, &s).await;
-        let (send, delivery) = stringcup_latency(&http, &s).await;
+        let (polled, (send, delivery)) = if round % 2 == 0 {
+            let polled = group_poll_latency(&http, &s).await;
+            (polled, stringcup_latency(&http, &s).await)
+        } else {
+            let relay = stringcup_latency(&http, &s).await;
+            (group_poll_latency(&http, &s).await, relay)
+        };
         let (e50, e99) = (percentile_ms(&echo, 50.0), percentile_ms(&echo, 99.0));
         let (s50, d50, d99) =
             (percentile_ms(&send, 50.0), percentile_ms(&delivery, 50.0), percentile_ms(&delivery, 99.0));
+        let p50 = percentile_ms(&polled, 50.0);
         println!(
             "  stringcup round {}: send p50 {s50:.3} ms, long-poll delivery p50 {d50:.3} ms p99 {d99:.3} ms, \
-             echo p50 {e50:.3} ms p99 {e99:.3} ms",
+             the group-commit loop's send to long-poll p50 {p50:.3} ms, echo p50 {e50:.3} ms p99 {e99:.3} ms",
             round + 1
         );
         sc_send.push(s50, e50);
         sc50.push(d50, e50);
         sc99.push(d99, e99);
+        sc_polled.push(d50, p50);
     }
 
     println!();
@@ -805,6 +933,20 @@ async fn main() {
         median(&sc_grouped.relay),
         median(&sc_grouped.baseline),
         sc_grouped.ratio()
+    );
+    println!(
+        "| Stringcup durable send, as above (201/s; baseline: the group-commit loop doing Stringcup's least \
+         durable work: body checks, both numberings, limits) | {:.0} | {:.0} | {:.2}x |",
+        median(&sc_minimum.relay),
+        median(&sc_minimum.baseline),
+        sc_minimum.ratio()
+    );
+    println!(
+        "| the group-commit loop doing Stringcup's least durable work / the plain loop (201/s) | {:.0} | {:.0} | \
+         {:.2}x |",
+        median(&sc_minimum.baseline),
+        median(&sc_grouped.baseline),
+        median(&sc_minimum.baseline) / median(&sc_grouped.baseline)
     );
     println!(
         "| Stringcup durable send over {:?} after {} messages were left waiting (201/s; baseline: the \
@@ -881,6 +1023,19 @@ async fn main() {
         median(&sc50.relay),
         median(&ws50.baseline),
         median(&sc50.relay) / median(&ws50.baseline)
+    );
+    println!(
+        "| Stringcup send-to-delivery p50 (ms; baseline: the group-commit loop's send to a parked long-poll, \
+         same rounds) | {:.3} | {:.3} | {:.2}x |",
+        median(&sc_polled.relay),
+        median(&sc_polled.baseline),
+        sc_polled.ratio()
+    );
+    println!(
+        "| the group-commit loop: send to long-poll p50 / send to websocket p50 (ms) | {:.3} | {:.3} | {:.2}x |",
+        median(&sc_polled.baseline),
+        median(&ws50.baseline),
+        median(&sc_polled.baseline) / median(&ws50.baseline)
     );
     if failures != (0, 0) {
         println!();

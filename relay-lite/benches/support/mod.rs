@@ -8,6 +8,7 @@
 // Each bench uses its own subset.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::str::FromStr;
@@ -18,8 +19,9 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::ws::{Message as WsMessage, WebSocketUpgrade};
 use axum::extract::{Path as UrlPath, State};
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -104,23 +106,32 @@ pub async fn start_insert_baseline(
     (addr, task, pool)
 }
 
-/// A write queued for the group-commit baseline's writer: mailbox, body, its key (with
-/// [`Check::Keyed`]), where to answer.
-type GroupWrite = (String, Bytes, Option<Vec<u8>>, oneshot::Sender<Stored>);
+/// A write queued for the group-commit baseline's writer.
+struct GroupWrite {
+    mailbox: String,
+    body: Bytes,
+    /// With [`Check::Keyed`]: the body's replay key.
+    key: Option<Vec<u8>>,
+    /// With [`Check::Numbered`]: the sender (its bearer token).
+    sender: Option<String>,
+    reply: oneshot::Sender<Stored>,
+}
 
 /// How the group-commit baseline's writer answered one write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stored {
-    /// Committed as a new row: `202`.
-    New,
+    /// Committed as a new row (its number in its mailbox): `202`.
+    New(i64),
     /// Its key was already stored (a replay): nothing written, `200`.
     Known,
+    /// A pending limit of [`Check::Numbered`] is reached: nothing written, `507`.
+    Full,
     /// The batch failed: `500`.
     Failed,
 }
 
 /// What the group-commit baseline does with each body on the request's task before queueing it
-/// (as relay-lite checks a packet there).
+/// (as relay-lite checks a packet there), and what its writer keeps with it.
 #[derive(Clone, Copy)]
 pub enum Check {
     /// Nothing: every body is stored.
@@ -131,6 +142,32 @@ pub enum Check {
     /// replay tombstone a protocol may require (Agent Mail §7.1's packet IDs). A body whose key is
     /// stored already is answered `200` and not stored again; one that fails, `400`.
     Keyed(fn(&[u8]) -> Option<Vec<u8>>),
+    /// Stringcup v2's least durable work per send (B.3.5, B.3.6), in bare code: the body must
+    /// pass (else `400`) and the request must carry `Authorization` (the sender, else `401`). The
+    /// writer numbers each stored message twice, in its recipient's inbox (the row, under
+    /// `UNIQUE (mailbox, seq)`: the inbox's pages and acks address it) and in its sender's sent
+    /// log, both from 1 and never reused, so the next numbers are kept durably (one upserted row
+    /// per identity a batch touched, all in one statement per batch); it checks the four pending limits
+    /// (count and bytes, per recipient and per sender to a recipient) against counts kept in
+    /// memory (a relay can rebuild them from the stored rows). The counters and limits are
+    /// [`NUMBERED_LIMIT`], as high as relay-lite's are set in the benches.
+    Numbered(fn(&[u8]) -> bool),
+}
+
+/// The pending limits of [`Check::Numbered`]: relay-lite's Stringcup limits as the benches set them.
+pub const NUMBERED_LIMIT: u64 = u64::MAX / 4;
+
+/// The writer's numbering for [`Check::Numbered`]: next numbers and pending counts.
+#[derive(Default)]
+struct Numbering {
+    /// Recipient → its inbox's next number.
+    next_inbox: HashMap<String, i64>,
+    /// Sender → its next sent number.
+    next_sent: HashMap<String, i64>,
+    /// Recipient → (pending messages, pending bytes).
+    pending: HashMap<String, (u64, u64)>,
+    /// (Recipient, sender) → that sender's pending (messages, bytes) in that inbox.
+    share: HashMap<(String, String), (u64, u64)>,
 }
 
 /// The group-commit baseline's state: the writer's queue and the committed-body fan-out.
@@ -145,7 +182,9 @@ struct GroupState {
 /// that does what relay-lite's writer does and nothing else: wait for one write, take every write
 /// already queued (up to 1024), `BEGIN IMMEDIATE`, one cached `INSERT` each, `COMMIT` (one fsync
 /// per batch; WAL, `synchronous=FULL`), then answer every caller `202 {}` and hand each committed
-/// body to the websockets at `GET /ws/{id}`, which send it as `{"t":"msg","seq":…,"ct":b64u}`.
+/// body to the websockets at `GET /ws/{id}`, which send it as `{"t":"msg","seq":…,"ct":b64u}`,
+/// and to the long-polls parked at `GET /poll/{id}`, which answer `{"messages":[{"id":…,"ct":b64u}],
+/// "count":1}` (an empty page after 25 s).
 pub async fn start_group_commit_baseline(dir: &Path, route: &str) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
     start_group_commit_baseline_checked(dir, route, Check::None).await
 }
@@ -158,7 +197,6 @@ pub async fn start_group_commit_baseline_checked(
     route: &str,
     check: Check,
 ) -> (SocketAddr, JoinHandle<()>, JoinHandle<()>) {
-    let keyed = matches!(check, Check::Keyed(_));
     let options = SqliteConnectOptions::new()
         .filename(dir.join("group-baseline.sqlite3"))
         .create_if_missing(true)
@@ -166,65 +204,85 @@ pub async fn start_group_commit_baseline_checked(
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10));
     let mut conn = options.connect().await.unwrap();
-    // The key column and its index exist only when keyed: an index over NULLs would still cost
-    // the other loops an entry per row.
-    sqlx::query(if keyed {
-        "CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
-         body BLOB NOT NULL, key BLOB NOT NULL UNIQUE) STRICT"
-    } else {
-        "CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
-         body BLOB NOT NULL) STRICT"
-    })
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    // Each loop has only the columns and indexes its check needs: an index over NULLs would still
+    // cost the other loops an entry per row.
+    let schema: &[&'static str] = match check {
+        Check::None | Check::Pass(_) => &["CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, \
+             received_ms INTEGER NOT NULL, body BLOB NOT NULL) STRICT"],
+        Check::Keyed(_) => &["CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, \
+             received_ms INTEGER NOT NULL, body BLOB NOT NULL, key BLOB NOT NULL UNIQUE) STRICT"],
+        Check::Numbered(_) => &[
+            "CREATE TABLE stored (id INTEGER PRIMARY KEY, mailbox TEXT NOT NULL, received_ms INTEGER NOT NULL, \
+             body BLOB NOT NULL, seq INTEGER NOT NULL, sender TEXT NOT NULL, sent_seq INTEGER NOT NULL, \
+             UNIQUE (mailbox, seq)) STRICT",
+            "CREATE TABLE counters (identity TEXT PRIMARY KEY, next_inbox INTEGER NOT NULL, \
+             next_sent INTEGER NOT NULL) STRICT, WITHOUT ROWID",
+        ],
+    };
+    for statement in schema {
+        sqlx::query(*statement).execute(&mut conn).await.unwrap();
+    }
+    let numbered = matches!(check, Check::Numbered(_));
     let (writes, mut queue) = mpsc::channel::<GroupWrite>(4096);
     let (committed, _) = broadcast::channel(4096);
     let fanout = committed.clone();
     let writer = tokio::spawn(async move {
         let mut batch: Vec<GroupWrite> = Vec::with_capacity(1024);
-        let mut ids: Vec<i64> = Vec::with_capacity(1024);
+        let mut outcomes: Vec<Stored> = Vec::with_capacity(1024);
+        let mut numbering = Numbering::default();
         while let Some(first) = queue.recv().await {
             batch.push(first);
             while batch.len() < 1024 {
                 let Ok(next) = queue.try_recv() else { break };
                 batch.push(next);
             }
-            let ok = commit_group(&mut conn, &batch, &mut ids).await;
-            for ((mailbox, body, _, reply), id) in batch.drain(..).zip(ids.drain(..).chain(std::iter::repeat(0))) {
-                let stored = match (ok, id) {
-                    (false, _) => Stored::Failed,
-                    (true, 0) => Stored::Known,
-                    (true, _) => Stored::New,
-                };
-                if stored == Stored::New && fanout.receiver_count() > 0 {
-                    let _ = fanout.send((Arc::from(mailbox.as_str()), id, body));
+            if numbered {
+                commit_numbered(&mut conn, &batch, &mut numbering, &mut outcomes).await;
+            } else {
+                commit_group(&mut conn, &batch, &mut outcomes).await;
+            }
+            for (write, stored) in batch.drain(..).zip(outcomes.drain(..)) {
+                if let Stored::New(id) = stored
+                    && fanout.receiver_count() > 0
+                {
+                    let _ = fanout.send((Arc::from(write.mailbox.as_str()), id, write.body));
                 }
-                let _ = reply.send(stored);
+                let _ = write.reply.send(stored);
             }
         }
     });
     async fn deposit(
         State(state): State<GroupState>,
         UrlPath(id): UrlPath<String>,
+        headers: HeaderMap,
         body: Bytes,
     ) -> (StatusCode, &'static str) {
-        let key = match state.check {
-            Check::None => None,
-            Check::Pass(check) if check(&body) => None,
+        let (key, sender) = match state.check {
+            Check::None => (None, None),
+            Check::Pass(check) if check(&body) => (None, None),
             Check::Keyed(check) => match check(&body) {
-                Some(key) => Some(key),
+                Some(key) => (Some(key), None),
                 None => return (StatusCode::BAD_REQUEST, ""),
             },
+            Check::Numbered(check) => {
+                let Some(sender) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+                    return (StatusCode::UNAUTHORIZED, "");
+                };
+                if !check(&body) {
+                    return (StatusCode::BAD_REQUEST, "");
+                }
+                (None, Some(sender.to_owned()))
+            }
             Check::Pass(_) => return (StatusCode::BAD_REQUEST, ""),
         };
         let (reply, answer) = oneshot::channel();
-        if state.writes.send((id, body, key, reply)).await.is_err() {
+        if state.writes.send(GroupWrite { mailbox: id, body, key, sender, reply }).await.is_err() {
             return (StatusCode::INTERNAL_SERVER_ERROR, "");
         }
         match answer.await {
-            Ok(Stored::New) => (StatusCode::ACCEPTED, "{}"),
+            Ok(Stored::New(_)) => (StatusCode::ACCEPTED, "{}"),
             Ok(Stored::Known) => (StatusCode::OK, "{}"),
+            Ok(Stored::Full) => (StatusCode::INSUFFICIENT_STORAGE, ""),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, ""),
         }
     }
@@ -242,29 +300,50 @@ pub async fn start_group_commit_baseline_checked(
             }
         })
     }
-    let router = Router::new().route(route, post(deposit)).route("/ws/{id}", get(watch)).with_state(GroupState {
-        writes,
-        committed,
-        check,
-    });
+    async fn poll(State(state): State<GroupState>, UrlPath(id): UrlPath<String>) -> Response {
+        let mut committed = state.committed.subscribe();
+        let wait = tokio::time::sleep(Duration::from_secs(25));
+        tokio::pin!(wait);
+        let mut messages = Vec::new();
+        loop {
+            tokio::select! {
+                next = committed.recv() => match next {
+                    Ok((mailbox, seq, body)) if *mailbox == *id => {
+                        messages.push(serde_json::json!({"id": seq, "ct": b64u(&body)}));
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                },
+                () = &mut wait => break,
+            }
+        }
+        let page = serde_json::json!({"count": messages.len(), "messages": messages}).to_string();
+        (StatusCode::OK, [(CONTENT_TYPE, "application/json")], page).into_response()
+    }
+    let router = Router::new()
+        .route(route, post(deposit))
+        .route("/ws/{id}", get(watch))
+        .route("/poll/{id}", get(poll))
+        .with_state(GroupState { writes, committed, check });
     let (addr, task) = serve(router).await;
     (addr, task, writer)
 }
 
-/// One group commit of the baseline: every write of `batch` in one transaction; `ids` gets the
-/// rowids (0 for a key already stored). False (every caller fails) if anything failed; the
+/// One group commit of the baseline: every write of `batch` in one transaction; `outcomes` gets
+/// one answer per write (its rowid if new). Every write fails if anything failed; the
 /// transaction is then rolled back.
-async fn commit_group(conn: &mut SqliteConnection, batch: &[GroupWrite], ids: &mut Vec<i64>) -> bool {
+async fn commit_group(conn: &mut SqliteConnection, batch: &[GroupWrite], outcomes: &mut Vec<Stored>) {
     let applied = async {
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
         let now = now_ms();
-        for (mailbox, body, key, _) in batch {
-            let id: Option<i64> = match key {
+        for write in batch {
+            let id: Option<i64> = match &write.key {
                 None => {
                     sqlx::query_scalar("INSERT INTO stored (mailbox, received_ms, body) VALUES (?, ?, ?) RETURNING id")
-                        .bind(mailbox)
+                        .bind(&write.mailbox)
                         .bind(now)
-                        .bind(body.as_ref())
+                        .bind(write.body.as_ref())
                         .fetch_optional(&mut *conn)
                         .await?
                 }
@@ -273,25 +352,122 @@ async fn commit_group(conn: &mut SqliteConnection, batch: &[GroupWrite], ids: &m
                         "INSERT INTO stored (mailbox, received_ms, body, key) VALUES (?, ?, ?, ?) \
                          ON CONFLICT (key) DO NOTHING RETURNING id",
                     )
-                    .bind(mailbox)
+                    .bind(&write.mailbox)
                     .bind(now)
-                    .bind(body.as_ref())
+                    .bind(write.body.as_ref())
                     .bind(key.as_slice())
                     .fetch_optional(&mut *conn)
                     .await?
                 }
             };
-            ids.push(id.unwrap_or(0));
+            outcomes.push(id.map_or(Stored::Known, Stored::New));
         }
         sqlx::query("COMMIT").execute(&mut *conn).await?;
         Ok::<(), sqlx::Error>(())
     }
     .await;
     if applied.is_err() {
-        ids.clear();
+        outcomes.clear();
+        outcomes.resize(batch.len(), Stored::Failed);
         let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
     }
-    applied.is_ok()
+}
+
+/// [`commit_group`] for [`Check::Numbered`]: each write within the limits is stored under its
+/// recipient's and its sender's next numbers; then each identity the batch numbered has its next
+/// numbers upserted once. A failed batch leaves `numbering` as it was.
+async fn commit_numbered(
+    conn: &mut SqliteConnection,
+    batch: &[GroupWrite],
+    numbering: &mut Numbering,
+    outcomes: &mut Vec<Stored>,
+) {
+    let applied = async {
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let now = now_ms();
+        let mut touched: Vec<&str> = Vec::new();
+        for write in batch {
+            let sender = write.sender.as_deref().unwrap_or_default();
+            let bytes = write.body.len() as u64;
+            let pending = numbering.pending.entry(write.mailbox.clone()).or_default();
+            let share = numbering.share.entry((write.mailbox.clone(), sender.to_owned())).or_default();
+            let room = |(n, b): (u64, u64)| n < NUMBERED_LIMIT && b.saturating_add(bytes) <= NUMBERED_LIMIT;
+            if !room(*pending) || !room(*share) {
+                outcomes.push(Stored::Full);
+                continue;
+            }
+            *pending = (pending.0 + 1, pending.1 + bytes);
+            *share = (share.0 + 1, share.1 + bytes);
+            let seq = numbering.next_inbox.entry(write.mailbox.clone()).or_insert(1);
+            let sent = numbering.next_sent.entry(sender.to_owned()).or_insert(1);
+            sqlx::query(
+                "INSERT INTO stored (mailbox, received_ms, body, seq, sender, sent_seq) VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&write.mailbox)
+            .bind(now)
+            .bind(write.body.as_ref())
+            .bind(*seq)
+            .bind(sender)
+            .bind(*sent)
+            .execute(&mut *conn)
+            .await?;
+            outcomes.push(Stored::New(*seq));
+            *seq += 1;
+            *sent += 1;
+            for identity in [write.mailbox.as_str(), sender] {
+                if !touched.contains(&identity) {
+                    touched.push(identity);
+                }
+            }
+        }
+        // One statement for every identity the batch numbered: [identity, next inbox, next sent].
+        let counters: Vec<(&str, i64, i64)> = touched
+            .into_iter()
+            .map(|identity| {
+                let next = |numbers: &HashMap<String, i64>| numbers.get(identity).copied().unwrap_or(1);
+                (identity, next(&numbering.next_inbox), next(&numbering.next_sent))
+            })
+            .collect();
+        sqlx::query(
+            "INSERT INTO counters (identity, next_inbox, next_sent) \
+             SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?) WHERE true \
+             ON CONFLICT (identity) DO UPDATE SET next_inbox = excluded.next_inbox, next_sent = excluded.next_sent",
+        )
+        .bind(serde_json::to_string(&counters).unwrap_or_default())
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("COMMIT").execute(&mut *conn).await?;
+        Ok::<(), sqlx::Error>(())
+    }
+    .await;
+    if applied.is_err() {
+        // Every write numbered so far took exactly one of each number and one pending message.
+        for (write, stored) in batch.iter().zip(outcomes.iter()) {
+            if !matches!(stored, Stored::New(_)) {
+                continue;
+            }
+            let sender = write.sender.as_deref().unwrap_or_default();
+            let bytes = write.body.len() as u64;
+            for counts in [
+                numbering.pending.get_mut(&write.mailbox),
+                numbering.share.get_mut(&(write.mailbox.clone(), sender.to_owned())),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *counts = (counts.0 - 1, counts.1 - bytes);
+            }
+            for next in [numbering.next_inbox.get_mut(&write.mailbox), numbering.next_sent.get_mut(sender)]
+                .into_iter()
+                .flatten()
+            {
+                *next -= 1;
+            }
+        }
+        outcomes.clear();
+        outcomes.resize(batch.len(), Stored::Failed);
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
 }
 
 /// The PostgreSQL group-commit baseline's writes: mailbox, body, where to answer.
