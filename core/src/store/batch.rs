@@ -202,10 +202,9 @@ impl BatchTx {
     /// Queues `stmt`, a statement that returns no rows (a write without `RETURNING`): it is
     /// sent with the next trip (its values are bound then; one that fails to bind fails that
     /// trip and abandons the transaction).
-    pub fn queue(&mut self, stmt: Stmt) -> Result<()> {
+    pub fn queue(&mut self, stmt: Stmt) {
         self.used = true;
         self.queued.push(stmt);
-        Ok(())
     }
 
     /// Sends what is queued and then `stmt` in one trip; the first row `stmt` returns.
@@ -213,7 +212,7 @@ impl BatchTx {
     where
         O: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
     {
-        self.queue(stmt)?;
+        self.queue(stmt);
         let (sql, args) = self.take(None)?;
         Ok(sqlx::query_as_with::<_, O, _>(sqlx::AssertSqlSafe(sql), args)
             .fetch_optional(&mut **self.pooled().await?)
@@ -400,10 +399,10 @@ mod batch_tests {
     async fn queued_writes_run_in_order_before_the_read_that_carries_them() {
         let (_d, store) = store().await;
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
-        tx.queue(put("b", 2)).unwrap();
-        tx.queue(Stmt::new("UPDATE t SET n = n * 10 WHERE k = ?").bind("a")).unwrap();
-        tx.queue(Stmt::new("UPDATE t SET b = ? WHERE k = ?").bind(vec![7u8, 8]).bind("b")).unwrap();
+        tx.queue(put("a", 1));
+        tx.queue(put("b", 2));
+        tx.queue(Stmt::new("UPDATE t SET n = n * 10 WHERE k = ?").bind("a"));
+        tx.queue(Stmt::new("UPDATE t SET b = ? WHERE k = ?").bind(vec![7u8, 8]).bind("b"));
         let got: Option<(i64, i64, Vec<u8>)> = tx
             .fetch_optional(Stmt::new(
                 "SELECT (SELECT n FROM t WHERE k = ?), (SELECT n FROM t WHERE k = ?), (SELECT b FROM t WHERE k = ?)",
@@ -413,7 +412,7 @@ mod batch_tests {
         assert_eq!(got, Some((10, 2, vec![7, 8])));
         // Not visible outside before the commit (the transaction is open), visible after.
         assert_eq!(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM t").fetch_one(&store.pool).await.unwrap(), 0);
-        tx.queue(put("c", 3)).unwrap();
+        tx.queue(put("c", 3));
         tx.commit().await.unwrap();
         let all: Vec<(String, i64)> =
             sqlx::query_as("SELECT k, n FROM t ORDER BY k").fetch_all(&store.pool).await.unwrap();
@@ -424,7 +423,7 @@ mod batch_tests {
     async fn a_read_that_finds_nothing_still_runs_what_came_before_it() {
         let (_d, store) = store().await;
         let mut tx = store.replayable_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
+        tx.queue(put("a", 1));
         let none: Option<(i64,)> =
             tx.fetch_optional(Stmt::new("SELECT n FROM t WHERE k = ?").bind("zz")).await.unwrap();
         assert_eq!(none, None);
@@ -438,14 +437,14 @@ mod batch_tests {
     async fn a_failing_queued_write_fails_its_trip_and_keeps_nothing() {
         let (_d, store) = store().await;
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
-        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2)).unwrap();
-        tx.queue(put("b", 3)).unwrap();
+        tx.queue(put("a", 1));
+        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2));
+        tx.queue(put("b", 3));
         assert!(tx.commit().await.is_err(), "the duplicate key fails the commit's trip");
         assert_eq!(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM t").fetch_one(&store.pool).await.unwrap(), 0);
         // The write lock went with the closed connection.
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("c", 1)).unwrap();
+        tx.queue(put("c", 1));
         tx.commit().await.unwrap();
     }
 
@@ -459,7 +458,7 @@ mod batch_tests {
         }
         let bump = |k: &str| Stmt::new("UPDATE t SET n = n + 10 WHERE k = ? AND n < 3 RETURNING k, n").bind(k);
         let mut tx = store.replayable_tx().await.unwrap();
-        tx.queue(put("d", 4)).unwrap();
+        tx.queue(put("d", 4));
         let rows: Vec<(String, i64)> = tx.commit_returning(vec![bump("a"), bump("c"), bump("b")]).await.unwrap();
         assert_eq!(rows, vec![("a".into(), 11), ("b".into(), 12)], "c changed nothing, so it returned nothing");
         let all: Vec<(String, i64)> =
@@ -467,7 +466,7 @@ mod batch_tests {
         assert_eq!(all, vec![("a".into(), 11), ("b".into(), 12), ("c".into(), 3), ("d".into(), 4)]);
         // A write after them that fails: the whole trip fails, nothing stays.
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(0)).unwrap();
+        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(0));
         let failed = tx.commit_returning::<(String, i64)>(vec![bump("c")]).await;
         assert!(failed.is_err());
         let c: i64 = sqlx::query_scalar("SELECT n FROM t WHERE k = 'c'").fetch_one(&store.pool).await.unwrap();
@@ -492,7 +491,7 @@ mod batch_tests {
     async fn the_connection_handed_out_runs_after_the_queue() {
         let (_d, store) = store().await;
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
+        tx.queue(put("a", 1));
         let n: i64 =
             sqlx::query_scalar("SELECT n FROM t WHERE k = 'a'").fetch_one(tx.conn().await.unwrap()).await.unwrap();
         assert_eq!(n, 1);
@@ -507,8 +506,8 @@ mod batch_tests {
         let (_d, store) = store().await;
         let before = store.direct.commits();
         let mut tx = store.replayable_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
-        tx.queue(Stmt::new("UPDATE t SET b = ? WHERE k = ?").bind(vec![1u8, 2]).bind("a")).unwrap();
+        tx.queue(put("a", 1));
+        tx.queue(Stmt::new("UPDATE t SET b = ? WHERE k = ?").bind(vec![1u8, 2]).bind("a"));
         tx.commit().await.unwrap();
         assert_eq!(store.direct.commits(), before + 1, "committed on the caller's thread");
         let row: (i64, Vec<u8>) =
@@ -528,13 +527,13 @@ mod batch_tests {
             Stmt::new("INSERT INTO t (k, n, b) VALUES (?, ?, ?)").bind(k).bind(None::<i64>).bind(None::<Vec<u8>>)
         };
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(null_n("direct")).unwrap();
-        tx.queue(Stmt::new("UPDATE t SET n = ? WHERE k = ?").bind(Some(5_i64)).bind("direct")).unwrap();
+        tx.queue(null_n("direct"));
+        tx.queue(Stmt::new("UPDATE t SET n = ? WHERE k = ?").bind(Some(5_i64)).bind("direct"));
         let before = store.direct.commits();
         tx.commit().await.unwrap();
         assert_eq!(store.direct.commits(), before + 1, "on the caller's thread");
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(null_n("trip")).unwrap();
+        tx.queue(null_n("trip"));
         let got: Option<(Option<i64>, Option<Vec<u8>>)> =
             tx.fetch_optional(Stmt::new("SELECT n, b FROM t WHERE k = ?").bind("trip")).await.unwrap();
         assert_eq!(got, Some((None, None)));
@@ -558,7 +557,7 @@ mod batch_tests {
         for durable in [false, true] {
             let commit = async {
                 let mut tx = if durable { store.batch_tx().await? } else { store.replayable_tx().await? };
-                tx.queue(put(if durable { "durable" } else { "replayable" }, 1))?;
+                tx.queue(put(if durable { "durable" } else { "replayable" }, 1));
                 tx.commit().await
             };
             tokio::time::timeout(quick, commit).await.expect("no pool connection needed").unwrap();
@@ -566,7 +565,7 @@ mod batch_tests {
         let other = store.clone();
         let trip = async move {
             let mut tx = other.replayable_tx().await?;
-            tx.queue(put("c", 3))?;
+            tx.queue(put("c", 3));
             let n: Option<(i64,)> = tx.fetch_optional(Stmt::new("SELECT n FROM t WHERE k = ?").bind("c")).await?;
             tx.commit().await?;
             Ok::<_, crate::store::StoreError>(n)
@@ -592,7 +591,7 @@ mod batch_tests {
             let store = store.clone();
             tokio::spawn(async move {
                 let mut tx = store.replayable_tx().await.unwrap();
-                tx.queue(put("a", 7)).unwrap();
+                tx.queue(put("a", 7));
                 tx.commit().await
             })
         };
@@ -611,20 +610,20 @@ mod batch_tests {
     async fn a_failing_write_on_the_callers_thread_keeps_nothing() {
         let (_d, store) = store().await;
         let mut tx = store.replayable_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
-        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2)).unwrap();
+        tx.queue(put("a", 1));
+        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2));
         assert!(tx.commit().await.is_err(), "the duplicate key fails the commit");
         assert_eq!(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM t").fetch_one(&store.pool).await.unwrap(), 0);
         let before = store.direct.commits();
         let mut tx = store.replayable_tx().await.unwrap();
-        tx.queue(put("b", 2)).unwrap();
+        tx.queue(put("b", 2));
         let rows: Vec<(String, i64)> =
             tx.commit_returning(vec![Stmt::new("UPDATE t SET n = n + 1 RETURNING k, n")]).await.unwrap();
         assert_eq!(rows, vec![("b".into(), 3)]);
         assert_eq!(store.direct.commits(), before + 1);
         // A durable write after it takes the lock at once (nothing was left holding it).
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("c", 1)).unwrap();
+        tx.queue(put("c", 1));
         tokio::time::timeout(std::time::Duration::from_secs(2), tx.commit()).await.unwrap().unwrap();
     }
 
@@ -648,8 +647,7 @@ mod batch_tests {
             let mut tx = store.replayable_tx().await.unwrap();
             tx.queue(
                 Stmt::new("INSERT INTO t (k, n, b) VALUES (?, ?, ?)").bind(format!("k{i}")).bind(i).bind(blob.clone()),
-            )
-            .unwrap();
+            );
             tx.commit().await.unwrap();
         }
         assert_eq!(store.direct.commits(), before + 256, "all on the caller's thread");
@@ -663,12 +661,12 @@ mod batch_tests {
         let (_d, store) = store().await;
         let before = store.direct.commits();
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
+        tx.queue(put("a", 1));
         tx.commit().await.unwrap();
         assert_eq!(store.direct.commits(), before + 1, "committed on the caller's thread");
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("b", 2)).unwrap();
-        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2)).unwrap();
+        tx.queue(put("b", 2));
+        tx.queue(Stmt::new("INSERT INTO t (k, n) VALUES (?, ?)").bind("a").bind(2));
         assert!(tx.commit().await.is_err(), "the duplicate key fails the commit");
         let all: Vec<(String, i64)> =
             sqlx::query_as("SELECT k, n FROM t ORDER BY k").fetch_all(&store.pool).await.unwrap();
@@ -683,7 +681,7 @@ mod batch_tests {
         let (_d, store) = store().await;
         let before = store.direct.commits();
         let mut tx = store.batch_tx().await.unwrap();
-        tx.queue(put("a", 1)).unwrap();
+        tx.queue(put("a", 1));
         tx.commit().await.unwrap();
         assert_eq!(store.direct.commits(), before, "not on the caller's thread");
         let n: i64 = sqlx::query_scalar("SELECT n FROM t WHERE k = 'a'").fetch_one(&store.pool).await.unwrap();

@@ -677,9 +677,7 @@ impl Store {
         }
         let ids = format!("[{}]", rowids.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
         let mut tx = self.replayable_tx().await?;
-        tx.queue(
-            Stmt::new("UPDATE messages SET shown = 1 WHERE rowid_ IN (SELECT value FROM json_each(?))").bind(ids),
-        )?;
+        tx.queue(Stmt::new("UPDATE messages SET shown = 1 WHERE rowid_ IN (SELECT value FROM json_each(?))").bind(ids));
         tx.commit().await
     }
 

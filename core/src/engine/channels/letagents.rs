@@ -366,7 +366,7 @@ impl Letagents {
         let stmts = self.sealed_stmts(rt, c, &inner, kind.as_str(), None)?;
         let mut tx = rt.store().batch_tx().await?;
         for stmt in stmts {
-            tx.queue(stmt)?;
+            tx.queue(stmt);
         }
         rt.commit_batch_queued(tx).await?;
         Ok(inner.id)

@@ -346,7 +346,7 @@ async fn save_state(
 fn queue_state(tx: &mut BatchTx, handle: &str, member: &Member) -> Result<Vec<mls::storage::Change>> {
     let (changes, stmts) = state_stmts(handle, member);
     for stmt in stmts {
-        tx.queue(stmt)?;
+        tx.queue(stmt);
     }
     Ok(changes)
 }

@@ -116,7 +116,7 @@ impl Runtime {
                 read: true,
                 seq: 0,
             };
-            tx.queue(db::group_row_insert(handle, gid, row, now_ms()))?;
+            tx.queue(db::group_row_insert(handle, gid, row, now_ms()));
             let saved = queue_state(&mut tx, handle, &s.member)?;
             tx.commit().await?;
             s.member.saved(&saved);
@@ -125,7 +125,7 @@ impl Runtime {
                     let seq_i = i64::try_from(seq).unwrap_or(i64::MAX);
                     // Replayable: lost to a power cut, the next sync marks it from the log.
                     let mut tx = self.store().replayable_tx().await?;
-                    tx.queue(db::group_row_posted(handle, gid, &id, seq_i))?;
+                    tx.queue(db::group_row_posted(handle, gid, &id, seq_i));
                     tx.commit().await?;
                     return Ok(json!({"group": gid, "id": id, "seq": seq}));
                 }

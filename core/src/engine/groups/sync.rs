@@ -262,7 +262,7 @@ impl Runtime {
         let header_epoch = i64::try_from(msg_epoch).unwrap_or(i64::MAX);
         let (own, mut auth_at_header) = self.store().group_entry_lookup(&handle, gid, &id, header_epoch)?;
         let mut tx = self.store().replayable_tx().await?;
-        tx.queue(db::set_group_cursor(&handle, gid, seq))?;
+        tx.queue(db::set_group_cursor(&handle, gid, seq));
         let mut group = s.member.load_group(gid)?.ok_or_else(|| Error::Bug("group state missing".into()))?;
         if let Some(state) = own {
             // Our own message (we cannot decrypt it): a commit we posted but had not merged
@@ -273,7 +273,7 @@ impl Runtime {
                 record_epoch(tx.conn().await?, &handle, gid, &group).await?;
                 saved = queue_state(&mut tx, &handle, &s.member)?;
             }
-            tx.queue(db::group_row_posted(&handle, gid, &id, seq))?;
+            tx.queue(db::group_row_posted(&handle, gid, &id, seq));
             s.member.park(group);
             tx.commit().await?;
             s.member.saved(&saved);
@@ -357,7 +357,7 @@ impl Runtime {
                             content: p.content,
                             ..Default::default()
                         };
-                        tx.queue(db::group_row_insert(&handle, gid, row, now_ms()))?;
+                        tx.queue(db::group_row_insert(&handle, gid, row, now_ms()));
                         stored_leave = p.leave;
                     }
                     Err(e) => {
