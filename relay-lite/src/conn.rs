@@ -5,7 +5,7 @@
 //! - [`ConnLimiter`] counts open connections per client (IPv4 address or IPv6 /64, as the rate
 //!   limiter keys them); [`LimitAcceptor`] refuses (closes at once) a connection over the cap and
 //!   wraps the others in [`Counted`], which gives the slot back when the connection is dropped.
-//! - [`body_guard`] gives a request's body one deadline from the moment the head arrived (a
+//! - `body_guard` gives a request's body one deadline from the moment the head arrived (a
 //!   client that trickles a body, one byte every few seconds, fails the read at the deadline and
 //!   its connection is closed, where a per-read timeout would be reset by every byte), and
 //!   reserves the body's size from one [`BodyBudget`] shared by all requests before it is read,

@@ -89,7 +89,7 @@ impl Watched {
 }
 
 /// Per-mailbox newest-seq channels, only for mailboxes somebody is watching; and, since the hub
-/// hears every committed write, the cache those writes keep exact ([`Hub::stringcup_tokens`]).
+/// hears every committed write, the cache those writes keep exact (`Hub::stringcup_tokens`).
 #[derive(Debug, Default)]
 pub struct Hub {
     watched: Mutex<HashMap<String, Watched>>,

@@ -154,12 +154,12 @@ impl PublicOrigins {
         host.and_then(|h| self.names().find(|n| n.authority.eq_ignore_ascii_case(h))).unwrap_or(&self.primary)
     }
 
-    /// The URL (`scheme://authority`) a `Host` header selects (see [`Self::addressed`]).
+    /// The URL (`scheme://authority`) a `Host` header selects (see `Self::addressed`).
     pub fn addressed_url(&self, host: Option<&str>) -> &str {
         &self.addressed(host).url
     }
 
-    /// The Agent Mail origin a `Host` header selects (see [`Self::addressed`]).
+    /// The Agent Mail origin a `Host` header selects (see `Self::addressed`).
     pub fn addressed_origin(&self, host: Option<&str>) -> &Origin {
         &self.addressed(host).origin
     }

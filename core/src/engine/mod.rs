@@ -714,7 +714,7 @@ impl Runtime {
 
     /// Starts the long-lived loops (websocket receiver, outbox worker, housekeeping, letmeknow
     /// group followers, the LAN supervisor).
-    /// Each runs under [`supervise::supervise`]: one that ends or panics before shutdown is
+    /// Each runs under `supervise::supervise`: one that ends or panics before shutdown is
     /// logged and started again after a backoff (up to 30 s).
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let restart = supervise::Restart::RUNTIME;

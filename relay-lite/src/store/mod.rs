@@ -6,7 +6,7 @@
 //!   `migrations/`). One relay-lite owns the file.
 //! - PostgreSQL ([`pg`]; migrations in `migrations-pg/`), for several relay-lite instances on
 //!   one database.
-//! - Every write goes through one writer task per instance ([`writer`]) fed by a bounded
+//! - Every write goes through one writer task per instance (`writer`) fed by a bounded
 //!   channel; it applies all queued writes in one transaction and answers each caller only after
 //!   the commit (group commit), so a `202` always means "on disk" and throughput grows with
 //!   concurrency instead of paying one fsync per envelope. The writer knows no protocol: each

@@ -102,10 +102,10 @@ const TOKEN_CACHE_ENTRIES: usize = 16_384;
 ///
 /// Exact, not merely fresh: only this process writes a SQLite database, and every write that
 /// changes what [`StringcupStore::by_token`] returns updates the cache as it settles, before its
-/// caller hears back ([`super::writer::Request::settled`]): a touch raises the cached last use
+/// caller hears back (`writer::Request::settled`): a touch raises the cached last use
 /// as its `UPDATE` does, a rotation and a failed touch forget the identity, a sweep forgets
 /// everything. A lookup that missed fills the cache only if nothing was forgotten or changed
-/// since it missed ([`TokenCache::fill`]), so a row read before a write committed is never
+/// since it missed (`TokenCache::fill`), so a row read before a write committed is never
 /// cached after that write settled. Unknown tokens are not cached. PostgreSQL, whose rows other
 /// instances change, reads every time.
 #[derive(Debug, Default)]

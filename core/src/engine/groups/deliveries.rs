@@ -261,7 +261,7 @@ impl Runtime {
     }
 
     /// Hands the session what is due now (the policy in the module doc), capped at the last
-    /// [`CATCH_UP`] plus the number omitted, under a new lease (`lease`, null when nothing is
+    /// `CATCH_UP` plus the number omitted, under a new lease (`lease`, null when nothing is
     /// handed out): it is read once the lease is acked ([`Self::lmk_ack`]). Rows whose lease ran
     /// out unacked are due again and come marked `redelivered`. What is not due stays unread,
     /// outside the read frontier, and is counted under `held`.

@@ -1,7 +1,7 @@
 //! The LAN key and its binding to an identity.
 //!
 //! - [`LanKey`]: a random Ed25519 seed and when it was made; due for rotation after
-//!   [`LAN_KEY_LIFETIME_MS`](super::LAN_KEY_LIFETIME_MS). The keystore keeps its secret.
+//!   [`super::LAN_KEY_LIFETIME_MS`]. The keystore keeps its secret.
 //! - [`LanBinding::sign`]: the identity key signs `switchboard-lan-v1\n` ‖ PeerId ‖ expiry
 //!   (big-endian u64 milliseconds; the expiry's fixed width after the PeerId keeps the string
 //!   unambiguous).

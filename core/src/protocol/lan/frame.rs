@@ -1,5 +1,5 @@
 //! Direct-delivery frames: a 4-byte big-endian length and a body of at most
-//! [`MAX_FRAME`](super::MAX_FRAME) bytes. The length is checked before the body is read, so a peer
+//! [`super::MAX_FRAME`] bytes. The length is checked before the body is read, so a peer
 //! cannot make us buffer more.
 //!
 //! Body: version (1) ‖ kind ‖ payload.

@@ -3,7 +3,7 @@
 //! `switchboard_core::protocol::agent_mail::relay`.
 //!
 //! What serialises a decision across instances:
-//! - a publication names two batch lock keys ([`crate::store::writer::Request::locks`]): its
+//! - a publication names two batch lock keys (`store::writer::Request::locks`): its
 //!   actor (the live-write nonce cache) and its mailbox id (the binding to the first card's owner,
 //!   which may not have a row to lock yet); the batch takes them before any write runs;
 //! - a delivery names its mailbox's key, and locks its mailbox row (`FOR UPDATE`) before it reads the packet's history, the

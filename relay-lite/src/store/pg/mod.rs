@@ -10,7 +10,7 @@
 //!   fails serialization (writes that name no key, sweeps) is applied again.
 //! - A batch that woke anybody sends one `NOTIFY relay_lite` inside its transaction (delivered
 //!   only if it commits): a JSON list of `[key, value]` pairs, or `*` when that would not fit in
-//!   PostgreSQL's 8,000-byte payload. Every instance `LISTEN`s ([`listen`]) and publishes what it
+//!   PostgreSQL's 8,000-byte payload. Every instance `LISTEN`s (`listen`) and publishes what it
 //!   hears to its own hub, so a long-poll or websocket parked on one instance wakes when another
 //!   commits. When the listener's connection is lost, every parked waiter re-reads once it is
 //!   back (notifications sent meanwhile are gone).

@@ -9,7 +9,7 @@
 //! - adding members locks the topic row (the member limit); a claim or release locks the
 //!   rendezvous row (one responder); an update locks the identity row.
 //!
-//! Each of those writes also names its key to the batch ([`crate::store::writer::Request::locks`]),
+//! Each of those writes also names its key to the batch (`store::writer::Request::locks`),
 //! so batches of different instances take their locks in one order and never deadlock.
 //!
 //! The sweep takes an advisory lock first: one instance sweeps Stringcup at a time. Wake-ups
