@@ -16,6 +16,9 @@
 //!   in the same cluster. The same for Stringcup: the recipient parked in a long-poll on C (or
 //!   A), the send through A, until the long-poll answers.
 //!
+//! - Durable send with a backlog: the 1-instance throughput again after `PG_LOAD_PREFILL` (10,000)
+//!   envelopes were left waiting (spread over the mailboxes), for both sides.
+//!
 //! `cargo bench --workspace --bench pg_load --profile dev`; `PG_LOAD_SCALE=0.5` shortens every phase,
 //! `PG_LOAD_ROUNDS` (3) sets the number of rounds. Needs Debian's `postgresql` package.
 
@@ -58,6 +61,7 @@ struct Settings {
     measure: Duration,
     latency_warmup: usize,
     latency_samples: usize,
+    prefill: usize,
 }
 
 impl Settings {
@@ -73,6 +77,7 @@ impl Settings {
             measure: Duration::from_secs_f64(scaled(3.0, 1.0)),
             latency_warmup: scaled(20.0, 5.0) as usize,
             latency_samples: scaled(300.0, 20.0) as usize,
+            prefill: env_or("PG_LOAD_PREFILL", 10_000_usize),
         }
     }
 }
@@ -125,6 +130,25 @@ fn client_work(bases: &[String], targets: &[Target], s: &Settings) -> Vec<Arc<Cl
         .collect()
 }
 
+/// Posts `prefill` of `work`'s bodies once, spread over its clients (and so the mailboxes), and
+/// waits until every one is stored: they are left waiting.
+async fn prefill(work: &[Arc<ClientWork>], prefill: usize) {
+    if prefill == 0 {
+        return;
+    }
+    let per_client = prefill.div_ceil(work.len());
+    let once: Vec<Arc<ClientWork>> = work
+        .iter()
+        .map(|w| {
+            let bodies = (0..per_client).map(|i| w.bodies[(w.first + i) % w.bodies.len()].clone()).collect();
+            Arc::new(ClientWork { bodies, first: 0, cycle: false, ..ClientWork::clone(w) })
+        })
+        .collect();
+    let filled = post_load("", &once, Duration::ZERO, Duration::from_secs(600)).await;
+    assert_eq!(filled.failed, 0, "prefill sends failed");
+    assert_eq!(filled.exhausted, work.len(), "the prefill did not finish");
+}
+
 /// `n` relay-lite instances on the database at `url`, the send limits out of the way. They start
 /// one after another: the first runs the migrations.
 async fn instances(url: &str, n: usize, dirs: &mut Vec<tempfile::TempDir>) -> Vec<RunningRelay> {
@@ -151,6 +175,7 @@ async fn relay_throughput(
     owners: &[DeviceIdentity],
     targets: &[Target],
     s: &Settings,
+    waiting: usize,
 ) -> Load {
     let url = pg.fresh_database().await;
     let mut dirs = Vec::new();
@@ -160,14 +185,22 @@ async fn relay_throughput(
         client.inbox(&owner.sig, &owner.drop).await.unwrap();
     }
     let bases: Vec<String> = relays.iter().map(RunningRelay::url).collect();
-    let load = post_load("", &client_work(&bases, targets, s), s.warmup, s.measure).await;
+    let work = client_work(&bases, targets, s);
+    prefill(&work, waiting).await;
+    let load = post_load("", &work, s.warmup, s.measure).await;
     for relay in relays {
         relay.shutdown().await.unwrap();
     }
     load
 }
 
-async fn baseline_throughput(pg: &pg_common::Cluster, n: usize, targets: &[Target], s: &Settings) -> Load {
+async fn baseline_throughput(
+    pg: &pg_common::Cluster,
+    n: usize,
+    targets: &[Target],
+    s: &Settings,
+    waiting: usize,
+) -> Load {
     let url = pg.fresh_database().await;
     support::create_pg_baseline_table(&url).await;
     let mut servers = Vec::with_capacity(n);
@@ -175,7 +208,9 @@ async fn baseline_throughput(pg: &pg_common::Cluster, n: usize, targets: &[Targe
         servers.push(support::start_pg_group_commit_baseline(&url, "/v1/send/{id}").await);
     }
     let bases: Vec<String> = servers.iter().map(|(addr, _, _)| format!("http://{addr}")).collect();
-    let load = post_load("", &client_work(&bases, targets, s), s.warmup, s.measure).await;
+    let work = client_work(&bases, targets, s);
+    prefill(&work, waiting).await;
+    let load = post_load("", &work, s.warmup, s.measure).await;
     for (_, task, writer) in servers {
         task.abort();
         writer.abort();
@@ -329,20 +364,21 @@ async fn main() {
 
     let mut one = Pairs::default();
     let mut three = Pairs::default();
+    let mut backlog = Pairs::default();
     let mut failures = (0_u64, 0_u64);
     for round in 0..s.rounds {
         let mut results = Vec::new();
-        for n in [1, CLUSTER] {
+        for (n, waiting) in [(1, 0), (CLUSTER, 0), (1, s.prefill)] {
             let (relay, base) = if round % 2 == 0 {
-                let b = baseline_throughput(pg, n, &targets, &s).await;
-                (relay_throughput(pg, n, &owners, &targets, &s).await, b)
+                let b = baseline_throughput(pg, n, &targets, &s, waiting).await;
+                (relay_throughput(pg, n, &owners, &targets, &s, waiting).await, b)
             } else {
-                let r = relay_throughput(pg, n, &owners, &targets, &s).await;
-                (r, baseline_throughput(pg, n, &targets, &s).await)
+                let r = relay_throughput(pg, n, &owners, &targets, &s, waiting).await;
+                (r, baseline_throughput(pg, n, &targets, &s, waiting).await)
             };
             println!(
-                "  throughput round {}, {n} instance(s): relay-lite {:>7.0}/s ({} failed), group-commit loop \
-                 {:>7.0}/s ({} failed)",
+                "  throughput round {}, {n} instance(s), {waiting} waiting first: relay-lite {:>7.0}/s ({} failed), \
+                 group-commit loop {:>7.0}/s ({} failed)",
                 round + 1,
                 relay.per_sec,
                 relay.failed,
@@ -355,6 +391,7 @@ async fn main() {
         }
         one.push(results[0].0, results[0].1);
         three.push(results[1].0, results[1].1);
+        backlog.push(results[2].0, results[2].1);
     }
 
     let http = http_client();
@@ -426,6 +463,14 @@ async fn main() {
         median(&three.relay),
         median(&three.baseline),
         three.ratio()
+    );
+    println!(
+        "| durable send on PostgreSQL, 1 instance, after {} envelopes were left waiting (202/s; baseline: the \
+         loop, same) | {:.0} | {:.0} | {:.2}x |",
+        s.prefill,
+        median(&backlog.relay),
+        median(&backlog.baseline),
+        backlog.ratio()
     );
     println!(
         "| send-to-websocket p50, send on A, websocket on C (ms; baseline: websocket on A) | {:.3} | {:.3} | \

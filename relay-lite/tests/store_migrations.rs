@@ -1,15 +1,19 @@
-//! Upgrades of an existing SQLite database: a migration that adds counters starts them from what
-//! the database already holds, so limits read from the counters hold across the upgrade; one
-//! that reshapes a table or a statistic keeps what it held.
+//! Upgrades of an existing database (SQLite; PostgreSQL where `pg_common` can run a cluster): a
+//! migration that adds counters starts them from what the database already holds, so limits read
+//! from the counters hold across the upgrade; one that reshapes a table or a statistic keeps what
+//! it held.
 
 // Tests: a failed setup should stop the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod pg_common;
+
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use relay_lite::hub::Hub;
 use relay_lite::store::stringcup::{NewMessage, PendingCaps, PendingLimit, SendOutcome, SendRequest, Sweep};
-use relay_lite::store::{DB_FILE, Store};
+use relay_lite::store::{DB_FILE, DepositOutcome, Store};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{ConnectOptions as _, Connection as _};
 
@@ -139,5 +143,53 @@ async fn the_stringcup_lifetime_count_and_idempotency_keys_survive_the_upgrade()
     let report = sc.sweep(Sweep { now: 5000, tokens_unused_since: 1001, idempotency_before: 0 }).await.unwrap();
     assert_eq!(report.identities, 3);
     assert_eq!(sc.counts().await.unwrap().messages_stored, 11);
+    store.close().await;
+}
+
+/// PostgreSQL migration 0006 counts what already waits: a mailbox filled before the upgrade is as
+/// full after it (the capacity check refuses exactly at capacity), and the counter follows
+/// deposits, acks and the retention sweep from there.
+#[tokio::test]
+async fn the_letagents_waiting_counter_starts_from_what_waited_before_the_upgrade_on_postgres() {
+    let Some(cluster) = pg_common::cluster() else { return };
+    let url = cluster.fresh_database().await;
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut before = sqlx::migrate!("./migrations-pg");
+    let upto: Vec<_> = before.migrations.iter().filter(|m| m.version < 6).cloned().collect();
+    assert_eq!(upto.len(), 5, "the migrations before 6");
+    before.migrations = upto.into();
+    before.run(&mut conn).await.unwrap();
+    sqlx::query("INSERT INTO la_mailbox (id, drop_hash, next_seq) VALUES ('alice', 'drop', 4), ('bob', 'drop', 1)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for (seq, received_ms) in [(1, 100), (2, 100), (3, 5000)] {
+        sqlx::query("INSERT INTO la_envelope (mailbox, seq, received_ms, body) VALUES ('alice', $1, $2, '\\x00')")
+            .bind(seq)
+            .bind(received_ms)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    conn.close().await.unwrap();
+
+    let store = Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap();
+    assert_eq!(store.waiting_count("alice").await.unwrap(), 3);
+    assert_eq!(store.waiting_count("bob").await.unwrap(), 0);
+    let body = || Bytes::from_static(b"LA1 after the upgrade");
+    assert_eq!(store.deposit("alice", "drop", body(), 4, 6000).await.unwrap(), DepositOutcome::Stored { seq: 4 });
+    assert_eq!(store.deposit("alice", "drop", body(), 4, 6000).await.unwrap(), DepositOutcome::Full);
+    assert_eq!(store.deposit("alice", "wrong", body(), 4, 6000).await.unwrap(), DepositOutcome::NoMailbox);
+    assert_eq!(store.deposit("carol", "drop", body(), 4, 6000).await.unwrap(), DepositOutcome::NoMailbox);
+    assert_eq!(store.waiting_count("alice").await.unwrap(), 4);
+    assert_eq!(store.ack("alice", vec![4, 9], 7000).await.unwrap(), vec![4]);
+    assert_eq!(store.waiting_count("alice").await.unwrap(), 3);
+    // A seq is never reused: the next deposit after the ack takes 5.
+    assert_eq!(store.deposit("alice", "drop", body(), 4, 7000).await.unwrap(), DepositOutcome::Stored { seq: 5 });
+    // The retention sweep drops the two old envelopes and the counter with them.
+    let report = store.sweep(8000, 1000, 0).await.unwrap();
+    assert_eq!(report.expired, 2);
+    assert_eq!(store.waiting_count("alice").await.unwrap(), 2);
+    assert_eq!(store.waiting("alice", 0, 10).await.unwrap().len(), 2);
     store.close().await;
 }

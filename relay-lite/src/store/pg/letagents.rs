@@ -13,39 +13,38 @@ use crate::store::letagents::{Ack, Deposit, DepositOutcome, Login, LoginOutcome,
 use crate::store::writer::Request;
 use crate::store::{LetagentsStore, StoreError};
 
+/// One statement on the common path, as on SQLite: the envelope is inserted only if the mailbox
+/// exists, the drop hash matches and fewer than `capacity` wait; the triggers of
+/// `migrations-pg/0006` advance `next_seq` and the `waiting` counter in the same statement. Only a
+/// refused deposit reads again, to tell "no such mailbox or wrong drop" from "full" (comparing
+/// with [`same`]; the SQL `drop_hash = $2` compares SHA-256 hashes of drops, see
+/// [`crate::store::letagents`]). The batch already holds this mailbox's key lock (see `locks`),
+/// so no other instance's deposit, login or ack runs meanwhile; `FOR UPDATE` also keeps a sweep
+/// from erasing the mailbox before the commit.
 async fn deposit(conn: &mut PgConnection, d: &Deposit) -> Result<DepositOutcome, sqlx::Error> {
-    // The batch already holds this mailbox's key lock (see `locks`), so no other instance's
-    // deposit, login or ack can run between the two statements; `FOR UPDATE` also keeps a sweep
-    // from erasing the mailbox meanwhile. The count is read after the key lock was taken, so it
-    // sees every deposit committed before.
-    let row: Option<(String, i64, i64)> = sqlx::query_as(
-        "SELECT drop_hash, next_seq, (SELECT COUNT(*) FROM la_envelope WHERE mailbox = $1) \
-         FROM la_mailbox WHERE id = $1 FOR UPDATE",
+    let stored: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO la_envelope (mailbox, seq, received_ms, body) \
+         SELECT id, next_seq, $3, $4 FROM la_mailbox WHERE id = $1 AND drop_hash = $2 AND waiting < $5 \
+         FOR UPDATE RETURNING seq",
     )
     .bind(&d.mailbox)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some((drop_hash, seq, waiting)) = row else {
-        return Ok(DepositOutcome::NoMailbox);
-    };
-    if !same(drop_hash.as_bytes(), d.drop_hash.as_bytes()) {
-        return Ok(DepositOutcome::NoMailbox);
-    }
-    if waiting >= d.capacity {
-        return Ok(DepositOutcome::Full);
-    }
-    // The envelope and the counter in one statement.
-    sqlx::query(
-        "WITH stored AS (INSERT INTO la_envelope (mailbox, seq, received_ms, body) VALUES ($1, $2, $3, $4)) \
-         UPDATE la_mailbox SET next_seq = $2 + 1 WHERE id = $1",
-    )
-    .bind(&d.mailbox)
-    .bind(seq)
+    .bind(&d.drop_hash)
     .bind(d.now)
     .bind(d.body.as_ref())
-    .execute(&mut *conn)
+    .bind(d.capacity)
+    .fetch_optional(&mut *conn)
     .await?;
-    Ok(DepositOutcome::Stored { seq })
+    if let Some(seq) = stored {
+        return Ok(DepositOutcome::Stored { seq });
+    }
+    let drop_hash: Option<String> = sqlx::query_scalar("SELECT drop_hash FROM la_mailbox WHERE id = $1")
+        .bind(&d.mailbox)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match drop_hash {
+        Some(h) if same(h.as_bytes(), d.drop_hash.as_bytes()) => Ok(DepositOutcome::Full),
+        _ => Ok(DepositOutcome::NoMailbox),
+    }
 }
 
 async fn login(conn: &mut PgConnection, l: &Login) -> Result<LoginOutcome, sqlx::Error> {
@@ -244,9 +243,11 @@ impl LetagentsStore for PgStore {
     }
 
     async fn waiting_count(&self, mailbox: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM la_envelope WHERE mailbox = $1")
+        // The counter the triggers of `migrations-pg/0006` keep; 0 for no mailbox.
+        let waiting: Option<i64> = sqlx::query_scalar("SELECT waiting FROM la_mailbox WHERE id = $1")
             .bind(mailbox)
-            .fetch_one(&self.read)
-            .await?)
+            .fetch_optional(&self.read)
+            .await?;
+        Ok(waiting.unwrap_or(0))
     }
 }
