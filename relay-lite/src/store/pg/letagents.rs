@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use sqlx::{PgConnection, PgPool};
 
-use super::{PgStore, sweep_lock, try_sweep_lock};
+use super::{PgStore, lock_keys, sweep_lock, try_sweep_lock};
 use crate::hub::{Committed, Hub};
 use crate::store::letagents::{Ack, Deposit, DepositOutcome, Login, LoginOutcome, Sweep, SweepReport, Waiting, same};
 use crate::store::writer::Request;
@@ -102,6 +102,16 @@ async fn sweep(conn: &mut PgConnection, s: &Sweep, hub: &Hub) -> Result<SweepRep
         tracing::debug!("another instance is sweeping letagents");
         return Ok(SweepReport::default());
     }
+    // Deleting an envelope updates its mailbox's row (the waiting counter's trigger), as a
+    // deposit does: take the batch locks of the mailboxes it will touch first, so the sweep queues
+    // behind (or ahead of) other instances' batches on those mailboxes instead of locking their
+    // rows in another order (a deadlock, broken only after `deadlock_timeout`).
+    let touched: Vec<String> = sqlx::query_scalar("SELECT DISTINCT mailbox FROM la_envelope WHERE received_ms < $1")
+        .bind(s.expire_before)
+        .fetch_all(&mut *conn)
+        .await?;
+    let keys: Vec<String> = touched.iter().map(|m| mailbox_lock(m)).collect();
+    lock_keys(conn, &keys).await?;
     let expired = sqlx::query("DELETE FROM la_envelope WHERE received_ms < $1")
         .bind(s.expire_before)
         .execute(&mut *conn)

@@ -230,22 +230,24 @@ impl Backend for PgBackend {
     }
 
     fn lock<'a>(&'a self, conn: &'a mut PgConnection, keys: &'a [String]) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            // Transaction-scoped advisory locks in ascending order of the keys' hashes: every
-            // instance takes them in the same order, so batches that share keys queue instead of
-            // deadlocking (PostgreSQL would break each deadlock only after `deadlock_timeout`, 1 s).
-            // `unnest` yields the array in order; a hash collision only makes two keys queue.
-            let mut hashes: Vec<i32> = keys.iter().map(|k| key_hash(k)).collect();
-            hashes.sort_unstable();
-            hashes.dedup();
-            sqlx::query("SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) AS k")
-                .bind(BATCH_LOCK_CLASS)
-                .bind(&hashes)
-                .execute(conn)
-                .await
-                .map(drop)
-        })
+        Box::pin(lock_keys(conn, keys))
     }
+}
+
+/// Takes the batch locks of `keys`: transaction-scoped advisory locks in ascending order of the
+/// keys' hashes. Every instance takes them in the same order, so batches that share keys queue
+/// instead of deadlocking (PostgreSQL would break each deadlock only after `deadlock_timeout`,
+/// 1 s). `unnest` yields the array in order; a hash collision only makes two keys queue.
+pub(crate) async fn lock_keys(conn: &mut PgConnection, keys: &[String]) -> Result<(), sqlx::Error> {
+    let mut hashes: Vec<i32> = keys.iter().map(|k| key_hash(k)).collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    sqlx::query("SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) AS k")
+        .bind(BATCH_LOCK_CLASS)
+        .bind(&hashes)
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// The first key of the two-key advisory locks a batch takes on its writes' keys (`rw`); a space
