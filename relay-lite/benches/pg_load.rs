@@ -36,7 +36,7 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use futures_util::StreamExt as _;
 use relay_lite::{Config, RunningRelay};
-use support::{ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load};
+use support::{ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, posting_once};
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::wire::RelayToClient;
 use switchboard_core::protocol::letagents::{Inner, Kind, MIN_ENVELOPE, seal};
@@ -136,15 +136,7 @@ async fn prefill(work: &[Arc<ClientWork>], prefill: usize) {
     if prefill == 0 {
         return;
     }
-    let per_client = prefill.div_ceil(work.len());
-    let once: Vec<Arc<ClientWork>> = work
-        .iter()
-        .map(|w| {
-            let bodies = (0..per_client).map(|i| w.bodies[(w.first + i) % w.bodies.len()].clone()).collect();
-            Arc::new(ClientWork { bodies, first: 0, cycle: false, ..ClientWork::clone(w) })
-        })
-        .collect();
-    let filled = post_load("", &once, Duration::ZERO, Duration::from_secs(600)).await;
+    let filled = post_load("", &posting_once(work, prefill), Duration::ZERO, Duration::from_secs(600)).await;
     assert_eq!(filled.failed, 0, "prefill sends failed");
     assert_eq!(filled.exhausted, work.len(), "the prefill did not finish");
 }

@@ -53,7 +53,7 @@ use axum::routing::post;
 use futures_util::StreamExt as _;
 use relay_lite::{Config, RunningRelay};
 use support::{
-    Check, ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, serve,
+    Check, ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, posting_once, serve,
     start_group_commit_baseline, start_group_commit_baseline_checked, start_insert_baseline,
 };
 use switchboard_core::identity::DeviceIdentity;
@@ -194,24 +194,12 @@ async fn group_throughput(targets: &[Target], s: &Settings) -> Load {
     load
 }
 
-/// Work that posts `s.prefill` of `work`'s bodies once, spread over its clients (and so the
-/// mailboxes).
-fn prefill_work(work: &[Arc<ClientWork>], s: &Settings) -> Vec<Arc<ClientWork>> {
-    let per_client = s.prefill.div_ceil(work.len());
-    work.iter()
-        .map(|w| {
-            let bodies = (0..per_client).map(|i| w.bodies[(w.first + i) % w.bodies.len()].clone()).collect();
-            Arc::new(ClientWork { bodies, first: 0, cycle: false, ..ClientWork::clone(w) })
-        })
-        .collect()
-}
-
 /// Leaves `s.prefill` envelopes waiting at `base`, then runs the load for `s.flat_warmup` (not
 /// counted: the measuring clients open fresh connections, and both servers' first second after
 /// the prefill ramps up) and `s.flat` (counted, second by second). More envelopes keep
 /// arriving during both, so at least `s.prefill` wait throughout the counted window.
 async fn prefilled_load(base: &str, work: &[Arc<ClientWork>], s: &Settings) -> Load {
-    let filled = post_load(base, &prefill_work(work, s), Duration::ZERO, Duration::from_secs(600)).await;
+    let filled = post_load(base, &posting_once(work, s.prefill), Duration::ZERO, Duration::from_secs(600)).await;
     assert_eq!(filled.failed, 0, "prefill sends failed");
     assert_eq!(filled.exhausted, work.len(), "the prefill did not finish");
     post_load(base, work, s.flat_warmup, s.flat).await
@@ -295,9 +283,9 @@ async fn stringcup_work(relay: &RunningRelay, s: &Settings) -> (Vec<Arc<ClientWo
 }
 
 /// The stateless checks a Stringcup relay makes of a send's body before storing it (B.2, as
-/// relay-lite's route makes them): a JSON object with a recipient, a version-2 header whose
-/// ephemeral key and IV are base64 of 32 and 12 bytes, and a base64 ciphertext of at least its
-/// 16-byte tag and at most 256 KiB.
+/// relay-lite's route makes them): a JSON object with a recipient, a version-2 header of the one
+/// algorithm whose ephemeral key and IV are base64 of 32 and 12 bytes, and a base64 ciphertext of
+/// at least its 16-byte tag and at most 256 KiB.
 fn stringcup_send_parses(body: &[u8]) -> bool {
     #[derive(serde::Deserialize)]
     struct Header {
@@ -317,7 +305,7 @@ fn stringcup_send_parses(body: &[u8]) -> bool {
     let ciphertext = decoded(&send.ciphertext).map_or(0, |c| c.len());
     !send.recipient_id.is_empty()
         && send.header.version == 2
-        && !send.header.algo.is_empty()
+        && send.header.algo == switchboard_core::protocol::stringcup::crypto::ALGO
         && decoded(&send.header.ephemeral_pub).is_some_and(|k| k.len() == 32)
         && decoded(&send.header.iv).is_some_and(|iv| iv.len() == 12)
         && (16..=256 * 1024).contains(&ciphertext)
@@ -512,7 +500,7 @@ async fn relay_latency(http: &reqwest::Client, sender: &DeviceIdentity, s: &Sett
 /// `send` starts. Returns the page, the time from the send's start to the page having arrived and
 /// parsed (whether or not the send's answer has, as a websocket sample ends at its frame), the
 /// send's status and the time to its answer. (The page is awaited on its own task: on this
-/// 2-core machine that measured 0.1–0.2 ms lower than awaiting it with the send on one task, as
+/// 2-core machine that measured up to 0.2 ms lower than awaiting it with the send on one task, as
 /// the websocket samples do, so a long-poll is not made to look slower than it is.)
 async fn parked_then_sent(
     poll: reqwest::RequestBuilder,

@@ -147,9 +147,9 @@ pub enum Check {
     /// writer numbers each stored message twice, in its recipient's inbox (the row, under
     /// `UNIQUE (mailbox, seq)`: the inbox's pages and acks address it) and in its sender's sent
     /// log, both from 1 and never reused, so the next numbers are kept durably (one upserted row
-    /// per identity a batch touched, all in one statement per batch); it checks the four pending limits
-    /// (count and bytes, per recipient and per sender to a recipient) against counts kept in
-    /// memory (a relay can rebuild them from the stored rows). The counters and limits are
+    /// per identity a batch touched, all in one statement per batch). It checks the four pending
+    /// limits (count and bytes, per recipient and per sender to a recipient) against counts kept
+    /// in memory (a relay can rebuild them from the stored rows); the limits are
     /// [`NUMBERED_LIMIT`], as high as relay-lite's are set in the benches.
     Numbered(fn(&[u8]) -> bool),
 }
@@ -389,31 +389,34 @@ async fn commit_numbered(
         for write in batch {
             let sender = write.sender.as_deref().unwrap_or_default();
             let bytes = write.body.len() as u64;
-            let pending = numbering.pending.entry(write.mailbox.clone()).or_default();
-            let share = numbering.share.entry((write.mailbox.clone(), sender.to_owned())).or_default();
+            let share_key = (write.mailbox.clone(), sender.to_owned());
+            let pending = numbering.pending.get(&write.mailbox).copied().unwrap_or_default();
+            let share = numbering.share.get(&share_key).copied().unwrap_or_default();
             let room = |(n, b): (u64, u64)| n < NUMBERED_LIMIT && b.saturating_add(bytes) <= NUMBERED_LIMIT;
-            if !room(*pending) || !room(*share) {
+            if !room(pending) || !room(share) {
                 outcomes.push(Stored::Full);
                 continue;
             }
-            *pending = (pending.0 + 1, pending.1 + bytes);
-            *share = (share.0 + 1, share.1 + bytes);
-            let seq = numbering.next_inbox.entry(write.mailbox.clone()).or_insert(1);
-            let sent = numbering.next_sent.entry(sender.to_owned()).or_insert(1);
+            let seq = numbering.next_inbox.get(&write.mailbox).copied().unwrap_or(1);
+            let sent = numbering.next_sent.get(sender).copied().unwrap_or(1);
             sqlx::query(
                 "INSERT INTO stored (mailbox, received_ms, body, seq, sender, sent_seq) VALUES (?, ?, ?, ?, ?, ?)",
             )
             .bind(&write.mailbox)
             .bind(now)
             .bind(write.body.as_ref())
-            .bind(*seq)
+            .bind(seq)
             .bind(sender)
-            .bind(*sent)
+            .bind(sent)
             .execute(&mut *conn)
             .await?;
-            outcomes.push(Stored::New(*seq));
-            *seq += 1;
-            *sent += 1;
+            // Only a stored write takes its numbers and counts (given back below if the batch
+            // then fails).
+            numbering.pending.insert(write.mailbox.clone(), (pending.0 + 1, pending.1 + bytes));
+            numbering.share.insert(share_key, (share.0 + 1, share.1 + bytes));
+            numbering.next_inbox.insert(write.mailbox.clone(), seq + 1);
+            numbering.next_sent.insert(sender.to_owned(), sent + 1);
+            outcomes.push(Stored::New(seq));
             for identity in [write.mailbox.as_str(), sender] {
                 if !touched.contains(&identity) {
                     touched.push(identity);
@@ -441,7 +444,7 @@ async fn commit_numbered(
     }
     .await;
     if applied.is_err() {
-        // Every write numbered so far took exactly one of each number and one pending message.
+        // Every write stored so far took exactly one of each number and one pending message.
         for (write, stored) in batch.iter().zip(outcomes.iter()) {
             if !matches!(stored, Stored::New(_)) {
                 continue;
@@ -573,6 +576,18 @@ pub struct ClientWork {
     /// The status of a stored post (`202` for letagents, Agent Mail and the baselines, `201` for a
     /// Stringcup send); anything else counts as failed.
     pub stored: StatusCode,
+}
+
+/// Work that posts `total` of `work`'s bodies once, spread over its clients (and so the mailboxes
+/// they post to): run with [`post_load`] and no window, it leaves that many waiting.
+pub fn posting_once(work: &[Arc<ClientWork>], total: usize) -> Vec<Arc<ClientWork>> {
+    let per_client = total.div_ceil(work.len());
+    work.iter()
+        .map(|w| {
+            let bodies = (0..per_client).map(|i| w.bodies[(w.first + i) % w.bodies.len()].clone()).collect();
+            Arc::new(ClientWork { bodies, first: 0, cycle: false, ..ClientWork::clone(w) })
+        })
+        .collect()
 }
 
 /// Accepted posts per second over the measured window, the failures, and how many clients ran
