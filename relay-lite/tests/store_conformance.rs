@@ -1124,3 +1124,79 @@ async fn on_postgres_two_instances_sweeping_at_once_remove_everything_once() {
     a.close().await;
     b.close().await;
 }
+
+/// letagents on two PostgreSQL instances: deposits through both into shared mailboxes, acks
+/// through one and the retention sweep through the other, all at once. Every deposit is stored
+/// under a seq of its own, and afterwards each mailbox's `waiting` counter (kept by the triggers
+/// of `migrations-pg/0006`, which the sweep's and the acks' deletes fire too) equals the
+/// envelopes really waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_waiting_counters_stay_exact_under_two_instances_depositing_acking_and_sweeping() {
+    let Some(cluster) = pg_common::cluster() else { return };
+    let url = cluster.fresh_database().await;
+    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let mailboxes = ["m0", "m1", "m2", "m3"];
+    for m in mailboxes {
+        assert_eq!(a.login(m, "drop", 1, 1).await.unwrap(), LoginOutcome::Created);
+    }
+    let body = || Bytes::from_static(b"LA1 envelope");
+    // Old envelopes for the sweep: received at 100, expired before 1,000.
+    for i in 0..40 {
+        let stored = a.deposit(mailboxes[i % 4], "drop", body(), 1 << 20, 100).await.unwrap();
+        assert!(matches!(stored, DepositOutcome::Stored { .. }), "{stored:?}");
+    }
+    let deposits = |s: Arc<Store>, first: usize| {
+        tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for i in first..first + 60 {
+                let m = ["m0", "m1", "m2", "m3"][i % 4];
+                match s.deposit(m, "drop", Bytes::from_static(b"LA1 envelope"), 1 << 20, 5000).await.unwrap() {
+                    DepositOutcome::Stored { seq } => seqs.push((m, seq)),
+                    other => panic!("deposit refused: {other:?}"),
+                }
+            }
+            seqs
+        })
+    };
+    let (da, db) = (deposits(a.clone(), 0), deposits(b.clone(), 1));
+    let sweeper = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let mut expired = 0;
+            for _ in 0..5 {
+                expired += b.sweep(5000, 1000, 0).await.unwrap().expired;
+            }
+            expired
+        })
+    };
+    // Acks through A, while the deposits run, of every m0 seq the new deposits take (11 to 40;
+    // the old ones have 1 to 10): whatever each pass deletes is counted down.
+    let acker = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let mut acked = 0;
+            for _ in 0..20 {
+                acked += a.ack("m0", (11..=40).collect(), 5000).await.unwrap().len();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            acked
+        })
+    };
+    let (sa, sb, expired, acked) = (da.await.unwrap(), db.await.unwrap(), sweeper.await.unwrap(), acker.await.unwrap());
+    assert_eq!(expired, 40, "the sweep removed every old envelope once");
+    let mut all: Vec<(&str, i64)> = sa.into_iter().chain(sb).collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 120, "two deposits got one seq");
+    let mut waiting_total = 0;
+    for m in mailboxes {
+        let really = a.waiting(m, 0, 10_000).await.unwrap().len() as i64;
+        assert_eq!(a.waiting_count(m).await.unwrap(), really, "{m}'s counter drifted");
+        assert_eq!(b.waiting_count(m).await.unwrap(), really);
+        waiting_total += really;
+    }
+    assert_eq!(waiting_total, 120 - i64::try_from(acked).unwrap());
+    a.close().await;
+    b.close().await;
+}
