@@ -36,7 +36,7 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use futures_util::StreamExt as _;
 use relay_lite::{Config, RunningRelay};
-use support::{ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, posting_once};
+use support::{ClientWork, Load, Pairs, env_or, http_client, leave_waiting, median, percentile_ms, post_load};
 use switchboard_core::identity::DeviceIdentity;
 use switchboard_core::protocol::letagents::wire::RelayToClient;
 use switchboard_core::protocol::letagents::{Inner, Kind, MIN_ENVELOPE, seal};
@@ -130,17 +130,6 @@ fn client_work(bases: &[String], targets: &[Target], s: &Settings) -> Vec<Arc<Cl
         .collect()
 }
 
-/// Posts `prefill` of `work`'s bodies once, spread over its clients (and so the mailboxes), and
-/// waits until every one is stored: they are left waiting.
-async fn prefill(work: &[Arc<ClientWork>], prefill: usize) {
-    if prefill == 0 {
-        return;
-    }
-    let filled = post_load("", &posting_once(work, prefill), Duration::ZERO, Duration::from_secs(600)).await;
-    assert_eq!(filled.failed, 0, "prefill sends failed");
-    assert_eq!(filled.exhausted, work.len(), "the prefill did not finish");
-}
-
 /// `n` relay-lite instances on the database at `url`, the send limits out of the way. They start
 /// one after another: the first runs the migrations.
 async fn instances(url: &str, n: usize, dirs: &mut Vec<tempfile::TempDir>) -> Vec<RunningRelay> {
@@ -178,7 +167,7 @@ async fn relay_throughput(
     }
     let bases: Vec<String> = relays.iter().map(RunningRelay::url).collect();
     let work = client_work(&bases, targets, s);
-    prefill(&work, waiting).await;
+    leave_waiting("", &work, waiting).await;
     let load = post_load("", &work, s.warmup, s.measure).await;
     for relay in relays {
         relay.shutdown().await.unwrap();
@@ -201,7 +190,7 @@ async fn baseline_throughput(
     }
     let bases: Vec<String> = servers.iter().map(|(addr, _, _)| format!("http://{addr}")).collect();
     let work = client_work(&bases, targets, s);
-    prefill(&work, waiting).await;
+    leave_waiting("", &work, waiting).await;
     let load = post_load("", &work, s.warmup, s.measure).await;
     for (_, task, writer) in servers {
         task.abort();

@@ -53,7 +53,7 @@ use axum::routing::post;
 use futures_util::StreamExt as _;
 use relay_lite::{Config, RunningRelay};
 use support::{
-    Check, ClientWork, Load, Pairs, env_or, http_client, median, percentile_ms, post_load, posting_once, serve,
+    Check, ClientWork, Load, Pairs, env_or, http_client, leave_waiting, median, percentile_ms, post_load, serve,
     start_group_commit_baseline, start_group_commit_baseline_checked, start_insert_baseline,
 };
 use switchboard_core::identity::DeviceIdentity;
@@ -199,9 +199,7 @@ async fn group_throughput(targets: &[Target], s: &Settings) -> Load {
 /// the prefill ramps up) and `s.flat` (counted, second by second). More envelopes keep
 /// arriving during both, so at least `s.prefill` wait throughout the counted window.
 async fn prefilled_load(base: &str, work: &[Arc<ClientWork>], s: &Settings) -> Load {
-    let filled = post_load(base, &posting_once(work, s.prefill), Duration::ZERO, Duration::from_secs(600)).await;
-    assert_eq!(filled.failed, 0, "prefill sends failed");
-    assert_eq!(filled.exhausted, work.len(), "the prefill did not finish");
+    leave_waiting(base, work, s.prefill).await;
     post_load(base, work, s.flat_warmup, s.flat).await
 }
 

@@ -361,13 +361,19 @@ async fn on_postgres_a_commit_through_one_instance_wakes_a_watcher_of_another() 
     c.close().await;
 }
 
+/// Two stores on one fresh PostgreSQL database (two relay-lite instances, in this process), or
+/// `None` when there is no PostgreSQL here (see `pg_common`).
+async fn two_pg_instances() -> Option<(Arc<Store>, Arc<Store>)> {
+    let url = pg_common::cluster()?.fresh_database().await;
+    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    Some((a, b))
+}
+
 /// Two instances post a commit at one epoch at once: one wins, the other sees the new epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_commits_at_one_epoch_through_two_instances_exactly_one_wins() {
-    let Some(cluster) = pg_common::cluster() else { return };
-    let url = cluster.fresh_database().await;
-    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
-    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let Some((a, b)) = two_pg_instances().await else { return };
     for round in 0..20u64 {
         let gid = format!("{round:032x}");
         let post = |s: Arc<Store>, gid: String| {
@@ -1039,10 +1045,7 @@ async fn agent_mail_sweep_reclaims_expired_packets_and_tombstones_then_the_mailb
 /// answers name the same `sent_seq`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_one_idempotency_key_through_two_instances_stores_one_message() {
-    let Some(cluster) = pg_common::cluster() else { return };
-    let url = cluster.fresh_database().await;
-    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
-    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let Some((a, b)) = two_pg_instances().await else { return };
     sc_identities(&a, &["sc-a", "sc-b"]).await;
     for round in 0..20 {
         let key = format!("key-{round}");
@@ -1072,10 +1075,7 @@ async fn on_postgres_one_idempotency_key_through_two_instances_stores_one_messag
 /// answers name the one acceptance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_one_packet_through_two_instances_is_stored_once() {
-    let Some(cluster) = pg_common::cluster() else { return };
-    let url = cluster.fresh_database().await;
-    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
-    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let Some((a, b)) = two_pg_instances().await else { return };
     let card = am_published(&a).await;
     for n in 1..=10u64 {
         let packet = am::packet(&card, &am::sender(), n, "once", DAY_MS / 2);
@@ -1097,10 +1097,7 @@ async fn on_postgres_one_packet_through_two_instances_is_stored_once() {
 /// nothing left), and the quota counters are lowered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_two_instances_sweeping_at_once_remove_everything_once() {
-    let Some(cluster) = pg_common::cluster() else { return };
-    let url = cluster.fresh_database().await;
-    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
-    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let Some((a, b)) = two_pg_instances().await else { return };
     let ids: Vec<String> = (0..10).map(|i| format!("sc-old-{i}")).collect();
     sc_identities(&a, &ids.iter().map(String::as_str).collect::<Vec<_>>()).await;
     let card = am_published(&a).await;
@@ -1132,10 +1129,7 @@ async fn on_postgres_two_instances_sweeping_at_once_remove_everything_once() {
 /// envelopes really waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_the_waiting_counters_stay_exact_under_two_instances_depositing_acking_and_sweeping() {
-    let Some(cluster) = pg_common::cluster() else { return };
-    let url = cluster.fresh_database().await;
-    let a = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
-    let b = Arc::new(Store::open_postgres(&url, Arc::new(Hub::default())).await.unwrap());
+    let Some((a, b)) = two_pg_instances().await else { return };
     let mailboxes = ["m0", "m1", "m2", "m3"];
     for m in mailboxes {
         assert_eq!(a.login(m, "drop", 1, 1).await.unwrap(), LoginOutcome::Created);
@@ -1150,8 +1144,8 @@ async fn on_postgres_the_waiting_counters_stay_exact_under_two_instances_deposit
         tokio::spawn(async move {
             let mut seqs = Vec::new();
             for i in first..first + 60 {
-                let m = ["m0", "m1", "m2", "m3"][i % 4];
-                match s.deposit(m, "drop", Bytes::from_static(b"LA1 envelope"), 1 << 20, 5000).await.unwrap() {
+                let m = mailboxes[i % 4];
+                match s.deposit(m, "drop", body(), 1 << 20, 5000).await.unwrap() {
                     DepositOutcome::Stored { seq } => seqs.push((m, seq)),
                     other => panic!("deposit refused: {other:?}"),
                 }

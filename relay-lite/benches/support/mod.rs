@@ -578,16 +578,24 @@ pub struct ClientWork {
     pub stored: StatusCode,
 }
 
-/// Work that posts `total` of `work`'s bodies once, spread over its clients (and so the mailboxes
-/// they post to): run with [`post_load`] and no window, it leaves that many waiting.
-pub fn posting_once(work: &[Arc<ClientWork>], total: usize) -> Vec<Arc<ClientWork>> {
+/// Posts `total` of `work`'s bodies once, spread over its clients (and so the mailboxes they post
+/// to), each at `base` + its client's path, and returns when every one is stored:
+/// they are left waiting. Nothing for `total` 0.
+pub async fn leave_waiting(base: &str, work: &[Arc<ClientWork>], total: usize) {
+    if total == 0 {
+        return;
+    }
     let per_client = total.div_ceil(work.len());
-    work.iter()
+    let once: Vec<Arc<ClientWork>> = work
+        .iter()
         .map(|w| {
             let bodies = (0..per_client).map(|i| w.bodies[(w.first + i) % w.bodies.len()].clone()).collect();
             Arc::new(ClientWork { bodies, first: 0, cycle: false, ..ClientWork::clone(w) })
         })
-        .collect()
+        .collect();
+    let filled = post_load(base, &once, Duration::ZERO, Duration::from_secs(600)).await;
+    assert_eq!(filled.failed, 0, "prefill sends failed");
+    assert_eq!(filled.exhausted, work.len(), "the prefill did not finish");
 }
 
 /// Accepted posts per second over the measured window, the failures, and how many clients ran
