@@ -12,11 +12,11 @@ use crate::util::now_ms;
 
 impl Runtime {
     pub(super) async fn contact(&self, name: &str) -> Result<ContactRow> {
-        if let Some(c) = self.store().contact_by_name(name).await? {
+        if let Some(c) = self.store().contact_by_name(name)? {
             return Ok(c);
         }
         // A person's name stands for the channel a message to them goes on first.
-        match self.store().person_by_name(name).await? {
+        match self.store().person_by_name(name)? {
             Some(p) => self.person_first_channel(&p).await,
             None => Err(Error::UnknownContact(name.into())),
         }

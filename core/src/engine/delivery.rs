@@ -312,7 +312,7 @@ impl Runtime {
     /// One incoming message as an agent sees it: attributed and fenced.
     async fn fenced_dto(&self, m: &crate::store::MessageRow, mode: &str) -> Result<Value> {
         let c: Option<ContactRow> = match m.contact_id {
-            Some(id) => self.store().contact_by_id(id).await?,
+            Some(id) => self.store().contact_by_id(id)?,
             None => None,
         };
         let (contact, fingerprint, verified) = match &c {
@@ -428,9 +428,9 @@ impl Runtime {
         let mut left = ancestors.min(MAX_ANCESTORS) + 1;
         while let (Some(cur), true) = (next.take(), left > 0) {
             left -= 1;
-            let m = match self.store().message("in", &cur).await? {
+            let m = match self.store().message("in", &cur)? {
                 Some(m) => Some(m),
-                None => self.store().message("out", &cur).await?,
+                None => self.store().message("out", &cur)?,
             };
             let Some(m) = m else {
                 if chain.is_empty() {

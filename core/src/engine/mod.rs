@@ -9,7 +9,6 @@
 //! - A runtime is either long-lived (`daemon`, the desktop app: websocket + outbox worker) or
 //!   one-shot (a CLI command with no daemon running: it syncs, does its work and exits).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -513,12 +512,12 @@ impl Runtime {
     }
 
     async fn message_view(&self, id: &str) -> Result<Value> {
-        let m = match self.store().message("out", id).await? {
+        let m = match self.store().message("out", id)? {
             Some(m) => m,
-            None => self.store().message("in", id).await?.ok_or_else(|| Error::UnknownMessage(id.into()))?,
+            None => self.store().message("in", id)?.ok_or_else(|| Error::UnknownMessage(id.into()))?,
         };
         let name = match m.contact_id {
-            Some(id) => self.display_names().await?.remove(&id),
+            Some(id) => self.store().display_names(&[id])?.remove(&id),
             None => None,
         };
         let mut view = [message_dto(&m, name.as_deref(), self.channel(m.protocol).sender_auth())];
@@ -528,7 +527,7 @@ impl Runtime {
     }
 
     async fn conversation(&self, name: &str, limit: Option<i64>) -> Result<Value> {
-        if let Some(p) = self.store().person_by_name(name).await? {
+        if let Some(p) = self.store().person_by_name(name)? {
             return self.person_conversation(&p, limit).await;
         }
         let c = self.contact(name).await?;
@@ -538,18 +537,6 @@ impl Runtime {
         self.inner.agent_mail.agent_mail_decorate(self, &mut views).await?;
         self.handout_decorate(&rows, &mut views).await?;
         Ok(Value::Array(views))
-    }
-
-    /// What each contact row is called in messages: its person's name if it is a channel of one.
-    async fn display_names(&self) -> Result<BTreeMap<i64, String>> {
-        let (people, contacts) = tokio::try_join!(self.store().people(), self.store().contacts(None))?;
-        let people: BTreeMap<i64, String> = people.into_iter().map(|p| (p.id, p.name)).collect();
-        let mut names = BTreeMap::new();
-        for c in contacts {
-            let name = c.person_id.and_then(|p| people.get(&p).cloned()).unwrap_or(c.name);
-            names.insert(c.id, name);
-        }
-        Ok(names)
     }
 
     async fn agent_register(&self, name: &str, harness: &str) -> Result<()> {
@@ -604,7 +591,7 @@ impl Runtime {
     ) -> Result<String> {
         // A person: the first usable channel in `CHANNEL_ORDER`; the outbox falls back from there.
         // A reply goes back on the channel its message came from, while that channel is usable.
-        let (c, kind, reply_to) = match self.store().person_by_name(name).await? {
+        let (c, kind, reply_to) = match self.store().person_by_name(name)? {
             Some(p) => self.person_route(&p, kind, reply_to).await?,
             None => (self.contact(name).await?, kind, reply_to),
         };
@@ -646,7 +633,7 @@ impl Runtime {
             self.sync().await?;
             let _ = self.flush_once(true).await;
         }
-        let rows = self.store().inbox(all, 1000).await?;
+        let rows = self.store().inbox(all, 1000)?;
         if rows.is_empty() && wait_secs > 0 {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_secs.min(3600));
             if one_shot {
@@ -664,17 +651,19 @@ impl Runtime {
                     }
                 }
             }
-            // The rows and the names at once: two pooled connections, one wait.
-            let (new, names) =
-                tokio::try_join!(async { Ok(self.store().inbox(all, 1000).await?) }, self.display_names())?;
-            return self.hand_inbox(&new, &names).await;
+            let new = self.store().inbox(all, 1000)?;
+            return self.hand_inbox(&new).await;
         }
-        let names = self.display_names().await?;
-        self.hand_inbox(&rows, &names).await
+        self.hand_inbox(&rows).await
     }
 
-    /// The inbox's answer: `rows` as views (senders by display name), marked shown.
-    async fn hand_inbox(&self, rows: &[crate::store::MessageRow], names: &BTreeMap<i64, String>) -> Result<Value> {
+    /// The inbox's answer: `rows` as views (senders by display name: a channel of a person by
+    /// the person's), marked shown.
+    async fn hand_inbox(&self, rows: &[crate::store::MessageRow]) -> Result<Value> {
+        let mut ids: Vec<i64> = rows.iter().filter_map(|m| m.contact_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let names = self.store().display_names(&ids)?;
         let mut out: Vec<Value> = rows
             .iter()
             .map(|m| {

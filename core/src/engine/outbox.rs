@@ -206,7 +206,7 @@ impl Runtime {
         let until = if force { i64::MAX } else { now_ms() };
         let mut sent = 0;
         let mut down: Vec<String> = Vec::new();
-        for row in self.store().due_outbox(until, 500).await? {
+        for row in self.store().due_outbox(until, 500)? {
             if down.contains(&row.relay_url) {
                 // The relay is down, but a nearby contact may still take it directly; if not, a
                 // deadline still passes while the relay is down.
@@ -237,7 +237,7 @@ impl Runtime {
             if let Err(e) = self.flush_once(false).await {
                 tracing::warn!("outbox: {e}");
             }
-            let next = self.store().next_outbox_time().await.ok().flatten();
+            let next = self.store().next_outbox_time().ok().flatten();
             let wait = next.map_or(60_000, |t| (t - now_ms()).clamp(10, 60_000));
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(1000))) => {}

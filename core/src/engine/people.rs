@@ -149,7 +149,7 @@ impl Runtime {
                 }
                 // A contact row of the same name clashes unless it is one of this person's own
                 // channels (a request they sent, which joins the person below).
-                let clash = match self.store().contact_by_name(&name).await? {
+                let clash = match self.store().contact_by_name(&name)? {
                     Some(c) => {
                         c.peer_id != link.letagents.address.keys.mailbox_id()
                             && link.agent_mail.as_ref().is_none_or(|(a, _)| c.peer_id != a.owner.to_string())
@@ -253,7 +253,7 @@ impl Runtime {
 
     /// A person as clients see it: the contact fields a list shows, and its channels.
     pub(super) async fn person_dto(&self, p: &PersonRow) -> Result<Value> {
-        let mut channels = self.store().person_channels(p.id).await?;
+        let mut channels = self.store().person_channels(p.id)?;
         channels.sort_by_key(|c| rank(c.protocol));
         let signed = self.signed_channels(p).await?;
         let mut dtos = Vec::new();
@@ -301,7 +301,7 @@ impl Runtime {
 
     /// The channel a message to person `p` goes on first.
     pub(super) async fn person_first_channel(&self, p: &PersonRow) -> Result<ContactRow> {
-        let mut channels = self.store().person_channels(p.id).await?;
+        let mut channels = self.store().person_channels(p.id)?;
         channels.sort_by_key(|c| rank(c.protocol));
         let blocked = !channels.is_empty() && channels.iter().all(|c| c.blocked);
         channels
@@ -321,9 +321,9 @@ impl Runtime {
     ) -> Result<(ContactRow, Kind, Option<&'a str>)> {
         let mut came_on = None;
         if let Some(id) = reply_to
-            && let Some(m) = self.store().message("in", id).await?
+            && let Some(m) = self.store().message("in", id)?
             && let Some(contact_id) = m.contact_id
-            && let Some(c) = self.store().contact_by_id(contact_id).await?
+            && let Some(c) = self.store().contact_by_id(contact_id)?
             && c.person_id == Some(p.id)
             && usable(&c)
         {
@@ -361,7 +361,7 @@ impl Runtime {
     /// The channels of `p` its identity vouches for (see [`Self::signed_by_person`]).
     async fn signed_channels(&self, p: &PersonRow) -> Result<Vec<ContactRow>> {
         let link = ContactLink::parse(&p.link).ok();
-        let channels = self.store().person_channels(p.id).await?;
+        let channels = self.store().person_channels(p.id)?;
         Ok(channels.into_iter().filter(|c| self.signed_by_person(p, link.as_ref(), c)).collect())
     }
 
@@ -387,7 +387,7 @@ impl Runtime {
     /// `contact block|unblock PERSON`: every channel, each as `contact block` does it.
     pub(super) async fn person_block(&self, p: &PersonRow, blocked: bool) -> Result<Value> {
         let mut relay = serde_json::Map::new();
-        for c in self.store().person_channels(p.id).await? {
+        for c in self.store().person_channels(p.id)? {
             let v = self.contact_block(&c.name, blocked).await?;
             relay.insert(c.protocol.as_str().to_owned(), v.get("relay_block").cloned().unwrap_or(Value::Null));
         }
@@ -400,7 +400,7 @@ impl Runtime {
 
     /// `contact block|unblock NAME` for a person or a contact.
     pub(super) async fn block_contact_or_person(&self, name: &str, blocked: bool) -> Result<Value> {
-        match self.store().person_by_name(name).await? {
+        match self.store().person_by_name(name)? {
             Some(p) => self.person_block(&p, blocked).await,
             None => self.contact_block(name, blocked).await,
         }
@@ -408,17 +408,17 @@ impl Runtime {
 
     /// `contact verify NAME` for a person or a contact.
     pub(super) async fn verify_contact_or_person(&self, name: &str) -> Result<Value> {
-        match self.store().person_by_name(name).await? {
+        match self.store().person_by_name(name)? {
             Some(p) => self.person_verify(&p).await,
             None => self.contact_verify(name).await,
         }
     }
 
     async fn entry(&self, name: &str) -> Result<Entry> {
-        if let Some(p) = self.store().person_by_name(name).await? {
+        if let Some(p) = self.store().person_by_name(name)? {
             return Ok(Entry::Person(p));
         }
-        let c = self.store().contact_by_name(name).await?.ok_or_else(|| Error::UnknownContact(name.into()))?;
+        let c = self.store().contact_by_name(name)?.ok_or_else(|| Error::UnknownContact(name.into()))?;
         match c.person_id {
             Some(id) => {
                 Ok(Entry::Person(self.store().person_by_id(id).await?.ok_or_else(|| Error::Bug("person gone".into()))?))
@@ -433,7 +433,7 @@ impl Runtime {
             Entry::Person(p) => {
                 let signed = self.signed_channels(p).await?;
                 let verified = !signed.is_empty() && signed.iter().all(|c| c.verified);
-                (p.safety_number.clone(), verified, self.store().person_channels(p.id).await?)
+                (p.safety_number.clone(), verified, self.store().person_channels(p.id)?)
             }
             Entry::Contact(c) => {
                 (self.channel(c.protocol).safety_numbers(c).0.unwrap_or_default(), c.verified, vec![(**c).clone()])
@@ -527,13 +527,12 @@ impl Runtime {
     pub(super) async fn contact_split(&self, name: &str, protocol: &str) -> Result<Value> {
         let p = self
             .store()
-            .person_by_name(name)
-            .await?
+            .person_by_name(name)?
             .ok_or_else(|| Error::Invalid(format!("`{name}` is not a person with several channels")))?;
         let protocol = Protocol::parse(&protocol.trim().replace('_', "-")).ok_or_else(|| {
             Error::Invalid(format!("`{protocol}` is not a protocol (letagents, agent-mail, stringcup)"))
         })?;
-        let channels = self.store().person_channels(p.id).await?;
+        let channels = self.store().person_channels(p.id)?;
         let c = channels
             .iter()
             .find(|c| c.protocol == protocol)
@@ -544,7 +543,7 @@ impl Runtime {
         let mut tx = self.store().write_tx().await?;
         store::clear_contact_person(&mut tx, c.id).await?;
         tx.commit().await?;
-        let split = self.store().contact_by_id(c.id).await?.ok_or_else(|| Error::Bug("split contact".into()))?;
+        let split = self.store().contact_by_id(c.id)?.ok_or_else(|| Error::Bug("split contact".into()))?;
         Ok(json!({"person": self.person_dto(&p).await?, "contact": self.contact_dto(&split)}))
     }
 
@@ -557,7 +556,7 @@ impl Runtime {
             let mut dto = super::message_dto(m, Some(&p.name), auth);
             // A message another channel carried names the channel it was first queued on.
             if !m.fallback_of.is_empty()
-                && let Some(first) = self.store().message("out", &m.fallback_of).await?
+                && let Some(first) = self.store().message("out", &m.fallback_of)?
                 && let Some(o) = dto.as_object_mut()
             {
                 o.insert("moved_from".into(), json!(first.protocol));
@@ -574,14 +573,14 @@ impl Runtime {
         let Some(kind) = Kind::parse(&row.kind).filter(|k| matches!(k, Kind::Send | Kind::Ask | Kind::Reply)) else {
             return Ok(false);
         };
-        let Some(m) = self.store().message("out", &row.message_id).await? else { return Ok(false) };
+        let Some(m) = self.store().message("out", &row.message_id)? else { return Ok(false) };
         let Some(contact_id) = m.contact_id else { return Ok(false) };
-        let Some(c) = self.store().contact_by_id(contact_id).await? else { return Ok(false) };
+        let Some(c) = self.store().contact_by_id(contact_id)? else { return Ok(false) };
         let Some(person_id) = c.person_id else { return Ok(false) };
         if self.store().fell_back_from(&m.id).await? {
             return Ok(false);
         }
-        let mut channels = self.store().person_channels(person_id).await?;
+        let mut channels = self.store().person_channels(person_id)?;
         channels.sort_by_key(|c| rank(c.protocol));
         // A reply's id belongs to the protocol it came from; on another channel it is sent as a
         // message of its own.

@@ -239,13 +239,14 @@ impl Store {
     }
 
     /// A contact by local name.
-    pub async fn contact_by_name(&self, name: &str) -> Result<Option<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE name = ?").bind(name).fetch_optional(&self.pool).await?)
+    /// On the caller's thread (`store::direct`).
+    pub fn contact_by_name(&self, name: &str) -> Result<Option<ContactRow>> {
+        self.direct.row("SELECT * FROM contacts WHERE name = ?", [name], ContactRow::from_direct)
     }
 
-    /// A contact by row id.
-    pub async fn contact_by_id(&self, id: i64) -> Result<Option<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE id = ?").bind(id).fetch_optional(&self.pool).await?)
+    /// A contact by row id. On the caller's thread.
+    pub fn contact_by_id(&self, id: i64) -> Result<Option<ContactRow>> {
+        self.direct.row("SELECT * FROM contacts WHERE id = ?", [id], ContactRow::from_direct)
     }
 
     /// A contact's local name by row id.

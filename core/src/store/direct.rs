@@ -33,10 +33,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags, Params, Row, ToSql, params_from_iter};
 
-use super::{Arg, Result, Stmt, StoreError};
+use super::{Arg, ContactRow, ContactState, MessageRow, OutboxRow, PersonRow, Protocol, Result, Stmt, StoreError};
 
 /// Idle connections kept; more are opened while more callers read at once, and closed after.
 const IDLE: usize = 4;
@@ -192,6 +192,111 @@ impl ToSql for Arg {
     }
 }
 
+impl FromSql for Protocol {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let s = value.as_str()?;
+        Protocol::parse(s).ok_or_else(|| FromSqlError::Other(format!("unknown protocol `{s}`").into()))
+    }
+}
+
+impl FromSql for ContactState {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        match value.as_str()? {
+            "active" => Ok(ContactState::Active),
+            "pending" => Ok(ContactState::Pending),
+            s => Err(FromSqlError::Other(format!("unknown contact state `{s}`").into())),
+        }
+    }
+}
+
+// The rows read here, by column name as sqlx's `FromRow` reads them (`tests::rows_read_here_equal_the_pools`
+// compares the two on every column).
+
+impl ContactRow {
+    pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: r.get("id")?,
+            name: r.get("name")?,
+            protocol: r.get("protocol")?,
+            peer_id: r.get("peer_id")?,
+            address: r.get("address")?,
+            sig_pub: r.get("sig_pub")?,
+            box_pub: r.get("box_pub")?,
+            drop_code: r.get("drop_code")?,
+            relay_url: r.get("relay_url")?,
+            state: r.get("state")?,
+            allow_kinds: r.get("allow_kinds")?,
+            verified: r.get("verified")?,
+            changed_box_pub: r.get("changed_box_pub")?,
+            key_changed_at: r.get("key_changed_at")?,
+            roster: r.get("roster")?,
+            request_body: r.get("request_body")?,
+            created_at: r.get("created_at")?,
+            blocked: r.get("blocked")?,
+            blocked_at: r.get("blocked_at")?,
+            blocked_dropped: r.get("blocked_dropped")?,
+            person_id: r.get("person_id")?,
+        })
+    }
+}
+
+impl MessageRow {
+    pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            rowid_: r.get("rowid_")?,
+            id: r.get("id")?,
+            direction: r.get("direction")?,
+            protocol: r.get("protocol")?,
+            contact_id: r.get("contact_id")?,
+            peer: r.get("peer")?,
+            kind: r.get("kind")?,
+            body: r.get("body")?,
+            reply_to: r.get("reply_to")?,
+            from_agent: r.get("from_agent")?,
+            to_agent: r.get("to_agent")?,
+            ts: r.get("ts")?,
+            state: r.get("state")?,
+            detail: r.get("detail")?,
+            path: r.get("path")?,
+            fallback_of: r.get("fallback_of")?,
+            shown: r.get("shown")?,
+            created_at: r.get("created_at")?,
+        })
+    }
+}
+
+impl PersonRow {
+    pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: r.get("id")?,
+            name: r.get("name")?,
+            identity_key: r.get("identity_key")?,
+            safety_number: r.get("safety_number")?,
+            link: r.get("link")?,
+            created_at: r.get("created_at")?,
+        })
+    }
+}
+
+impl OutboxRow {
+    pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: r.get("id")?,
+            message_id: r.get("message_id")?,
+            protocol: r.get("protocol")?,
+            kind: r.get("kind")?,
+            relay_url: r.get("relay_url")?,
+            target: r.get("target")?,
+            drop_code: r.get("drop_code")?,
+            payload: r.get("payload")?,
+            attempts: r.get("attempts")?,
+            next_attempt_at: r.get("next_attempt_at")?,
+            last_error: r.get("last_error")?,
+            created_at: r.get("created_at")?,
+        })
+    }
+}
+
 /// A writer's connection to the database at `path`: `synchronous=FULL` when `durable`, else
 /// `NORMAL` (replayable transactions only), foreign keys on as on sqlx's, no busy wait (a busy
 /// lock is the caller's cue to go through sqlx) and no automatic checkpoint. WAL and the rest
@@ -263,6 +368,96 @@ mod tests {
         let err = store.direct.with(|c| c.execute("INSERT INTO meta (key, value) VALUES ('x', 'y')", [])).unwrap_err();
         assert!(err.to_string().contains("readonly") || err.to_string().contains("read-only"), "{err}");
         assert_eq!(store.meta("x").await.unwrap(), None);
+    }
+
+    /// The rows read here are the rows sqlx's `FromRow` reads, column for column: every optional
+    /// column set and unset, every text column holding its own value.
+    #[tokio::test]
+    async fn rows_read_here_equal_the_pools() {
+        use crate::store::{NewContact, NewMessage, insert_contact, insert_message, insert_person};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+        let mut conn = store.pool.acquire().await.unwrap();
+        let person = insert_person(&mut conn, "carol", &[7; 32], "1234 5678", "link", 11).await.unwrap();
+        for (name, drop, protocol) in
+            [("bare", None, Protocol::Stringcup), ("full", Some(&[9u8; 16][..]), Protocol::AgentMail)]
+        {
+            let c = NewContact {
+                name,
+                protocol,
+                peer_id: &format!("{name}-peer"),
+                address: &format!("{name}-address"),
+                sig_pub: &[1; 32],
+                box_pub: &[2; 32],
+                drop_code: drop,
+                relay_url: drop.map(|_| "https://relay.example"),
+                state: if drop.is_some() { ContactState::Active } else { ContactState::Pending },
+                allow_kinds: "send,reply",
+                request_body: "hello",
+                now: 12,
+            };
+            let id = insert_contact(&mut conn, &c).await.unwrap();
+            if drop.is_some() {
+                sqlx::query(
+                    "UPDATE contacts SET verified = 1, changed_box_pub = x'0303', key_changed_at = 13, roster = 'r', \
+                     blocked = 1, blocked_at = 14, blocked_dropped = 15, person_id = ? WHERE id = ?",
+                )
+                .bind(person)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            }
+            let m = NewMessage {
+                id: &format!("{name}-message"),
+                direction: "in",
+                protocol,
+                contact_id: drop.map(|_| id),
+                peer: "peer",
+                kind: "send",
+                body: "body",
+                reply_to: drop.map(|_| "r"),
+                from_agent: drop.map(|_| "f"),
+                to_agent: drop.map(|_| "t"),
+                ts: 16,
+                state: "received",
+                hidden: false,
+                now: 17,
+            };
+            insert_message(&mut conn, &m).await.unwrap();
+        }
+        sqlx::query(
+            "UPDATE messages SET detail = 'd', path = 'relay', fallback_of = 'o', shown = 1 WHERE id = 'full-message'",
+        )
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO outbox (message_id, protocol, kind, relay_url, target, drop_code, payload, attempts, \
+             next_attempt_at, last_error, created_at) VALUES ('m', 'letagents', 'send', 'u', 't', x'01', x'02', 3, 4, 'e', 5)",
+        )
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let same = |pool: String, here: String| assert_eq!(pool, here);
+        for id in 1..=2 {
+            let pool: ContactRow =
+                sqlx::query_as("SELECT * FROM contacts WHERE id = ?").bind(id).fetch_one(&mut *conn).await.unwrap();
+            same(format!("{pool:?}"), format!("{:?}", store.contact_by_id(id).unwrap().unwrap()));
+        }
+        let pool: Vec<MessageRow> = sqlx::query_as("SELECT * FROM messages WHERE direction = 'in' ORDER BY rowid_")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(pool.len(), 2);
+        same(format!("{pool:?}"), format!("{:?}", store.inbox(true, 10).unwrap()));
+        let pool: Vec<OutboxRow> = sqlx::query_as("SELECT * FROM outbox").fetch_all(&mut *conn).await.unwrap();
+        same(format!("{pool:?}"), format!("{:?}", store.due_outbox(4, 10).unwrap()));
+        let pool: PersonRow = sqlx::query_as("SELECT * FROM people").fetch_one(&mut *conn).await.unwrap();
+        same(format!("{pool:?}"), format!("{:?}", store.person_by_name("carol").unwrap().unwrap()));
+        // The names messages show: a person's channel by the person's name, another by its own.
+        let names = store.display_names(&[1, 2, 99]).unwrap();
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), [(1, "bare".to_owned()), (2, "carol".to_owned())]);
     }
 
     /// A failing read is an error, and the connection stays usable for the next.

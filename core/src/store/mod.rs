@@ -656,16 +656,34 @@ impl Store {
             .await?)
     }
 
-    /// Unshown incoming messages (or all with `all`), oldest first.
-    pub async fn inbox(&self, all: bool, limit: i64) -> Result<Vec<MessageRow>> {
-        Ok(sqlx::query_as(
+    /// Unshown incoming messages (or all with `all`), oldest first. On the caller's thread
+    /// (`store::direct`).
+    pub fn inbox(&self, all: bool, limit: i64) -> Result<Vec<MessageRow>> {
+        self.direct.rows(
             "SELECT * FROM (SELECT * FROM messages WHERE direction = 'in' AND shown IN (0, ?1) \
              ORDER BY rowid_ DESC LIMIT ?2) ORDER BY rowid_",
+            (i64::from(all), limit),
+            MessageRow::from_direct,
         )
-        .bind(if all { 1 } else { 0 })
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?)
+    }
+
+    /// The name each of the contacts `ids` is shown by: its person's, if it is a channel of one,
+    /// else its own. Ids that name no contact are left out. On the caller's thread.
+    pub fn display_names(&self, ids: &[i64]) -> Result<std::collections::BTreeMap<i64, String>> {
+        if ids.is_empty() {
+            return Ok(std::collections::BTreeMap::new());
+        }
+        let ids = format!("[{}]", ids.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
+        Ok(self
+            .direct
+            .rows(
+                "SELECT c.id, COALESCE(p.name, c.name) FROM contacts c LEFT JOIN people p ON p.id = c.person_id \
+                 WHERE c.id IN (SELECT value FROM json_each(?))",
+                [ids],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .into_iter()
+            .collect())
     }
 
     /// Marks the messages `rowids` shown (handed to an inbox reader). Replayable: a mark lost to
@@ -681,9 +699,9 @@ impl Store {
         tx.commit().await
     }
 
-    /// A message by id and direction.
-    pub async fn message(&self, direction: &str, id: &str) -> Result<Option<MessageRow>> {
-        Ok(sqlx::query_as(MESSAGE_BY_ID).bind(direction).bind(id).fetch_optional(&self.pool).await?)
+    /// A message by id and direction. On the caller's thread.
+    pub fn message(&self, direction: &str, id: &str) -> Result<Option<MessageRow>> {
+        self.direct.row(MESSAGE_BY_ID, (direction, id), MessageRow::from_direct)
     }
 
     /// The newest `limit` messages with contact `contact_id` (no receipts or rosters), oldest
@@ -693,17 +711,18 @@ impl Store {
     }
 
     /// Outbox rows due at `now`.
-    pub async fn due_outbox(&self, now: i64, limit: i64) -> Result<Vec<OutboxRow>> {
-        Ok(sqlx::query_as("SELECT * FROM outbox WHERE next_attempt_at <= ? ORDER BY id LIMIT ?")
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?)
+    /// On the caller's thread.
+    pub fn due_outbox(&self, now: i64, limit: i64) -> Result<Vec<OutboxRow>> {
+        self.direct.rows(
+            "SELECT * FROM outbox WHERE next_attempt_at <= ? ORDER BY id LIMIT ?",
+            (now, limit),
+            OutboxRow::from_direct,
+        )
     }
 
-    /// The earliest next attempt, if anything is queued.
-    pub async fn next_outbox_time(&self) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM outbox").fetch_one(&self.pool).await?)
+    /// The earliest next attempt, if anything is queued. On the caller's thread.
+    pub fn next_outbox_time(&self) -> Result<Option<i64>> {
+        Ok(self.direct.row("SELECT MIN(next_attempt_at) FROM outbox", [], |r| r.get(0))?.flatten())
     }
 
     /// The outbox entry of `message_id` on `protocol`, if it is still queued.
@@ -1079,15 +1098,15 @@ mod replayable_tests {
             .await
             .unwrap();
         }
-        let rows = store.inbox(false, 1000).await.unwrap();
+        let rows = store.inbox(false, 1000).unwrap();
         assert_eq!(rows.len(), 5);
         store.mark_shown(&[]).await.unwrap();
         let before = store.direct_commits();
         store.mark_shown(&[rows[0].rowid_, rows[2].rowid_, rows[3].rowid_]).await.unwrap();
         assert_eq!(store.direct_commits(), before + 1, "one commit, on the caller's thread");
-        let left: Vec<String> = store.inbox(false, 1000).await.unwrap().into_iter().map(|m| m.id).collect();
+        let left: Vec<String> = store.inbox(false, 1000).unwrap().into_iter().map(|m| m.id).collect();
         assert_eq!(left, ["m1", "m4"]);
-        assert_eq!(store.inbox(true, 1000).await.unwrap().len(), 5, "all of them with `all`");
+        assert_eq!(store.inbox(true, 1000).unwrap().len(), 5, "all of them with `all`");
     }
 
     #[tokio::test]

@@ -135,8 +135,9 @@ impl Store {
     }
 
     /// A person by local name.
-    pub async fn person_by_name(&self, name: &str) -> Result<Option<PersonRow>> {
-        Ok(sqlx::query_as("SELECT * FROM people WHERE name = ?").bind(name).fetch_optional(&self.pool).await?)
+    /// On the caller's thread (`store::direct`).
+    pub fn person_by_name(&self, name: &str) -> Result<Option<PersonRow>> {
+        self.direct.row("SELECT * FROM people WHERE name = ?", [name], PersonRow::from_direct)
     }
 
     /// A person by row id.
@@ -145,11 +146,9 @@ impl Store {
     }
 
     /// The contact rows (channels) of person `id`.
-    pub async fn person_channels(&self, id: i64) -> Result<Vec<ContactRow>> {
-        Ok(sqlx::query_as("SELECT * FROM contacts WHERE person_id = ? ORDER BY id")
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await?)
+    /// On the caller's thread.
+    pub fn person_channels(&self, id: i64) -> Result<Vec<ContactRow>> {
+        self.direct.rows("SELECT * FROM contacts WHERE person_id = ? ORDER BY id", [id], ContactRow::from_direct)
     }
 
     /// Whether the newest message we sent on contact `id` failed there (moved to another

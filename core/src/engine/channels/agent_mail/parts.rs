@@ -53,8 +53,8 @@ pub(in crate::engine) async fn send_request(
 /// The Agent Mail contact `name` stands for: the contact itself, or a person's Agent Mail
 /// channel. Files go only over Agent Mail; plain text keeps the old answer for other contacts.
 pub(in crate::engine) async fn mail_contact(rt: &Runtime, name: &str, with_files: bool) -> Result<ContactRow> {
-    let c = match rt.store().person_by_name(name).await? {
-        Some(p) => rt.store().person_channels(p.id).await?.into_iter().find(|c| c.protocol == AM),
+    let c = match rt.store().person_by_name(name)? {
+        Some(p) => rt.store().person_channels(p.id)?.into_iter().find(|c| c.protocol == AM),
         None => Some(rt.contact(name).await?),
     };
     match c {
@@ -158,7 +158,7 @@ pub fn listing(attachments: &[AttachmentMeta]) -> Value {
 /// The Agent Mail message `id` (ours or a peer's).
 async fn message_row(rt: &Runtime, id: &str) -> Result<MessageRow> {
     for direction in ["in", "out"] {
-        if let Some(m) = rt.store().message(direction, id).await?
+        if let Some(m) = rt.store().message(direction, id)?
             && m.protocol == AM
         {
             return Ok(m);
@@ -206,7 +206,7 @@ pub async fn save(rt: &Runtime, id: &str, part: i64, to: &str) -> Result<Value> 
 pub async fn read_for_agent(rt: &Runtime, id: &str, part: i64) -> Result<Value> {
     let (m, meta, data) = attachment(rt, id, part).await?;
     let c = match m.contact_id {
-        Some(cid) => rt.store().contact_by_id(cid).await?,
+        Some(cid) => rt.store().contact_by_id(cid)?,
         None => None,
     };
     let (contact, fingerprint, verified) = match &c {

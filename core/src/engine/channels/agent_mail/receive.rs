@@ -330,7 +330,7 @@ pub(super) async fn decorate(rt: &Runtime, views: &mut [Value]) -> Result<()> {
         };
         // The peer is the sender of what we received and the recipient of what we sent.
         let found = rt.store().am_subject_thread(&dir, &peer, &id).await?;
-        let rowid = match rt.store().message(&dir, &id).await? {
+        let rowid = match rt.store().message(&dir, &id)? {
             Some(m) if m.protocol == AM && m.peer == peer => Some(m.rowid_),
             _ => None,
         };

@@ -540,7 +540,7 @@ impl Stringcup {
             None => crate::engine::DEFAULT_ALLOW.to_owned(),
         };
         if let Some(n) = name
-            && rt.store().contact_by_name(n).await?.is_some_and(|c| c.peer_id != id)
+            && rt.store().contact_by_name(n)?.is_some_and(|c| c.peer_id != id)
         {
             return Err(Error::ContactExists(format!("a contact named `{n}` already exists")));
         }

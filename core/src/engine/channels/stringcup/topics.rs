@@ -90,7 +90,7 @@ impl Stringcup {
     /// The Stringcup id of contact `name`, who must live on our own relay (a topic's members are
     /// identities of the relay it lives on).
     async fn member_id(&self, rt: &Runtime, name: &str) -> Result<String> {
-        let c = rt.store().contact_by_name(name).await?.ok_or_else(|| Error::UnknownContact(name.to_owned()))?;
+        let c = rt.store().contact_by_name(name)?.ok_or_else(|| Error::UnknownContact(name.to_owned()))?;
         if c.protocol != Protocol::Stringcup {
             return Err(Error::Invalid(format!("`{name}` is not a Stringcup contact")));
         }
