@@ -19,8 +19,13 @@ pub struct Receiver {
     pub dir: tempfile::TempDir,
 }
 
-/// A new profile `bob` with `alice` added as a contact (no hello sent).
+/// A new profile `bob` with `alice` (a new identity) added as a contact (no hello sent).
 pub fn bob_with_contact_alice(rt: &tokio::runtime::Runtime) -> Receiver {
+    bob_with_contact(rt, DeviceIdentity::generate(&mut OsRng))
+}
+
+/// A new profile `bob` with `alice` added as a contact (no hello sent).
+pub fn bob_with_contact(rt: &tokio::runtime::Runtime, alice: DeviceIdentity) -> Receiver {
     let dir = tempfile::tempdir().unwrap();
     let profile = Profile { dir: dir.path().join("bob") };
     let lock = profile.try_lock().unwrap().unwrap();
@@ -36,7 +41,6 @@ pub fn bob_with_contact_alice(rt: &tokio::runtime::Runtime) -> Receiver {
             },
         ))
         .unwrap();
-    let alice = DeviceIdentity::generate(&mut OsRng);
     rt.block_on(bob.handle(
         Request::ContactAdd {
             address: alice.address().to_string(),

@@ -296,16 +296,7 @@ impl BatchTx {
         let Some((rows, checkpoint)) = tried else { return Ok(None) };
         self.done = true;
         if checkpoint {
-            // Its connection does not checkpoint (that would be on this thread): a pooled one
-            // does, without waiting for readers. Not the transaction's failure if it cannot.
-            let checkpoint: Result<()> = async {
-                sqlx::raw_sql("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut **self.pooled().await?).await?;
-                Ok(())
-            }
-            .await;
-            if let Err(e) = checkpoint {
-                tracing::debug!(error = %e, "checkpoint after writes on the caller's thread");
-            }
+            self::checkpoint(&mut **self.pooled().await?).await;
         }
         Ok(Some(rows))
     }
@@ -344,6 +335,15 @@ impl BatchTx {
             }
         }
         Ok((sql, args))
+    }
+}
+
+/// The checkpoint due after [`CHECKPOINT_EVERY`](super::direct) commits on the caller's thread,
+/// whose connections do not checkpoint (that would be on that thread): `conn` (a pooled one)
+/// does, without waiting for readers. Not the transaction's failure if it cannot.
+pub(super) async fn checkpoint<'c>(conn: impl sqlx::SqliteExecutor<'c>) {
+    if let Err(e) = sqlx::raw_sql("PRAGMA wal_checkpoint(PASSIVE)").execute(conn).await {
+        tracing::debug!(error = %e, "checkpoint after writes on the caller's thread");
     }
 }
 

@@ -6,7 +6,7 @@
 
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
-use super::{ContactRow, ContactState, NewContact, Protocol, Result, Store};
+use super::{ContactRow, ContactState, Here, NewContact, Protocol, Result, Store};
 
 /// Columns to change on one contact; `None` leaves a column as it is.
 #[derive(Debug, Clone, Copy, Default)]
@@ -146,11 +146,23 @@ pub async fn contact_by_peer(
     protocol: Protocol,
     peer_id: &str,
 ) -> Result<Option<ContactRow>> {
-    Ok(sqlx::query_as("SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?")
-        .bind(protocol)
-        .bind(peer_id)
-        .fetch_optional(conn)
-        .await?)
+    Ok(sqlx::query_as(CONTACT_BY_PEER).bind(protocol).bind(peer_id).fetch_optional(conn).await?)
+}
+
+const CONTACT_BY_PEER: &str = "SELECT * FROM contacts WHERE protocol = ? AND peer_id = ?";
+
+const RULES_FOR: &str = "SELECT from_glob, to_glob, action FROM agent_rules WHERE contact_id = ? ORDER BY position, id";
+
+impl Here<'_> {
+    /// [`contact_by_peer`] in a transaction on the caller's thread.
+    pub fn contact_by_peer(&self, protocol: Protocol, peer_id: &str) -> Result<Option<ContactRow>> {
+        self.row(CONTACT_BY_PEER, (protocol.as_str(), peer_id), ContactRow::from_direct)
+    }
+
+    /// [`rules_for`] in a transaction on the caller's thread.
+    pub fn rules_for(&self, contact_id: i64) -> Result<Vec<(String, String, String)>> {
+        self.rows(RULES_FOR, [contact_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    }
 }
 
 /// Whether `name` is taken.
@@ -218,11 +230,7 @@ pub async fn release_held(conn: &mut SqliteConnection, contact_id: i64) -> Resul
 
 /// The agent rules of a contact, in order.
 pub async fn rules_for(conn: &mut SqliteConnection, contact_id: i64) -> Result<Vec<(String, String, String)>> {
-    let rows =
-        sqlx::query("SELECT from_glob, to_glob, action FROM agent_rules WHERE contact_id = ? ORDER BY position, id")
-            .bind(contact_id)
-            .fetch_all(conn)
-            .await?;
+    let rows = sqlx::query(RULES_FOR).bind(contact_id).fetch_all(conn).await?;
     Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
 }
 

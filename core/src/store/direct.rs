@@ -133,6 +133,50 @@ impl Direct {
         Ok(Some((out, made.is_multiple_of(CHECKPOINT_EVERY))))
     }
 
+    /// Runs `work` inside a `BEGIN IMMEDIATE` transaction on the durable writer (`FULL`: the
+    /// commit waits for the disk), if the write lock is free now, and commits what it wrote when
+    /// it returns `Some`. For a decision that reads what it then writes (a message received):
+    /// holding the write lock from the first read, nothing can change what it read before the
+    /// commit. `work` must be short (index reads, a few writes, no waiting): the lock is held
+    /// on the caller's thread throughout. `None` from `work`, or an error anywhere, rolls back.
+    pub(crate) fn try_decide<T, E: From<StoreError>>(
+        &self,
+        work: impl FnOnce(&Here<'_>) -> std::result::Result<Option<T>, E>,
+    ) -> std::result::Result<Decided<T>, E> {
+        let Ok(mut slot) = self.durable.try_lock() else { return Ok(Decided::Busy) };
+        let conn = match slot.take() {
+            Some(conn) => conn,
+            None => open_writer(&self.path, true).map_err(StoreError::from)?,
+        };
+        match conn.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => {}
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+                *slot = Some(conn);
+                return Ok(Decided::Busy);
+            }
+            Err(e) => return Err(StoreError::from(e).into()),
+        }
+        let out = match work(&Here { conn: &conn }) {
+            Ok(Some(t)) => conn.execute_batch("COMMIT").map(|()| Some(t)).map_err(|e| StoreError::from(e).into()),
+            Ok(None) => conn.execute_batch("ROLLBACK").map(|()| None).map_err(|e| StoreError::from(e).into()),
+            Err(e) => Err(e),
+        };
+        if out.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        // A connection still inside a transaction is closed (which rolls it back), never kept.
+        if conn.is_autocommit() {
+            *slot = Some(conn);
+        }
+        Ok(match out? {
+            Some(t) => {
+                let made = self.commits.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+                Decided::Committed(t, made.is_multiple_of(CHECKPOINT_EVERY))
+            }
+            None => Decided::Declined,
+        })
+    }
+
     /// Commits made on the caller's thread so far.
     pub(crate) fn commits(&self) -> u32 {
         self.commits.load(Ordering::Relaxed)
@@ -178,6 +222,60 @@ impl Direct {
             let mut rows = stmt.query(params)?;
             rows.next()?.map(map).transpose()
         })
+    }
+}
+
+/// What [`Direct::try_decide`] did.
+#[derive(Debug)]
+pub(crate) enum Decided<T> {
+    /// The write lock was not free: nothing was run.
+    Busy,
+    /// The work declined (or found nothing to do): rolled back.
+    Declined,
+    /// Committed, with the work's answer, and whether the WAL is now due a checkpoint by
+    /// another connection.
+    Committed(T, bool),
+}
+
+/// The transaction [`Direct::try_decide`] lends its work: reads and writes on the writer's
+/// connection, with cached statements.
+pub struct Here<'c> {
+    conn: &'c Connection,
+}
+
+impl std::fmt::Debug for Here<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Here")
+    }
+}
+
+impl Here<'_> {
+    /// The first row `sql` returns, if any, through `map`.
+    pub fn row<T>(
+        &self,
+        sql: &'static str,
+        params: impl Params,
+        map: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let mut rows = stmt.query(params)?;
+        Ok(rows.next()?.map(map).transpose()?)
+    }
+
+    /// Every row `sql` returns, each through `map`.
+    pub fn rows<T>(
+        &self,
+        sql: &'static str,
+        params: impl Params,
+        map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        Ok(self.conn.prepare_cached(sql)?.query_map(params, map)?.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Runs `stmt` (a write); how many rows it changed.
+    pub fn run(&self, stmt: &Stmt) -> Result<usize> {
+        let (sql, args) = stmt.parts();
+        Ok(self.conn.prepare_cached(sql)?.execute(params_from_iter(args))?)
     }
 }
 

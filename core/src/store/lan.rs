@@ -4,7 +4,7 @@
 
 use sqlx::SqliteConnection;
 
-use super::{Audit, OutboxRow, Protocol, Result, Store, StoreError, audit_via};
+use super::{Audit, OutboxRow, Protocol, Result, Stmt, Store, StoreError, audit_via};
 
 /// The path that carried a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,15 +34,18 @@ pub async fn set_message_path(
     id: &str,
     path: DeliveryPath,
 ) -> Result<()> {
-    sqlx::query("UPDATE messages SET path = ? WHERE direction = ? AND protocol = ? AND peer = ? AND id = ?")
+    set_message_path_stmt(direction, protocol, peer, id, path).execute(conn).await?;
+    Ok(())
+}
+
+/// [`set_message_path`] as a statement to queue or run.
+pub fn set_message_path_stmt(direction: &str, protocol: Protocol, peer: &str, id: &str, path: DeliveryPath) -> Stmt {
+    Stmt::new("UPDATE messages SET path = ? WHERE direction = ? AND protocol = ? AND peer = ? AND id = ?")
         .bind(path.as_str())
         .bind(direction)
-        .bind(protocol)
+        .bind(protocol.as_str())
         .bind(peer)
         .bind(id)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 impl Store {

@@ -35,8 +35,11 @@ pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,
 };
+pub use direct::Here;
 pub use groups::{GroupLogRow, covers as group_context_covers, name_group_if_unnamed};
-pub use lan::{DeliveryPath, RelayVouch, TrustedRelayRow, set_message_path, trust_relay, trusted_relay};
+pub use lan::{
+    DeliveryPath, RelayVouch, TrustedRelayRow, set_message_path, set_message_path_stmt, trust_relay, trusted_relay,
+};
 pub use people::{
     PersonRow, clear_contact_person, delete_person, insert_person, person_by_key, person_name_taken, record_fallback,
     rename_contact, rename_person, set_contact_person,
@@ -442,6 +445,35 @@ impl Store {
         // `PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE` go with the first trip; if anything
         // fails, the guard closes the connection.
         Ok(BatchTx::new(self.pool.clone(), self.direct.clone(), true))
+    }
+
+    /// Reads, decides and writes in one durable transaction on the caller's thread
+    /// ([`direct`](self::direct): no trip to sqlx's worker for any statement), when it can: the
+    /// write lock is free at this moment and the runtime has several threads (the commit waits
+    /// for the disk inside `block_in_place`, so the worker's other tasks move meanwhile).
+    /// `work` holds the write lock from its first read to the commit, so what it read cannot
+    /// change before what it writes is committed; it must be short (index reads, a few
+    /// writes). `Some` is what `work` answered, committed. `None`: nothing was written, because
+    /// the lock was taken, the runtime has one thread, or `work` declined (answered `None`): do
+    /// it through sqlx, which waits for the lock.
+    pub async fn decide_here<T, E: From<StoreError>>(
+        &self,
+        work: impl FnOnce(&Here<'_>) -> std::result::Result<Option<T>, E>,
+    ) -> std::result::Result<Option<T>, E> {
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if !multi {
+            return Ok(None);
+        }
+        match tokio::task::block_in_place(|| self.direct.try_decide(work))? {
+            direct::Decided::Committed(t, checkpoint) => {
+                if checkpoint {
+                    batch::checkpoint(&self.pool).await;
+                }
+                Ok(Some(t))
+            }
+            direct::Decided::Busy | direct::Decided::Declined => Ok(None),
+        }
     }
 
     /// How many replayable transactions this store committed on the caller's thread
@@ -938,26 +970,30 @@ pub fn audit_stmt(now: i64, a: Audit<'_>, path: Option<DeliveryPath>) -> Stmt {
 
 /// Records (sender, id) as processed. Returns false if it was already there.
 pub async fn mark_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &str, id: &str, ts: i64) -> Result<bool> {
-    let n = sqlx::query("INSERT INTO seen (protocol, peer, id, ts) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
-        .bind(protocol)
+    Ok(mark_seen_stmt(protocol, peer, id, ts).execute(conn).await? == 1)
+}
+
+/// [`mark_seen`] as a statement to queue or run.
+pub fn mark_seen_stmt(protocol: Protocol, peer: &str, id: &str, ts: i64) -> Stmt {
+    Stmt::new("INSERT INTO seen (protocol, peer, id, ts) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        .bind(protocol.as_str())
         .bind(peer)
         .bind(id)
         .bind(ts)
-        .execute(conn)
-        .await?
-        .rows_affected();
-    Ok(n == 1)
 }
+
+const WAS_SEEN: &str = "SELECT COUNT(*) FROM seen WHERE protocol = ? AND peer = ? AND id = ?";
 
 /// Whether (sender, id) was already processed.
 pub async fn was_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &str, id: &str) -> Result<bool> {
-    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM seen WHERE protocol = ? AND peer = ? AND id = ?")
-        .bind(protocol)
-        .bind(peer)
-        .bind(id)
-        .fetch_one(conn)
-        .await?
-        > 0)
+    Ok(sqlx::query_scalar::<_, i64>(WAS_SEEN).bind(protocol).bind(peer).bind(id).fetch_one(conn).await? > 0)
+}
+
+impl Here<'_> {
+    /// [`was_seen`] in a transaction on the caller's thread.
+    pub fn was_seen(&self, protocol: Protocol, peer: &str, id: &str) -> Result<bool> {
+        Ok(self.row(WAS_SEEN, (protocol.as_str(), peer, id), |r| r.get::<_, i64>(0))?.unwrap_or(0) > 0)
+    }
 }
 
 /// Records a message. Returns its local row id.

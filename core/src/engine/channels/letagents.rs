@@ -91,6 +91,59 @@ pub(in crate::engine) fn peer_keys(c: &ContactRow) -> Result<PeerKeys> {
 }
 
 /// Records an incoming envelope that was refused before it could be attributed to anyone.
+/// What `decide` needs to know of contact `c`, with its agent rules `rules` (from, to, action).
+fn contact_view(c: &ContactRow, rules: Vec<(String, String, String)>) -> Result<ContactView> {
+    Ok(ContactView {
+        keys: peer_keys(c)?,
+        allow: c.allow_kinds.split(',').filter_map(Kind::parse).collect(),
+        rules: rules
+            .into_iter()
+            .map(|(from, to, action)| AgentRule {
+                from,
+                to,
+                action: if action == "deny" { RuleAction::Deny } else { RuleAction::Allow },
+            })
+            .collect(),
+        active: c.state == ContactState::Active,
+    })
+}
+
+/// A message body as stored: a string as it is, anything else as its JSON.
+fn stored_body(body: &Value) -> String {
+    match body {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The writes of an accepted message from contact `c` (mailbox `peer`): its id marked seen, the
+/// message row (hidden from `inbox` for a receipt or a list), and the path that carried it.
+fn accepted_stmts(opened: &la::Opened, c: &ContactRow, peer: &str, path: DeliveryPath, now: i64) -> [store::Stmt; 3] {
+    let msg_id = &opened.inner.id;
+    let body = stored_body(&opened.inner.body);
+    let message = NewMessage {
+        id: msg_id,
+        direction: "in",
+        protocol: Protocol::Letagents,
+        contact_id: Some(c.id),
+        peer,
+        kind: opened.kind.as_str(),
+        body: &body,
+        reply_to: opened.inner.reply_to.as_deref(),
+        from_agent: opened.inner.from_agent.as_deref(),
+        to_agent: opened.inner.to_agent.as_deref(),
+        ts: opened.inner.ts,
+        state: "received",
+        hidden: matches!(opened.kind, Kind::Receipt | Kind::List),
+        now,
+    };
+    [
+        store::mark_seen_stmt(Protocol::Letagents, peer, msg_id, opened.inner.ts),
+        store::insert_message_stmt(&message),
+        store::set_message_path_stmt("in", Protocol::Letagents, peer, msg_id, path),
+    ]
+}
+
 async fn audit_dropped(conn: &mut sqlx::SqliteConnection, now: i64, detail: &str) -> Result<()> {
     let audit = Audit {
         direction: "in",
@@ -460,13 +513,32 @@ impl Letagents {
         path: DeliveryPath,
     ) -> Result<bool> {
         let opened = la::open(envelope, &rt.inner.id.boxs, &rt.keys());
-        // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
-        // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox) commits between.
-        let mut tx = rt.store().write_tx().await?;
-        let received = self.receive_opened(rt, &mut tx, opened, path).await?;
-        tx.commit().await?;
+        Ok(self.receive_one(rt, opened, path).await?.publish(rt))
+    }
+
+    /// One opened (or refused) envelope in a transaction of its own: on the caller's thread when
+    /// it is the common case ([`Self::receive_here`]), else through sqlx
+    /// ([`Self::receive_opened`]), which decides every case.
+    async fn receive_one(
+        &self,
+        rt: &Runtime,
+        opened: std::result::Result<la::Opened, la::OpenError>,
+        path: DeliveryPath,
+    ) -> Result<Received> {
+        let received = match rt.store().decide_here(|here| self.receive_here(rt, here, &opened, path)).await? {
+            Some(received) => received,
+            None => {
+                // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
+                // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox)
+                // commits between.
+                let mut tx = rt.store().write_tx().await?;
+                let received = self.receive_opened(rt, &mut tx, opened, path).await?;
+                tx.commit().await?;
+                received
+            }
+        };
         self.receive_txs.fetch_add(1, Ordering::Relaxed);
-        Ok(received.publish(rt))
+        Ok(received)
     }
 
     /// Processes a burst of envelopes from the relay (what a websocket or an inbox page hands
@@ -481,6 +553,13 @@ impl Letagents {
         let mut showable = Vec::with_capacity(envelopes.len());
         let me = rt.keys();
         for chunk in envelopes.chunks(BURST_TX) {
+            if let [one] = chunk {
+                // One envelope (a live message, the usual case): its own transaction, as
+                // `receive` commits it.
+                let opened = la::open(one, &rt.inner.id.boxs, &me);
+                showable.push(self.receive_one(rt, opened, DeliveryPath::Relay).await?.publish(rt));
+                continue;
+            }
             // Opening is CPU work (an X25519 agreement, a signature check, the AEAD; ~0.4 ms each
             // in a debug build): a large chunk runs on the blocking pool, so a backlog does not
             // hold one of the runtime's workers (and whatever else is scheduled on it) for 100 ms.
@@ -505,6 +584,72 @@ impl Letagents {
     /// How many receive transactions have committed (one per envelope, or per burst chunk).
     pub(in crate::engine) fn receive_transactions(&self) -> u64 {
         self.receive_txs.load(Ordering::Relaxed)
+    }
+
+    /// [`Self::receive_opened`]'s common cases, decided inside a transaction on the caller's
+    /// thread (`Store::decide_here`: no trip per statement): a message (not a receipt, roster
+    /// or list, and no move notice) from a known contact that is not blocked, accepted, refused
+    /// (but for a changed key) or dropped. By the same decision (`decide`) and the same statements as there; `None` for
+    /// every other case (nothing written), which `receive_opened` decides.
+    fn receive_here(
+        &self,
+        rt: &Runtime,
+        here: &store::Here<'_>,
+        opened: &std::result::Result<la::Opened, la::OpenError>,
+        path: DeliveryPath,
+    ) -> Result<Option<Received>> {
+        let Ok(opened) = opened else { return Ok(None) };
+        if opened.inner.moved_to.is_some() || matches!(opened.kind, Kind::Receipt | Kind::Roster | Kind::List) {
+            return Ok(None);
+        }
+        let now = now_ms();
+        let peer = opened.sender().mailbox_id();
+        let Some(c) = here.contact_by_peer(Protocol::Letagents, &peer)?.filter(|c| !c.blocked) else {
+            return Ok(None);
+        };
+        let view = contact_view(&c, here.rules_for(c.id)?)?;
+        let msg_id = &opened.inner.id;
+        let seen = here.was_seen(Protocol::Letagents, &peer, msg_id)?;
+        let audit = |state, detail| Audit {
+            direction: "in",
+            protocol: Protocol::Letagents.as_str(),
+            peer: &peer,
+            message_id: msg_id,
+            kind: opened.kind.as_str(),
+            state,
+            detail,
+        };
+        match decide(opened, Some(&view), seen, now) {
+            Verdict::Drop(reason) => {
+                here.run(&store::audit_stmt(now, audit("dropped", reason.as_str()), Some(path)))?;
+                Ok(Some(Received::default()))
+            }
+            Verdict::Accept { receipt } => {
+                for stmt in accepted_stmts(opened, &c, &peer, path, now) {
+                    here.run(&stmt)?;
+                }
+                if receipt {
+                    let status = accepted_status(rt.inner.listeners.load(Ordering::SeqCst) > 0);
+                    for stmt in self.receipt_stmts(rt, &c, msg_id, status, "")? {
+                        here.run(&stmt)?;
+                    }
+                }
+                here.run(&store::audit_stmt(now, audit("received", ""), Some(path)))?;
+                Ok(Some(Received { showable: true, event: Some(Event::Message { id: msg_id.clone() }) }))
+            }
+            Verdict::Refuse { reason, receipt } if reason != la::receive::RefuseReason::KeyChanged => {
+                here.run(&store::mark_seen_stmt(Protocol::Letagents, &peer, msg_id, opened.inner.ts))?;
+                let detail = reason.detail();
+                if receipt {
+                    for stmt in self.receipt_stmts(rt, &c, msg_id, ReceiptStatus::Refused, &detail)? {
+                        here.run(&stmt)?;
+                    }
+                }
+                here.run(&store::audit_stmt(now, audit("refused", &detail), Some(path)))?;
+                Ok(Some(Received::default()))
+            }
+            Verdict::PendingRequest | Verdict::RefreshAddress | Verdict::Refuse { .. } => Ok(None),
+        }
     }
 
     /// The decision on one opened (or refused) envelope and every effect of it, written into
@@ -545,23 +690,7 @@ impl Letagents {
             return Ok(Received::default());
         }
         let view = match &contact {
-            Some(c) => {
-                let rules = store::rules_for(tx, c.id)
-                    .await?
-                    .into_iter()
-                    .map(|(from, to, action)| AgentRule {
-                        from,
-                        to,
-                        action: if action == "deny" { RuleAction::Deny } else { RuleAction::Allow },
-                    })
-                    .collect();
-                Some(ContactView {
-                    keys: peer_keys(c)?,
-                    allow: c.allow_kinds.split(',').filter_map(Kind::parse).collect(),
-                    rules,
-                    active: c.state == ContactState::Active,
-                })
-            }
+            Some(c) => Some(contact_view(c, store::rules_for(tx, c.id).await?)?),
             None => None,
         };
         let seen = store::was_seen(tx, Protocol::Letagents, &peer, &msg_id).await?;
@@ -674,36 +803,11 @@ impl Letagents {
                 audit_in("refused", reason.detail())
             }
             Verdict::Accept { receipt } => {
-                store::mark_seen(tx, Protocol::Letagents, &peer, &msg_id, opened.inner.ts).await?;
                 let Some(c) = &contact else {
                     return Err(Error::Bug("accepted without a contact".into()));
                 };
-                let body = match &opened.inner.body {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
+                store::Stmt::execute_all(accepted_stmts(&opened, c, &peer, path, now), tx).await?;
                 let hidden = matches!(kind, Kind::Receipt | Kind::List);
-                store::insert_message(
-                    tx,
-                    &NewMessage {
-                        id: &msg_id,
-                        direction: "in",
-                        protocol: Protocol::Letagents,
-                        contact_id: Some(c.id),
-                        peer: &peer,
-                        kind: kind.as_str(),
-                        body: &body,
-                        reply_to: opened.inner.reply_to.as_deref(),
-                        from_agent: opened.inner.from_agent.as_deref(),
-                        to_agent: opened.inner.to_agent.as_deref(),
-                        ts: opened.inner.ts,
-                        state: "received",
-                        hidden,
-                        now,
-                    },
-                )
-                .await?;
-                store::set_message_path(tx, "in", Protocol::Letagents, &peer, &msg_id, path).await?;
                 showable = !hidden;
                 match kind {
                     Kind::Receipt => {
@@ -740,6 +844,7 @@ impl Letagents {
                         }
                     }
                     Kind::Roster => {
+                        let body = stored_body(&opened.inner.body);
                         let roster = store::ContactUpdate { roster: Some(&body), ..Default::default() };
                         store::update_contact(tx, c.id, &roster).await?;
                     }
@@ -786,9 +891,21 @@ impl Letagents {
         status: ReceiptStatus,
         detail: &str,
     ) -> Result<()> {
+        Ok(store::Stmt::execute_all(self.receipt_stmts(rt, c, about, status, detail)?, tx).await?)
+    }
+
+    /// [`Self::queue_receipt`]'s receipt, sealed, as the statements that queue it.
+    fn receipt_stmts(
+        &self,
+        rt: &Runtime,
+        c: &ContactRow,
+        about: &str,
+        status: ReceiptStatus,
+        detail: &str,
+    ) -> Result<Vec<store::Stmt>> {
         let body = serde_json::to_value(ReceiptBody { status, detail: detail.into() })
             .map_err(|e| Error::Bug(e.to_string()))?;
-        self.queue_reply(rt, tx, c, Kind::Receipt, body, Some(about)).await
+        self.reply_stmts(rt, c, Kind::Receipt, body, Some(about))
     }
 
     /// Seals and queues an automatic message inside the receiving transaction.
@@ -801,12 +918,25 @@ impl Letagents {
         body: Value,
         reply_to: Option<&str>,
     ) -> Result<()> {
+        Ok(store::Stmt::execute_all(self.reply_stmts(rt, c, kind, body, reply_to)?, tx).await?)
+    }
+
+    /// [`Self::queue_reply`]'s message, sealed, as the statements that queue it (none to a
+    /// contact without a drop code).
+    fn reply_stmts(
+        &self,
+        rt: &Runtime,
+        c: &ContactRow,
+        kind: Kind,
+        body: Value,
+        reply_to: Option<&str>,
+    ) -> Result<Vec<store::Stmt>> {
         if c.drop_code.is_none() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut inner = Inner::new(&rt.keys(), &c.peer_id, now_ms(), uuid::Uuid::new_v4(), kind, body);
         inner.reply_to = reply_to.map(str::to_owned);
-        self.queue_sealed(rt, tx, c, &inner, kind.as_str(), None).await
+        Ok(self.sealed_stmts(rt, c, &inner, kind.as_str(), None)?.into())
     }
 
     /// Tells every accepted letagents contact that this profile now receives at `url` (pinned by
