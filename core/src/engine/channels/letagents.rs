@@ -7,7 +7,9 @@
 //! - Incoming: each envelope is opened and judged; seen id, message, contact change, queued
 //!   receipt or roster and audit row commit together, and only then is the relay told to delete
 //!   it. A burst (the frames the websocket already holds, an inbox page) commits up to 256
-//!   envelopes per transaction.
+//!   envelopes per transaction. A lone envelope's common cases (a known contact's message,
+//!   accepted, refused or dropped) are decided and committed on the caller's thread
+//!   (`Store::decide_here`), by the same decision and statements.
 //! - A running runtime keeps the websocket (ping every 20 s, reconnect with backoff, catch-up from
 //!   the waiting backlog); a one-shot one syncs over HTTP.
 //! - A relay move: each accepted contact is sent a signed `hello` carrying `moved_to`; one received
