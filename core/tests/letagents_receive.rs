@@ -175,3 +175,44 @@ fn a_receive_while_the_write_lock_is_taken_waits_through_sqlx() {
     let rows = multi.block_on(effects(&bob));
     assert_eq!(rows.iter().filter(|r| r.starts_with("message")).count(), 1, "{rows:#?}");
 }
+
+/// A burst is decided on the caller's thread from its first envelope up to the first that is
+/// not the common case (here a stranger's hello), in one transaction; the rest of it through
+/// sqlx in another. The rows are those a burst through sqlx alone leaves.
+#[test]
+fn a_burst_goes_on_the_callers_thread_up_to_its_first_uncommon_envelope() {
+    let (one, multi) = (current_thread(), multi_thread());
+    let through_sqlx = support::bob_with_contact_alice(&one);
+    let alice = &through_sqlx.alice;
+    let twin = DeviceIdentity::from_secret(&alice.secret_bytes(), alice.drop).unwrap();
+    let here = support::bob_with_contact(&multi, twin);
+    let stranger = DeviceIdentity::generate(&mut OsRng);
+    let ts = now_ms();
+    let lines: Vec<Line> = (0..5)
+        .map(|i| (uuid::Uuid::new_v4(), Kind::Send, ["one", "two", "", "four", "five"][i], None, "builder"))
+        .collect();
+    let hello_id = uuid::Uuid::new_v4();
+    let mut shown = Vec::new();
+    for (profile, rt) in [(&through_sqlx, &one), (&here, &multi)] {
+        let mut burst: Vec<Vec<u8>> = lines.iter().map(|l| envelope(alice, &profile.bob, ts, *l)).collect();
+        let mut hello =
+            Inner::new(&stranger.keys(), &profile.bob.keys().mailbox_id(), ts, hello_id, Kind::Hello, "carol".into());
+        hello.from = stranger.address().to_string();
+        burst[2] =
+            la::seal(&stranger.sig, &profile.bob.keys(), &serde_json::to_string(&hello).unwrap(), &mut OsRng).unwrap();
+        // The first envelope again at the end: dropped as seen.
+        burst.push(burst[0].clone());
+        let (txs, commits) = (profile.bob.letagents_receive_transactions(), profile.bob.store().direct_commits());
+        shown.push(rt.block_on(profile.bob.receive_letagents_burst(&burst)).unwrap());
+        let txs = profile.bob.letagents_receive_transactions() - txs;
+        let commits = profile.bob.store().direct_commits() - commits;
+        println!("{txs} transactions, {commits} on the caller's thread");
+        assert_eq!((txs, commits), if shown.len() == 1 { (1, 0) } else { (2, 1) });
+    }
+    assert_eq!(shown[0], [true, true, false, true, true, false]);
+    assert_eq!(shown[0], shown[1]);
+    let (a, b) = (one.block_on(effects(&through_sqlx.bob)), multi.block_on(effects(&here.bob)));
+    assert_eq!(a.iter().filter(|r| r.starts_with("message")).count(), 4, "{a:#?}");
+    assert!(a.iter().any(|r| r == "contact [\"carol\",\"pending\",0,0]"), "{a:#?}");
+    assert_eq!(a, b);
+}

@@ -515,37 +515,59 @@ impl Letagents {
         path: DeliveryPath,
     ) -> Result<bool> {
         let opened = la::open(envelope, &rt.inner.id.boxs, &rt.keys());
-        Ok(self.receive_one(rt, opened, path).await?.publish(rt))
+        let received = self.receive_all(rt, vec![opened], path).await?;
+        let showable: Vec<bool> = received.into_iter().map(|r| r.publish(rt)).collect();
+        Ok(showable.contains(&true))
     }
 
-    /// One opened (or refused) envelope in a transaction of its own: on the caller's thread when
-    /// it is the common case ([`Self::receive_here`]), else through sqlx
-    /// ([`Self::receive_opened`]), which decides every case.
-    async fn receive_one(
+    /// Decides and commits opened (or refused) envelopes, in order: from the first, as many as
+    /// are the common case ([`Self::receive_here`]) in one transaction on the caller's thread;
+    /// the rest, from the first it declines (or all, when it cannot run there), in one
+    /// transaction through sqlx ([`Self::receive_opened`], which decides every case). The
+    /// results, in order; nothing is published yet. On an error nothing of the failing
+    /// transaction is kept (the first may have committed).
+    async fn receive_all(
         &self,
         rt: &Runtime,
-        opened: std::result::Result<la::Opened, la::OpenError>,
+        opened: Vec<std::result::Result<la::Opened, la::OpenError>>,
         path: DeliveryPath,
-    ) -> Result<Received> {
-        let received = match rt.store().decide_here(|here| self.receive_here(rt, here, &opened, path)).await? {
-            Some(received) => received,
-            None => {
-                // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
-                // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox)
-                // commits between.
-                let mut tx = rt.store().write_tx().await?;
-                let received = self.receive_opened(rt, &mut tx, opened, path).await?;
-                tx.commit().await?;
-                received
+    ) -> Result<Vec<Received>> {
+        let here = rt
+            .store()
+            .decide_here(|here| {
+                let mut done = Vec::new();
+                for o in &opened {
+                    match self.receive_here(rt, here, o, path)? {
+                        Some(received) => done.push(received),
+                        None => break,
+                    }
+                }
+                Ok::<_, Error>((!done.is_empty()).then_some(done))
+            })
+            .await?;
+        let mut received = here.unwrap_or_default();
+        if !received.is_empty() {
+            self.receive_txs.fetch_add(1, Ordering::Relaxed);
+        }
+        if received.len() < opened.len() {
+            // IMMEDIATE: this transaction reads and then writes; a deferred one fails with
+            // SQLITE_BUSY_SNAPSHOT when another writer (agent deliveries, the outbox) commits
+            // between.
+            let mut tx = rt.store().write_tx().await?;
+            let skip = received.len();
+            for o in opened.into_iter().skip(skip) {
+                received.push(self.receive_opened(rt, &mut tx, o, path).await?);
             }
-        };
-        self.receive_txs.fetch_add(1, Ordering::Relaxed);
+            tx.commit().await?;
+            self.receive_txs.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(received)
     }
 
     /// Processes a burst of envelopes from the relay (what a websocket or an inbox page hands
     /// over at once), in order, each by exactly the rules of [`Self::receive`], committing them
-    /// together: one transaction per [`BURST_TX`] envelopes instead of one each. Envelopes are
+    /// together: one transaction per [`BURST_TX`] envelopes instead of one each (two where the
+    /// caller's thread leaves the rest of a chunk to sqlx: [`Self::receive_all`]). Envelopes are
     /// opened (the crypto) before the write lock is taken. Returns, per envelope, whether it
     /// produced something `inbox` will show. On an error nothing of the failing transaction is
     /// kept and the caller must not ack any envelope of it (those before it committed already
@@ -555,13 +577,6 @@ impl Letagents {
         let mut showable = Vec::with_capacity(envelopes.len());
         let me = rt.keys();
         for chunk in envelopes.chunks(BURST_TX) {
-            if let [one] = chunk {
-                // One envelope (a live message, the usual case): its own transaction, as
-                // `receive` commits it.
-                let opened = la::open(one, &rt.inner.id.boxs, &me);
-                showable.push(self.receive_one(rt, opened, DeliveryPath::Relay).await?.publish(rt));
-                continue;
-            }
             // Opening is CPU work (an X25519 agreement, a signature check, the AEAD; ~0.4 ms each
             // in a debug build): a large chunk runs on the blocking pool, so a backlog does not
             // hold one of the runtime's workers (and whatever else is scheduled on it) for 100 ms.
@@ -571,19 +586,14 @@ impl Letagents {
             } else {
                 chunk.iter().map(|e| la::open(e, &rt.inner.id.boxs, &me)).collect()
             };
-            let mut tx = rt.store().write_tx().await?;
-            let mut received = Vec::with_capacity(chunk.len());
-            for o in opened {
-                received.push(self.receive_opened(rt, &mut tx, o, DeliveryPath::Relay).await?);
-            }
-            tx.commit().await?;
-            self.receive_txs.fetch_add(1, Ordering::Relaxed);
+            let received = self.receive_all(rt, opened, DeliveryPath::Relay).await?;
             showable.extend(received.into_iter().map(|r| r.publish(rt)));
         }
         Ok(showable)
     }
 
-    /// How many receive transactions have committed (one per envelope, or per burst chunk).
+    /// How many receive transactions have committed: one per envelope received alone, one per
+    /// burst chunk, and one more where the caller's thread left the rest of either to sqlx.
     pub(in crate::engine) fn receive_transactions(&self) -> u64 {
         self.receive_txs.load(Ordering::Relaxed)
     }
