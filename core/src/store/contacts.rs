@@ -155,12 +155,12 @@ const RULES_FOR: &str = "SELECT from_glob, to_glob, action FROM agent_rules WHER
 
 impl Here<'_> {
     /// [`contact_by_peer`] in a transaction on the caller's thread.
-    pub fn contact_by_peer(&self, protocol: Protocol, peer_id: &str) -> Result<Option<ContactRow>> {
+    pub(crate) fn contact_by_peer(&self, protocol: Protocol, peer_id: &str) -> Result<Option<ContactRow>> {
         self.row(CONTACT_BY_PEER, (protocol.as_str(), peer_id), ContactRow::from_direct)
     }
 
     /// [`rules_for`] in a transaction on the caller's thread.
-    pub fn rules_for(&self, contact_id: i64) -> Result<Vec<(String, String, String)>> {
+    pub(crate) fn rules_for(&self, contact_id: i64) -> Result<Vec<(String, String, String)>> {
         self.rows(RULES_FOR, [contact_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
     }
 }

@@ -25,6 +25,11 @@
 //!   waits for the disk (`FULL`): inside `tokio::task::block_in_place`, so the worker's other
 //!   tasks move to another thread meanwhile; on a runtime of one thread it goes to sqlx.
 //!
+//! And a transaction that reads, decides and writes ([`Direct::try_decide`], through
+//! [`super::Store::decide_here`]: a letagents message received), on the durable writer, when the
+//! lock is free at that moment: it holds the lock from its first read to the commit, so nothing
+//! it read can change before what it wrote is committed.
+//!
 //! These connections never checkpoint (that copies the WAL into the database and syncs it):
 //! every [`CHECKPOINT_EVERY`] commits made here, the transaction's pooled connection does it.
 
@@ -239,7 +244,7 @@ pub(crate) enum Decided<T> {
 
 /// The transaction [`Direct::try_decide`] lends its work: reads and writes on the writer's
 /// connection, with cached statements.
-pub struct Here<'c> {
+pub(crate) struct Here<'c> {
     conn: &'c Connection,
 }
 
@@ -251,7 +256,7 @@ impl std::fmt::Debug for Here<'_> {
 
 impl Here<'_> {
     /// The first row `sql` returns, if any, through `map`.
-    pub fn row<T>(
+    pub(crate) fn row<T>(
         &self,
         sql: &'static str,
         params: impl Params,
@@ -263,7 +268,7 @@ impl Here<'_> {
     }
 
     /// Every row `sql` returns, each through `map`.
-    pub fn rows<T>(
+    pub(crate) fn rows<T>(
         &self,
         sql: &'static str,
         params: impl Params,
@@ -273,7 +278,7 @@ impl Here<'_> {
     }
 
     /// Runs `stmt` (a write); how many rows it changed.
-    pub fn run(&self, stmt: &Stmt) -> Result<usize> {
+    pub(crate) fn run(&self, stmt: &Stmt) -> Result<usize> {
         let (sql, args) = stmt.parts();
         Ok(self.conn.prepare_cached(sql)?.execute(params_from_iter(args))?)
     }

@@ -35,7 +35,7 @@ pub use contacts::{
     ContactUpdate, contact_by_peer, count_blocked_drop, insert_contact, name_taken, pending_requests, release_held,
     rules_for, set_blocked, update_contact,
 };
-pub use direct::Here;
+pub(crate) use direct::Here;
 pub use groups::{GroupLogRow, covers as group_context_covers, name_group_if_unnamed};
 pub use lan::{
     DeliveryPath, RelayVouch, TrustedRelayRow, set_message_path, set_message_path_stmt, trust_relay, trusted_relay,
@@ -456,7 +456,7 @@ impl Store {
     /// writes). `Some` is what `work` answered, committed. `None`: nothing was written, because
     /// the lock was taken, the runtime has one thread, or `work` declined (answered `None`): do
     /// it through sqlx, which waits for the lock.
-    pub async fn decide_here<T, E: From<StoreError>>(
+    pub(crate) async fn decide_here<T, E: From<StoreError>>(
         &self,
         work: impl FnOnce(&Here<'_>) -> std::result::Result<Option<T>, E>,
     ) -> std::result::Result<Option<T>, E> {
@@ -476,8 +476,9 @@ impl Store {
         }
     }
 
-    /// How many replayable transactions this store committed on the caller's thread
-    /// (`store::direct`) since it was opened (the rest went through sqlx).
+    /// How many transactions this store committed on the caller's thread (`store::direct`)
+    /// since it was opened: replayable and durable batches, and decisions (`decide_here`); the
+    /// rest went through sqlx.
     pub fn direct_commits(&self) -> u32 {
         self.direct.commits()
     }
@@ -991,7 +992,7 @@ pub async fn was_seen(conn: &mut SqliteConnection, protocol: Protocol, peer: &st
 
 impl Here<'_> {
     /// [`was_seen`] in a transaction on the caller's thread.
-    pub fn was_seen(&self, protocol: Protocol, peer: &str, id: &str) -> Result<bool> {
+    pub(crate) fn was_seen(&self, protocol: Protocol, peer: &str, id: &str) -> Result<bool> {
         Ok(self.row(WAS_SEEN, (protocol.as_str(), peer, id), |r| r.get::<_, i64>(0))?.unwrap_or(0) > 0)
     }
 }

@@ -92,7 +92,6 @@ pub(in crate::engine) fn peer_keys(c: &ContactRow) -> Result<PeerKeys> {
     })
 }
 
-/// Records an incoming envelope that was refused before it could be attributed to anyone.
 /// What `decide` needs to know of contact `c`, with its agent rules `rules` (from, to, action).
 fn contact_view(c: &ContactRow, rules: Vec<(String, String, String)>) -> Result<ContactView> {
     Ok(ContactView {
@@ -146,6 +145,7 @@ fn accepted_stmts(opened: &la::Opened, c: &ContactRow, peer: &str, path: Deliver
     ]
 }
 
+/// Records an incoming envelope that was refused before it could be attributed to anyone.
 async fn audit_dropped(conn: &mut sqlx::SqliteConnection, now: i64, detail: &str) -> Result<()> {
     let audit = Audit {
         direction: "in",
@@ -601,8 +601,9 @@ impl Letagents {
     /// [`Self::receive_opened`]'s common cases, decided inside a transaction on the caller's
     /// thread (`Store::decide_here`: no trip per statement): a message (not a receipt, roster
     /// or list, and no move notice) from a known contact that is not blocked, accepted, refused
-    /// (but for a changed key) or dropped. By the same decision (`decide`) and the same statements as there; `None` for
-    /// every other case (nothing written), which `receive_opened` decides.
+    /// (but for a changed key) or dropped, by the same decision (`decide`) and the same
+    /// statements as there. `None` for every other case (nothing written), which
+    /// `receive_opened` decides.
     fn receive_here(
         &self,
         rt: &Runtime,
