@@ -1,7 +1,7 @@
-//! A letagents envelope received alone: its common cases (a message from a known contact,
-//! accepted or dropped) are decided and committed on the caller's thread
-//! (`Store::decide_here`), every other case and every moment the write lock is taken through
-//! sqlx. Both must leave exactly the same rows.
+//! A letagents envelope received: its common cases (a message from a known contact, accepted,
+//! refused or dropped) are decided and committed on the caller's thread (`Store::decide_here`),
+//! a burst's up to its first other case; every other case, and every moment the write lock is
+//! taken, through sqlx. Both must leave exactly the same rows.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 #[path = "../benches/support/mod.rs"]
