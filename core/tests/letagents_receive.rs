@@ -23,6 +23,16 @@ fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
+/// Two profiles `bob`, each with the same `alice` as a contact: one on `one` (a runtime of one
+/// thread: every receive goes through sqlx), one on `multi`.
+fn twins(one: &tokio::runtime::Runtime, multi: &tokio::runtime::Runtime) -> (support::Receiver, support::Receiver) {
+    let through_sqlx = support::bob_with_contact_alice(one);
+    let alice = &through_sqlx.alice;
+    let twin = DeviceIdentity::from_secret(&alice.secret_bytes(), alice.drop).unwrap();
+    let here = support::bob_with_contact(multi, twin);
+    (through_sqlx, here)
+}
+
 /// One message of a script: id, kind, body, the id it answers, the agent it is for.
 type Line = (uuid::Uuid, Kind, &'static str, Option<uuid::Uuid>, &'static str);
 
@@ -74,11 +84,8 @@ async fn effects(rt: &Runtime) -> Vec<String> {
 #[test]
 fn on_the_callers_thread_a_receive_writes_what_it_writes_through_sqlx() {
     let (one, multi) = (current_thread(), multi_thread());
-    let through_sqlx = support::bob_with_contact_alice(&one);
+    let (through_sqlx, here) = twins(&one, &multi);
     let alice = &through_sqlx.alice;
-    // The same alice for both.
-    let twin = DeviceIdentity::from_secret(&alice.secret_bytes(), alice.drop).unwrap();
-    let here = support::bob_with_contact(&multi, twin);
     let ts = now_ms();
     let first = uuid::Uuid::new_v4();
     // A message, a reply to it, one to an agent a rule of bob's denies (refused, with a
@@ -182,10 +189,8 @@ fn a_receive_while_the_write_lock_is_taken_waits_through_sqlx() {
 #[test]
 fn a_burst_goes_on_the_callers_thread_up_to_its_first_uncommon_envelope() {
     let (one, multi) = (current_thread(), multi_thread());
-    let through_sqlx = support::bob_with_contact_alice(&one);
+    let (through_sqlx, here) = twins(&one, &multi);
     let alice = &through_sqlx.alice;
-    let twin = DeviceIdentity::from_secret(&alice.secret_bytes(), alice.drop).unwrap();
-    let here = support::bob_with_contact(&multi, twin);
     let stranger = DeviceIdentity::generate(&mut OsRng);
     let ts = now_ms();
     let lines: Vec<Line> = (0..5)

@@ -312,91 +312,100 @@ impl FromSql for ContactState {
     }
 }
 
-// The rows read here, by column name as sqlx's `FromRow` reads them (`tests::rows_read_here_equal_the_pools`
-// compares the two on every column).
+/// `$ty { field: row.get("field")?, ... }`: a row type read here by column name, as sqlx's
+/// `FromRow` reads it, each field from the column of its own name
+/// (`tests::rows_read_here_equal_the_pools` compares the two on every column).
+macro_rules! by_column {
+    ($row:expr, $ty:ident { $($field:ident),* $(,)? }) => {
+        $ty { $($field: $row.get(stringify!($field))?),* }
+    };
+}
+pub(super) use by_column;
 
 impl ContactRow {
     pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: r.get("id")?,
-            name: r.get("name")?,
-            protocol: r.get("protocol")?,
-            peer_id: r.get("peer_id")?,
-            address: r.get("address")?,
-            sig_pub: r.get("sig_pub")?,
-            box_pub: r.get("box_pub")?,
-            drop_code: r.get("drop_code")?,
-            relay_url: r.get("relay_url")?,
-            state: r.get("state")?,
-            allow_kinds: r.get("allow_kinds")?,
-            verified: r.get("verified")?,
-            changed_box_pub: r.get("changed_box_pub")?,
-            key_changed_at: r.get("key_changed_at")?,
-            roster: r.get("roster")?,
-            request_body: r.get("request_body")?,
-            created_at: r.get("created_at")?,
-            blocked: r.get("blocked")?,
-            blocked_at: r.get("blocked_at")?,
-            blocked_dropped: r.get("blocked_dropped")?,
-            person_id: r.get("person_id")?,
-        })
+        Ok(by_column!(
+            r,
+            ContactRow {
+                id,
+                name,
+                protocol,
+                peer_id,
+                address,
+                sig_pub,
+                box_pub,
+                drop_code,
+                relay_url,
+                state,
+                allow_kinds,
+                verified,
+                changed_box_pub,
+                key_changed_at,
+                roster,
+                request_body,
+                created_at,
+                blocked,
+                blocked_at,
+                blocked_dropped,
+                person_id
+            }
+        ))
     }
 }
 
 impl MessageRow {
     pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            rowid_: r.get("rowid_")?,
-            id: r.get("id")?,
-            direction: r.get("direction")?,
-            protocol: r.get("protocol")?,
-            contact_id: r.get("contact_id")?,
-            peer: r.get("peer")?,
-            kind: r.get("kind")?,
-            body: r.get("body")?,
-            reply_to: r.get("reply_to")?,
-            from_agent: r.get("from_agent")?,
-            to_agent: r.get("to_agent")?,
-            ts: r.get("ts")?,
-            state: r.get("state")?,
-            detail: r.get("detail")?,
-            path: r.get("path")?,
-            fallback_of: r.get("fallback_of")?,
-            shown: r.get("shown")?,
-            created_at: r.get("created_at")?,
-        })
+        Ok(by_column!(
+            r,
+            MessageRow {
+                rowid_,
+                id,
+                direction,
+                protocol,
+                contact_id,
+                peer,
+                kind,
+                body,
+                reply_to,
+                from_agent,
+                to_agent,
+                ts,
+                state,
+                detail,
+                path,
+                fallback_of,
+                shown,
+                created_at
+            }
+        ))
     }
 }
 
 impl PersonRow {
     pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: r.get("id")?,
-            name: r.get("name")?,
-            identity_key: r.get("identity_key")?,
-            safety_number: r.get("safety_number")?,
-            link: r.get("link")?,
-            created_at: r.get("created_at")?,
-        })
+        Ok(by_column!(r, PersonRow { id, name, identity_key, safety_number, link, created_at }))
     }
 }
 
 impl OutboxRow {
     pub(crate) fn from_direct(r: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: r.get("id")?,
-            message_id: r.get("message_id")?,
-            protocol: r.get("protocol")?,
-            kind: r.get("kind")?,
-            relay_url: r.get("relay_url")?,
-            target: r.get("target")?,
-            drop_code: r.get("drop_code")?,
-            payload: r.get("payload")?,
-            attempts: r.get("attempts")?,
-            next_attempt_at: r.get("next_attempt_at")?,
-            last_error: r.get("last_error")?,
-            created_at: r.get("created_at")?,
-        })
+        Ok(by_column!(
+            r,
+            OutboxRow {
+                id,
+                message_id,
+                protocol,
+                kind,
+                relay_url,
+                target,
+                drop_code,
+                payload,
+                attempts,
+                next_attempt_at,
+                last_error,
+                created_at
+            }
+        ))
     }
 }
 

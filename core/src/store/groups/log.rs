@@ -54,27 +54,30 @@ pub struct GroupMessage {
 impl GroupMessage {
     /// The row from a read on the caller's thread (`SELECT *`), by column name.
     fn from_direct(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            rowid_: r.get("rowid_")?,
-            handle: r.get("handle")?,
-            group_id: r.get("group_id")?,
-            id: r.get("id")?,
-            seq: r.get("seq")?,
-            epoch: r.get("epoch")?,
-            kind: r.get("kind")?,
-            state: r.get("state")?,
-            outgoing: r.get("outgoing")?,
-            sender_fp: r.get("sender_fp")?,
-            sender_name: r.get("sender_name")?,
-            to_fp: r.get("to_fp")?,
-            reply_to: r.get("reply_to")?,
-            after: r.get("after")?,
-            content: r.get("content")?,
-            read: r.get("read")?,
-            created_at: r.get("created_at")?,
-            lease: r.get("lease")?,
-            leased_at: r.get("leased_at")?,
-        })
+        Ok(super::super::direct::by_column!(
+            r,
+            GroupMessage {
+                rowid_,
+                handle,
+                group_id,
+                id,
+                seq,
+                epoch,
+                kind,
+                state,
+                outgoing,
+                sender_fp,
+                sender_name,
+                to_fp,
+                reply_to,
+                after,
+                content,
+                read,
+                created_at,
+                lease,
+                leased_at
+            }
+        ))
     }
 
     /// The ids of its `after` list (empty when unreadable).
