@@ -20,7 +20,7 @@ case "$PROFILE" in
   # The test build (--all-targets) unifies dev-dependency features; building --bins alone would
   # rebuild the app with other features, so reuse it exactly (a no-op after scripts/test.sh).
   debug) cargo build --workspace --all-targets; debug=(--debug) ;;
-  release) cargo build --workspace --bins --release; debug=() ;;
+  release) bash scripts/build-release.sh; debug=() ;;
   *) echo "PROFILE must be release or debug" >&2; exit 2 ;;
 esac
 

@@ -19,11 +19,8 @@ desktop=0
 if [ -z "${HEADLESS:-}" ] && { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then desktop=1; fi
 
 bash scripts/install-deps.sh
-if [ "$desktop" = 1 ]; then
-  cargo build --release -p relay-lite -p switchboard-core -p switchboard-app
-else
-  cargo build --release -p relay-lite -p switchboard-core
-fi
+# The app is built headless too: the `switchboard` binary is then exactly the one the package ships.
+bash scripts/build-release.sh
 bin="$CARGO_TARGET_DIR/release"
 
 mkdir -p "$DATA"

@@ -1,9 +1,12 @@
 //! The resident memory of an idle `switchboard daemon` (one profile, connected to a real
-//! relay-lite, nothing to do). Issue 16's goal is at most 16 MB of RSS; it is not met: most of the
-//! RSS is clean, shared pages of the binary's own code (`RssFile`), whose size is set by the
-//! build profile, not by what the daemon holds. This test prints all three figures and guards
-//! what the daemon does own, its anonymous memory (`RssAnon`, measured at ~3 MiB), against
-//! regressions.
+//! relay-lite, nothing to do). Issue 16's goal is at most 16 MB of RSS. Most of the RSS is clean,
+//! shared pages of the binary's own code (`RssFile`), and how many depends on how the code is laid
+//! out: the release build links the functions a daemon runs side by side (`core/switchboard.order`,
+//! see `core/build.rs`) and meets the goal; the `dev` build CI tests has other symbol names, so
+//! the order does not apply to it and its RSS is about twice that. This test prints all three
+//! figures and guards what the daemon does own, its anonymous memory (`RssAnon`, ~3-6 MiB),
+//! against regressions. Measuring a release build (`SWITCHBOARD_MEASURE_BIN`) with
+//! `SWITCHBOARD_RSS_GOAL=1` asserts the goal too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::path::PathBuf;
@@ -11,7 +14,8 @@ use std::time::Duration;
 
 use switchboard_tests::{DaemonProcess, TestRelay, bridge_of, bridge_rpc, home, switchboard_ok};
 
-/// Issue 16's goal for the whole RSS, in KiB (16 MB, decimal): printed, not asserted.
+/// Issue 16's goal for the whole RSS, in KiB (16 MB, decimal): printed, and asserted under
+/// `SWITCHBOARD_RSS_GOAL`.
 const GOAL_KIB: u64 = 16_000_000 / 1024;
 
 /// The guard on anonymous memory (heap, stacks, SQLite caches), in KiB.
@@ -57,4 +61,7 @@ async fn an_idle_daemons_own_memory_stays_small() {
          samples [RSS, anon, file]: {samples:?}"
     );
     assert!(anon <= ANON_GUARD_KIB, "idle daemon holds {anon} KiB of anonymous memory, over {ANON_GUARD_KIB}");
+    if std::env::var_os("SWITCHBOARD_RSS_GOAL").is_some() {
+        assert!(rss <= GOAL_KIB, "idle daemon's RSS is {rss} KiB, over issue 16's goal of {GOAL_KIB}");
+    }
 }
