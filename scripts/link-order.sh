@@ -6,7 +6,7 @@
 # names the list holds that a build no longer has are ignored, and new code lies outside the hot
 # range until the list is made again.
 #
-#   bash scripts/link-order.sh           # release build, ~60 s daemon run under callgrind
+#   bash scripts/link-order.sh           # the release build, then ~40 s of a daemon under callgrind
 #   SECONDS_IDLE=60 bash scripts/link-order.sh
 #
 # The list holds mangled names, whose hashes change with the build's dependency features, so it is
@@ -14,9 +14,9 @@
 # build with it too).
 # The run: a relay-lite, two profiles (alice, bob); alice's daemon runs under
 # `valgrind --tool=callgrind` while bob and alice become contacts, bob sends, alice reads her inbox
-# and answers through her daemon, then it idles for SECONDS_IDLE wall seconds (Agent Mail polls,
-# followers, housekeeping) and stops on SIGTERM. Every function of the binary that ran is listed,
-# in the binary's own address order.
+# and answers through her daemon and the everyday read-only commands go through it; then it idles
+# for SECONDS_IDLE wall seconds (Agent Mail polls, followers, housekeeping) and stops on SIGTERM.
+# Every function of the binary that ran is listed, in the binary's own address order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/switchboard-target}"
@@ -62,6 +62,12 @@ sb bob send alice "hello from bob" >/dev/null
 sb alice inbox --wait 60 --json >/dev/null
 sb alice send bob "hello from alice" >/dev/null
 sb bob inbox --wait 60 --json >/dev/null
+# What a user, the UI or an agent's harness reads from a running daemon.
+for cmd in status "contact list" "contact requests" log settings policy "agent list" "review list" \
+  "relay list" "group list" lan inbox whoami; do
+  # shellcheck disable=SC2086  # the words of each command
+  sb alice --json $cmd >/dev/null
+done
 sleep "$SECONDS_IDLE"
 kill -TERM "$daemon_pid"
 wait "$daemon_pid" || true
