@@ -8,3 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/switchboard-target}"
 cargo build --release -p relay-lite -p switchboard-core -p switchboard-app "$@"
+
+# How much of the link order still applies: names change as the code does (see link-order.sh).
+order=core/switchboard.order
+bin="$CARGO_TARGET_DIR/release/switchboard"
+if [ -f "$order" ] && command -v nm >/dev/null; then
+  listed=$(grep -vc '^#' "$order" || true)
+  found=$(grep -v '^#' "$order" | sort -u | comm -12 - <(nm --defined-only "$bin" | awk '{print $3}' | sort -u) | wc -l)
+  echo "$order: $found of $listed functions found in $bin"
+  if [ "$listed" -gt 0 ] && [ $((found * 100 / listed)) -lt 80 ]; then
+    echo "warning: the link order is stale; remake it with: bash scripts/link-order.sh" >&2
+  fi
+fi
