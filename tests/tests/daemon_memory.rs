@@ -3,7 +3,7 @@
 //! shared pages of the binary's own code (`RssFile`), and how many depends on how the code is laid
 //! out: the release build links the functions a daemon runs side by side (`core/switchboard.order`,
 //! see `core/build.rs`) and meets the goal; the `dev` build CI tests has other symbol names, so
-//! the order does not apply to it and its RSS is about twice that. This test prints all three
+//! the order does not apply to it and its RSS is two to three times that. This test prints all three
 //! figures and guards what the daemon does own, its anonymous memory (`RssAnon`, ~3-6 MiB),
 //! against regressions. Measuring a release build (`SWITCHBOARD_MEASURE_BIN`) with
 //! `SWITCHBOARD_RSS_GOAL=1` asserts the goal too.
