@@ -69,13 +69,20 @@ impl Display {
     /// tests starting at once could pick the same number, one Xvfb then failing while its app
     /// draws on the other test's display and dies with it ("Failed to initialize GTK", seen in
     /// CI). The lock file exists once `xvfb-run` runs its command, which is when this returns.
+    ///
+    /// The server runs with `-noreset`: by default an X server resets whenever its last client
+    /// disconnects, and a client connecting during the reset is refused. A test polling with
+    /// `xdotool` while its app starts is such a client: the poll connected first, disconnected,
+    /// and the app's GTK failed to open the display ("Failed to initialize GTK", CI, 12-06).
+    /// Measured here: `xdotool` connecting in a loop while another client connects 300 times,
+    /// 12 of those 300 connections failed without `-noreset`, none with it.
     pub fn start() -> Self {
         static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one_at_a_time = STARTING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let script = r#"printf 'DISPLAY=%s\nXAUTHORITY=%s\nDBUS_SESSION_BUS_ADDRESS=%s\n\n' \
             "$DISPLAY" "${XAUTHORITY:-}" "$DBUS_SESSION_BUS_ADDRESS"; cat >/dev/null"#;
         let mut child = Command::new("xvfb-run")
-            .args(["-a", "-s", "-screen 0 1280x800x24", "dbus-run-session", "--", "bash", "-c", script])
+            .args(["-a", "-s", "-screen 0 1280x800x24 -noreset", "dbus-run-session", "--", "bash", "-c", script])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
