@@ -147,16 +147,19 @@ impl Host {
         v["id"].as_str().unwrap_or_else(|| panic!("send printed {v}")).to_owned()
     }
 
-    /// `show ID --json`, once its state is past `queued`.
+    /// `show ID --json`, once the hand-over (to the contact or the relay) has recorded its path.
+    /// Not once the state is past `queued`: the recipient's receipt can mark the message
+    /// `delivered` before the sender's hand-over commits.
     fn show_handed_over(&self, id: &str) -> Value {
+        let mut v = Value::Null;
         for _ in 0..200 {
-            let v = self.json(&["show", id]);
-            if v["state"] != "queued" {
+            v = self.json(&["show", id]);
+            if v["state"] != "queued" && v["path"] != "" {
                 return v;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("{}: {id} stayed queued", self.name);
+        panic!("{}: {id} was never handed over: {v}", self.name);
     }
 
     fn log_has(&self, needle: &str) -> bool {

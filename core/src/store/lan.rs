@@ -50,8 +50,9 @@ pub fn set_message_path_stmt(direction: &str, protocol: Protocol, peer: &str, id
 
 impl Store {
     /// A relay took the payload (`DeliveryPath::Relay`), or a nearby contact stored it (`DeliveryPath::Direct`):
-    /// the outbox row goes, the message moves to `relayed` (handed over, awaiting the receipt)
-    /// with its path, and the audit row says which path. One transaction.
+    /// the outbox row goes, the message moves to `relayed` (handed over, awaiting the receipt;
+    /// a receipt that came first keeps its state) with its path, and the audit row says which
+    /// path. One transaction.
     pub async fn outbox_handed_over(&self, row: &OutboxRow, path: DeliveryPath, now: i64) -> Result<()> {
         let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM outbox WHERE id = ?").bind(row.id).execute(&mut *tx).await?;
@@ -85,9 +86,15 @@ impl Store {
     }
 }
 
-/// [`Store::outbox_handed_over`]: through `messages_by_id` (0021).
-pub(crate) const MARK_RELAYED: &str = "UPDATE messages SET state = 'relayed', path = ? \
-     WHERE direction = 'out' AND id = ? AND state = 'queued' RETURNING peer";
+/// [`Store::outbox_handed_over`]: through `messages_by_id` (0021), named: without a condition on
+/// the state SQLite would walk every outgoing entry of the unique index. The path is recorded
+/// whatever the state: the recipient's receipt can arrive and mark the message `delivered` before
+/// the hand-over commits (a nearby contact answers in a millisecond; seen in CI's LAN test), and
+/// the message was carried on this path all the same. Only a `queued` message moves to
+/// `relayed`; a later state stays.
+pub(crate) const MARK_RELAYED: &str = "UPDATE messages INDEXED BY messages_by_id \
+     SET state = CASE state WHEN 'queued' THEN 'relayed' ELSE state END, path = ? \
+     WHERE direction = 'out' AND id = ? RETURNING peer";
 
 /// [`Store::outbox_contact`]: through `messages_by_id` (0021).
 pub(crate) const OUTBOX_CONTACT: &str =
@@ -277,6 +284,68 @@ mod tests {
         assert!(store.untrust_relay(URL).await.unwrap());
         assert!(!store.untrust_relay(URL).await.unwrap());
         assert!(store.trusted_relays().await.unwrap().is_empty());
+    }
+
+    /// An outgoing message to `bob`, queued, and its outbox row.
+    async fn queued_to(store: &Store, bob: i64, id: &str) -> OutboxRow {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let m = crate::store::NewMessage {
+            id,
+            direction: "out",
+            protocol: Protocol::Letagents,
+            contact_id: Some(bob),
+            peer: "bob",
+            kind: "text",
+            body: "hi",
+            reply_to: None,
+            from_agent: None,
+            to_agent: None,
+            ts: 1,
+            state: "queued",
+            hidden: false,
+            now: 1,
+        };
+        crate::store::insert_message(&mut conn, &m).await.unwrap();
+        let q = crate::store::Queued {
+            message_id: id,
+            protocol: Protocol::Letagents,
+            kind: "text",
+            relay_url: URL,
+            target: "bob-mailbox",
+            peer: "bob",
+            drop_code: b"",
+            payload: b"sealed",
+        };
+        crate::store::enqueue(&mut conn, q, 1).await.unwrap();
+        drop(conn);
+        let rows = store.due_outbox(i64::MAX, 10).unwrap();
+        rows.into_iter().find(|r| r.message_id == id).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_path_is_kept_when_the_receipt_overtakes_the_hand_over() {
+        let (_d, store) = store().await;
+        let bob = contact(&store, "bob").await;
+        // The usual order: handed over directly, then the receipt.
+        let row = queued_to(&store, bob, "m1").await;
+        store.outbox_handed_over(&row, DeliveryPath::Direct, 2).await.unwrap();
+        let m = store.message("out", "m1").unwrap().unwrap();
+        assert_eq!((m.state.as_str(), m.path.as_str()), ("relayed", "direct"));
+        // A nearby contact's receipt can be processed before the hand-over commits (seen in the
+        // LAN test): the message is `delivered` already, keeps that state and still gets its path.
+        let row = queued_to(&store, bob, "m2").await;
+        let mut conn = store.pool.acquire().await.unwrap();
+        assert!(crate::store::set_outgoing_state(&mut conn, "m2", "bob", "delivered", "").await.unwrap());
+        drop(conn);
+        store.outbox_handed_over(&row, DeliveryPath::Direct, 2).await.unwrap();
+        let m = store.message("out", "m2").unwrap().unwrap();
+        assert_eq!((m.state.as_str(), m.path.as_str()), ("delivered", "direct"));
+        assert_eq!(store.outbox_len().await.unwrap(), 0);
+        // The audit row names the message's peer (not the outbox row's target) either way.
+        let audit = "SELECT COUNT(*) FROM audit \
+             WHERE message_id = 'm2' AND state = 'relayed' AND peer = 'bob' AND path = 'direct'";
+        let n: i64 = sqlx::query_scalar(audit).fetch_one(&store.pool).await.unwrap();
+        assert_eq!(n, 1);
     }
 
     #[tokio::test]

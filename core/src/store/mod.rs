@@ -1045,8 +1045,6 @@ pub struct Queued<'a> {
     pub payload: &'a [u8],
 }
 
-/// Queues a payload for sending and records it as queued in the audit log, in `conn`'s
-/// transaction; the caller commits and then wakes the outbox.
 /// Holds a just-queued entry until `until`: the outbox worker leaves it alone while the caller
 /// makes the first attempt itself (a Stringcup topic batch), then [`Store::outbox_release`]s it.
 pub async fn outbox_hold(conn: &mut SqliteConnection, message_id: &str, until: i64) -> Result<()> {
@@ -1058,6 +1056,8 @@ pub async fn outbox_hold(conn: &mut SqliteConnection, message_id: &str, until: i
     Ok(())
 }
 
+/// Queues a payload for sending and records it as queued in the audit log, in `conn`'s
+/// transaction; the caller commits and then wakes the outbox.
 pub async fn enqueue(conn: &mut SqliteConnection, o: Queued<'_>, now: i64) -> Result<()> {
     Stmt::execute_all(enqueue_stmts(o, now), conn).await
 }
