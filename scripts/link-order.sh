@@ -73,24 +73,4 @@ kill -TERM "$daemon_pid"
 wait "$daemon_pid" || true
 daemon_pid=""
 
-python3 - "$bin/switchboard" "$work/callgrind.out" core/switchboard.order <<'PY'
-import re, subprocess, sys
-binary, profile, out = sys.argv[1:]
-ran = set()
-for line in open(profile, encoding="utf-8", errors="replace"):
-    m = re.match(r"c?fn=\(\d+\) (.+)$", line.rstrip("\n"))
-    if m:
-        ran.add(m.group(1))
-rows = []
-for line in subprocess.run(["nm", "-S", "--defined-only", binary], capture_output=True, text=True, check=True).stdout.splitlines():
-    parts = line.split()
-    if len(parts) == 4 and parts[2] in "tTwW" and parts[3] in ran:
-        rows.append((int(parts[0], 16), int(parts[1], 16), parts[3]))
-rows.sort()
-names = list(dict.fromkeys(r[2] for r in rows))
-with open(out, "w") as f:
-    f.write("# Functions a running `switchboard daemon` executed, for the linker (core/build.rs).\n")
-    f.write("# Made by scripts/link-order.sh from the release build; do not edit.\n")
-    f.writelines(n + "\n" for n in names)
-print(f"{out}: {len(names)} functions, {sum(r[1] for r in rows) / 1e6:.2f} MB of code")
-PY
+python3 scripts/link_order.py make "$bin/switchboard" "$work/callgrind.out" core/switchboard.order
